@@ -1,0 +1,18 @@
+//! cdcfusion: change-data-capture from MySQL/MariaDB into Apache DataFusion.
+//!
+//! The crate follows the data's path, one module per stage:
+//!
+//! * [`source`]: everything that talks to the MySQL/MariaDB server: connection and start-up
+//!   checks, the table schemas, the binlog reader (our own row decoder into Arrow) and the
+//!   snapshot read path (`SELECT` into the same Arrow types).
+//! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
+//!   images grouped into source transactions, each change with a totally ordered position.
+//! * [`devserver`]: a private MariaDB server with binlog enabled, started on its own port and
+//!   data directory, used by the test suite, the demo and the benchmarks.
+#![deny(clippy::clone_on_ref_ptr)]
+#![deny(unused_must_use)]
+#![warn(missing_debug_implementations)]
+
+pub mod change;
+pub mod devserver;
+pub mod source;

@@ -1,0 +1,276 @@
+//! The `cdcfusion` command line.
+//!
+//! * `cdcfusion demo`: starts a private MariaDB, creates a sample `shop` schema, captures it
+//!   and prints the change stream while a small writer changes data; stops everything at the
+//!   end (or on Ctrl-C).
+//! * `cdcfusion capture --url mysql://...`: prints the change stream of any server.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use mysql_async::prelude::Queryable;
+use rand::{Rng, SeedableRng};
+
+use cdcfusion::change::SourceTransaction;
+use cdcfusion::devserver::{DevServer, DevServerOptions};
+use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
+use cdcfusion::source::connect::ConnectOptions;
+use cdcfusion::source::position::StartPosition;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cdcfusion",
+    version,
+    about = "Change-data-capture from MySQL/MariaDB into Apache DataFusion"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Start a private MariaDB, capture a sample schema and print its changes while a writer
+    /// modifies it.
+    Demo {
+        /// How long the writer runs.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        duration: Duration,
+        /// Seed of the writer's random workload.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Print the change stream of a MySQL/MariaDB server.
+    Capture {
+        /// `mysql://user:password@host:port`
+        #[arg(long)]
+        url: String,
+        /// Replica server id to register with (unique among the server's replicas).
+        #[arg(long, default_value_t = 5400)]
+        server_id: u32,
+        /// `current`, `file:offset`, or a GTID set (`0-1-30` or `uuid:1-5`).
+        #[arg(long, default_value = "current")]
+        start: String,
+        /// Tables to capture: comma-separated `db.table` patterns with `*` wildcards.
+        #[arg(long, default_value = "*.*")]
+        tables: String,
+        /// Stop after this many transactions.
+        #[arg(long)]
+        limit: Option<usize>,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "cdcfusion=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Demo { duration, seed } => demo(duration, seed).await,
+        Command::Capture {
+            url,
+            server_id,
+            start,
+            tables,
+            limit,
+        } => {
+            let start: StartPosition = start.parse()?;
+            let connect = ConnectOptions::from_url(&url)?;
+            let options =
+                BinlogReaderOptions::new(server_id, start).with_filter(table_filter(&tables)?);
+            let mut reader = BinlogReader::open(connect, options).await?;
+            let mut seen = 0;
+            loop {
+                tokio::select! {
+                    tx = reader.next() => print_transaction(&tx?)?,
+                    _ = tokio::signal::ctrl_c() => break,
+                }
+                seen += 1;
+                if limit.is_some_and(|l| seen >= l) {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_transaction(tx: &SourceTransaction) -> Result<()> {
+    let gtid = tx
+        .gtid
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_else(|| "-".into());
+    for ddl in &tx.ddl {
+        println!(
+            "-- DDL in {} (gtid {gtid}, at {}): {}",
+            ddl.db, tx.start, ddl.statement
+        );
+    }
+    for (table, batch) in tx.display_batches() {
+        println!(
+            "-- {table}: {} change(s), gtid {gtid}, transaction at {}",
+            batch.num_rows(),
+            tx.start
+        );
+        println!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
+    }
+    Ok(())
+}
+
+/// The demo's sample schema.
+const SHOP_SCHEMA: &[&str] = &[
+    "CREATE DATABASE shop",
+    "CREATE TABLE shop.customers (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, email VARCHAR(128), tier ENUM('basic','gold','platinum') NOT NULL DEFAULT 'basic')",
+    "CREATE TABLE shop.orders (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, customer_id INT NOT NULL, amount DECIMAL(12,2) NOT NULL, status VARCHAR(16) NOT NULL, created_at DATETIME(6) NOT NULL, paid_at TIMESTAMP(3) NULL)",
+];
+
+async fn demo(duration: Duration, seed: u64) -> Result<()> {
+    eprintln!("starting a private MariaDB with binlog enabled...");
+    let server = tokio::task::spawn_blocking(|| DevServer::start(DevServerOptions::default()))
+        .await?
+        .context("starting the private MariaDB")?;
+    eprintln!(
+        "MariaDB is listening on 127.0.0.1:{} (capture user: {})",
+        server.port(),
+        server.cdc_url()
+    );
+    let result = run_demo(&server, duration, seed).await;
+    drop(server);
+    eprintln!("stopped the private MariaDB");
+    result
+}
+
+async fn run_demo(server: &DevServer, duration: Duration, seed: u64) -> Result<()> {
+    let connect = ConnectOptions::from_url(&server.cdc_url())?;
+    let options =
+        BinlogReaderOptions::new(5400, StartPosition::Current).with_filter(table_filter("shop.*")?);
+    let mut reader = BinlogReader::open(connect, options).await?;
+    eprintln!(
+        "capturing {} {} from {:?}",
+        if reader.server().flavor == cdcfusion::source::schema::Flavor::MariaDb {
+            "MariaDB"
+        } else {
+            "MySQL"
+        },
+        reader.server().version,
+        reader.resume_position()
+    );
+    let mut admin = mysql_async::Conn::from_url(server.root_url()).await?;
+    for stmt in SHOP_SCHEMA {
+        admin.query_drop(*stmt).await?;
+    }
+    let writer = tokio::spawn(write_workload(server.root_url(), duration, seed));
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<Result<(u64, String)>>();
+    tokio::spawn(async move {
+        let _ = done_tx.send(writer.await.map_err(anyhow::Error::from).and_then(|r| r));
+    });
+    let mut end: Option<(u64, String)> = None;
+    let mut transactions = 0u64;
+    loop {
+        tokio::select! {
+            tx = reader.next() => {
+                let tx = tx?;
+                transactions += 1;
+                print_transaction(&tx)?;
+                if let Some((_, file_pos)) = &end {
+                    if tx.end.to_string() == *file_pos { break; }
+                }
+            }
+            done = &mut done_rx, if end.is_none() => {
+                let (writes, file_pos) = done??;
+                eprintln!("writer finished after {writes} transactions; waiting for the stream to reach {file_pos}");
+                if let StartPosition::Coord(c) = reader.resume_position() {
+                    if c.to_string() == file_pos { break; }
+                }
+                end = Some((writes, file_pos));
+            }
+            _ = tokio::signal::ctrl_c() => { eprintln!("interrupted"); break; }
+        }
+    }
+    eprintln!("captured {transactions} transactions");
+    Ok(())
+}
+
+/// A small random workload on the sample schema; returns the number of transactions and the
+/// binlog position after the last one.
+async fn write_workload(url: String, duration: Duration, seed: u64) -> Result<(u64, String)> {
+    let mut conn = mysql_async::Conn::from_url(url).await?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let names = [
+        "Ada", "Grace", "Linus", "Barbara", "Edsger", "Frances", "Ken", "Radia",
+    ];
+    let tiers = ["basic", "gold", "platinum"];
+    for (i, name) in names.iter().enumerate() {
+        conn.exec_drop(
+            "INSERT INTO shop.customers VALUES (?, ?, ?, ?)",
+            (
+                i as i32 + 1,
+                *name,
+                format!("{}@example.com", name.to_lowercase()),
+                tiers[i % 3],
+            ),
+        )
+        .await?;
+    }
+    let started = Instant::now();
+    let mut count = 1u64;
+    while started.elapsed() < duration {
+        let customer = rng.random_range(1..=names.len() as i32);
+        let mut tx = conn.start_transaction(Default::default()).await?;
+        match rng.random_range(0..10) {
+            0..=4 => {
+                tx.exec_drop(
+                    "INSERT INTO shop.orders (customer_id, amount, status, created_at) VALUES (?, ?, 'new', NOW(6))",
+                    (customer, format!("{}.{:02}", rng.random_range(1..500), rng.random_range(0..100))),
+                )
+                .await?;
+            }
+            5..=7 => {
+                tx.exec_drop(
+                    "UPDATE shop.orders SET status = 'paid', paid_at = NOW(3) WHERE status = 'new' AND customer_id = ? LIMIT 1",
+                    (customer,),
+                )
+                .await?;
+                tx.exec_drop(
+                    "UPDATE shop.customers SET tier = ? WHERE id = ?",
+                    (tiers[rng.random_range(0..3)], customer),
+                )
+                .await?;
+            }
+            _ => {
+                tx.exec_drop(
+                    "DELETE FROM shop.orders WHERE status = 'paid' ORDER BY id LIMIT 1",
+                    (),
+                )
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        count += 1;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let row: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await?
+        .context("SHOW MASTER STATUS returned nothing")?;
+    let file: String = row.get(0).unwrap_or_default();
+    let pos: u64 = row.get(1).unwrap_or_default();
+    Ok((count, format!("{file}:{pos}")))
+}

@@ -1,0 +1,342 @@
+//! Connecting to the source server and proving it can be captured exactly.
+//!
+//! # Start-up checks
+//! Exact capture needs the binlog on, in ROW format with FULL images (the snapshot
+//! normalisation folds before/after images and the merge needs every column), uncompressed
+//! events (MariaDB's compressed rows events would otherwise be invisible), and a user with
+//! `REPLICATION SLAVE`, `REPLICATION CLIENT` (`BINLOG MONITOR` on MariaDB) and `SELECT`.
+//! [`preflight`] checks each and fails with an error that names the setting or privilege and
+//! the statement that fixes it, before any data is read.
+//!
+//! # Retries
+//! Connection attempts that fail for transient reasons (refused, reset, server starting or
+//! shutting down) are retried with exponential backoff up to [`ConnectOptions::max_attempts`];
+//! credential errors are definite and returned at once.
+
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder};
+
+use crate::source::binlog::rows::CollationMap;
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::position::{BinlogCoord, GtidSet};
+use crate::source::schema::Flavor;
+use crate::source::types::Charset;
+
+/// First delay between connection attempts.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest delay between connection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How to reach the source server.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub opts: Opts,
+    /// Connection attempts before giving up on a transient failure.
+    pub max_attempts: u32,
+}
+
+impl ConnectOptions {
+    /// Parses `mysql://user:password@host:port[/db]`.
+    pub fn from_url(url: &str) -> SourceResult<Self> {
+        let opts =
+            Opts::from_url(url).map_err(|e| SourceError::Config(format!("bad MySQL URL: {e}")))?;
+        Ok(Self {
+            opts,
+            max_attempts: 8,
+        })
+    }
+
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.opts.ip_or_hostname(), self.opts.tcp_port())
+    }
+
+    pub fn user(&self) -> String {
+        self.opts.user().unwrap_or_default().to_string()
+    }
+
+    /// Opens a connection, retrying transient failures with backoff. Every connection uses
+    /// utf8mb4 and UTC, so text and `TIMESTAMP` values read by `SELECT` are exact.
+    pub async fn connect(&self) -> SourceResult<Conn> {
+        let opts = OptsBuilder::from_opts(self.opts.clone())
+            .init(vec!["SET NAMES utf8mb4", "SET time_zone = '+00:00'"]);
+        let mut delay = INITIAL_BACKOFF;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Conn::new(opts.clone()).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    let err =
+                        SourceError::from_mysql(format!("connecting to {}", self.address()), e);
+                    match err {
+                        SourceError::AccessDenied { message, .. } => {
+                            return Err(SourceError::AccessDenied {
+                                user: self.user(),
+                                message,
+                            })
+                        }
+                        SourceError::Transient { source, .. } if attempt < self.max_attempts => {
+                            tracing::warn!(attempt, error = %source, "connection failed, retrying");
+                            tokio::time::sleep(delay).await;
+                            delay = (delay * 2).min(MAX_BACKOFF);
+                        }
+                        SourceError::Transient { source, .. } => {
+                            return Err(SourceError::Unreachable {
+                                address: self.address(),
+                                attempts: attempt,
+                                last_error: source.to_string(),
+                            })
+                        }
+                        other => return Err(other),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the start-up checks learned about the server.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub flavor: Flavor,
+    pub version: String,
+    pub server_id: u32,
+    /// Whether events carry CRC32 checksums (`binlog_checksum`).
+    pub checksums: bool,
+    /// Whether table maps carry column names (`binlog_row_metadata=FULL`).
+    pub full_row_metadata: bool,
+}
+
+/// Runs a single-row query of server variables.
+async fn variable(conn: &mut Conn, name: &str) -> SourceResult<Option<String>> {
+    let sql = format!("SELECT @@GLOBAL.{name}");
+    match conn.query_first::<Option<String>, _>(sql).await {
+        Ok(v) => Ok(v.flatten()),
+        // ER_UNKNOWN_SYSTEM_VARIABLE: the server does not have it.
+        Err(mysql_async::Error::Server(e)) if e.code == 1193 => Ok(None),
+        Err(e) => Err(SourceError::from_mysql(format!("reading @@{name}"), e)),
+    }
+}
+
+/// Checks that the server can be captured exactly and that the user has the privileges.
+pub async fn preflight(conn: &mut Conn, user: &str) -> SourceResult<ServerInfo> {
+    let version = variable(conn, "version").await?.unwrap_or_default();
+    let flavor = if version.to_ascii_lowercase().contains("mariadb") {
+        Flavor::MariaDb
+    } else {
+        Flavor::MySql
+    };
+    let on = |v: &Option<String>| {
+        v.as_deref()
+            .is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("ON"))
+    };
+    let log_bin = variable(conn, "log_bin").await?;
+    if !on(&log_bin) {
+        return Err(SourceError::BadSetting {
+            setting: "log_bin",
+            found: log_bin.unwrap_or_else(|| "OFF".into()),
+            required: "ON",
+            fix: "start the server with --log-bin (and a --server-id)".into(),
+        });
+    }
+    let format = variable(conn, "binlog_format").await?.unwrap_or_default();
+    if !format.eq_ignore_ascii_case("ROW") {
+        return Err(SourceError::BadSetting {
+            setting: "binlog_format",
+            found: format,
+            required: "ROW",
+            fix: "SET GLOBAL binlog_format = 'ROW' (and in the server configuration)".into(),
+        });
+    }
+    let image = variable(conn, "binlog_row_image")
+        .await?
+        .unwrap_or_default();
+    if !image.eq_ignore_ascii_case("FULL") {
+        return Err(SourceError::BadSetting {
+            setting: "binlog_row_image",
+            found: image,
+            required: "FULL",
+            fix: "SET GLOBAL binlog_row_image = 'FULL' (and in the server configuration)".into(),
+        });
+    }
+    if let Some(compress) = variable(conn, "log_bin_compress").await? {
+        if on(&Some(compress.clone())) {
+            return Err(SourceError::BadSetting {
+                setting: "log_bin_compress",
+                found: compress,
+                required: "OFF",
+                fix: "SET GLOBAL log_bin_compress = OFF: compressed rows events cannot be captured exactly".into(),
+            });
+        }
+    }
+    if let Some(opts) = variable(conn, "binlog_row_value_options").await? {
+        if opts.to_ascii_uppercase().contains("PARTIAL_JSON") {
+            return Err(SourceError::BadSetting {
+                setting: "binlog_row_value_options",
+                found: opts,
+                required: "",
+                fix: "SET GLOBAL binlog_row_value_options = '': partial JSON updates omit the full after image".into(),
+            });
+        }
+    }
+    check_privileges(conn, user, flavor).await?;
+    let server_id = variable(conn, "server_id")
+        .await?
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let checksums = variable(conn, "binlog_checksum")
+        .await?
+        .is_some_and(|v| !v.eq_ignore_ascii_case("NONE"));
+    let full_row_metadata = variable(conn, "binlog_row_metadata")
+        .await?
+        .is_some_and(|v| v.eq_ignore_ascii_case("FULL"));
+    if !full_row_metadata {
+        tracing::warn!(
+            "binlog_row_metadata is not FULL: events written before a schema change can only be \
+             decoded while the stream keeps up; SET GLOBAL binlog_row_metadata = 'FULL' to lift this"
+        );
+    }
+    Ok(ServerInfo {
+        flavor,
+        version,
+        server_id,
+        checksums,
+        full_row_metadata,
+    })
+}
+
+/// Privileges capture needs, each with the names servers print for it in `SHOW GRANTS`.
+const REQUIRED_PRIVILEGES: [(&str, &[&str]); 3] = [
+    ("REPLICATION SLAVE", &["REPLICATION SLAVE"]),
+    (
+        "REPLICATION CLIENT",
+        &["REPLICATION CLIENT", "BINLOG MONITOR", "SUPER"],
+    ),
+    ("SELECT", &["SELECT"]),
+];
+
+async fn check_privileges(conn: &mut Conn, user: &str, flavor: Flavor) -> SourceResult<()> {
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS FOR CURRENT_USER()")
+        .await
+        .map_err(|e| SourceError::from_mysql("reading the user's grants", e))?;
+    let global: Vec<String> = grants
+        .iter()
+        .filter(|g| g.contains(" ON *.* "))
+        .map(|g| g.to_ascii_uppercase())
+        .collect();
+    let any_select = grants
+        .iter()
+        .any(|g| g.to_ascii_uppercase().contains("SELECT") || g.contains("ALL PRIVILEGES"));
+    let has = |names: &[&str]| {
+        global.iter().any(|g| {
+            g.contains("ALL PRIVILEGES")
+                || names.iter().any(|n| {
+                    let head = g.split(" ON ").next().unwrap_or("");
+                    head.split(',')
+                        .any(|p| p.trim().trim_start_matches("GRANT ").trim() == *n)
+                })
+        })
+    };
+    let missing: Vec<&'static str> = REQUIRED_PRIVILEGES
+        .iter()
+        .filter(|(name, aliases)| {
+            if *name == "SELECT" {
+                !any_select
+            } else {
+                !has(aliases)
+            }
+        })
+        .map(|(name, _)| *name)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let client = match flavor {
+        Flavor::MariaDb => "BINLOG MONITOR",
+        Flavor::MySql => "REPLICATION CLIENT",
+    };
+    let grant = format!("GRANT SELECT, REPLICATION SLAVE, {client} ON *.* TO '{user}'@'%'");
+    Err(SourceError::MissingPrivileges {
+        user: user.to_string(),
+        missing,
+        grant,
+    })
+}
+
+/// The server's current binlog end and executed GTIDs: a watermark on a transaction boundary.
+pub async fn current_position(
+    conn: &mut Conn,
+    flavor: Flavor,
+) -> SourceResult<(BinlogCoord, GtidSet)> {
+    let mut status: Option<mysql_async::Row> = None;
+    // MySQL 8.4 removed SHOW MASTER STATUS; MariaDB and older MySQL have it.
+    for sql in ["SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"] {
+        match conn.query_first::<mysql_async::Row, _>(sql).await {
+            Ok(row) => {
+                status = row;
+                break;
+            }
+            Err(mysql_async::Error::Server(e)) if e.code == 1064 => continue,
+            Err(e) => return Err(SourceError::from_mysql("reading the binlog position", e)),
+        }
+    }
+    let row = status.ok_or_else(|| SourceError::BadSetting {
+        setting: "log_bin",
+        found: "no binary log status".into(),
+        required: "ON",
+        fix: "start the server with --log-bin".into(),
+    })?;
+    let file: String = row.get(0).unwrap_or_default();
+    let offset: u64 = row.get(1).unwrap_or_default();
+    let gtids = match flavor {
+        Flavor::MariaDb => conn
+            .query_first::<String, _>("SELECT @@GLOBAL.gtid_binlog_pos")
+            .await
+            .map_err(|e| SourceError::from_mysql("reading @@gtid_binlog_pos", e))?
+            .unwrap_or_default(),
+        Flavor::MySql => row
+            .get::<Option<String>, _>(4)
+            .flatten()
+            .unwrap_or_default(),
+    };
+    let gtids = gtids
+        .parse()
+        .map_err(|e| SourceError::Config(format!("server GTID position: {e}")))?;
+    Ok((BinlogCoord::new(file, offset), gtids))
+}
+
+/// Maps every collation id the server knows to its character set.
+pub async fn collations(conn: &mut Conn) -> SourceResult<CollationMap> {
+    let mut map = CollationMap::new();
+    // MariaDB 10.10+ lists its UCA 14.0 collations (with their ids) only in the second table.
+    for (table, required) in [
+        ("COLLATIONS", true),
+        ("COLLATION_CHARACTER_SET_APPLICABILITY", false),
+    ] {
+        let sql = format!("SELECT ID, CHARACTER_SET_NAME FROM information_schema.{table}");
+        let rows: Vec<mysql_async::Row> = match conn.query(sql).await {
+            Ok(rows) => rows,
+            Err(_) if !required => continue,
+            Err(e) => return Err(SourceError::from_mysql("reading collations", e)),
+        };
+        for row in rows {
+            let id = row
+                .get_opt::<Option<u64>, _>(0)
+                .and_then(Result::ok)
+                .flatten();
+            let charset = row
+                .get_opt::<Option<String>, _>(1)
+                .and_then(Result::ok)
+                .flatten();
+            // Character sets we cannot decode are left out, so that a column using one fails
+            // with a clear error instead of being decoded wrongly.
+            if let (Some(id), Some(Ok(cs))) = (id, charset.map(|c| Charset::from_name(&c))) {
+                map.entry(id as u16).or_insert(cs);
+            }
+        }
+    }
+    Ok(map)
+}

@@ -1,0 +1,147 @@
+//! The error boundary of the MySQL/MariaDB source.
+//!
+//! Variants are grouped by what the caller should do: [`SourceError::is_transient`] errors
+//! (connection lost, server restarting) are retried with backoff and resume from the last
+//! complete transaction; every other error is *definite*: the source stops and says why, naming
+//! the setting, privilege, table, column or binlog position at fault.
+
+use crate::source::position::BinlogCoord;
+
+/// Anything that stops or interrupts capture from one server.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The network or the server failed in a way that a retry can fix.
+    #[error("transient MySQL error while {context}: {source}")]
+    Transient {
+        context: String,
+        #[source]
+        source: mysql_async::Error,
+    },
+    /// The server could not be reached after all retries.
+    #[error("cannot reach MySQL server at {address} after {attempts} attempts: {last_error}")]
+    Unreachable {
+        address: String,
+        attempts: u32,
+        last_error: String,
+    },
+    /// Wrong user name or password.
+    #[error("MySQL rejected the credentials of user '{user}': {message}")]
+    AccessDenied { user: String, message: String },
+    /// A server setting makes exact capture impossible.
+    #[error("server setting {setting} is '{found}' but capture needs '{required}': {fix}")]
+    BadSetting {
+        setting: &'static str,
+        found: String,
+        required: &'static str,
+        fix: String,
+    },
+    /// The CDC user lacks privileges.
+    #[error("user '{user}' lacks privileges {missing:?}; grant them with: {grant}")]
+    MissingPrivileges {
+        user: String,
+        missing: Vec<&'static str>,
+        grant: String,
+    },
+    /// The binlog position to start from no longer exists on the server.
+    #[error("binlog position {needed} is no longer available on the server: {message}")]
+    BinlogUnavailable { needed: String, message: String },
+    /// A rows event without the full before/after image (binlog_row_image is not FULL, or a
+    /// MySQL partial JSON update).
+    #[error("partial row image for {table} at {at}: {detail}; set binlog_row_image=FULL (and binlog_row_value_options='' on MySQL)")]
+    PartialRowImage {
+        table: String,
+        at: BinlogCoord,
+        detail: String,
+    },
+    /// A column type we cannot represent exactly.
+    #[error("unsupported type for column {column} of {table}: {detail}")]
+    UnsupportedType {
+        table: String,
+        column: String,
+        detail: String,
+    },
+    /// The table map of a rows event disagrees with every schema we can find for the table.
+    #[error("schema of {table} at {at} does not match its binlog table map: {detail}")]
+    SchemaMismatch {
+        table: String,
+        at: BinlogCoord,
+        detail: String,
+    },
+    /// A rows event whose bytes do not decode against its table map.
+    #[error("cannot decode {what} at {at}: {detail}")]
+    Decode {
+        what: String,
+        at: BinlogCoord,
+        detail: String,
+    },
+    /// An event's CRC32 does not match its bytes.
+    #[error(
+        "checksum mismatch for event at {at}: expected {expected:#010x}, computed {computed:#010x}"
+    )]
+    Checksum {
+        at: BinlogCoord,
+        expected: u32,
+        computed: u32,
+    },
+    /// A query needed for capture failed for a definite reason (syntax, missing table...).
+    #[error("MySQL query failed while {context}: {source}")]
+    Query {
+        context: String,
+        #[source]
+        source: mysql_async::Error,
+    },
+    /// The requested table does not exist.
+    #[error("table {0} does not exist on the source server")]
+    NoSuchTable(String),
+    /// Invalid configuration (URL, position, option).
+    #[error("invalid source configuration: {0}")]
+    Config(String),
+}
+
+impl SourceError {
+    /// Whether retrying (with backoff) can make progress.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SourceError::Transient { .. })
+    }
+
+    /// Classifies a driver error: I/O failures and server shutdowns are transient; server
+    /// errors about credentials, privileges and missing binlogs are definite.
+    pub fn from_mysql(context: impl Into<String>, err: mysql_async::Error) -> Self {
+        let context = context.into();
+        match &err {
+            mysql_async::Error::Server(server) => match server.code {
+                // ER_ACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
+                1045 | 1044 => SourceError::AccessDenied {
+                    user: String::new(),
+                    message: server.message.clone(),
+                },
+                // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged or unknown file/GTID.
+                1236 => SourceError::BinlogUnavailable {
+                    needed: context,
+                    message: server.message.clone(),
+                },
+                // ER_SERVER_SHUTDOWN, ER_CON_COUNT_ERROR, ER_TOO_MANY_USER_CONNECTIONS,
+                // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_QUERY_INTERRUPTED
+                1053 | 1040 | 1203 | 1213 | 1205 | 1317 => SourceError::Transient {
+                    context,
+                    source: err,
+                },
+                _ => SourceError::Query {
+                    context,
+                    source: err,
+                },
+            },
+            mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => SourceError::Transient {
+                context,
+                source: err,
+            },
+            _ => SourceError::Query {
+                context,
+                source: err,
+            },
+        }
+    }
+}
+
+/// Result alias for the source boundary.
+pub type SourceResult<T> = Result<T, SourceError>;

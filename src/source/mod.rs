@@ -1,0 +1,20 @@
+//! The MySQL/MariaDB source: everything that talks to the server being captured.
+//!
+//! This module only wires its parts together:
+//! * [`connect`]: connections, retries and the start-up checks that make exact capture possible;
+//! * [`position`]: binlog coordinates, change positions and GTIDs of both flavours;
+//! * [`schema`] and [`types`]: table schemas and the one Arrow value of each column type;
+//! * [`binlog`]: the replica stream, decoded into whole source transactions;
+//! * [`snapshot`]: `SELECT` results decoded into the same Arrow values.
+//!
+//! Errors from all of them are [`SourceError`], split into transient (retried) and definite.
+
+pub mod binlog;
+pub mod connect;
+pub mod error;
+pub mod position;
+pub mod schema;
+pub mod snapshot;
+pub mod types;
+
+pub use error::{SourceError, SourceResult};

@@ -1,0 +1,499 @@
+//! Positions in one server's binlog history, and the GTIDs of both flavours.
+//!
+//! # Invariant
+//! Changes are ordered by *where they are in the binlog*, never by their GTIDs: within one
+//! server's history, `(file sequence, offset of the transaction's first event, event index,
+//! row index)` is a total order that matches commit order. GTIDs identify transactions across
+//! servers, but two GTID sets from different histories are not comparable, and all changes of
+//! one transaction share one GTID, so a GTID compare cannot order them. [`GtidSet`] therefore has
+//! no `Ord`; [`BinlogCoord`] and [`ChangePosition`] do.
+//!
+//! MySQL GTIDs are `uuid[:tag]:gno` and sets are `uuid:1-5:7,uuid2:1-3`; MariaDB GTIDs are
+//! `domain-server-seq` and a position is one GTID per replication domain (`0-1-30,1-2-5`).
+//! Both hide behind [`Gtid`] and [`GtidSet`] so the rest of the engine never branches on flavour.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// A point between two events of one binlog file: `file` + byte `offset`.
+///
+/// Ordered by the numeric suffix of the file name (`binlog.000010` after `binlog.000009`), then
+/// the name, then the offset. Watermarks (LOW/HIGH) and transaction starts are `BinlogCoord`s.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BinlogCoord {
+    pub file: Arc<str>,
+    pub offset: u64,
+}
+
+impl BinlogCoord {
+    pub fn new(file: impl Into<Arc<str>>, offset: u64) -> Self {
+        Self {
+            file: file.into(),
+            offset,
+        }
+    }
+
+    /// The numeric suffix of the file name, which the server increments on every rotation.
+    pub fn file_seq(&self) -> u64 {
+        file_sequence(&self.file)
+    }
+}
+
+/// The numeric suffix of a binlog file name (`mysql-bin.000042` → 42), 0 when there is none.
+pub fn file_sequence(name: &str) -> u64 {
+    name.rsplit_once('.')
+        .and_then(|(_, suffix)| suffix.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Ord for BinlogCoord {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.file_seq(), &*self.file, self.offset).cmp(&(
+            other.file_seq(),
+            &*other.file,
+            other.offset,
+        ))
+    }
+}
+
+impl PartialOrd for BinlogCoord {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for BinlogCoord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.offset)
+    }
+}
+
+impl FromStr for BinlogCoord {
+    type Err = PositionParseError;
+
+    /// Parses `file:offset`, e.g. `binlog.000003:1234`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (file, offset) = s
+            .rsplit_once(':')
+            .ok_or_else(|| PositionParseError(format!("expected file:offset, got {s:?}")))?;
+        let offset = offset.parse().map_err(|_| {
+            PositionParseError(format!("offset {offset:?} in {s:?} is not a number"))
+        })?;
+        if file.is_empty() {
+            return Err(PositionParseError(format!("empty file name in {s:?}")));
+        }
+        Ok(Self::new(file, offset))
+    }
+}
+
+/// The position of one row change: its transaction's first event, the index of the rows event
+/// inside the transaction, and the row inside that event. Ordered lexicographically.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChangePosition {
+    pub tx: BinlogCoord,
+    pub event_index: u32,
+    pub row_index: u32,
+}
+
+impl fmt::Display for ChangePosition {
+    /// Renders as text that sorts like the position when compared as a string within one file
+    /// name length: `binlog.000003:000000001234:00002:00000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{:012}:{:05}:{:05}",
+            self.tx.file, self.tx.offset, self.event_index, self.row_index
+        )
+    }
+}
+
+/// One transaction identifier.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Gtid {
+    /// MySQL: source UUID, optional tag (8.4), transaction number.
+    MySql {
+        sid: [u8; 16],
+        tag: Option<String>,
+        gno: u64,
+    },
+    /// MariaDB: replication domain, originating server id, sequence number.
+    MariaDb { domain: u32, server: u32, seq: u64 },
+}
+
+impl fmt::Display for Gtid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Gtid::MySql { sid, tag, gno } => {
+                write!(f, "{}", format_uuid(sid))?;
+                if let Some(tag) = tag {
+                    write!(f, ":{tag}")?;
+                }
+                write!(f, ":{gno}")
+            }
+            Gtid::MariaDb {
+                domain,
+                server,
+                seq,
+            } => write!(f, "{domain}-{server}-{seq}"),
+        }
+    }
+}
+
+/// Formats 16 bytes as a lowercase hyphenated UUID.
+pub fn format_uuid(sid: &[u8; 16]) -> String {
+    let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || s.len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// MySQL GTID intervals: `(uuid, tag)` → sorted, disjoint, inclusive transaction numbers.
+pub type MySqlIntervals = BTreeMap<([u8; 16], Option<String>), Vec<(u64, u64)>>;
+
+/// The set of transactions a server has executed (MySQL) or its per-domain position (MariaDB).
+///
+/// Deliberately not `Ord`: sets from different histories are incomparable.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum GtidSet {
+    /// No GTIDs at all (GTID mode off, or nothing executed yet).
+    #[default]
+    Empty,
+    /// `(uuid, tag)` → sorted, disjoint, inclusive intervals of transaction numbers.
+    MySql(MySqlIntervals),
+    /// domain → (server id, sequence number) of the last transaction in that domain.
+    MariaDb(BTreeMap<u32, (u32, u64)>),
+}
+
+impl GtidSet {
+    /// Records that `gtid` has been executed.
+    pub fn add(&mut self, gtid: &Gtid) {
+        match gtid {
+            Gtid::MySql { sid, tag, gno } => {
+                if !matches!(self, GtidSet::MySql(_)) {
+                    *self = GtidSet::MySql(BTreeMap::new());
+                }
+                let GtidSet::MySql(map) = self else {
+                    unreachable!("just set to MySql")
+                };
+                let intervals = map.entry((*sid, tag.clone())).or_default();
+                insert_range(intervals, *gno, *gno);
+            }
+            Gtid::MariaDb {
+                domain,
+                server,
+                seq,
+            } => {
+                if !matches!(self, GtidSet::MariaDb(_)) {
+                    *self = GtidSet::MariaDb(BTreeMap::new());
+                }
+                let GtidSet::MariaDb(map) = self else {
+                    unreachable!("just set to MariaDb")
+                };
+                map.insert(*domain, (*server, *seq));
+            }
+        }
+    }
+
+    /// Whether `gtid` is covered by this set (MariaDB: its sequence is at or before the domain's).
+    pub fn contains(&self, gtid: &Gtid) -> bool {
+        match (self, gtid) {
+            (GtidSet::MySql(map), Gtid::MySql { sid, tag, gno }) => map
+                .get(&(*sid, tag.clone()))
+                .is_some_and(|iv| iv.iter().any(|(a, b)| a <= gno && gno <= b)),
+            (GtidSet::MariaDb(map), Gtid::MariaDb { domain, seq, .. }) => {
+                map.get(domain).is_some_and(|(_, s)| seq <= s)
+            }
+            _ => false,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            GtidSet::Empty => true,
+            GtidSet::MySql(m) => m.is_empty(),
+            GtidSet::MariaDb(m) => m.is_empty(),
+        }
+    }
+}
+
+/// Inserts the inclusive range `a..=b` into sorted, disjoint intervals, merging neighbours.
+fn insert_range(intervals: &mut Vec<(u64, u64)>, a: u64, b: u64) {
+    let (mut lo, mut hi) = (a, b);
+    // Every interval that overlaps or touches [a, b] is absorbed.
+    intervals.retain(|&(x, y)| {
+        let touches = x <= hi.saturating_add(1) && y.saturating_add(1) >= lo;
+        if touches {
+            lo = lo.min(x);
+            hi = hi.max(y);
+        }
+        !touches
+    });
+    let idx = intervals.partition_point(|&(x, _)| x < lo);
+    intervals.insert(idx, (lo, hi));
+}
+
+impl fmt::Display for GtidSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GtidSet::Empty => Ok(()),
+            GtidSet::MySql(map) => {
+                let mut first = true;
+                for ((sid, tag), intervals) in map {
+                    if !first {
+                        f.write_str(",")?;
+                    }
+                    first = false;
+                    write!(f, "{}", format_uuid(sid))?;
+                    if let Some(tag) = tag {
+                        write!(f, ":{tag}")?;
+                    }
+                    for (a, b) in intervals {
+                        if a == b {
+                            write!(f, ":{a}")?;
+                        } else {
+                            write!(f, ":{a}-{b}")?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            GtidSet::MariaDb(map) => {
+                let parts: Vec<String> = map
+                    .iter()
+                    .map(|(d, (s, q))| format!("{d}-{s}-{q}"))
+                    .collect();
+                f.write_str(&parts.join(","))
+            }
+        }
+    }
+}
+
+/// A position string that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid binlog position: {0}")]
+pub struct PositionParseError(pub String);
+
+impl FromStr for GtidSet {
+    type Err = PositionParseError;
+
+    /// Parses a MariaDB GTID position (`0-1-30,1-2-5`) or a MySQL GTID set
+    /// (`uuid:1-5:7,uuid2:tag:1-3`); whitespace and newlines (as MySQL prints them) are ignored.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        if s.is_empty() {
+            return Ok(GtidSet::Empty);
+        }
+        let err = |why: &str| PositionParseError(format!("{why} in GTID set {s:?}"));
+        if s.contains(':') {
+            let mut set = GtidSet::MySql(BTreeMap::new());
+            for part in s.split(',') {
+                let mut fields = part.split(':');
+                let sid = parse_uuid(fields.next().unwrap_or_default())
+                    .ok_or_else(|| err("bad server UUID"))?;
+                let mut tag = None;
+                for field in fields {
+                    if field.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+                        let (a, b) = match field.split_once('-') {
+                            Some((a, b)) => (a, b),
+                            None => (field, field),
+                        };
+                        let a: u64 = a.parse().map_err(|_| err("bad interval"))?;
+                        let b: u64 = b.parse().map_err(|_| err("bad interval"))?;
+                        if a == 0 || b < a {
+                            return Err(err("empty or zero interval"));
+                        }
+                        let GtidSet::MySql(map) = &mut set else {
+                            unreachable!("constructed as MySql above")
+                        };
+                        insert_range(map.entry((sid, tag.clone())).or_default(), a, b);
+                    } else {
+                        tag = Some(field.to_ascii_lowercase());
+                    }
+                }
+            }
+            Ok(set)
+        } else {
+            let mut set = GtidSet::MariaDb(BTreeMap::new());
+            for part in s.split(',') {
+                let nums: Vec<&str> = part.split('-').collect();
+                if nums.len() != 3 {
+                    return Err(err("expected domain-server-seq"));
+                }
+                let parse32 = |x: &str| x.parse::<u32>().map_err(|_| err("bad number"));
+                let seq = nums[2].parse::<u64>().map_err(|_| err("bad sequence"))?;
+                set.add(&Gtid::MariaDb {
+                    domain: parse32(nums[0])?,
+                    server: parse32(nums[1])?,
+                    seq,
+                });
+            }
+            Ok(set)
+        }
+    }
+}
+
+/// Where a binlog reader starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartPosition {
+    /// The server's current end of the binlog at connect time.
+    Current,
+    /// An exact transaction boundary: `file:offset`.
+    Coord(BinlogCoord),
+    /// After every transaction in this set (MySQL) / after this per-domain position (MariaDB).
+    Gtid(GtidSet),
+}
+
+impl FromStr for StartPosition {
+    type Err = PositionParseError;
+
+    /// `current`, `file:offset`, or a GTID set of either flavour.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        if t.eq_ignore_ascii_case("current") || t.eq_ignore_ascii_case("end") {
+            return Ok(StartPosition::Current);
+        }
+        // A MySQL GTID set starts with a 36-character UUID; anything else with ':' is file:offset.
+        let looks_like_uuid = t.len() >= 36 && parse_uuid(&t[..36]).is_some();
+        if t.contains(':') && !looks_like_uuid {
+            return t.parse().map(StartPosition::Coord);
+        }
+        t.parse().map(StartPosition::Gtid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(file: &str, offset: u64, ev: u32, row: u32) -> ChangePosition {
+        ChangePosition {
+            tx: BinlogCoord::new(file, offset),
+            event_index: ev,
+            row_index: row,
+        }
+    }
+
+    #[test]
+    fn positions_order_by_file_sequence_then_offset_then_event_then_row() {
+        let mut v = vec![
+            pos("binlog.000010", 4, 0, 0),
+            pos("binlog.000009", 900, 1, 0),
+            pos("binlog.000009", 900, 0, 7),
+            pos("binlog.000009", 120, 3, 3),
+            pos("binlog.000009", 900, 0, 2),
+        ];
+        v.sort();
+        assert_eq!(
+            v,
+            vec![
+                pos("binlog.000009", 120, 3, 3),
+                pos("binlog.000009", 900, 0, 2),
+                pos("binlog.000009", 900, 0, 7),
+                pos("binlog.000009", 900, 1, 0),
+                pos("binlog.000010", 4, 0, 0),
+            ]
+        );
+        // A numeric suffix compares as a number, not as text.
+        assert!(BinlogCoord::new("b.999999", 10) < BinlogCoord::new("b.1000000", 4));
+    }
+
+    #[test]
+    fn changes_of_one_transaction_share_a_gtid_but_are_still_ordered() {
+        // Same GTID set after the transaction, different event/row indexes: the position, not
+        // the GTID, orders them.
+        let gtid = Gtid::MariaDb {
+            domain: 0,
+            server: 1,
+            seq: 7,
+        };
+        let mut set_a = GtidSet::default();
+        set_a.add(&gtid);
+        let set_b = set_a.clone();
+        assert_eq!(set_a, set_b);
+        let a = pos("binlog.000001", 500, 0, 1);
+        let b = pos("binlog.000001", 500, 1, 0);
+        let c = pos("binlog.000001", 500, 1, 1);
+        assert!(a < b && b < c);
+        assert_eq!(a.cmp(&a.clone()), Ordering::Equal);
+    }
+
+    #[test]
+    fn mariadb_gtid_positions_round_trip() {
+        let set: GtidSet = "0-1-30,1-2-5".parse().unwrap();
+        assert_eq!(set.to_string(), "0-1-30,1-2-5");
+        assert!(set.contains(&Gtid::MariaDb {
+            domain: 0,
+            server: 1,
+            seq: 29
+        }));
+        assert!(!set.contains(&Gtid::MariaDb {
+            domain: 0,
+            server: 1,
+            seq: 31
+        }));
+        assert!("0-1".parse::<GtidSet>().is_err());
+    }
+
+    #[test]
+    fn mysql_gtid_sets_merge_intervals() {
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let set: GtidSet = format!("{uuid}:1-5:7,\n{uuid}:6").parse().unwrap();
+        assert_eq!(set.to_string(), format!("{uuid}:1-7"));
+        let tagged: GtidSet = format!("{uuid}:Tag_1:3-4").parse().unwrap();
+        assert_eq!(tagged.to_string(), format!("{uuid}:tag_1:3-4"));
+        let mut s = GtidSet::default();
+        for gno in [5, 1, 3, 2, 9] {
+            s.add(&Gtid::MySql {
+                sid: parse_uuid(uuid).unwrap(),
+                tag: None,
+                gno,
+            });
+        }
+        assert_eq!(s.to_string(), format!("{uuid}:1-3:5:9"));
+        let big: GtidSet = format!("{uuid}:1-5000000000").parse().unwrap();
+        assert_eq!(big.to_string(), format!("{uuid}:1-5000000000"));
+    }
+
+    #[test]
+    fn start_positions_parse_each_form() {
+        assert_eq!(
+            "current".parse::<StartPosition>().unwrap(),
+            StartPosition::Current
+        );
+        assert_eq!(
+            "binlog.000002:4".parse::<StartPosition>().unwrap(),
+            StartPosition::Coord(BinlogCoord::new("binlog.000002", 4))
+        );
+        assert!(matches!(
+            "0-1-10".parse::<StartPosition>().unwrap(),
+            StartPosition::Gtid(GtidSet::MariaDb(_))
+        ));
+        assert!(matches!(
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-3"
+                .parse::<StartPosition>()
+                .unwrap(),
+            StartPosition::Gtid(GtidSet::MySql(_))
+        ));
+        assert!("binlog.000002:x".parse::<StartPosition>().is_err());
+    }
+}

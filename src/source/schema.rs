@@ -1,0 +1,328 @@
+//! Table schemas of the source server, as the rest of the engine sees them.
+//!
+//! # Invariant
+//! A [`TableSchema`] is built from `information_schema` (what `SELECT` returns) and is the one
+//! schema both read paths decode into, so they agree on column order, names, Arrow types and
+//! nullability. The binlog path checks every table map against it before decoding a row
+//! (see `binlog::rows`), and never decodes with a schema that does not match the event.
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::{Schema, SchemaRef};
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::types::{Charset, ColumnKind};
+
+/// `db.table` on the source server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TableId {
+    pub db: String,
+    pub table: String,
+}
+
+impl TableId {
+    pub fn new(db: impl Into<String>, table: impl Into<String>) -> Self {
+        Self {
+            db: db.into(),
+            table: table.into(),
+        }
+    }
+
+    /// The table name quoted for MySQL: `` `db`.`table` ``.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.db), quote_ident(&self.table))
+    }
+}
+
+impl fmt::Display for TableId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.db, self.table)
+    }
+}
+
+/// Quotes a MySQL identifier with backticks.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// One column of a source table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnSpec {
+    pub name: String,
+    pub kind: ColumnKind,
+    pub nullable: bool,
+}
+
+/// The schema of one source table at one point in its history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSchema {
+    pub id: TableId,
+    pub columns: Vec<ColumnSpec>,
+    /// Indexes into `columns` of the primary key, in key order; empty for keyless tables.
+    pub primary_key: Vec<usize>,
+    /// The Arrow schema of the table's rows (one field per column, same order).
+    pub arrow: SchemaRef,
+}
+
+impl TableSchema {
+    pub fn new(id: TableId, columns: Vec<ColumnSpec>, primary_key: Vec<usize>) -> Self {
+        let fields: Vec<_> = columns
+            .iter()
+            .map(|c| c.kind.field(&c.name, c.nullable))
+            .collect();
+        Self {
+            id,
+            columns,
+            primary_key,
+            arrow: Arc::new(Schema::new(fields)),
+        }
+    }
+
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+}
+
+/// Which server we talk to; the differences that matter to capture hide behind this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    MySql,
+    MariaDb,
+}
+
+/// One row of `information_schema.COLUMNS`.
+struct InfoColumn {
+    name: String,
+    data_type: String,
+    column_type: String,
+    nullable: bool,
+    precision: Option<u64>,
+    scale: Option<u64>,
+    datetime_precision: Option<u64>,
+    charset: Option<String>,
+    octet_length: Option<u64>,
+}
+
+/// Loads the schema of `id` from `information_schema`; `None` when the table does not exist.
+pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Option<TableSchema>> {
+    let ctx = || format!("reading the columns of {id}");
+    let rows: Vec<mysql_async::Row> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, \
+             NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_OCTET_LENGTH \
+             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
+             ORDER BY ORDINAL_POSITION",
+            (&id.db, &id.table),
+        )
+        .await
+        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut info = Vec::with_capacity(rows.len());
+    for row in rows {
+        let get_s = |i: usize| -> String {
+            row.get_opt::<String, _>(i)
+                .and_then(Result::ok)
+                .unwrap_or_default()
+        };
+        let get_n = |i: usize| -> Option<u64> {
+            row.get_opt::<Option<u64>, _>(i)
+                .and_then(Result::ok)
+                .flatten()
+        };
+        info.push(InfoColumn {
+            name: get_s(0),
+            data_type: get_s(1).to_ascii_lowercase(),
+            column_type: get_s(2),
+            nullable: get_s(3) == "YES",
+            precision: get_n(4),
+            scale: get_n(5),
+            datetime_precision: get_n(6),
+            charset: row
+                .get_opt::<Option<String>, _>(7)
+                .and_then(Result::ok)
+                .flatten(),
+            octet_length: get_n(8),
+        });
+    }
+    let json_columns = json_check_columns(conn, id).await?;
+    let pk_names: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND CONSTRAINT_NAME = 'PRIMARY' \
+             ORDER BY ORDINAL_POSITION",
+            (&id.db, &id.table),
+        )
+        .await
+        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    let mut columns = Vec::with_capacity(info.len());
+    for col in &info {
+        let is_json = json_columns
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(&col.name));
+        let kind = kind_from_info(col, is_json).map_err(|detail| SourceError::UnsupportedType {
+            table: id.to_string(),
+            column: col.name.clone(),
+            detail,
+        })?;
+        columns.push(ColumnSpec {
+            name: col.name.clone(),
+            kind,
+            nullable: col.nullable,
+        });
+    }
+    let primary_key = pk_names
+        .iter()
+        .filter_map(|n| columns.iter().position(|c| &c.name == n))
+        .collect();
+    Ok(Some(TableSchema::new(id.clone(), columns, primary_key)))
+}
+
+/// MariaDB stores JSON as LONGTEXT guarded by `CHECK (json_valid(col))`; those columns are JSON.
+async fn json_check_columns(conn: &mut Conn, id: &TableId) -> SourceResult<Vec<String>> {
+    // MySQL has no TABLE_NAME in CHECK_CONSTRAINTS, and declares JSON as its own type anyway.
+    let result: Result<Vec<String>, _> = conn
+        .exec(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (&id.db, &id.table),
+        )
+        .await;
+    let clauses = match result {
+        Ok(c) => c,
+        Err(mysql_async::Error::Server(e)) if e.code == 1054 => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(SourceError::from_mysql(
+                format!("reading checks of {id}"),
+                e,
+            ))
+        }
+    };
+    Ok(clauses
+        .iter()
+        .filter_map(|c| {
+            let inner = c.trim().strip_prefix("json_valid(")?.strip_suffix(')')?;
+            Some(inner.trim().trim_matches('`').replace("``", "`"))
+        })
+        .collect())
+}
+
+fn kind_from_info(col: &InfoColumn, is_json: bool) -> Result<ColumnKind, String> {
+    let unsigned = col.column_type.to_ascii_lowercase().contains("unsigned");
+    let fsp = col.datetime_precision.unwrap_or(0) as u8;
+    let int = |bits| Ok(ColumnKind::Int { bits, unsigned });
+    match col.data_type.as_str() {
+        "tinyint" => int(8),
+        "smallint" => int(16),
+        "mediumint" => int(24),
+        "int" | "integer" => int(32),
+        "bigint" => int(64),
+        "decimal" | "numeric" => Ok(ColumnKind::Decimal {
+            precision: col.precision.unwrap_or(10) as u8,
+            scale: col.scale.unwrap_or(0) as u8,
+        }),
+        "float" => Ok(ColumnKind::Float),
+        "double" | "real" => Ok(ColumnKind::Double),
+        "date" => Ok(ColumnKind::Date),
+        "time" => Ok(ColumnKind::Time { fsp }),
+        "datetime" => Ok(ColumnKind::DateTime { fsp }),
+        "timestamp" => Ok(ColumnKind::Timestamp { fsp }),
+        "year" => Ok(ColumnKind::Year),
+        "json" => Ok(ColumnKind::Json),
+        "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => {
+            if is_json {
+                return Ok(ColumnKind::Json);
+            }
+            match Charset::from_name(col.charset.as_deref().unwrap_or("binary"))? {
+                Some(charset) => Ok(ColumnKind::Text { charset }),
+                None => Ok(ColumnKind::Binary { pad_to: None }),
+            }
+        }
+        "binary" => Ok(ColumnKind::Binary {
+            pad_to: col.octet_length.map(|n| n as usize),
+        }),
+        "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => {
+            Ok(ColumnKind::Binary { pad_to: None })
+        }
+        "enum" => Ok(ColumnKind::Enum {
+            labels: parse_labels(&col.column_type)?.into(),
+        }),
+        "set" => Ok(ColumnKind::Set {
+            labels: parse_labels(&col.column_type)?.into(),
+        }),
+        "bit" => Ok(ColumnKind::Bit {
+            bits: col.precision.unwrap_or(1) as u16,
+        }),
+        "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
+        | "multipolygon" | "geometrycollection" | "geomcollection" => Ok(ColumnKind::Geometry),
+        "vector" => Ok(ColumnKind::Vector),
+        other => Err(format!(
+            "MySQL type '{other}' ({}) has no exact Arrow mapping yet",
+            col.column_type
+        )),
+    }
+}
+
+/// Parses the labels of `enum('a','b''c')` / `set(...)` as `COLUMN_TYPE` shows them.
+pub fn parse_labels(column_type: &str) -> Result<Vec<String>, String> {
+    let open = column_type
+        .find('(')
+        .ok_or_else(|| format!("no label list in {column_type:?}"))?;
+    let body = &column_type[open + 1..column_type.rfind(')').unwrap_or(column_type.len())];
+    let mut labels = Vec::new();
+    let mut chars = body.chars().peekable();
+    loop {
+        match chars.next() {
+            None => break,
+            Some('\'') => {
+                let mut label = String::new();
+                loop {
+                    match chars.next() {
+                        None => return Err(format!("unterminated label in {column_type:?}")),
+                        Some('\'') if chars.peek() == Some(&'\'') => {
+                            chars.next();
+                            label.push('\'');
+                        }
+                        Some('\'') => break,
+                        Some('\\') => {
+                            if let Some(c) = chars.next() {
+                                label.push(c);
+                            }
+                        }
+                        Some(c) => label.push(c),
+                    }
+                }
+                labels.push(label);
+            }
+            Some(',') | Some(' ') => {}
+            Some(c) => return Err(format!("unexpected {c:?} in {column_type:?}")),
+        }
+    }
+    Ok(labels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enum_labels_parse_with_quotes_and_commas() {
+        assert_eq!(
+            parse_labels("enum('a','it''s','x,y')").unwrap(),
+            vec!["a", "it's", "x,y"]
+        );
+        assert_eq!(parse_labels("set('')").unwrap(), vec![""]);
+        assert!(parse_labels("enum('a").is_err());
+    }
+
+    #[test]
+    fn quoting_escapes_backticks() {
+        assert_eq!(TableId::new("d`b", "t").quoted(), "`d``b`.`t`");
+    }
+}

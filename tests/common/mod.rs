@@ -1,0 +1,110 @@
+//! Shared fixtures for integration tests: the private MariaDB, a database per test, readers
+//! with unique replica ids, and a guard against hangs.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use cdcfusion::change::SourceTransaction;
+use cdcfusion::devserver::DevServer;
+use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
+use cdcfusion::source::connect::ConnectOptions;
+use cdcfusion::source::position::StartPosition;
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+/// Upper bound for any single wait on the server; reaching it means the test hangs.
+pub const HANG_GUARD: Duration = Duration::from_secs(60);
+
+pub fn server() -> &'static DevServer {
+    DevServer::shared()
+}
+
+/// A replica server id no other reader of this test binary uses.
+pub fn next_server_id() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1000);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+pub async fn root_conn(server: &DevServer) -> Conn {
+    Conn::from_url(server.root_url())
+        .await
+        .expect("root connection")
+}
+
+/// Creates an empty database for one test.
+pub async fn fresh_db(conn: &mut Conn, name: &str) {
+    conn.query_drop(format!("DROP DATABASE IF EXISTS {name}"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+}
+
+/// A reader of `db.*` on `server` as the CDC user, starting at `start`.
+pub async fn reader(server: &DevServer, db: &str, start: StartPosition) -> BinlogReader {
+    let connect = ConnectOptions::from_url(&server.cdc_url()).unwrap();
+    let options = BinlogReaderOptions::new(next_server_id(), start)
+        .with_filter(table_filter(&format!("{db}.*")).unwrap());
+    BinlogReader::open(connect, options)
+        .await
+        .expect("open reader")
+}
+
+/// Reads transactions until one satisfies `last`, failing the test on a hang.
+pub async fn read_until(
+    reader: &mut BinlogReader,
+    mut last: impl FnMut(&SourceTransaction) -> bool,
+) -> Vec<SourceTransaction> {
+    let mut out = Vec::new();
+    loop {
+        let tx = tokio::time::timeout(HANG_GUARD, reader.next())
+            .await
+            .expect("no transaction arrived: the reader hangs")
+            .expect("reader error");
+        let stop = last(&tx);
+        out.push(tx);
+        if stop {
+            return out;
+        }
+    }
+}
+
+/// Transactions that carry row changes (DDL-only ones filtered out).
+pub fn with_rows(txs: &[SourceTransaction]) -> Vec<&SourceTransaction> {
+    txs.iter().filter(|t| t.num_rows() > 0).collect()
+}
+
+/// Writes a marker row in `db.marker` and returns when `reader` has passed it: everything
+/// committed before the call has then been read.
+pub async fn marker_table(conn: &mut Conn, db: &str) {
+    conn.query_drop(format!(
+        "CREATE TABLE IF NOT EXISTS {db}.marker (id INT PRIMARY KEY AUTO_INCREMENT)"
+    ))
+    .await
+    .unwrap();
+}
+
+/// Renders each row of `batch` as `col=value` strings (NULL as `NULL`).
+pub fn row_strings(batch: &arrow::array::RecordBatch) -> Vec<String> {
+    use arrow::util::display::{ArrayFormatter, FormatOptions};
+    let opts = FormatOptions::default().with_null("NULL");
+    let formatters: Vec<_> = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts).unwrap())
+        .collect();
+    (0..batch.num_rows())
+        .map(|r| {
+            batch
+                .schema()
+                .fields()
+                .iter()
+                .zip(&formatters)
+                .map(|(f, fmt)| format!("{}={}", f.name(), fmt.value(r)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
