@@ -4,6 +4,7 @@
 //! * [`reader`]: the replica connection, its start position and reconnects;
 //! * [`assemble`]: events into transactions with positions, DDL and skipped events;
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
+//! * [`wire`]: each column's layout in a row image and its value decoding;
 //! * [`mysql_json`]: MySQL's binary JSON into the text MySQL itself prints.
 //!
 //! mysql_async registers as a replica and frames events; mysql_common parses headers, table
@@ -13,6 +14,7 @@ pub mod assemble;
 pub mod mysql_json;
 pub mod reader;
 pub mod rows;
+pub mod wire;
 
 use std::sync::Arc;
 
