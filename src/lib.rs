@@ -5,6 +5,9 @@
 //! * [`source`]: everything that talks to the MySQL/MariaDB server: connection and start-up
 //!   checks, the table schemas, the binlog reader (our own row decoder into Arrow) and the
 //!   snapshot read path (`SELECT` into the same Arrow types).
+//! * [`state`]: the per-key version merge of snapshot chunks and binlog changes into the
+//!   current state and the changelog.
+//! * [`capture`]: a capture of a set of tables: snapshot modes, hand-off to the stream.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
 //! * [`devserver`]: a private MariaDB server with binlog enabled, started on its own port and
@@ -13,6 +16,8 @@
 #![deny(unused_must_use)]
 #![warn(missing_debug_implementations)]
 
+pub mod capture;
 pub mod change;
 pub mod devserver;
 pub mod source;
+pub mod state;

@@ -5,7 +5,8 @@
 //! * [`position`]: binlog coordinates, change positions and GTIDs of both flavours;
 //! * [`schema`] and [`types`]: table schemas and the one Arrow value of each column type;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
-//! * [`snapshot`]: `SELECT` results decoded into the same Arrow values.
+//! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
+//!   lock-free incremental snapshot built on them.
 //!
 //! Errors from all of them are [`SourceError`], split into transient (retried) and definite.
 

@@ -90,22 +90,25 @@ impl FromStr for BinlogCoord {
 }
 
 /// The position of one row change: its transaction's first event, the index of the rows event
-/// inside the transaction, and the row inside that event. Ordered lexicographically.
+/// inside the transaction, the row inside that event, and a sub-index that tells apart the two
+/// changelog entries of an update that changes the primary key (delete 0, insert 1). Ordered
+/// lexicographically.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChangePosition {
     pub tx: BinlogCoord,
     pub event_index: u32,
     pub row_index: u32,
+    pub sub: u8,
 }
 
 impl fmt::Display for ChangePosition {
     /// Renders as text that sorts like the position when compared as a string within one file
-    /// name length: `binlog.000003:000000001234:00002:00000`.
+    /// name length: `binlog.000003:000000001234:00002:00000:0`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}:{:012}:{:05}:{:05}",
-            self.tx.file, self.tx.offset, self.event_index, self.row_index
+            "{}:{:012}:{:05}:{:05}:{}",
+            self.tx.file, self.tx.offset, self.event_index, self.row_index, self.sub
         )
     }
 }
@@ -390,6 +393,7 @@ mod tests {
             tx: BinlogCoord::new(file, offset),
             event_index: ev,
             row_index: row,
+            sub: 0,
         }
     }
 

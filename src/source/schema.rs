@@ -108,6 +108,29 @@ struct InfoColumn {
     octet_length: Option<u64>,
 }
 
+/// The base tables of the server that `filter` accepts, ordered by database and name.
+pub async fn list_tables(
+    conn: &mut Conn,
+    filter: &crate::source::binlog::TableFilter,
+) -> SourceResult<Vec<TableId>> {
+    let rows: Vec<mysql_async::Row> = conn
+        .query(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES \
+             WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME",
+        )
+        .await
+        .map_err(|e| SourceError::from_mysql("listing tables", e))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            let db: String = r.get_opt(0)?.ok()?;
+            let table: String = r.get_opt(1)?.ok()?;
+            Some(TableId::new(db, table))
+        })
+        .filter(|t| filter(t))
+        .collect())
+}
+
 /// Loads the schema of `id` from `information_schema`; `None` when the table does not exist.
 pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Option<TableSchema>> {
     let ctx = || format!("reading the columns of {id}");

@@ -2,7 +2,8 @@
 //!
 //! # Transactions and positions
 //! A transaction starts at its GTID event (MySQL GTID / anonymous GTID, MariaDB GTID) or at
-//! `BEGIN`, and ends at `XID`, `COMMIT`/`ROLLBACK`, or, for a DDL, at the statement itself. Its
+//! `BEGIN`, and ends at `XID`, `COMMIT`/`ROLLBACK`, or, for a DDL, at the statement itself
+//! (for old MySQL's bare autocommitted rows events: at the statement's last rows event). Its
 //! changes are positioned by `(file, offset of the first event, event index, row index)`, and
 //! the transaction is only handed out once it is complete, with `end` = where the next one
 //! starts. Resuming at `end` therefore neither repeats nor skips a change.
@@ -13,8 +14,9 @@
 //! Statement-format leftovers (intvar, rand, user var) are skipped too: in ROW format they only
 //! accompany DDL. Any other event type is logged once per type and skipped; none is ever
 //! guessed at. Events that would hide row changes (MariaDB compressed rows events, MySQL
-//! partial JSON updates, incident events) are definite errors. Every event's CRC32 is verified
-//! when the server writes checksums.
+//! partial JSON updates, pre-GA rows events, incident events) are definite errors. Every
+//! event's CRC32 is verified when the server writes checksums (events inside a MySQL
+//! compressed transaction payload have none; the payload's own CRC covers them).
 //!
 //! # Schema changes
 //! A DDL statement invalidates the cached schemas; the next table map of each table is checked
@@ -25,7 +27,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent};
-use mysql_async::binlog::EventType;
+use mysql_async::binlog::{EventType, RowsEventFlags};
 use mysql_async::Conn;
 
 use super::rows::{CollationMap, RowsError, TableDecoder};
@@ -198,6 +200,13 @@ impl Assembler {
         &self.executed
     }
 
+    /// Where the stream is when it is between transactions: every event before this point has
+    /// been processed. `None` inside a transaction or before the first event.
+    pub fn idle_position(&self) -> Option<BinlogCoord> {
+        (self.tx.is_none() && !self.file.is_empty())
+            .then(|| BinlogCoord::new(Arc::clone(&self.file), self.next_offset))
+    }
+
     /// Processes one event; returns a transaction when this event completed one.
     /// `meta` is a connection for `information_schema`; without one, schemas come from the
     /// table maps alone.
@@ -346,8 +355,28 @@ impl Assembler {
             }
             EventData::RowsEvent(rows) => {
                 self.rows_event(&rows, &at)?;
-                Ok(None)
+                // MySQL 5.1 logs an autocommitted statement on a non-transactional table as bare
+                // rows events (no GTID, no BEGIN/COMMIT): its last event (STMT_END_F) ends it.
+                // Without this, such rows would be merged into the next transaction.
+                let autocommit = rows.flags().contains(RowsEventFlags::STMT_END)
+                    && self
+                        .tx
+                        .as_ref()
+                        .is_some_and(|t| !t.in_begin && t.gtid.is_none());
+                Ok(if autocommit {
+                    self.finish_tx(header.timestamp())
+                } else {
+                    None
+                })
             }
+            EventData::PreGaWriteRowsEvent(_)
+            | EventData::PreGaUpdateRowsEvent(_)
+            | EventData::PreGaDeleteRowsEvent(_) => Err(decode_err(
+                "pre-GA rows event",
+                &at,
+                "event types 20-22 (the row format of MySQL 5.1.0-5.1.15, also reused by some \
+                 5.1/5.2 development builds) are not supported; their rows cannot be read",
+            )),
             EventData::IncidentEvent(i) => Err(decode_err(
                 "incident event",
                 &at,
@@ -381,6 +410,12 @@ impl Assembler {
     }
 
     fn verify_checksum(&self, event: &Event, at: &BinlogCoord) -> SourceResult<()> {
+        // Events unpacked from a transaction payload (MySQL binlog_transaction_compression)
+        // carry no CRC of their own (WL#3549), only the payload event around them does;
+        // mysql_common marks them so, but `Event::checksum` still returns zeros for them.
+        if !event.footer().get_checksum_enabled() {
+            return Ok(());
+        }
         let Some(expected) = event.checksum() else {
             return Ok(());
         };

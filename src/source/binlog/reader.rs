@@ -196,9 +196,20 @@ impl BinlogReader {
 
     /// The next complete transaction; reconnects transparently on transient failures.
     pub async fn next(&mut self) -> SourceResult<SourceTransaction> {
+        loop {
+            if let Some(tx) = self.step().await? {
+                return Ok(tx);
+            }
+        }
+    }
+
+    /// Processes one event: a transaction when it completed one. Between transactions,
+    /// [`BinlogReader::idle_position`] then tells how far the stream has been read, which
+    /// matters when events that belong to no transaction (rotation, GTID lists) end the log.
+    pub async fn step(&mut self) -> SourceResult<Option<SourceTransaction>> {
         let mut failures = 0u32;
         loop {
-            match self.next_inner().await {
+            match self.step_inner().await {
                 Ok(tx) => return Ok(tx),
                 Err(e) if e.is_transient() && failures < MAX_RECONNECTS => {
                     failures += 1;
@@ -215,13 +226,18 @@ impl BinlogReader {
         }
     }
 
+    /// See [`Assembler::idle_position`].
+    pub fn idle_position(&self) -> Option<crate::source::position::BinlogCoord> {
+        self.asm.idle_position()
+    }
+
     fn reset_stream(&mut self) {
         self.stream = None;
         self.asm.reset();
     }
 
-    async fn next_inner(&mut self) -> SourceResult<SourceTransaction> {
-        loop {
+    async fn step_inner(&mut self) -> SourceResult<Option<SourceTransaction>> {
+        {
             if self.stream.is_none() {
                 self.stream = Some(self.open_stream().await?);
             }
@@ -261,9 +277,7 @@ impl BinlogReader {
                     })
                 }
             };
-            if let Some(tx) = self.asm.handle_event(&event, Some(&mut self.meta)).await? {
-                return Ok(tx);
-            }
+            self.asm.handle_event(&event, Some(&mut self.meta)).await
         }
     }
 }

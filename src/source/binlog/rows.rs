@@ -32,6 +32,70 @@ pub type CollationMap = HashMap<u16, Option<Charset>>;
 /// The collation id MySQL uses for binary strings.
 const BINARY_COLLATION: u16 = 63;
 
+/// The collation ids of the character sets we decode, for reading binlogs with no server to ask
+/// (offline files); a live reader uses the server's own `information_schema` instead.
+///
+/// Covers MySQL 5.x–9.x and MariaDB: latin1, ascii, binary, utf8mb3 and utf8mb4, including
+/// MySQL 8's `_0900_` collations (ids 255–323, all utf8mb4), MariaDB's NO PAD variants
+/// (id + 1024) and MariaDB 10.10+'s UCA 14.0 collations (2048 + 256 × charset + flags).
+/// Ids of other character sets are left out, so their columns fail clearly.
+pub fn builtin_collations() -> CollationMap {
+    const LATIN1: &[u16] = &[5, 8, 15, 31, 47, 48, 49, 94, 1032, 1071];
+    const ASCII: &[u16] = &[11, 65, 1035, 1089];
+    const UTF8MB3: &[u16] = &[33, 76, 83, 223, 576, 577, 578, 1057, 1107, 1216, 1238];
+    const UTF8MB4: &[u16] = &[45, 46, 608, 609, 610, 1069, 1070, 1248, 1270];
+    let utf8 = UTF8MB3
+        .iter()
+        .chain(UTF8MB4)
+        .chain(ASCII)
+        .copied()
+        // utf8mb3 UCA collations, utf8mb4 UCA collations, MySQL 8 utf8mb4 0900 collations.
+        .chain(192..=215)
+        .chain(224..=247)
+        .chain(255..=323)
+        // MariaDB UCA 14.0: utf8mb3 is charset 0, utf8mb4 is charset 1.
+        .chain(2048..=2559);
+    let mut map: CollationMap = utf8.map(|id| (id, Some(Charset::Utf8))).collect();
+    map.extend(LATIN1.iter().map(|&id| (id, Some(Charset::Latin1))));
+    map.insert(BINARY_COLLATION, None);
+    map
+}
+
+/// Whether a column of this table-map type takes a bit of the SIGNEDNESS metadata. The servers'
+/// own rule (`is_numeric_type` in the log_event code mysqlbinlog shares) leaves YEAR out;
+/// mysql_common's `ColumnType::is_numeric_type` counts it, which would shift every later bit.
+fn takes_signedness(t: ColumnType) -> bool {
+    use ColumnType as T;
+    matches!(
+        t,
+        T::MYSQL_TYPE_TINY
+            | T::MYSQL_TYPE_SHORT
+            | T::MYSQL_TYPE_INT24
+            | T::MYSQL_TYPE_LONG
+            | T::MYSQL_TYPE_LONGLONG
+            | T::MYSQL_TYPE_NEWDECIMAL
+            | T::MYSQL_TYPE_FLOAT
+            | T::MYSQL_TYPE_DOUBLE
+    )
+}
+
+/// Whether a column of this table-map type takes an entry of the (DEFAULT_/COLUMN_)CHARSET
+/// metadata. Besides the string types, MySQL counts GEOMETRY (a BLOB underneath) and VECTOR,
+/// which mysql_common's `is_character_type` misses: `vector.binlog` (MySQL 9.0) lists
+/// `bar(VECTOR, TEXT, VECTOR)` with the TEXT's utf8mb4 as the second entry.
+fn takes_charset(t: ColumnType) -> bool {
+    use ColumnType as T;
+    matches!(
+        t,
+        T::MYSQL_TYPE_STRING
+            | T::MYSQL_TYPE_VAR_STRING
+            | T::MYSQL_TYPE_VARCHAR
+            | T::MYSQL_TYPE_BLOB
+            | T::MYSQL_TYPE_GEOMETRY
+            | T::MYSQL_TYPE_VECTOR
+    )
+}
+
 /// The column names a table map carries (with `binlog_row_metadata=FULL`), if any.
 fn table_map_names(tme: &TableMapEvent<'_>) -> Option<Vec<String>> {
     let extractor = OptionalMetaExtractor::new(tme.iter_optional_meta()).ok()?;
@@ -150,29 +214,32 @@ impl TableDecoder {
         for (i, name) in names.into_iter().enumerate() {
             let wire = Wire::from_table_map(tme, i)?;
             let raw = tme.get_raw_column_type(i).ok().flatten();
-            let is_numeric = raw.is_some_and(|t| t.is_numeric_type());
-            let is_char = raw.is_some_and(|t| t.is_character_type())
-                && !matches!(wire, Wire::Enum { .. } | Wire::Set { .. });
-            let sign = if is_numeric {
+            let sign = if raw.is_some_and(takes_signedness) {
                 unsigned.next().unwrap_or(false)
             } else {
                 false
             };
-            let charset = if is_char {
-                let id = charsets
+            // `None` when the table map has no charset metadata (servers before MySQL 8.0).
+            let collation = if raw.is_some_and(takes_charset)
+                && !matches!(wire, Wire::Enum { .. } | Wire::Set { .. })
+            {
+                charsets
                     .next()
                     .transpose()
                     .map_err(|e| format!("bad charset metadata: {e}"))?
-                    .unwrap_or(BINARY_COLLATION);
-                if id == BINARY_COLLATION {
-                    None
-                } else {
+            } else {
+                None
+            };
+            let charset = match collation {
+                Some(id)
+                    if id != BINARY_COLLATION
+                        && matches!(wire, Wire::VarLen { .. } | Wire::Blob { .. }) =>
+                {
                     *collations
                         .get(&id)
                         .ok_or_else(|| format!("column {name}: unknown collation id {id}"))?
                 }
-            } else {
-                None
+                _ => None,
             };
             let was_json = current
                 .and_then(|s| s.column_index(&name).map(|c| &s.columns[c].kind))
@@ -200,9 +267,15 @@ impl TableDecoder {
                 Wire::Year => ColumnKind::Year,
                 Wire::VarLen { max_len, .. } => match charset {
                     Some(charset) => ColumnKind::Text { charset },
-                    None if raw == Some(ColumnType::MYSQL_TYPE_STRING) => ColumnKind::Binary {
-                        pad_to: Some(max_len as usize),
-                    },
+                    // Only a declared BINARY(n) is padded: without charset metadata a CHAR(n)
+                    // looks the same, and zero-padding its text would corrupt it.
+                    None if raw == Some(ColumnType::MYSQL_TYPE_STRING)
+                        && collation == Some(BINARY_COLLATION) =>
+                    {
+                        ColumnKind::Binary {
+                            pad_to: Some(max_len as usize),
+                        }
+                    }
                     None => ColumnKind::Binary { pad_to: None },
                 },
                 Wire::Enum { .. } => ColumnKind::Enum {
@@ -323,5 +396,76 @@ pub enum RowsError {
 impl From<String> for RowsError {
     fn from(s: String) -> Self {
         RowsError::Value(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use mysql_async::binlog::events::{Event, FormatDescriptionEvent};
+    use mysql_async::binlog::BinlogVersion;
+
+    use super::*;
+
+    /// A table map of `d.t (y YEAR, u INT UNSIGNED, g GEOMETRY, s VARCHAR(10) utf8mb4)` with
+    /// SIGNEDNESS and COLUMN_CHARSET metadata, as MySQL 8 writes it.
+    fn table_map() -> Event {
+        // Table id 1, no flags, names `d` and `t`.
+        let mut body = vec![1, 0, 0, 0, 0, 0, 0, 0, 1, b'd', 0, 1, b't', 0];
+        // 4 columns: YEAR, LONG, GEOMETRY, VARCHAR; metadata: GEOMETRY's pack length, VARCHAR's
+        // maximum length; all nullable.
+        body.extend([4, 13, 3, 255, 15, 3, 4, 10, 0, 0x0f]);
+        // SIGNEDNESS: one bit per numeric column, most significant first: `u` is unsigned.
+        body.extend([1, 1, 0b1000_0000]);
+        // COLUMN_CHARSET: one collation per character column: `g` binary, `s` utf8mb4.
+        body.extend([3, 2, 63, 45]);
+        let mut event = vec![0, 0, 0, 0, 19, 1, 0, 0, 0];
+        event.extend((19 + body.len() as u32).to_le_bytes());
+        event.extend([0, 0, 0, 0, 0, 0]); // log position, flags
+        event.extend(body);
+        let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
+        Event::read(&fde, &event[..]).expect("a well-formed event")
+    }
+
+    #[test]
+    fn optional_metadata_lines_up_as_mysql_writes_it() {
+        let event = table_map();
+        let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
+        let schema =
+            TableDecoder::schema_from_table_map(&tme, None, &builtin_collations(), true).unwrap();
+        let kinds: Vec<_> = schema.columns.iter().map(|c| c.kind.clone()).collect();
+        assert_eq!(
+            kinds,
+            [
+                ColumnKind::Year,
+                // YEAR takes no signedness bit, so the first one is `u`'s.
+                ColumnKind::Int {
+                    bits: 32,
+                    unsigned: true
+                },
+                ColumnKind::Geometry,
+                // GEOMETRY takes the first charset entry, so `s` gets utf8mb4.
+                ColumnKind::Text {
+                    charset: Charset::Utf8
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn builtin_collations_cover_mysql_and_mariadb_ids() {
+        let map = builtin_collations();
+        for (id, charset) in [
+            (8, Some(Charset::Latin1)),
+            (33, Some(Charset::Utf8)),
+            (45, Some(Charset::Utf8)),
+            (63, None),
+            (255, Some(Charset::Utf8)),  // MySQL 8 utf8mb4_0900_ai_ci
+            (1057, Some(Charset::Utf8)), // MariaDB utf8mb3_general_nopad_ci
+            (2304, Some(Charset::Utf8)), // MariaDB 11 utf8mb4_uca1400_ai_ci
+        ] {
+            assert_eq!(map.get(&id), Some(&charset), "collation {id}");
+        }
+        // Character sets we cannot decode stay unknown (e.g. 28 gbk, 35 ucs2).
+        assert!(!map.contains_key(&28) && !map.contains_key(&35));
     }
 }

@@ -24,15 +24,13 @@
 //! Each field carries the column's MySQL type in its metadata under [`MYSQL_TYPE_KEY`], so later
 //! stages (e.g. the PostgreSQL front end) can tell JSON from text.
 
+mod builder;
+
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BinaryBuilder, Date32Builder, Decimal128Builder, Decimal256Builder,
-    DurationMicrosecondBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
-    Int64Builder, Int8Builder, StringBuilder, TimestampMicrosecondBuilder, UInt16Builder,
-    UInt32Builder, UInt64Builder, UInt8Builder,
-};
 use arrow::datatypes::{i256, DataType, Field, TimeUnit};
+
+pub use builder::ColumnBuilder;
 
 /// Field metadata key holding the column's MySQL type (`bigint unsigned`, `json`, ...).
 pub const MYSQL_TYPE_KEY: &str = "mysql.type";
@@ -41,7 +39,7 @@ pub const MYSQL_TYPE_KEY: &str = "mysql.type";
 const DECIMAL128_MAX_PRECISION: u8 = 38;
 
 /// Microseconds per second.
-const MICROS: i64 = 1_000_000;
+pub(crate) const MICROS: i64 = 1_000_000;
 
 /// The character set a text column's bytes are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,278 +347,114 @@ pub fn set_labels(labels: &[String], mask: u64, out: &mut String) -> Result<(), 
     Ok(())
 }
 
-/// An Arrow builder for one column, typed by [`ColumnKind`].
-#[derive(Debug)]
-pub enum ColumnBuilder {
-    Int8(Int8Builder),
-    Int16(Int16Builder),
-    Int32(Int32Builder),
-    Int64(Int64Builder),
-    UInt8(UInt8Builder),
-    UInt16(UInt16Builder),
-    UInt32(UInt32Builder),
-    UInt64(UInt64Builder),
-    Float32(Float32Builder),
-    Float64(Float64Builder),
-    Decimal128(Decimal128Builder, u8, i8),
-    Decimal256(Decimal256Builder, u8, i8),
-    Date32(Date32Builder),
-    Duration(DurationMicrosecondBuilder),
-    Timestamp(TimestampMicrosecondBuilder),
-    TimestampUtc(TimestampMicrosecondBuilder),
-    Utf8(StringBuilder),
-    Binary(BinaryBuilder),
+/// The civil date of a day count since 1970-01-01 (inverse of [`date_to_days`]).
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    (y, m, d)
 }
 
-impl ColumnBuilder {
-    pub fn new(kind: &ColumnKind, capacity: usize) -> Self {
-        use ColumnBuilder as B;
-        match kind.data_type() {
-            DataType::Int8 => B::Int8(Int8Builder::with_capacity(capacity)),
-            DataType::Int16 => B::Int16(Int16Builder::with_capacity(capacity)),
-            DataType::Int32 => B::Int32(Int32Builder::with_capacity(capacity)),
-            DataType::Int64 => B::Int64(Int64Builder::with_capacity(capacity)),
-            DataType::UInt8 => B::UInt8(UInt8Builder::with_capacity(capacity)),
-            DataType::UInt16 => B::UInt16(UInt16Builder::with_capacity(capacity)),
-            DataType::UInt32 => B::UInt32(UInt32Builder::with_capacity(capacity)),
-            DataType::UInt64 => B::UInt64(UInt64Builder::with_capacity(capacity)),
-            DataType::Float32 => B::Float32(Float32Builder::with_capacity(capacity)),
-            DataType::Float64 => B::Float64(Float64Builder::with_capacity(capacity)),
-            DataType::Decimal128(p, s) => {
-                B::Decimal128(Decimal128Builder::with_capacity(capacity), p, s)
-            }
-            DataType::Decimal256(p, s) => {
-                B::Decimal256(Decimal256Builder::with_capacity(capacity), p, s)
-            }
-            DataType::Date32 => B::Date32(Date32Builder::with_capacity(capacity)),
-            DataType::Duration(_) => {
-                B::Duration(DurationMicrosecondBuilder::with_capacity(capacity))
-            }
-            DataType::Timestamp(_, None) => {
-                B::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity))
-            }
-            DataType::Timestamp(_, Some(_)) => {
-                B::TimestampUtc(TimestampMicrosecondBuilder::with_capacity(capacity))
-            }
-            DataType::Binary => B::Binary(BinaryBuilder::with_capacity(capacity, capacity * 16)),
-            _ => B::Utf8(StringBuilder::with_capacity(capacity, capacity * 16)),
-        }
+/// The value at `row` of a column of our canonical types as a MySQL parameter, for sending a
+/// captured value back to the server (e.g. to compare it under the column's collation).
+pub fn arrow_to_mysql(array: &dyn arrow::array::Array, row: usize) -> mysql_async::Value {
+    use arrow::array::AsArray;
+    use arrow::datatypes as t;
+    use mysql_async::Value;
+    if array.is_null(row) {
+        return Value::NULL;
     }
-
-    pub fn append_null(&mut self) {
-        use ColumnBuilder as B;
-        match self {
-            B::Int8(b) => b.append_null(),
-            B::Int16(b) => b.append_null(),
-            B::Int32(b) => b.append_null(),
-            B::Int64(b) => b.append_null(),
-            B::UInt8(b) => b.append_null(),
-            B::UInt16(b) => b.append_null(),
-            B::UInt32(b) => b.append_null(),
-            B::UInt64(b) => b.append_null(),
-            B::Float32(b) => b.append_null(),
-            B::Float64(b) => b.append_null(),
-            B::Decimal128(b, ..) => b.append_null(),
-            B::Decimal256(b, ..) => b.append_null(),
-            B::Date32(b) => b.append_null(),
-            B::Duration(b) => b.append_null(),
-            B::Timestamp(b) | B::TimestampUtc(b) => b.append_null(),
-            B::Utf8(b) => b.append_null(),
-            B::Binary(b) => b.append_null(),
+    let datetime = |micros: i64| {
+        let (days, rem) = (
+            micros.div_euclid(86_400 * MICROS),
+            micros.rem_euclid(86_400 * MICROS),
+        );
+        let (y, m, d) = civil_from_days(days);
+        let secs = rem / MICROS;
+        Value::Date(
+            y as u16,
+            m as u8,
+            d as u8,
+            (secs / 3600) as u8,
+            (secs / 60 % 60) as u8,
+            (secs % 60) as u8,
+            (rem % MICROS) as u32,
+        )
+    };
+    match array.data_type() {
+        DataType::Int8 => Value::Int(array.as_primitive::<t::Int8Type>().value(row) as i64),
+        DataType::Int16 => Value::Int(array.as_primitive::<t::Int16Type>().value(row) as i64),
+        DataType::Int32 => Value::Int(array.as_primitive::<t::Int32Type>().value(row) as i64),
+        DataType::Int64 => Value::Int(array.as_primitive::<t::Int64Type>().value(row)),
+        DataType::UInt8 => Value::UInt(array.as_primitive::<t::UInt8Type>().value(row) as u64),
+        DataType::UInt16 => Value::UInt(array.as_primitive::<t::UInt16Type>().value(row) as u64),
+        DataType::UInt32 => Value::UInt(array.as_primitive::<t::UInt32Type>().value(row) as u64),
+        DataType::UInt64 => Value::UInt(array.as_primitive::<t::UInt64Type>().value(row)),
+        DataType::Float32 => Value::Float(array.as_primitive::<t::Float32Type>().value(row)),
+        DataType::Float64 => Value::Double(array.as_primitive::<t::Float64Type>().value(row)),
+        DataType::Decimal128(_, _) | DataType::Decimal256(_, _) => Value::Bytes(
+            arrow::util::display::array_value_to_string(array, row)
+                .unwrap_or_default()
+                .into_bytes(),
+        ),
+        DataType::Date32 => {
+            let (y, m, d) =
+                civil_from_days(array.as_primitive::<t::Date32Type>().value(row) as i64);
+            Value::Date(y as u16, m as u8, d as u8, 0, 0, 0, 0)
         }
-    }
-
-    /// Appends a signed integer to any integer column (the caller checked the kind).
-    #[inline]
-    pub fn append_i64(&mut self, v: i64) -> Result<(), String> {
-        use ColumnBuilder as B;
-        let out = |t: &str| format!("value {v} out of range for {t}");
-        match self {
-            B::Int8(b) => b.append_value(i8::try_from(v).map_err(|_| out("tinyint"))?),
-            B::Int16(b) => b.append_value(i16::try_from(v).map_err(|_| out("smallint"))?),
-            B::Int32(b) => b.append_value(i32::try_from(v).map_err(|_| out("int"))?),
-            B::Int64(b) => b.append_value(v),
-            B::UInt8(b) => b.append_value(u8::try_from(v).map_err(|_| out("tinyint unsigned"))?),
-            B::UInt16(b) => b.append_value(u16::try_from(v).map_err(|_| out("smallint unsigned"))?),
-            B::UInt32(b) => b.append_value(u32::try_from(v).map_err(|_| out("int unsigned"))?),
-            B::UInt64(b) => b.append_value(u64::try_from(v).map_err(|_| out("bigint unsigned"))?),
-            other => return Err(format!("integer value for a {other:?} column")),
+        DataType::Timestamp(_, _) => datetime(
+            array
+                .as_primitive::<t::TimestampMicrosecondType>()
+                .value(row),
+        ),
+        DataType::Duration(_) => {
+            let v = array
+                .as_primitive::<t::DurationMicrosecondType>()
+                .value(row);
+            let a = v.unsigned_abs();
+            let secs = a / MICROS as u64;
+            Value::Time(
+                v < 0,
+                (secs / 86_400) as u32,
+                (secs / 3600 % 24) as u8,
+                (secs / 60 % 60) as u8,
+                (secs % 60) as u8,
+                (a % MICROS as u64) as u32,
+            )
         }
-        Ok(())
-    }
-
-    /// Appends an unsigned integer (also used for `BIT`).
-    #[inline]
-    pub fn append_u64(&mut self, v: u64) -> Result<(), String> {
-        match self {
-            ColumnBuilder::UInt64(b) => {
-                b.append_value(v);
-                Ok(())
-            }
-            _ => self.append_i64(
-                i64::try_from(v)
-                    .map_err(|_| format!("value {v} out of range for a signed column"))?,
-            ),
-        }
-    }
-
-    #[inline]
-    pub fn append_f32(&mut self, v: f32) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Float32(b) => b.append_value(v),
-            ColumnBuilder::Float64(b) => b.append_value(v as f64),
-            other => return Err(format!("float value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    #[inline]
-    pub fn append_f64(&mut self, v: f64) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Float64(b) => b.append_value(v),
-            ColumnBuilder::Float32(b) => b.append_value(v as f32),
-            other => return Err(format!("double value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Appends an unscaled decimal whose scale is the column's.
-    #[inline]
-    pub fn append_decimal(&mut self, unscaled: i256) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Decimal128(b, ..) => b.append_value(
-                unscaled
-                    .to_i128()
-                    .ok_or_else(|| format!("decimal {unscaled} exceeds 128 bits"))?,
-            ),
-            ColumnBuilder::Decimal256(b, ..) => b.append_value(unscaled),
-            other => return Err(format!("decimal value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Appends a date; zero dates become NULL.
-    #[inline]
-    pub fn append_date(&mut self, y: u32, m: u32, d: u32) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Date32(b) => b.append_option(date_to_days(y, m, d)),
-            other => return Err(format!("date value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Appends a `DATETIME` (wall clock) or a `TIMESTAMP` given in UTC; zero dates become NULL.
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub fn append_datetime(
-        &mut self,
-        y: u32,
-        mo: u32,
-        d: u32,
-        h: u32,
-        mi: u32,
-        s: u32,
-        us: u32,
-    ) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampUtc(b) => {
-                b.append_option(datetime_to_micros(y, mo, d, h, mi, s, us))
-            }
-            other => return Err(format!("datetime value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Appends a `TIMESTAMP` given as seconds since the epoch; 0 is MySQL's zero timestamp.
-    #[inline]
-    pub fn append_epoch(&mut self, seconds: u32, micros: u32) -> Result<(), String> {
-        match self {
-            ColumnBuilder::TimestampUtc(b) => {
-                if seconds == 0 && micros == 0 {
-                    b.append_null()
-                } else {
-                    b.append_value(seconds as i64 * MICROS + micros as i64)
-                }
-            }
-            other => return Err(format!("timestamp value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Appends a `TIME` as signed microseconds.
-    #[inline]
-    pub fn append_time_micros(&mut self, micros: i64) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Duration(b) => b.append_value(micros),
-            other => return Err(format!("time value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    #[inline]
-    pub fn append_str(&mut self, v: &str) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Utf8(b) => b.append_value(v),
-            other => return Err(format!("text value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Appends bytes, zero-padded to `pad_to` (for `BINARY(n)`).
-    #[inline]
-    pub fn append_bytes(&mut self, v: &[u8], pad_to: Option<usize>) -> Result<(), String> {
-        match self {
-            ColumnBuilder::Binary(b) => match pad_to {
-                Some(n) if v.len() < n => {
-                    let mut padded = Vec::with_capacity(n);
-                    padded.extend_from_slice(v);
-                    padded.resize(n, 0);
-                    b.append_value(&padded)
-                }
-                _ => b.append_value(v),
-            },
-            other => return Err(format!("binary value for a {other:?} column")),
-        }
-        Ok(())
-    }
-
-    /// Finishes the column into an array (the builder is reset and reusable).
-    pub fn finish(&mut self) -> ArrayRef {
-        use ColumnBuilder as B;
-        match self {
-            B::Int8(b) => Arc::new(b.finish()),
-            B::Int16(b) => Arc::new(b.finish()),
-            B::Int32(b) => Arc::new(b.finish()),
-            B::Int64(b) => Arc::new(b.finish()),
-            B::UInt8(b) => Arc::new(b.finish()),
-            B::UInt16(b) => Arc::new(b.finish()),
-            B::UInt32(b) => Arc::new(b.finish()),
-            B::UInt64(b) => Arc::new(b.finish()),
-            B::Float32(b) => Arc::new(b.finish()),
-            B::Float64(b) => Arc::new(b.finish()),
-            B::Decimal128(b, p, s) => Arc::new(
-                b.finish()
-                    .with_precision_and_scale(*p, *s)
-                    .expect("precision and scale were validated when the kind was built"),
-            ),
-            B::Decimal256(b, p, s) => Arc::new(
-                b.finish()
-                    .with_precision_and_scale(*p, *s)
-                    .expect("precision and scale were validated when the kind was built"),
-            ),
-            B::Date32(b) => Arc::new(b.finish()),
-            B::Duration(b) => Arc::new(b.finish()),
-            B::Timestamp(b) => Arc::new(b.finish()),
-            B::TimestampUtc(b) => Arc::new(b.finish().with_timezone("UTC")),
-            B::Utf8(b) => Arc::new(b.finish()),
-            B::Binary(b) => Arc::new(b.finish()),
-        }
+        DataType::Utf8 => Value::Bytes(array.as_string::<i32>().value(row).as_bytes().to_vec()),
+        DataType::Binary => Value::Bytes(array.as_binary::<i32>().value(row).to_vec()),
+        _ => Value::Bytes(
+            arrow::util::display::array_value_to_string(array, row)
+                .unwrap_or_default()
+                .into_bytes(),
+        ),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn civil_from_days_inverts_days_from_civil() {
+        for (y, m, d) in [
+            (1970, 1, 1),
+            (2000, 2, 29),
+            (1, 1, 1),
+            (9999, 12, 31),
+            (1969, 12, 31),
+        ] {
+            let days = date_to_days(y as u32, m, d).unwrap() as i64;
+            assert_eq!(civil_from_days(days), (y, m, d));
+        }
+    }
 
     #[test]
     fn civil_dates_match_known_epoch_days() {

@@ -6,6 +6,10 @@
 //! transaction. Inside it, each [`ChangeBatch`] holds rows of one table and one operation as
 //! Arrow batches of the table's schema, and every row has a [`ChangePosition`] that is unique and
 //! totally ordered within the server's history (see `source::position`).
+//!
+//! [`keys`] gives rows their identity (primary key, or the whole row for keyless tables).
+
+pub mod keys;
 
 use std::sync::Arc;
 
@@ -87,6 +91,7 @@ impl SourceTransaction {
             tx: self.start.clone(),
             event_index,
             row_index,
+            sub: 0,
         }
     }
 

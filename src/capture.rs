@@ -1,0 +1,300 @@
+//! Capturing a set of tables from one server: snapshot, hand-off, stream.
+//!
+//! This module only wires the stages together; the argument for each lives in its own module.
+//!
+//! # Hand-off
+//! Chunks finish at different HIGHs, so their union is no point-in-time snapshot. Every chunk
+//! (of every table) is applied to the per-key state in HIGH order, then the binlog is read from
+//! `min(HIGH)`: no chunk misses its suffix, and the merge rule (`state::merge`) drops what a
+//! chunk already reflects. Once the stream passes `max(HIGH)` the state is the source's state
+//! at one binlog position, and stays so, transaction by transaction. Nothing is missed (the
+//! stream starts at or before every chunk's HIGH) and nothing is doubled (versions).
+//!
+//! # Modes
+//! * `Initial`: snapshot, hand-off, then stream forever.
+//! * `SnapshotOnly`: snapshot and hand-off, then stop at `max(HIGH)`: a bounded capture that
+//!   ends consistent.
+//! * `StreamOnly(start)`: no snapshot; every change from `start` (current end, `file:offset` or a
+//!   GTID set) is applied as it comes.
+//!
+//! # Output
+//! [`Capture::start`] returns the changelog of the snapshot and hand-off (up to `max(HIGH)`)
+//! sorted by position; [`Capture::next`] returns the changelog of each later transaction.
+//! Replaying all of it in position order gives exactly the current state.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::change::SourceTransaction;
+use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, TableFilter};
+use crate::source::connect::{preflight, ConnectOptions, ServerInfo};
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::position::{BinlogCoord, StartPosition};
+use crate::source::schema::{list_tables, load_table_schema, TableId, TableSchema};
+use crate::source::snapshot::incremental::{run_snapshot, Phase, Progress, SnapshotOptions};
+use crate::state::merge::{ChangelogEvent, TableState};
+
+/// How a capture begins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotMode {
+    Initial,
+    SnapshotOnly,
+    StreamOnly(StartPosition),
+}
+
+/// What to capture and how.
+#[derive(Debug, Clone)]
+pub struct CaptureOptions {
+    /// `db.table` patterns (`shop.*, crm.customers`).
+    pub tables: String,
+    pub mode: SnapshotMode,
+    pub snapshot: SnapshotOptions,
+    /// Replica server id of the stream (the snapshot's window reader uses its own).
+    pub server_id: u32,
+}
+
+impl CaptureOptions {
+    pub fn new(tables: impl Into<String>, mode: SnapshotMode) -> Self {
+        Self {
+            tables: tables.into(),
+            mode,
+            snapshot: SnapshotOptions::default(),
+            server_id: 5400,
+        }
+    }
+}
+
+/// One changelog entry of one captured table (an index into [`Capture::tables`]).
+#[derive(Debug, Clone)]
+pub struct TableChange {
+    pub table: usize,
+    pub event: ChangelogEvent,
+}
+
+/// A running capture; see the module docs.
+#[derive(Debug)]
+pub struct Capture {
+    info: ServerInfo,
+    tables: Vec<Arc<TableSchema>>,
+    index: HashMap<TableId, usize>,
+    states: Vec<TableState>,
+    reader: Option<BinlogReader>,
+    /// A transaction read during the hand-off that belongs after `max(HIGH)`.
+    pending: Option<SourceTransaction>,
+    progress: Arc<Progress>,
+}
+
+impl Capture {
+    /// Checks the server, resolves the tables, runs the snapshot (per mode) and the hand-off.
+    pub async fn start(
+        connect: ConnectOptions,
+        options: CaptureOptions,
+    ) -> SourceResult<(Self, Vec<TableChange>)> {
+        let mut conn = connect.connect().await?;
+        let info = preflight(&mut conn, &connect.user()).await?;
+        let filter = table_filter(&options.tables)?;
+        let mut tables = Vec::new();
+        for id in list_tables(&mut conn, &filter).await? {
+            let schema = load_table_schema(&mut conn, &id)
+                .await?
+                .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
+            tables.push(Arc::new(schema));
+        }
+        if tables.is_empty() {
+            return Err(SourceError::Config(format!(
+                "no table matches {:?}",
+                options.tables
+            )));
+        }
+        drop(conn);
+        let index = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
+        let states = tables
+            .iter()
+            .map(|t| TableState::new(Arc::clone(t)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
+        let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
+        let only_captured: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
+        let mut capture = Capture {
+            info,
+            tables,
+            index,
+            states,
+            reader: None,
+            pending: None,
+            progress: Arc::new(Progress::default()),
+        };
+        let open_reader = |start| {
+            BinlogReader::open(
+                connect.clone(),
+                BinlogReaderOptions::new(options.server_id, start)
+                    .with_filter(Arc::clone(&only_captured)),
+            )
+        };
+        if let SnapshotMode::StreamOnly(start) = &options.mode {
+            capture.reader = Some(open_reader(start.clone()).await?);
+            capture.progress.set_phase(Phase::Streaming);
+            return Ok((capture, Vec::new()));
+        }
+        let chunks = run_snapshot(
+            &connect,
+            &capture.info,
+            &capture.tables,
+            &options.snapshot,
+            &capture.progress,
+        )
+        .await?;
+        let mut out = Vec::new();
+        for chunk in &chunks {
+            let mut events = Vec::new();
+            capture.states[chunk.table]
+                .apply_snapshot(&chunk.high, &chunk.rows, &mut events)
+                .map_err(|e| SourceError::Config(format!("applying a chunk: {e}")))?;
+            out.extend(events.into_iter().map(|event| TableChange {
+                table: chunk.table,
+                event,
+            }));
+        }
+        let min_high = chunks
+            .first()
+            .map(|c| c.high.clone())
+            .expect("every table has a chunk");
+        let max_high = chunks
+            .last()
+            .map(|c| c.high.clone())
+            .expect("every table has a chunk");
+        capture.progress.set_phase(Phase::CatchUp);
+        let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
+        capture.catch_up(&mut reader, &max_high, &mut out).await?;
+        out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
+        for state in &mut capture.states {
+            state.drop_tombstones();
+        }
+        capture.progress.set_position(max_high);
+        if options.mode == SnapshotMode::SnapshotOnly {
+            capture.progress.set_phase(Phase::Done);
+            capture.pending = None;
+        } else {
+            capture.progress.set_phase(Phase::Streaming);
+            capture.reader = Some(reader);
+        }
+        Ok((capture, out))
+    }
+
+    /// Applies the stream from `min(HIGH)` until it reaches `max(HIGH)`.
+    async fn catch_up(
+        &mut self,
+        reader: &mut BinlogReader,
+        max_high: &BinlogCoord,
+        out: &mut Vec<TableChange>,
+    ) -> SourceResult<()> {
+        loop {
+            if reader.idle_position().is_some_and(|p| p >= *max_high) {
+                return Ok(());
+            }
+            if let Some(tx) = reader.step().await? {
+                if tx.start >= *max_high {
+                    self.pending = Some(tx);
+                    return Ok(());
+                }
+                out.extend(self.apply(&tx)?);
+            }
+        }
+    }
+
+    fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
+        let mut out = Vec::new();
+        for batch in &tx.changes {
+            let Some(&t) = self.index.get(&batch.table.id) else {
+                continue;
+            };
+            if batch.table.columns != self.tables[t].columns {
+                return Err(SourceError::SchemaMismatch {
+                    table: batch.table.id.to_string(),
+                    at: tx.start.clone(),
+                    detail: "the table's schema changed after its snapshot; re-create the capture to pick up the new schema".into(),
+                });
+            }
+            let mut events = Vec::new();
+            self.states[t]
+                .apply_changes(tx, batch, &mut events)
+                .map_err(|e| {
+                    SourceError::Config(format!("applying changes of {}: {e}", batch.table.id))
+                })?;
+            out.extend(
+                events
+                    .into_iter()
+                    .map(|event| TableChange { table: t, event }),
+            );
+        }
+        Ok(out)
+    }
+
+    /// The changelog of the next transaction, with the transaction; `None` once a
+    /// `SnapshotOnly` capture has finished.
+    pub async fn next(&mut self) -> SourceResult<Option<(SourceTransaction, Vec<TableChange>)>> {
+        let tx = match self.pending.take() {
+            Some(tx) => tx,
+            None => match self.reader.as_mut() {
+                Some(reader) => reader.next().await?,
+                None => return Ok(None),
+            },
+        };
+        let changes = self.apply(&tx)?;
+        self.progress.set_position(tx.end.clone());
+        Ok(Some((tx, changes)))
+    }
+
+    /// Reads transactions until the state reflects everything before `target` (a position
+    /// taken from the server, e.g. after a workload), returning their changelog.
+    pub async fn catch_up_to(&mut self, target: &BinlogCoord) -> SourceResult<Vec<TableChange>> {
+        let mut out = Vec::new();
+        if let Some(tx) = self.pending.take() {
+            out.extend(self.apply(&tx)?);
+            self.progress.set_position(tx.end.clone());
+        }
+        let Some(mut reader) = self.reader.take() else {
+            return Ok(out);
+        };
+        let result = self.follow(&mut reader, target, &mut out).await;
+        self.reader = Some(reader);
+        result.map(|()| out)
+    }
+
+    async fn follow(
+        &mut self,
+        reader: &mut BinlogReader,
+        target: &BinlogCoord,
+        out: &mut Vec<TableChange>,
+    ) -> SourceResult<()> {
+        loop {
+            if reader.idle_position().is_some_and(|p| p >= *target) {
+                return Ok(());
+            }
+            if let Some(tx) = reader.step().await? {
+                out.extend(self.apply(&tx)?);
+                self.progress.set_position(tx.end.clone());
+            }
+        }
+    }
+
+    pub fn server(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    pub fn tables(&self) -> &[Arc<TableSchema>] {
+        &self.tables
+    }
+
+    pub fn state(&self, table: usize) -> &TableState {
+        &self.states[table]
+    }
+
+    pub fn progress(&self) -> Arc<Progress> {
+        Arc::clone(&self.progress)
+    }
+}

@@ -1,0 +1,14 @@
+//! The snapshot side of capture: reading table contents with `SELECT`.
+//!
+//! * [`select`]: `SELECT` results into the same Arrow values the binlog decoder produces;
+//! * [`chunks`]: splitting a table into half-open ranges of its chunk key;
+//! * [`window`]: the binlog window of a chunk and its normalisation to HIGH;
+//! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism,
+//!   test hooks and progress.
+
+pub mod chunks;
+pub mod incremental;
+pub mod select;
+pub mod window;
+
+pub use select::{select_batches, SelectReader, DEFAULT_BATCH_ROWS};

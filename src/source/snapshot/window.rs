@@ -1,0 +1,359 @@
+//! The binlog window of a chunk, and folding it into the chunk's rows.
+//!
+//! # One reader for all windows
+//! Every binlog dump connection needs its own server id and re-reads the log, so the snapshot
+//! does not open one per chunk. A single [`WindowFeed`] reads the binlog from the first LOW and
+//! keeps the transactions that in-flight chunks may need: those starting at or after the
+//! smallest LOW of a running chunk. A chunk's window `(LOW, HIGH]` is every transaction that
+//! starts at or after LOW and before HIGH (watermarks sit on transaction boundaries), and is
+//! complete once the feed has read up to HIGH.
+//!
+//! # Normalisation
+//! [`normalize`] folds the window into the scanned rows, keyed by primary key, in binlog order:
+//! for each row change, remove the before image's key, then put the after image if its chunk key
+//! is inside the chunk's range. With full row images, a fresh read view and a complete, ordered
+//! window, the result is the table's state at HIGH restricted to the range (seed 002:
+//! `Normalize(Q_i, E_i(L_i, H_i]) = S_i(H_i)`). Range membership of a window row is decided like
+//! the chunk's `SELECT` decides it: integers exactly in Rust, every other type by the server
+//! under the column's own type and collation.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::DataType;
+use arrow::row::OwnedRow;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Value};
+use tokio::sync::watch;
+
+use crate::change::keys::RowCodec;
+use crate::change::SourceTransaction;
+use crate::source::binlog::BinlogReader;
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::position::BinlogCoord;
+use crate::source::schema::{TableId, TableSchema};
+use crate::source::snapshot::chunks::ChunkRange;
+use crate::source::types::{arrow_to_mysql, ColumnKind};
+
+/// How far the feed has read, or why it stopped.
+#[derive(Debug, Clone)]
+enum FeedStatus {
+    Reading(Option<BinlogCoord>),
+    Failed(String),
+}
+
+#[derive(Debug, Default)]
+struct Buffer {
+    txs: VecDeque<Arc<SourceTransaction>>,
+    /// LOW watermarks of running chunks (with multiplicity).
+    lows: BTreeMap<BinlogCoord, usize>,
+}
+
+/// The shared window reader; see the module docs. Dropping it stops the reader.
+#[derive(Debug)]
+pub struct WindowFeed {
+    buffer: Arc<Mutex<Buffer>>,
+    status: watch::Receiver<FeedStatus>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for WindowFeed {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl WindowFeed {
+    /// Starts reading with `reader`, which must start at or before the first chunk's LOW.
+    pub fn start(mut reader: BinlogReader) -> Self {
+        let buffer = Arc::new(Mutex::new(Buffer::default()));
+        let (tx, status) = watch::channel(FeedStatus::Reading(None));
+        let shared = Arc::clone(&buffer);
+        let task = tokio::spawn(async move {
+            loop {
+                match reader.step().await {
+                    Ok(Some(t)) => shared
+                        .lock()
+                        .expect("feed buffer")
+                        .txs
+                        .push_back(Arc::new(t)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = tx.send(FeedStatus::Failed(e.to_string()));
+                        return;
+                    }
+                }
+                if let Some(reached) = reader.idle_position() {
+                    let mut buf = shared.lock().expect("feed buffer");
+                    // Nothing before the smallest running LOW (or, with none running, before
+                    // what has been read: a later LOW is at or after it) is needed any more.
+                    let keep_from = buf
+                        .lows
+                        .keys()
+                        .next()
+                        .cloned()
+                        .unwrap_or_else(|| reached.clone());
+                    while buf.txs.front().is_some_and(|t| t.start < keep_from) {
+                        buf.txs.pop_front();
+                    }
+                    drop(buf);
+                    tx.send_if_modified(|s| match s {
+                        FeedStatus::Reading(r) if r.as_ref() != Some(&reached) => {
+                            *r = Some(reached);
+                            true
+                        }
+                        _ => false,
+                    });
+                }
+            }
+        });
+        Self {
+            buffer,
+            status,
+            task,
+        }
+    }
+
+    /// Marks a chunk with this LOW as running, so its window is kept.
+    pub fn hold(&self, low: &BinlogCoord) {
+        *self
+            .buffer
+            .lock()
+            .expect("feed buffer")
+            .lows
+            .entry(low.clone())
+            .or_default() += 1;
+    }
+
+    /// Releases a LOW taken with [`WindowFeed::hold`].
+    pub fn release(&self, low: &BinlogCoord) {
+        let mut buf = self.buffer.lock().expect("feed buffer");
+        if let Some(n) = buf.lows.get_mut(low) {
+            *n -= 1;
+            if *n == 0 {
+                buf.lows.remove(low);
+            }
+        }
+    }
+
+    /// The transactions of the window `(low, high]`, once the feed has read up to `high`.
+    pub async fn window(
+        &self,
+        low: &BinlogCoord,
+        high: &BinlogCoord,
+    ) -> SourceResult<Vec<Arc<SourceTransaction>>> {
+        let mut status = self.status.clone();
+        let reached = status
+            .wait_for(|s| match s {
+                FeedStatus::Reading(Some(r)) => r >= high,
+                FeedStatus::Reading(None) => false,
+                FeedStatus::Failed(_) => true,
+            })
+            .await
+            .map_err(|_| SourceError::Config("the snapshot's binlog reader stopped".into()))?
+            .clone();
+        if let FeedStatus::Failed(e) = reached {
+            return Err(SourceError::Config(format!(
+                "the snapshot's binlog reader failed: {e}"
+            )));
+        }
+        let buf = self.buffer.lock().expect("feed buffer");
+        Ok(buf
+            .txs
+            .iter()
+            .filter(|t| t.start >= *low && t.start < *high)
+            .cloned()
+            .collect())
+    }
+}
+
+/// Decides whether chunk-key values are inside a chunk's range, as the server would.
+#[derive(Debug)]
+pub struct RangeCheck {
+    column: usize,
+    /// The SQL expression that turns a parameter into a value of the column's type and
+    /// collation; `None` for integers, compared in Rust.
+    cast: Option<String>,
+}
+
+impl RangeCheck {
+    pub async fn new(conn: &mut Conn, schema: &TableSchema, column: usize) -> SourceResult<Self> {
+        let col = &schema.columns[column];
+        let cast = match &col.kind {
+            ColumnKind::Int { .. } | ColumnKind::Year => None,
+            ColumnKind::Decimal { precision, scale } => {
+                Some(format!("CAST(? AS DECIMAL({precision},{scale}))"))
+            }
+            ColumnKind::Float | ColumnKind::Double => Some("?".to_string()),
+            ColumnKind::Date => Some("CAST(? AS DATE)".to_string()),
+            ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => {
+                Some("CAST(? AS DATETIME(6))".to_string())
+            }
+            ColumnKind::Time { .. } => Some("CAST(? AS TIME(6))".to_string()),
+            ColumnKind::Binary { .. } => Some("CAST(? AS BINARY)".to_string()),
+            ColumnKind::Text { .. } => {
+                let row: Option<(String, String)> = conn
+                    .exec_first(
+                        "SELECT CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS \
+                         WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?",
+                        (&schema.id.db, &schema.id.table, &col.name),
+                    )
+                    .await
+                    .map_err(|e| SourceError::from_mysql("reading the chunk key's collation", e))?;
+                let (charset, collation) =
+                    row.ok_or_else(|| SourceError::NoSuchTable(schema.id.to_string()))?;
+                Some(format!("CONVERT(? USING {charset}) COLLATE {collation}"))
+            }
+            other => {
+                return Err(SourceError::Config(format!(
+                    "column {} of {} ({}) cannot be a chunk key: its order is not a value order",
+                    col.name,
+                    schema.id,
+                    other.mysql_type()
+                )))
+            }
+        };
+        Ok(Self { column, cast })
+    }
+
+    /// Whether the chunk key of `row` in `batch` is in `range` (NULL keys are in the first chunk).
+    async fn contains(
+        &self,
+        conn: &mut Conn,
+        range: &ChunkRange,
+        batch: &RecordBatch,
+        row: usize,
+    ) -> SourceResult<bool> {
+        let array = batch.column(self.column);
+        if array.is_null(row) {
+            return Ok(range.start.is_none());
+        }
+        match &self.cast {
+            None => {
+                let v = int_at(array.as_ref(), row);
+                let bound = |b: &Option<Value>| b.as_ref().map(value_i128);
+                let above = bound(&range.start).is_none_or(|s| s.is_some_and(|s| v >= s));
+                let below = bound(&range.end).is_none_or(|e| e.is_some_and(|e| v < e));
+                Ok(above && below)
+            }
+            Some(cast) => {
+                let value = arrow_to_mysql(array.as_ref(), row);
+                let mut conds = Vec::new();
+                let mut params = Vec::new();
+                if let Some(s) = &range.start {
+                    conds.push(format!("{cast} >= {cast}"));
+                    params.extend([value.clone(), s.clone()]);
+                }
+                if let Some(e) = &range.end {
+                    conds.push(format!("{cast} < {cast}"));
+                    params.extend([value.clone(), e.clone()]);
+                }
+                if conds.is_empty() {
+                    return Ok(true);
+                }
+                let inside: Option<Option<i64>> = conn
+                    .exec_first(format!("SELECT {}", conds.join(" AND ")), params)
+                    .await
+                    .map_err(|e| SourceError::from_mysql("checking a window row's chunk", e))?;
+                Ok(inside.flatten() == Some(1))
+            }
+        }
+    }
+}
+
+fn int_at(array: &dyn Array, row: usize) -> i128 {
+    use arrow::datatypes as t;
+    match array.data_type() {
+        DataType::Int8 => array.as_primitive::<t::Int8Type>().value(row) as i128,
+        DataType::Int16 => array.as_primitive::<t::Int16Type>().value(row) as i128,
+        DataType::Int32 => array.as_primitive::<t::Int32Type>().value(row) as i128,
+        DataType::Int64 => array.as_primitive::<t::Int64Type>().value(row) as i128,
+        DataType::UInt8 => array.as_primitive::<t::UInt8Type>().value(row) as i128,
+        DataType::UInt16 => array.as_primitive::<t::UInt16Type>().value(row) as i128,
+        DataType::UInt32 => array.as_primitive::<t::UInt32Type>().value(row) as i128,
+        DataType::UInt64 => array.as_primitive::<t::UInt64Type>().value(row) as i128,
+        other => unreachable!("RangeCheck compares only integer columns in Rust, got {other}"),
+    }
+}
+
+fn value_i128(v: &Value) -> Option<i128> {
+    match v {
+        Value::Int(i) => Some(*i as i128),
+        Value::UInt(u) => Some(*u as i128),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Folds `window` into the rows a chunk's `SELECT` returned; see the module docs. Returns the
+/// chunk's rows at HIGH (in primary-key order) and the number of window row changes applied.
+pub async fn normalize(
+    conn: &mut Conn,
+    codec: &RowCodec,
+    check: &RangeCheck,
+    range: &ChunkRange,
+    scanned: &[RecordBatch],
+    window: &[Arc<SourceTransaction>],
+) -> SourceResult<(RecordBatch, usize)> {
+    let table: &TableId = &codec.schema().id;
+    let arrow_err = |e: arrow::error::ArrowError| {
+        SourceError::Config(format!("normalising a chunk of {table}: {e}"))
+    };
+    // key → (full row, copies): copies only exceed 1 for keyless tables.
+    let mut rows: BTreeMap<OwnedRow, (OwnedRow, u32)> = BTreeMap::new();
+    for batch in scanned {
+        let (keys, full) = codec.encode(batch).map_err(arrow_err)?;
+        for (k, r) in keys.iter().zip(full.iter()) {
+            rows.entry(k.owned()).or_insert_with(|| (r.owned(), 0)).1 += 1;
+        }
+    }
+    let mut applied = 0;
+    for tx in window {
+        for change in tx.changes.iter().filter(|c| c.table.id == *table) {
+            if change.table.columns != codec.schema().columns {
+                return Err(SourceError::Config(format!(
+                    "the schema of {table} changed during the chunk's window; the chunk must be re-read"
+                )));
+            }
+            let before = change
+                .before
+                .as_ref()
+                .map(|b| codec.encode(b))
+                .transpose()
+                .map_err(arrow_err)?;
+            let after = change
+                .after
+                .as_ref()
+                .map(|b| codec.encode(b))
+                .transpose()
+                .map_err(arrow_err)?;
+            for i in 0..change.num_rows() {
+                if let Some((keys, _)) = &before {
+                    let key = keys.row(i).owned();
+                    if let Some(entry) = rows.get_mut(&key) {
+                        entry.1 -= 1;
+                        if entry.1 == 0 {
+                            rows.remove(&key);
+                        }
+                    }
+                }
+                if let (Some((keys, full)), Some(batch)) = (&after, &change.after) {
+                    if check.contains(conn, range, batch, i).await? {
+                        let entry = rows
+                            .entry(keys.row(i).owned())
+                            .or_insert_with(|| (full.row(i).owned(), 0));
+                        entry.0 = full.row(i).owned();
+                        entry.1 = if codec.keyless() { entry.1 + 1 } else { 1 };
+                    }
+                }
+                applied += 1;
+            }
+        }
+    }
+    let out: Vec<&OwnedRow> = rows
+        .values()
+        .flat_map(|(r, n)| std::iter::repeat_n(r, *n as usize))
+        .collect();
+    Ok((codec.decode(out).map_err(arrow_err)?, applied))
+}

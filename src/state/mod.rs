@@ -1,0 +1,6 @@
+//! The state stage: what the engine knows about each captured table.
+//!
+//! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
+//! changelog entries that replay to them.
+
+pub mod merge;
