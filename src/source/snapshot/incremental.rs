@@ -173,6 +173,9 @@ pub struct ProgressReport {
     pub high_range: Option<(BinlogCoord, BinlogCoord)>,
     /// The position the current table is consistent at (streaming phase).
     pub position: Option<BinlogCoord>,
+    /// Tables without a primary key: keyed by the whole row (a multiset), so two identical
+    /// rows cannot be told apart; their guarantee is weaker.
+    pub keyless_tables: Vec<TableId>,
     pub chunks: Vec<ChunkStatus>,
 }
 
@@ -195,6 +198,7 @@ impl Default for Progress {
                 eta: None,
                 high_range: None,
                 position: None,
+                keyless_tables: Vec::new(),
                 chunks: Vec::new(),
             }),
         }
@@ -276,6 +280,11 @@ pub async fn run_snapshot(
         }
     }
     progress.update(|p| {
+        p.keyless_tables = tables
+            .iter()
+            .filter(|t| t.primary_key.is_empty())
+            .map(|t| t.id.clone())
+            .collect();
         p.chunks = planned
             .iter()
             .map(|c| ChunkStatus {

@@ -1,0 +1,188 @@
+//! Snapshot modes, keys and chunk keys beyond the simple integer primary key.
+
+mod common;
+
+use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use cdcfusion::change::Op;
+use cdcfusion::source::connect::{current_position, ConnectOptions};
+use cdcfusion::source::position::{BinlogCoord, GtidSet, StartPosition};
+use cdcfusion::source::schema::{Flavor, TableId};
+use cdcfusion::source::snapshot::incremental::{HookPoint, Phase, SnapshotMethod};
+use cdcfusion::source::snapshot::select_batches;
+use common::*;
+use futures::FutureExt;
+use mysql_async::prelude::Queryable;
+use std::sync::Arc;
+
+fn options(tables: &str, mode: SnapshotMode) -> CaptureOptions {
+    let mut o = CaptureOptions::new(tables, mode);
+    o.server_id = next_server_id();
+    o.snapshot.window_server_id = next_server_id();
+    o
+}
+
+async fn start_capture(o: CaptureOptions) -> (Capture, Vec<TableChange>) {
+    let connect = ConnectOptions::from_url(&server().cdc_url()).unwrap();
+    tokio::time::timeout(HANG_GUARD, Capture::start(connect, o)).await.unwrap().unwrap()
+}
+
+async fn position() -> (BinlogCoord, GtidSet) {
+    current_position(&mut root_conn(server()).await, Flavor::MariaDb).await.unwrap()
+}
+
+/// The captured state of table `t` and the source table, each as sorted row strings.
+async fn state_and_source(capture: &Capture, t: usize) -> (Vec<String>, Vec<String>) {
+    let mut state = row_strings(&capture.state(t).to_batch().unwrap());
+    state.sort();
+    let mut conn = ConnectOptions::from_url(&server().cdc_url()).unwrap().connect().await.unwrap();
+    let mut source: Vec<String> = select_batches(&mut conn, &capture.tables()[t], None, vec![], 1000)
+        .await
+        .unwrap()
+        .iter()
+        .flat_map(row_strings)
+        .collect();
+    source.sort();
+    (state, source)
+}
+
+#[tokio::test]
+async fn snapshot_only_stops_at_a_consistent_end() {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "mode_so").await;
+    conn.query_drop("CREATE TABLE mode_so.t (id INT PRIMARY KEY, v INT); INSERT INTO mode_so.t VALUES (1,1),(2,2),(3,3),(4,4)")
+        .await
+        .unwrap();
+    let mut o = options("mode_so.*", SnapshotMode::SnapshotOnly);
+    o.snapshot.chunk_size = 2;
+    o.snapshot.method = SnapshotMethod::Watermarks;
+    let writer = Arc::new(tokio::sync::Mutex::new(root_conn(server()).await));
+    o.snapshot.hook = Some(Arc::new(move |point, chunk| {
+        let writer = Arc::clone(&writer);
+        async move {
+            if point == HookPoint::AfterSelect && chunk.index == 0 {
+                writer.lock().await.query_drop("UPDATE mode_so.t SET v = 40 WHERE id = 4").await.unwrap();
+            }
+        }
+        .boxed()
+    }));
+    let (mut capture, events) = start_capture(o).await;
+    assert_eq!(capture.progress().report().phase, Phase::Done);
+    // Consistent at max(HIGH): the update made during the snapshot is in.
+    let (state, source) = state_and_source(&capture, 0).await;
+    assert_eq!(state, source);
+    assert!(events.iter().all(|e| e.event.op != Op::Delete));
+    // Bounded: later writes are not captured.
+    conn.query_drop("INSERT INTO mode_so.t VALUES (5,5)").await.unwrap();
+    assert!(capture.next().await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn stream_only_from_current_file_offset_and_gtid() {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "mode_st").await;
+    conn.query_drop("CREATE TABLE mode_st.t (id INT PRIMARY KEY, v INT); INSERT INTO mode_st.t VALUES (1,1)")
+        .await
+        .unwrap();
+    let (coord, gtids) = position().await;
+    conn.query_drop("INSERT INTO mode_st.t VALUES (2,2)").await.unwrap();
+    let (mid, _) = position().await;
+    let starts = [
+        (StartPosition::Coord(coord.clone()), vec!["id=2 v=2", "id=3 v=3"]),
+        (StartPosition::Gtid(gtids), vec!["id=2 v=2", "id=3 v=3"]),
+        (StartPosition::Coord(mid), vec!["id=3 v=3"]),
+    ];
+    let mut captures = Vec::new();
+    for (start, expected) in starts {
+        let (capture, initial) = start_stream(start).await;
+        assert!(initial.is_empty(), "no snapshot in stream_only mode");
+        captures.push((capture, expected));
+    }
+    conn.query_drop("INSERT INTO mode_st.t VALUES (3,3)").await.unwrap();
+    let (end, _) = position().await;
+    for (mut capture, expected) in captures {
+        let events = capture.catch_up_to(&end).await.unwrap();
+        let rows: Vec<String> = events
+            .iter()
+            .map(|e| row_strings(&capture.state(0).codec().decode([e.event.after.as_ref().unwrap()]).unwrap())[0].clone())
+            .collect();
+        assert_eq!(rows, expected);
+        assert!(events.iter().all(|e| e.event.op == Op::Insert));
+    }
+    // From the current end: only what comes after.
+    let (mut capture, _) = start_stream(StartPosition::Current).await;
+    conn.query_drop("INSERT INTO mode_st.t VALUES (4,4)").await.unwrap();
+    let (end, _) = position().await;
+    let events = capture.catch_up_to(&end).await.unwrap();
+    assert_eq!(events.len(), 1);
+}
+
+async fn start_stream(start: StartPosition) -> (Capture, Vec<TableChange>) {
+    start_capture(options("mode_st.t", SnapshotMode::StreamOnly(start))).await
+}
+
+#[tokio::test]
+async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "mode_keys").await;
+    conn.query_drop(
+        "CREATE TABLE mode_keys.comp (a INT, b VARCHAR(8), v INT, PRIMARY KEY (a, b));
+         CREATE TABLE mode_keys.nokey (x INT, y VARCHAR(8));
+         CREATE TABLE mode_keys.str (k VARCHAR(16) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT);",
+    )
+    .await
+    .unwrap();
+    for i in 0..40 {
+        conn.query_drop(format!(
+            "INSERT INTO mode_keys.comp VALUES ({}, 'b{}', {i}); INSERT INTO mode_keys.nokey VALUES ({}, 'dup');
+             INSERT INTO mode_keys.str VALUES ('{}{i:02}', {i})",
+            i / 4,
+            i % 4,
+            i % 5,
+            if i % 2 == 0 { "Key" } else { "key" }
+        ))
+        .await
+        .unwrap();
+    }
+    for method in [SnapshotMethod::Watermarks, SnapshotMethod::ConsistentSnapshot] {
+        let mut o = options("mode_keys.*", SnapshotMode::Initial);
+        o.snapshot.chunk_size = 7;
+        o.snapshot.parallelism = 2;
+        o.snapshot.method = method;
+        let writer = Arc::new(tokio::sync::Mutex::new(root_conn(server()).await));
+        o.snapshot.hook = Some(Arc::new(move |point, chunk| {
+            let writer = Arc::clone(&writer);
+            async move {
+                if point == HookPoint::AfterSelect && chunk.index == 1 {
+                    let mut w = writer.lock().await;
+                    let t = &chunk.table.table;
+                    let sql = match t.as_str() {
+                        "comp" => "UPDATE mode_keys.comp SET v = v + 100 WHERE a = 1; DELETE FROM mode_keys.comp WHERE a = 9",
+                        // Window rows whose string key must be placed by the server's collation.
+                        "str" => "UPDATE mode_keys.str SET v = v + 100 WHERE k IN ('Key00', 'key09', 'KEY20'); INSERT INTO mode_keys.str VALUES ('kEy10x', 1)",
+                        _ => "INSERT INTO mode_keys.nokey VALUES (1, 'dup'); DELETE FROM mode_keys.nokey WHERE x = 4 LIMIT 1",
+                    };
+                    w.query_drop(sql).await.unwrap();
+                }
+            }
+            .boxed()
+        }));
+        let (mut capture, _) = start_capture(o).await;
+        let report = capture.progress().report();
+        assert_eq!(report.keyless_tables, vec![TableId::new("mode_keys", "nokey")]);
+        let str_chunks = report.chunks.iter().filter(|c| c.table.table == "str").count();
+        assert!(str_chunks >= 5, "string keys are cut by boundary queries: {:?}", report.chunks);
+        let (end, _) = position().await;
+        capture.catch_up_to(&end).await.unwrap();
+        for t in 0..capture.tables().len() {
+            let (state, source) = state_and_source(&capture, t).await;
+            assert_eq!(state, source, "{method:?} {}", capture.tables()[t].id);
+        }
+        // Undo the writes so that the next method starts from the same data.
+        conn.query_drop(
+            "UPDATE mode_keys.comp SET v = v - 100 WHERE a = 1; UPDATE mode_keys.str SET v = v - 100 WHERE k IN ('Key00', 'key09', 'KEY20');
+             DELETE FROM mode_keys.str WHERE k = 'kEy10x'; DELETE FROM mode_keys.nokey WHERE x = 1 LIMIT 1; INSERT INTO mode_keys.nokey VALUES (4, 'dup')",
+        )
+        .await
+        .unwrap();
+    }
+}
