@@ -1,8 +1,8 @@
 //! The `cdcfusion` command line.
 //!
-//! * `cdcfusion demo`: starts a private MariaDB, creates a sample `shop` schema, captures it
-//!   and prints the change stream while a small writer changes data; stops everything at the
-//!   end (or on Ctrl-C).
+//! * `cdcfusion demo`: starts a private MariaDB, creates a sample `shop` schema with rows,
+//!   snapshots it in chunks and prints the changelog (snapshot reads, then every change) while
+//!   a small writer changes data; stops everything at the end (or on Ctrl-C).
 //! * `cdcfusion capture --url mysql://...`: prints the change stream of any server.
 
 use std::time::{Duration, Instant};
@@ -12,11 +12,13 @@ use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 
+use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
 use cdcfusion::change::SourceTransaction;
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
-use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::position::StartPosition;
+use cdcfusion::source::connect::{current_position, ConnectOptions};
+use cdcfusion::source::position::{BinlogCoord, StartPosition};
+use cdcfusion::source::schema::Flavor;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -158,61 +160,63 @@ async fn demo(duration: Duration, seed: u64) -> Result<()> {
 }
 
 async fn run_demo(server: &DevServer, duration: Duration, seed: u64) -> Result<()> {
-    let connect = ConnectOptions::from_url(&server.cdc_url())?;
-    let options =
-        BinlogReaderOptions::new(5400, StartPosition::Current).with_filter(table_filter("shop.*")?);
-    let mut reader = BinlogReader::open(connect, options).await?;
-    eprintln!(
-        "capturing {} {} from {:?}",
-        if reader.server().flavor == cdcfusion::source::schema::Flavor::MariaDb {
-            "MariaDB"
-        } else {
-            "MySQL"
-        },
-        reader.server().version,
-        reader.resume_position()
-    );
     let mut admin = mysql_async::Conn::from_url(server.root_url()).await?;
     for stmt in SHOP_SCHEMA {
         admin.query_drop(*stmt).await?;
     }
+    seed_rows(&mut admin).await?;
+    let connect = ConnectOptions::from_url(&server.cdc_url())?;
+    let mut options = CaptureOptions::new("shop.*", SnapshotMode::Initial);
+    options.snapshot.chunk_size = 16;
+    eprintln!(
+        "snapshotting shop.* in chunks of {} rows, then streaming...",
+        options.snapshot.chunk_size
+    );
+    let (mut capture, snapshot) = Capture::start(connect, options).await?;
+    let report = capture.progress().report();
+    eprintln!(
+        "snapshot: {} chunks, {} rows; consistent at {}",
+        report.chunks_total,
+        report.rows_read,
+        report.position.map(|p| p.to_string()).unwrap_or_default()
+    );
+    print_changes(&capture, &snapshot)?;
     let writer = tokio::spawn(write_workload(server.root_url(), duration, seed));
-    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<Result<(u64, String)>>();
-    tokio::spawn(async move {
-        let _ = done_tx.send(writer.await.map_err(anyhow::Error::from).and_then(|r| r));
-    });
-    let mut end: Option<(u64, String)> = None;
-    let mut transactions = 0u64;
-    loop {
-        tokio::select! {
-            tx = reader.next() => {
-                let tx = tx?;
-                transactions += 1;
-                print_transaction(&tx)?;
-                if let Some((_, file_pos)) = &end {
-                    if tx.end.to_string() == *file_pos { break; }
-                }
-            }
-            done = &mut done_rx, if end.is_none() => {
-                let (writes, file_pos) = done??;
-                eprintln!("writer finished after {writes} transactions; waiting for the stream to reach {file_pos}");
-                if let StartPosition::Coord(c) = reader.resume_position() {
-                    if c.to_string() == file_pos { break; }
-                }
-                end = Some((writes, file_pos));
-            }
-            _ = tokio::signal::ctrl_c() => { eprintln!("interrupted"); break; }
-        }
+    let mut captured = 0usize;
+    // Follow the stream up to the server's position now and then, without ever waiting for a
+    // transaction that may not come.
+    while !writer.is_finished() {
+        let (target, _) = current_position(&mut admin, Flavor::MariaDb).await?;
+        let changes = tokio::select! {
+            changes = capture.catch_up_to(&target) => changes?,
+            _ = tokio::signal::ctrl_c() => { eprintln!("interrupted"); return Ok(()); }
+        };
+        captured += changes.len();
+        print_changes(&capture, &changes)?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    eprintln!("captured {transactions} transactions");
+    let (writes, end) = writer.await??;
+    let end: BinlogCoord = end.parse()?;
+    let rest = capture.catch_up_to(&end).await?;
+    captured += rest.len();
+    print_changes(&capture, &rest)?;
+    eprintln!("writer committed {writes} transactions; captured {captured} changes up to {end}");
+    for (t, table) in capture.tables().iter().enumerate() {
+        eprintln!("current {}: {} rows", table.id, capture.state(t).len());
+    }
     Ok(())
 }
 
-/// A small random workload on the sample schema; returns the number of transactions and the
-/// binlog position after the last one.
-async fn write_workload(url: String, duration: Duration, seed: u64) -> Result<(u64, String)> {
-    let mut conn = mysql_async::Conn::from_url(url).await?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+fn print_changes(capture: &Capture, changes: &[TableChange]) -> Result<()> {
+    for (table, batch) in capture.changelog_batches(changes)? {
+        println!("-- {table}: {} change(s)", batch.num_rows());
+        println!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
+    }
+    Ok(())
+}
+
+/// Rows present before capture starts, so the demo shows snapshot reads.
+async fn seed_rows(conn: &mut mysql_async::Conn) -> Result<()> {
     let names = [
         "Ada", "Grace", "Linus", "Barbara", "Edsger", "Frances", "Ken", "Radia",
     ];
@@ -229,10 +233,25 @@ async fn write_workload(url: String, duration: Duration, seed: u64) -> Result<(u
         )
         .await?;
     }
+    conn.query_drop(
+        "INSERT INTO shop.orders (customer_id, amount, status, created_at)
+         SELECT 1 + seq % 8, seq * 3.25, 'new', '2026-01-01' + INTERVAL seq HOUR FROM shop.seq_1_to_40",
+    )
+    .await?;
+    Ok(())
+}
+
+/// A small random workload on the sample schema; returns the number of transactions and the
+/// binlog position after the last one.
+async fn write_workload(url: String, duration: Duration, seed: u64) -> Result<(u64, String)> {
+    let mut conn = mysql_async::Conn::from_url(url).await?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let customers = 8;
+    let tiers = ["basic", "gold", "platinum"];
     let started = Instant::now();
-    let mut count = 1u64;
+    let mut count = 0u64;
     while started.elapsed() < duration {
-        let customer = rng.random_range(1..=names.len() as i32);
+        let customer = rng.random_range(1..=customers);
         let mut tx = conn.start_transaction(Default::default()).await?;
         match rng.random_range(0..10) {
             0..=4 => {

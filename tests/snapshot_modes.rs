@@ -23,24 +23,34 @@ fn options(tables: &str, mode: SnapshotMode) -> CaptureOptions {
 
 async fn start_capture(o: CaptureOptions) -> (Capture, Vec<TableChange>) {
     let connect = ConnectOptions::from_url(&server().cdc_url()).unwrap();
-    tokio::time::timeout(HANG_GUARD, Capture::start(connect, o)).await.unwrap().unwrap()
+    tokio::time::timeout(HANG_GUARD, Capture::start(connect, o))
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 async fn position() -> (BinlogCoord, GtidSet) {
-    current_position(&mut root_conn(server()).await, Flavor::MariaDb).await.unwrap()
+    current_position(&mut root_conn(server()).await, Flavor::MariaDb)
+        .await
+        .unwrap()
 }
 
 /// The captured state of table `t` and the source table, each as sorted row strings.
 async fn state_and_source(capture: &Capture, t: usize) -> (Vec<String>, Vec<String>) {
     let mut state = row_strings(&capture.state(t).to_batch().unwrap());
     state.sort();
-    let mut conn = ConnectOptions::from_url(&server().cdc_url()).unwrap().connect().await.unwrap();
-    let mut source: Vec<String> = select_batches(&mut conn, &capture.tables()[t], None, vec![], 1000)
-        .await
+    let mut conn = ConnectOptions::from_url(&server().cdc_url())
         .unwrap()
-        .iter()
-        .flat_map(row_strings)
-        .collect();
+        .connect()
+        .await
+        .unwrap();
+    let mut source: Vec<String> =
+        select_batches(&mut conn, &capture.tables()[t], None, vec![], 1000)
+            .await
+            .unwrap()
+            .iter()
+            .flat_map(row_strings)
+            .collect();
     source.sort();
     (state, source)
 }
@@ -60,7 +70,12 @@ async fn snapshot_only_stops_at_a_consistent_end() {
         let writer = Arc::clone(&writer);
         async move {
             if point == HookPoint::AfterSelect && chunk.index == 0 {
-                writer.lock().await.query_drop("UPDATE mode_so.t SET v = 40 WHERE id = 4").await.unwrap();
+                writer
+                    .lock()
+                    .await
+                    .query_drop("UPDATE mode_so.t SET v = 40 WHERE id = 4")
+                    .await
+                    .unwrap();
             }
         }
         .boxed()
@@ -72,7 +87,9 @@ async fn snapshot_only_stops_at_a_consistent_end() {
     assert_eq!(state, source);
     assert!(events.iter().all(|e| e.event.op != Op::Delete));
     // Bounded: later writes are not captured.
-    conn.query_drop("INSERT INTO mode_so.t VALUES (5,5)").await.unwrap();
+    conn.query_drop("INSERT INTO mode_so.t VALUES (5,5)")
+        .await
+        .unwrap();
     assert!(capture.next().await.unwrap().is_none());
 }
 
@@ -80,14 +97,21 @@ async fn snapshot_only_stops_at_a_consistent_end() {
 async fn stream_only_from_current_file_offset_and_gtid() {
     let mut conn = root_conn(server()).await;
     fresh_db(&mut conn, "mode_st").await;
-    conn.query_drop("CREATE TABLE mode_st.t (id INT PRIMARY KEY, v INT); INSERT INTO mode_st.t VALUES (1,1)")
+    conn.query_drop(
+        "CREATE TABLE mode_st.t (id INT PRIMARY KEY, v INT); INSERT INTO mode_st.t VALUES (1,1)",
+    )
+    .await
+    .unwrap();
+    let (coord, gtids) = position().await;
+    conn.query_drop("INSERT INTO mode_st.t VALUES (2,2)")
         .await
         .unwrap();
-    let (coord, gtids) = position().await;
-    conn.query_drop("INSERT INTO mode_st.t VALUES (2,2)").await.unwrap();
     let (mid, _) = position().await;
     let starts = [
-        (StartPosition::Coord(coord.clone()), vec!["id=2 v=2", "id=3 v=3"]),
+        (
+            StartPosition::Coord(coord.clone()),
+            vec!["id=2 v=2", "id=3 v=3"],
+        ),
         (StartPosition::Gtid(gtids), vec!["id=2 v=2", "id=3 v=3"]),
         (StartPosition::Coord(mid), vec!["id=3 v=3"]),
     ];
@@ -97,20 +121,33 @@ async fn stream_only_from_current_file_offset_and_gtid() {
         assert!(initial.is_empty(), "no snapshot in stream_only mode");
         captures.push((capture, expected));
     }
-    conn.query_drop("INSERT INTO mode_st.t VALUES (3,3)").await.unwrap();
+    conn.query_drop("INSERT INTO mode_st.t VALUES (3,3)")
+        .await
+        .unwrap();
     let (end, _) = position().await;
     for (mut capture, expected) in captures {
         let events = capture.catch_up_to(&end).await.unwrap();
         let rows: Vec<String> = events
             .iter()
-            .map(|e| row_strings(&capture.state(0).codec().decode([e.event.after.as_ref().unwrap()]).unwrap())[0].clone())
+            .map(|e| {
+                row_strings(
+                    &capture
+                        .state(0)
+                        .codec()
+                        .decode([e.event.after.as_ref().unwrap()])
+                        .unwrap(),
+                )[0]
+                .clone()
+            })
             .collect();
         assert_eq!(rows, expected);
         assert!(events.iter().all(|e| e.event.op == Op::Insert));
     }
     // From the current end: only what comes after.
     let (mut capture, _) = start_stream(StartPosition::Current).await;
-    conn.query_drop("INSERT INTO mode_st.t VALUES (4,4)").await.unwrap();
+    conn.query_drop("INSERT INTO mode_st.t VALUES (4,4)")
+        .await
+        .unwrap();
     let (end, _) = position().await;
     let events = capture.catch_up_to(&end).await.unwrap();
     assert_eq!(events.len(), 1);
@@ -143,7 +180,10 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
         .await
         .unwrap();
     }
-    for method in [SnapshotMethod::Watermarks, SnapshotMethod::ConsistentSnapshot] {
+    for method in [
+        SnapshotMethod::Watermarks,
+        SnapshotMethod::ConsistentSnapshot,
+    ] {
         let mut o = options("mode_keys.*", SnapshotMode::Initial);
         o.snapshot.chunk_size = 7;
         o.snapshot.parallelism = 2;
@@ -168,9 +208,20 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
         }));
         let (mut capture, _) = start_capture(o).await;
         let report = capture.progress().report();
-        assert_eq!(report.keyless_tables, vec![TableId::new("mode_keys", "nokey")]);
-        let str_chunks = report.chunks.iter().filter(|c| c.table.table == "str").count();
-        assert!(str_chunks >= 5, "string keys are cut by boundary queries: {:?}", report.chunks);
+        assert_eq!(
+            report.keyless_tables,
+            vec![TableId::new("mode_keys", "nokey")]
+        );
+        let str_chunks = report
+            .chunks
+            .iter()
+            .filter(|c| c.table.table == "str")
+            .count();
+        assert!(
+            str_chunks >= 5,
+            "string keys are cut by boundary queries: {:?}",
+            report.chunks
+        );
         let (end, _) = position().await;
         capture.catch_up_to(&end).await.unwrap();
         for t in 0..capture.tables().len() {

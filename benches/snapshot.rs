@@ -1,0 +1,136 @@
+//! Incremental snapshot throughput and memory, beside the raw `SELECT *` rate of the same table
+//! measured in the same run.
+//!
+//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N`, default 1,000,000). It
+//! starts its own private MariaDB, fills a 7-column table, and prints rows/s of:
+//! a plain `SELECT *` through mysql_async (rows decoded, then dropped), the `mariadb` client,
+//! and cdcfusion's snapshot (`snapshot_only`, both methods) at parallelism 1, 2 and 4, with the
+//! peak resident memory of each snapshot run.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
+use cdcfusion::devserver::{DevServer, DevServerOptions};
+use cdcfusion::source::connect::ConnectOptions;
+use cdcfusion::source::snapshot::incremental::SnapshotMethod;
+use futures::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+fn rate(rows: u64, d: Duration) -> f64 {
+    rows as f64 / d.as_secs_f64()
+}
+
+/// Resets the kernel's peak-RSS counter of this process.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident memory of this process since the last reset, in MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let total: u64 = args
+        .iter()
+        .position(|a| a == "--rows")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
+    let mut conn = Conn::from_url(server.root_url()).await.unwrap();
+    conn.query_drop(format!(
+        "CREATE DATABASE bench;
+         CREATE TABLE bench.t (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT NULL,
+           c DECIMAL(12,2) NOT NULL, d DATETIME(6) NOT NULL, e DOUBLE NOT NULL, f BIGINT UNSIGNED);
+         INSERT INTO bench.t SELECT seq, seq % 100000, CONCAT('name-', LPAD(seq, 8, '0')),
+           (seq % 99999) + 0.25, '2024-01-01' + INTERVAL seq SECOND, seq / 7, seq * 3
+         FROM bench.seq_1_to_{total};
+         ANALYZE TABLE bench.t;"
+    ))
+    .await
+    .unwrap();
+    println!("snapshot of {total} rows (7 columns)");
+
+    // References: a raw SELECT * through mysql_async, and the mariadb client.
+    let mut best_raw = Duration::MAX;
+    let mut best_client = Duration::MAX;
+    for _ in 0..2 {
+        let started = Instant::now();
+        let mut result = conn.exec_iter("SELECT * FROM bench.t", ()).await.unwrap();
+        let mut stream = result.stream::<mysql_async::Row>().await.unwrap().unwrap();
+        let mut n = 0u64;
+        while let Some(row) = stream.next().await {
+            std::hint::black_box(row.unwrap());
+            n += 1;
+        }
+        drop(stream);
+        drop(result);
+        assert_eq!(n, total);
+        best_raw = best_raw.min(started.elapsed());
+        let started = Instant::now();
+        let status = Command::new("mariadb")
+            .args(["--no-defaults", "--quick", "-h127.0.0.1", "-uroot"])
+            .arg(format!("-P{}", server.port()))
+            .args(["-e", "SELECT * FROM bench.t"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        best_client = best_client.min(started.elapsed());
+    }
+    let raw = rate(total, best_raw);
+    println!("  raw SELECT * via mysql_async:          {raw:>12.0} rows/s");
+    println!(
+        "  mariadb --quick > /dev/null:           {:>12.0} rows/s",
+        rate(total, best_client)
+    );
+
+    let mut server_id = 9000;
+    for method in [
+        SnapshotMethod::ConsistentSnapshot,
+        SnapshotMethod::Watermarks,
+    ] {
+        for parallelism in [1, 2, 4] {
+            let mut options = CaptureOptions::new("bench.t", SnapshotMode::SnapshotOnly);
+            server_id += 2;
+            options.server_id = server_id;
+            options.snapshot.window_server_id = server_id + 1;
+            options.snapshot.parallelism = parallelism;
+            options.snapshot.method = method;
+            reset_peak_rss();
+            let base = peak_rss_mib();
+            let started = Instant::now();
+            let (capture, events) = Capture::start(
+                ConnectOptions::from_url(&server.cdc_url()).unwrap(),
+                options,
+            )
+            .await
+            .unwrap();
+            let elapsed = started.elapsed();
+            let peak = peak_rss_mib();
+            assert_eq!(capture.state(0).len() as u64, total);
+            assert_eq!(events.len() as u64, total);
+            let chunks = capture.progress().report().chunks_total;
+            drop(events);
+            drop(capture);
+            let r = rate(total, elapsed);
+            println!(
+                "  cdcfusion {method:?} parallelism {parallelism} ({chunks} chunks): {r:>12.0} rows/s  ratio {:.2}  peak RSS {:.0} MiB (from {:.0})",
+                r / raw,
+                peak,
+                base
+            );
+        }
+    }
+}
