@@ -140,6 +140,11 @@ impl Capture {
         };
         if let SnapshotMode::StreamOnly(start) = &options.mode {
             capture.reader = Some(open_reader(start.clone()).await?);
+            for state in &mut capture.states {
+                state
+                    .finish_handoff()
+                    .map_err(|e| SourceError::Config(format!("starting the stream: {e}")))?;
+            }
             capture.progress.set_phase(Phase::Streaming);
             return Ok((capture, Vec::new()));
         }
@@ -175,7 +180,9 @@ impl Capture {
         capture.catch_up(&mut reader, &max_high, &mut out).await?;
         out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
         for state in &mut capture.states {
-            state.drop_tombstones();
+            state
+                .finish_handoff()
+                .map_err(|e| SourceError::Config(format!("ending the hand-off: {e}")))?;
         }
         capture.progress.set_position(max_high);
         if options.mode == SnapshotMode::SnapshotOnly {

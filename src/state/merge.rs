@@ -33,6 +33,9 @@ use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
+use arrow::compute::concat_batches;
+
+use super::current::{CurrentTable, TableSnapshot};
 use crate::change::keys::RowCodec;
 use crate::change::{ChangeBatch, Op, SourceTransaction};
 use crate::source::position::{BinlogCoord, ChangePosition, Gtid};
@@ -42,6 +45,8 @@ use crate::source::schema::TableSchema;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangelogEvent {
     pub op: Op,
+    /// The key this entry is about (primary key, or the whole row for keyless tables).
+    pub key: OwnedRow,
     pub position: ChangePosition,
     pub gtid: Option<Gtid>,
     /// Commit time in microseconds; 0 for snapshot reads.
@@ -65,8 +70,12 @@ struct Entry {
 /// The current state of one table under the merge rule.
 #[derive(Debug)]
 pub struct TableState {
-    codec: RowCodec,
+    codec: Arc<RowCodec>,
+    /// Versioned entries until the hand-off is complete.
     entries: HashMap<OwnedRow, Entry>,
+    /// After the hand-off every change is newer than every version, so versions are dropped
+    /// and the compact, snapshot-able representation takes over.
+    current: Option<CurrentTable>,
 }
 
 /// The position of snapshot rows read at `high`: before every change of the transaction that
@@ -83,13 +92,35 @@ pub fn snapshot_position(high: &BinlogCoord) -> ChangePosition {
 impl TableState {
     pub fn new(schema: Arc<TableSchema>) -> Result<Self, ArrowError> {
         Ok(Self {
-            codec: RowCodec::new(schema)?,
+            codec: Arc::new(RowCodec::new(schema)?),
             entries: HashMap::new(),
+            current: None,
         })
     }
 
-    pub fn codec(&self) -> &RowCodec {
+    pub fn codec(&self) -> &Arc<RowCodec> {
         &self.codec
+    }
+
+    /// Ends the hand-off: the stream has passed every chunk's HIGH, so versions and tombstones
+    /// are no longer needed and the state becomes a [`CurrentTable`].
+    pub fn finish_handoff(&mut self) -> Result<(), ArrowError> {
+        if self.current.is_none() {
+            let rows = self.to_batch()?;
+            self.current = Some(CurrentTable::new(Arc::clone(&self.codec), &rows)?);
+            self.entries = HashMap::new();
+        }
+        Ok(())
+    }
+
+    /// An immutable version of the table at `position`, for queries.
+    pub fn snapshot(&mut self, position: Option<BinlogCoord>) -> Result<TableSnapshot, ArrowError> {
+        match &mut self.current {
+            Some(current) => current.snapshot(position),
+            None => {
+                CurrentTable::new(Arc::clone(&self.codec), &self.to_batch()?)?.snapshot(position)
+            }
+        }
     }
 
     /// Applies a chunk normalised to `high` (its rows are the table's state at `high` within
@@ -100,6 +131,11 @@ impl TableState {
         rows: &RecordBatch,
         out: &mut Vec<ChangelogEvent>,
     ) -> Result<(), ArrowError> {
+        if self.current.is_some() {
+            return Err(ArrowError::InvalidArgumentError(
+                "a snapshot chunk arrived after the hand-off ended".into(),
+            ));
+        }
         let version = snapshot_position(high);
         let (keys, full) = self.codec.encode(rows)?;
         // Keyless tables: identical rows share a key; count them first.
@@ -128,6 +164,7 @@ impl TableState {
             for _ in 0..count {
                 out.push(ChangelogEvent {
                     op,
+                    key: key.clone(),
                     position: version.clone(),
                     gtid: None,
                     commit_ts_micros: 0,
@@ -165,6 +202,18 @@ impl TableState {
             .map(|b| self.codec.encode(b))
             .transpose()?;
         let keyless = self.codec.keyless();
+        if let Some(current) = self.current.as_mut() {
+            apply_streaming(
+                current,
+                keyless,
+                tx,
+                batch,
+                before.as_ref(),
+                after.as_ref(),
+                out,
+            );
+            return Ok(());
+        }
         for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
             let pos = |sub| ChangePosition {
                 tx: tx.start.clone(),
@@ -178,8 +227,9 @@ impl TableState {
             let new = after
                 .as_ref()
                 .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
-            let meta = |op, position, before, after| ChangelogEvent {
+            let meta = |op, key: &OwnedRow, position, before, after| ChangelogEvent {
                 op,
+                key: key.clone(),
                 position,
                 gtid: tx.gtid.clone(),
                 commit_ts_micros: tx.commit_ts_micros,
@@ -190,7 +240,13 @@ impl TableState {
                 // Same key: an update in place.
                 (Some((ok, orow)), Some((nk, nrow))) if ok == nk && !keyless => {
                     if self.newer(&nk, &pos(0)) {
-                        out.push(meta(Op::Update, pos(0), Some(orow), Some(nrow.clone())));
+                        out.push(meta(
+                            Op::Update,
+                            &nk,
+                            pos(0),
+                            Some(orow),
+                            Some(nrow.clone()),
+                        ));
                         self.put(nk, pos(0), Some(nrow), 1);
                     }
                 }
@@ -204,7 +260,7 @@ impl TableState {
                             } else {
                                 0
                             };
-                            out.push(meta(Op::Delete, pos(0), Some(orow.clone()), None));
+                            out.push(meta(Op::Delete, &ok, pos(0), Some(orow.clone()), None));
                             let row = (left > 0).then_some(orow);
                             self.put(ok, pos(0), row, left);
                         }
@@ -224,7 +280,7 @@ impl TableState {
                                 _ => Op::Update,
                             };
                             let before = if keyless { None } else { existing };
-                            out.push(meta(op, pos(sub), before, Some(nrow.clone())));
+                            out.push(meta(op, &nk, pos(sub), before, Some(nrow.clone())));
                             self.put(nk, pos(sub), Some(nrow), count);
                         }
                     }
@@ -256,6 +312,9 @@ impl TableState {
 
     /// Live rows (counting copies of keyless rows).
     pub fn len(&self) -> usize {
+        if let Some(current) = &self.current {
+            return current.len();
+        }
         self.entries
             .values()
             .filter(|e| e.row.is_some())
@@ -269,6 +328,10 @@ impl TableState {
 
     /// The current rows as a batch (in no particular order).
     pub fn to_batch(&self) -> Result<RecordBatch, ArrowError> {
+        if let Some(current) = &self.current {
+            let snapshot = TableSnapshot::of(current);
+            return concat_batches(&self.codec.schema().arrow, &snapshot.scan_all()?);
+        }
         let rows: Vec<&OwnedRow> = self
             .entries
             .values()
@@ -280,5 +343,68 @@ impl TableState {
             .flatten()
             .collect();
         self.codec.decode(rows)
+    }
+}
+
+/// Applies changes after the hand-off: every change is newer than anything stored, so no
+/// version is compared and the binlog's own images say everything.
+fn apply_streaming(
+    current: &mut CurrentTable,
+    keyless: bool,
+    tx: &SourceTransaction,
+    batch: &ChangeBatch,
+    before: Option<&(arrow::row::Rows, arrow::row::Rows)>,
+    after: Option<&(arrow::row::Rows, arrow::row::Rows)>,
+    out: &mut Vec<ChangelogEvent>,
+) {
+    for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
+        let event = |op, key: OwnedRow, sub, before: Option<OwnedRow>, after: Option<OwnedRow>| {
+            ChangelogEvent {
+                op,
+                key,
+                position: ChangePosition {
+                    tx: tx.start.clone(),
+                    event_index: *event_index,
+                    row_index: *row_index,
+                    sub,
+                },
+                gtid: tx.gtid.clone(),
+                commit_ts_micros: tx.commit_ts_micros,
+                before,
+                after,
+            }
+        };
+        let old = before.map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+        let new = after.map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+        match (old, new) {
+            (Some((ok, orow)), Some((nk, nrow))) if ok == nk && !keyless => {
+                current.put(nk.as_ref(), Some((Arc::new(nrow.clone()), 1)));
+                out.push(event(Op::Update, nk, 0, Some(orow), Some(nrow)));
+            }
+            (old, new) => {
+                if let Some((ok, orow)) = old {
+                    let left = if keyless {
+                        current.count(ok.as_ref()).saturating_sub(1)
+                    } else {
+                        0
+                    };
+                    let value = (left > 0).then(|| (Arc::new(orow.clone()), left));
+                    current.put(ok.as_ref(), value);
+                    out.push(event(Op::Delete, ok, 0, Some(orow), None));
+                }
+                if let Some((nk, nrow)) = new {
+                    let existing = current.count(nk.as_ref());
+                    let count = if keyless { existing + 1 } else { 1 };
+                    let op = if existing > 0 && !keyless {
+                        Op::Update
+                    } else {
+                        Op::Insert
+                    };
+                    let sub = if batch.op == Op::Update { 1 } else { 0 };
+                    current.put(nk.as_ref(), Some((Arc::new(nrow.clone()), count)));
+                    out.push(event(op, nk, sub, None, Some(nrow)));
+                }
+            }
+        }
     }
 }

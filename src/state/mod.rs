@@ -1,6 +1,8 @@
 //! The state stage: what the engine knows about each captured table.
 //!
 //! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
-//! changelog entries that replay to them.
+//! changelog entries that replay to them; after the hand-off, [`current`] keeps them compactly
+//! and publishes immutable snapshots for queries.
 
+pub mod current;
 pub mod merge;
