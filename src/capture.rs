@@ -35,6 +35,7 @@ use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::{BinlogCoord, StartPosition};
 use crate::source::schema::{list_tables, load_table_schema, TableId, TableSchema};
 use crate::source::snapshot::incremental::{run_snapshot, Phase, Progress, SnapshotOptions};
+use crate::state::current::TableSnapshot;
 use crate::state::merge::{ChangelogEvent, TableState};
 
 /// How a capture begins.
@@ -93,6 +94,15 @@ impl Capture {
         connect: ConnectOptions,
         options: CaptureOptions,
     ) -> SourceResult<(Self, Vec<TableChange>)> {
+        Self::start_with_progress(connect, options, Arc::new(Progress::default())).await
+    }
+
+    /// [`Capture::start`], reporting into `progress` while the snapshot runs.
+    pub async fn start_with_progress(
+        connect: ConnectOptions,
+        options: CaptureOptions,
+        progress: Arc<Progress>,
+    ) -> SourceResult<(Self, Vec<TableChange>)> {
         let mut conn = connect.connect().await?;
         let info = preflight(&mut conn, &connect.user()).await?;
         let filter = table_filter(&options.tables)?;
@@ -129,7 +139,7 @@ impl Capture {
             states,
             reader: None,
             pending: None,
-            progress: Arc::new(Progress::default()),
+            progress,
         };
         let open_reader = |start| {
             BinlogReader::open(
@@ -365,6 +375,17 @@ impl Capture {
 
     pub fn state(&self, table: usize) -> &TableState {
         &self.states[table]
+    }
+
+    /// An immutable version of table `table` for queries, tagged with `position`.
+    pub fn snapshot_table(
+        &mut self,
+        table: usize,
+        position: Option<BinlogCoord>,
+    ) -> SourceResult<TableSnapshot> {
+        self.states[table]
+            .snapshot(position)
+            .map_err(|e| SourceError::Config(format!("publishing {}: {e}", self.tables[table].id)))
     }
 
     pub fn progress(&self) -> Arc<Progress> {

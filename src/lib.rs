@@ -8,8 +8,11 @@
 //! * [`state`]: the per-key version merge of snapshot chunks and binlog changes into the
 //!   current state and the changelog.
 //! * [`capture`]: a capture of a set of tables: snapshot modes, hand-off to the stream.
+//! * [`provider`]: DataFusion tables over the captured state: current tables and changelogs.
+//! * [`engine`]: a DataFusion session with its sources as catalogs, and their status tables.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
+//! * [`sql`]: the statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `SHOW SOURCES`, ...
 //! * [`devserver`]: a private MariaDB server with binlog enabled, started on its own port and
 //!   data directory, used by the test suite, the demo and the benchmarks.
 #![deny(clippy::clone_on_ref_ptr)]
@@ -19,5 +22,8 @@
 pub mod capture;
 pub mod change;
 pub mod devserver;
+pub mod engine;
+pub mod provider;
 pub mod source;
+pub mod sql;
 pub mod state;

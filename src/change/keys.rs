@@ -68,6 +68,16 @@ impl RowCodec {
         ))
     }
 
+    /// Keys of rows given only by their key columns (in key order).
+    pub fn encode_keys(&self, key_columns: &[ArrayRef]) -> Result<Rows, ArrowError> {
+        self.key.convert_columns(key_columns)
+    }
+
+    /// Indexes of the key columns in the table's schema.
+    pub fn key_columns(&self) -> &[usize] {
+        &self.key_columns
+    }
+
     /// Turns full rows back into a batch of the table's schema.
     pub fn decode<'a>(
         &self,

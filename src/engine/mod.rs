@@ -1,0 +1,371 @@
+//! The engine: a DataFusion session plus the sources it captures.
+//!
+//! Each source is a DataFusion catalog named after it; each captured MySQL database is a schema
+//! of that catalog, holding `table` (the current table) and `table$changelog` (its changelog).
+//! The `cdc` schema (`cdc.sources`, `cdc.tables`, `cdc.chunks`) is present in every catalog, so
+//! status is reachable whatever the session's default catalog is.
+//!
+//! [`Engine::sql`] pins one published version of every source before planning, so a query
+//! reads every table of a source at the same binlog position and never half a transaction.
+
+pub mod source;
+mod status;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock, Weak};
+
+use async_trait::async_trait;
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, MemoryCatalogProviderList, SchemaProvider,
+};
+use datafusion::datasource::TableProvider;
+use datafusion::error::DataFusionError;
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::prelude::{DataFrame, SessionConfig};
+
+use crate::capture::CaptureOptions;
+use crate::provider::changelog::ChangelogProvider;
+use crate::provider::current::CurrentTableProvider;
+use crate::provider::{pin, Published, CHANGELOG_SUFFIX};
+use crate::source::error::SourceError;
+pub use source::{RunningSource, SourceStatus};
+use status::CdcSchema;
+
+/// Name of the schema holding the status tables.
+pub const STATUS_SCHEMA: &str = "cdc";
+
+/// Errors at the engine boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("source \"{0}\" already exists")]
+    SourceExists(String),
+    #[error("source \"{0}\" does not exist")]
+    NoSuchSource(String),
+    #[error("source name \"{0}\" is invalid: {1}")]
+    BadName(String, &'static str),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+    #[error("source \"{name}\" failed: {message}")]
+    SourceFailed { name: String, message: String },
+}
+
+pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
+
+/// See the module docs.
+pub struct Engine {
+    ctx: SessionContext,
+    sources: Arc<Sources>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field(
+                "sources",
+                &self
+                    .sources
+                    .read()
+                    .expect("sources")
+                    .keys()
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Engine {
+    pub fn new() -> Self {
+        let config = SessionConfig::new().with_information_schema(true);
+        let sources: Arc<Sources> = Arc::new(RwLock::new(BTreeMap::new()));
+        let catalogs = Arc::new(EngineCatalogs {
+            others: MemoryCatalogProviderList::new(),
+            sources: Arc::downgrade(&sources),
+        });
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_catalog_list(catalogs)
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let default_catalog = ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
+        if let Some(catalog) = ctx.catalog(&default_catalog) {
+            let _ = catalog.register_schema(
+                STATUS_SCHEMA,
+                Arc::new(CdcSchema::new(Arc::downgrade(&sources))),
+            );
+        }
+        Self { ctx, sources }
+    }
+
+    /// The underlying session (for registering more tables or functions).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Starts capturing `url` as source `name`; returns at once (see [`Engine::wait_ready`]).
+    pub fn create_source(
+        &self,
+        name: &str,
+        url: &str,
+        options: CaptureOptions,
+    ) -> Result<(), EngineError> {
+        if name.is_empty() || name == STATUS_SCHEMA {
+            return Err(EngineError::BadName(name.to_string(), "reserved or empty"));
+        }
+        let default_catalog = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
+        if name == default_catalog {
+            return Err(EngineError::BadName(
+                name.to_string(),
+                "it is the engine's default catalog",
+            ));
+        }
+        let mut sources = self.sources.write().expect("sources");
+        if sources.contains_key(name) {
+            return Err(EngineError::SourceExists(name.to_string()));
+        }
+        let source = Arc::new(RunningSource::start(
+            name,
+            url,
+            &mask_password(url),
+            options,
+        )?);
+        sources.insert(name.to_string(), source);
+        Ok(())
+    }
+
+    /// Waits until source `name` has published its consistent state (or failed).
+    pub async fn wait_ready(&self, name: &str) -> Result<(), EngineError> {
+        let source = self.source(name)?;
+        source
+            .wait_ready()
+            .await
+            .map_err(|message| EngineError::SourceFailed {
+                name: name.to_string(),
+                message,
+            })
+    }
+
+    pub fn source(&self, name: &str) -> Result<Arc<RunningSource>, EngineError> {
+        self.sources
+            .read()
+            .expect("sources")
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NoSuchSource(name.to_string()))
+    }
+
+    /// Stops and removes source `name`.
+    pub fn drop_source(&self, name: &str) -> Result<(), EngineError> {
+        let removed = self.sources.write().expect("sources").remove(name);
+        match removed {
+            Some(_) => Ok(()),
+            None => Err(EngineError::NoSuchSource(name.to_string())),
+        }
+    }
+
+    /// Plans `sql` with every source's current version pinned.
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
+        let pinned = {
+            let sources = self.sources.read().expect("sources");
+            pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
+        };
+        let mut state = self.ctx.state();
+        state.config_mut().set_extension(Arc::new(pinned));
+        let ctx = SessionContext::new_with_state(state);
+        Ok(ctx.sql(sql).await?)
+    }
+}
+
+/// `mysql://user:secret@host` → `mysql://user:****@host`.
+pub fn mask_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:****{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// The session's catalogs: one per source (looked up live, so dropping a source removes its
+/// catalog), and the ordinary ones (the default catalog) kept in memory.
+#[derive(Debug)]
+struct EngineCatalogs {
+    others: MemoryCatalogProviderList,
+    sources: SourcesRef,
+}
+
+impl CatalogProviderList for EngineCatalogs {
+    fn register_catalog(
+        &self,
+        name: String,
+        catalog: Arc<dyn CatalogProvider>,
+    ) -> Option<Arc<dyn CatalogProvider>> {
+        self.others.register_catalog(name, catalog)
+    }
+
+    fn catalog_names(&self) -> Vec<String> {
+        let mut names = self.others.catalog_names();
+        if let Some(sources) = self.sources.upgrade() {
+            names.extend(sources.read().expect("sources").keys().cloned());
+        }
+        names
+    }
+
+    fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
+        let sources = self.sources.upgrade()?;
+        let source = sources.read().expect("sources").get(name).cloned();
+        match source {
+            Some(source) => Some(Arc::new(SourceCatalog {
+                source,
+                status: Arc::new(CdcSchema::new(Arc::downgrade(&sources))),
+            })),
+            None => self.others.catalog(name),
+        }
+    }
+}
+
+/// A source as a catalog: one schema per captured database, plus `cdc`.
+#[derive(Debug)]
+struct SourceCatalog {
+    source: Arc<RunningSource>,
+    status: Arc<CdcSchema>,
+}
+
+impl CatalogProvider for SourceCatalog {
+    fn schema_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .source
+            .status()
+            .tables
+            .iter()
+            .map(|t| t.id.db.clone())
+            .collect();
+        names.push(STATUS_SCHEMA.to_string());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        if name == STATUS_SCHEMA {
+            return Some(Arc::clone(&self.status) as Arc<dyn SchemaProvider>);
+        }
+        let tables = self.source.status().tables;
+        tables.iter().any(|t| t.id.db == name).then(|| {
+            Arc::new(SourceSchema {
+                source: Arc::clone(&self.source),
+                db: name.to_string(),
+            }) as Arc<dyn SchemaProvider>
+        })
+    }
+}
+
+/// One captured database: its tables and their changelogs.
+#[derive(Debug)]
+struct SourceSchema {
+    source: Arc<RunningSource>,
+    db: String,
+}
+
+impl SourceSchema {
+    fn published(&self) -> Published {
+        Arc::clone(&self.source.published)
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for SourceSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.source
+            .status()
+            .tables
+            .iter()
+            .filter(|t| t.id.db == self.db)
+            .flat_map(|t| {
+                [
+                    t.id.table.clone(),
+                    format!("{}{CHANGELOG_SUFFIX}", t.id.table),
+                ]
+            })
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> datafusion::error::Result<Option<Arc<dyn TableProvider>>> {
+        let tables = self.source.status().tables;
+        let (base, changelog) = match name.strip_suffix(CHANGELOG_SUFFIX) {
+            Some(base) => (base, true),
+            None => (name, false),
+        };
+        let Some(index) = tables
+            .iter()
+            .position(|t| t.id.db == self.db && t.id.table == base)
+        else {
+            return Ok(None);
+        };
+        let name = &self.source.name;
+        Ok(Some(if changelog {
+            let schema = crate::state::changelog::changelog_schema(&tables[index].arrow);
+            Arc::new(ChangelogProvider::new(
+                name,
+                self.published(),
+                index,
+                schema,
+            ))
+        } else {
+            Arc::new(CurrentTableProvider::new(
+                name,
+                self.published(),
+                index,
+                Arc::clone(&tables[index]),
+            ))
+        }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.table_names().iter().any(|t| t == name)
+    }
+}
+
+/// Weak handle used by status tables.
+pub(crate) type SourcesRef = Weak<Sources>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_masked() {
+        assert_eq!(
+            mask_password("mysql://cdc:secret@h:3306/db"),
+            "mysql://cdc:****@h:3306/db"
+        );
+        assert_eq!(mask_password("mysql://cdc@h:3306"), "mysql://cdc@h:3306");
+        assert_eq!(mask_password("mysql://u:p@ss@h"), "mysql://u:****@h");
+    }
+}

@@ -1,0 +1,254 @@
+//! One running source: its capture task, and the versions it publishes for queries.
+//!
+//! # Publication
+//! The task owns the [`Capture`]. After the hand-off, and then after every source transaction,
+//! it appends the transaction's changelog entries, takes snapshots of the tables the
+//! transaction touched (O(changed rows)), and swaps in a new [`SourceVersion`] holding all
+//! tables at the transaction's end position. Readers load versions without locks.
+//!
+//! # Failure
+//! A definite capture error stops the task and is kept in the source's status; the last
+//! published version stays queryable. Transient errors are retried inside the capture.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tokio::sync::watch;
+
+use crate::capture::{Capture, CaptureOptions, TableChange};
+use crate::provider::{Published, SourceVersion};
+use crate::source::connect::ConnectOptions;
+use crate::source::error::SourceResult;
+use crate::source::position::BinlogCoord;
+use crate::source::schema::TableSchema;
+use crate::source::snapshot::incremental::Progress;
+use crate::state::changelog::{changelog_batch, Changelog};
+
+/// What a source's status shows.
+#[derive(Debug, Clone, Default)]
+pub struct SourceStatus {
+    pub tables: Vec<Arc<TableSchema>>,
+    pub server_version: String,
+    pub flavor: String,
+    pub error: Option<String>,
+    /// Transactions applied since the hand-off.
+    pub transactions: u64,
+}
+
+/// A source registered in the engine.
+#[derive(Debug)]
+pub struct RunningSource {
+    pub name: String,
+    /// The URL with the password masked.
+    pub url: String,
+    pub published: Published,
+    pub progress: Arc<Progress>,
+    pub status: Arc<Mutex<SourceStatus>>,
+    /// Becomes true when the first version (the end of the hand-off) is published, or the
+    /// capture fails.
+    ready: watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for RunningSource {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RunningSource {
+    /// Starts capturing in a background task.
+    pub fn start(
+        name: &str,
+        url: &str,
+        masked_url: &str,
+        options: CaptureOptions,
+    ) -> SourceResult<Self> {
+        let connect = ConnectOptions::from_url(url)?;
+        let published: Published = Arc::new(ArcSwap::from_pointee(SourceVersion::default()));
+        let progress = Arc::new(Progress::default());
+        let status = Arc::new(Mutex::new(SourceStatus::default()));
+        let (ready_tx, ready) = watch::channel(false);
+        let task = tokio::spawn(run(
+            connect,
+            options,
+            Arc::clone(&published),
+            Arc::clone(&progress),
+            Arc::clone(&status),
+            ready_tx,
+        ));
+        Ok(Self {
+            name: name.to_string(),
+            url: masked_url.to_string(),
+            published,
+            progress,
+            status,
+            ready,
+            task,
+        })
+    }
+
+    /// Waits until the hand-off is published (the current tables are consistent) or the
+    /// capture failed; returns the error in that case.
+    pub async fn wait_ready(&self) -> Result<(), String> {
+        let mut ready = self.ready.clone();
+        let _ = ready.wait_for(|r| *r).await;
+        match self.status.lock().expect("status").error.clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until the published version has reached `target` (a transaction boundary taken
+    /// from the server), or the capture failed.
+    pub async fn wait_for(&self, target: &BinlogCoord) -> Result<(), String> {
+        loop {
+            if let Some(e) = self.status.lock().expect("status").error.clone() {
+                return Err(e);
+            }
+            if self
+                .published
+                .load()
+                .position
+                .as_ref()
+                .is_some_and(|p| p >= target)
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    pub fn status(&self) -> SourceStatus {
+        self.status.lock().expect("status").clone()
+    }
+}
+
+async fn run(
+    connect: ConnectOptions,
+    options: CaptureOptions,
+    published: Published,
+    progress: Arc<Progress>,
+    status: Arc<Mutex<SourceStatus>>,
+    ready: watch::Sender<bool>,
+) {
+    let result = capture_loop(connect, options, &published, progress, &status, &ready).await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "source stopped");
+        status.lock().expect("status").error = Some(e.to_string());
+    }
+    let _ = ready.send(true);
+}
+
+/// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
+/// gets the next number in order.
+#[derive(Debug, Default)]
+struct TxNumbers {
+    next: u64,
+    last: Option<BinlogCoord>,
+}
+
+impl TxNumbers {
+    fn number(&mut self, start: &BinlogCoord, snapshot: bool) -> u64 {
+        if snapshot {
+            return 0;
+        }
+        if self.last.as_ref() != Some(start) {
+            self.next += 1;
+            self.last = Some(start.clone());
+        }
+        self.next
+    }
+}
+
+async fn capture_loop(
+    connect: ConnectOptions,
+    options: CaptureOptions,
+    published: &Published,
+    progress: Arc<Progress>,
+    status: &Mutex<SourceStatus>,
+    ready: &watch::Sender<bool>,
+) -> SourceResult<()> {
+    let (mut capture, handoff) =
+        Capture::start_with_progress(connect, options, Arc::clone(&progress)).await?;
+    {
+        let mut s = status.lock().expect("status");
+        s.tables = capture.tables().to_vec();
+        s.server_version = capture.server().version.clone();
+        s.flavor = format!("{:?}", capture.server().flavor);
+    }
+    let mut changelogs: Vec<Changelog> = capture
+        .tables()
+        .iter()
+        .map(|t| Changelog::new(&t.arrow))
+        .collect();
+    let mut numbers = TxNumbers::default();
+    append(&capture, &mut changelogs, &handoff, &mut numbers)?;
+    let position = progress.report().position;
+    let mut tables = Vec::with_capacity(capture.tables().len());
+    for t in 0..capture.tables().len() {
+        tables.push(capture.snapshot_table(t, position.clone())?);
+    }
+    published.store(Arc::new(SourceVersion {
+        position,
+        consistent: true,
+        tables,
+        changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
+    }));
+    let _ = ready.send(true);
+    while let Some((tx, changes)) = capture.next().await? {
+        append(&capture, &mut changelogs, &changes, &mut numbers)?;
+        let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
+        let previous = published.load_full();
+        let mut version = SourceVersion {
+            position: Some(tx.end.clone()),
+            consistent: true,
+            tables: previous.tables.clone(),
+            changelogs: previous.changelogs.clone(),
+        };
+        for t in touched {
+            version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
+            version.changelogs[t] = changelogs[t].snapshot();
+        }
+        for snap in &mut version.tables {
+            snap.position = Some(tx.end.clone());
+        }
+        published.store(Arc::new(version));
+        status.lock().expect("status").transactions += 1;
+    }
+    Ok(())
+}
+
+/// Appends changes to the changelogs, one segment per table.
+fn append(
+    capture: &Capture,
+    changelogs: &mut [Changelog],
+    changes: &[TableChange],
+    numbers: &mut TxNumbers,
+) -> SourceResult<()> {
+    let mut per_table: BTreeMap<usize, (Vec<&crate::state::merge::ChangelogEvent>, Vec<u64>)> =
+        BTreeMap::new();
+    for c in changes {
+        let n = numbers.number(&c.event.position.tx, c.event.position.event_index == 0);
+        let entry = per_table.entry(c.table).or_default();
+        entry.0.push(&c.event);
+        entry.1.push(n);
+    }
+    for (t, (events, tx)) in per_table {
+        let segment = changelog_batch(
+            capture.state(t).codec(),
+            &changelogs[t].schema,
+            &events,
+            &tx,
+        )
+        .map_err(|e| {
+            crate::source::error::SourceError::Config(format!(
+                "building the changelog of {}: {e}",
+                capture.tables()[t].id
+            ))
+        })?;
+        changelogs[t].append(segment);
+    }
+    Ok(())
+}

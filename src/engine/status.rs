@@ -1,0 +1,190 @@
+//! The `cdc` status schema: `cdc.sources`, `cdc.tables` and `cdc.chunks`.
+//!
+//! Each table is built from the sources' live status when a query plans it, so it always shows
+//! the present: phase, positions, progress and errors. Status says plainly when a current table
+//! is still a mix of chunk boundaries (`consistent = false`, phase `Snapshot`/`CatchUp`) and from
+//! which position on it is consistent.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::{Field, Schema};
+use async_trait::async_trait;
+use datafusion::catalog::{MemTable, SchemaProvider};
+use datafusion::datasource::TableProvider;
+use datafusion::error::Result;
+
+use super::SourcesRef;
+use crate::source::snapshot::incremental::{ChunkState, Phase};
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct CdcSchema {
+    sources: SourcesRef,
+}
+
+const TABLES: [&str; 3] = ["sources", "tables", "chunks"];
+
+impl CdcSchema {
+    pub(crate) fn new(sources: SourcesRef) -> Self {
+        Self { sources }
+    }
+}
+
+fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Planning => "planning",
+        Phase::Snapshot => "snapshot",
+        Phase::CatchUp => "catch-up",
+        Phase::Streaming => "streaming",
+        Phase::Done => "done",
+    }
+}
+
+fn text(v: Vec<Option<String>>) -> ArrayRef {
+    Arc::new(StringArray::from(v))
+}
+
+fn table(columns: Vec<(&str, ArrayRef)>) -> Result<Arc<dyn TableProvider>> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
+            .collect::<Vec<_>>(),
+    ));
+    let batch = RecordBatch::try_new(
+        Arc::clone(&schema),
+        columns.into_iter().map(|(_, a)| a).collect(),
+    )?;
+    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+}
+
+#[async_trait]
+impl SchemaProvider for CdcSchema {
+    fn table_names(&self) -> Vec<String> {
+        TABLES.iter().map(|s| s.to_string()).collect()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let Some(sources) = self.sources.upgrade() else {
+            return Ok(None);
+        };
+        let sources: Vec<_> = sources.read().expect("sources").values().cloned().collect();
+        match name {
+            "sources" => {
+                let mut cols: [Vec<Option<String>>; 8] = Default::default();
+                let mut consistent = Vec::new();
+                let mut txs = Vec::new();
+                for s in &sources {
+                    let status = s.status();
+                    let report = s.progress.report();
+                    let version = s.published.load_full();
+                    cols[0].push(Some(s.name.clone()));
+                    cols[1].push(Some(status.flavor.clone()).filter(|f| !f.is_empty()));
+                    cols[2].push(Some(status.server_version.clone()).filter(|v| !v.is_empty()));
+                    cols[3].push(Some(phase_name(report.phase).to_string()));
+                    cols[4].push(version.position.as_ref().map(ToString::to_string));
+                    cols[5].push(report.position.as_ref().map(ToString::to_string));
+                    cols[6].push(status.error.clone());
+                    cols[7].push(Some(s.url.clone()));
+                    consistent.push(Some(version.consistent));
+                    txs.push(status.transactions);
+                }
+                let [name, flavor, version, phase, published, live, error, url] = cols;
+                table(vec![
+                    ("name", text(name)),
+                    ("flavor", text(flavor)),
+                    ("server_version", text(version)),
+                    ("phase", text(phase)),
+                    ("position", text(published)),
+                    ("live_position", text(live)),
+                    ("consistent", Arc::new(BooleanArray::from(consistent))),
+                    ("transactions", Arc::new(UInt64Array::from(txs))),
+                    ("error", text(error)),
+                    ("url", text(url)),
+                ])
+                .map(Some)
+            }
+            "tables" => {
+                let mut cols: [Vec<Option<String>>; 6] = Default::default();
+                let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
+                for s in &sources {
+                    let report = s.progress.report();
+                    let version = s.published.load_full();
+                    for (i, t) in s.status().tables.iter().enumerate() {
+                        let chunks: Vec<_> =
+                            report.chunks.iter().filter(|c| c.table == t.id).collect();
+                        let highs: Vec<String> = chunks
+                            .iter()
+                            .filter_map(|c| c.high.as_ref().map(ToString::to_string))
+                            .collect();
+                        cols[0].push(Some(s.name.clone()));
+                        cols[1].push(Some(t.id.db.clone()));
+                        cols[2].push(Some(t.id.table.clone()));
+                        cols[3].push(Some(phase_name(report.phase).to_string()));
+                        cols[4].push(highs.iter().min().cloned());
+                        cols[5].push(highs.iter().max().cloned());
+                        rows.push(version.tables.get(i).map(|v| v.len() as u64));
+                        done.push(
+                            chunks
+                                .iter()
+                                .filter(|c| c.state == ChunkState::Done)
+                                .count() as u64,
+                        );
+                        total.push(chunks.len() as u64);
+                        keyless.push(t.primary_key.is_empty());
+                    }
+                }
+                let [source, db, name, phase, low, high] = cols;
+                table(vec![
+                    ("source", text(source)),
+                    ("db", text(db)),
+                    ("table", text(name)),
+                    ("phase", text(phase)),
+                    ("rows", Arc::new(UInt64Array::from(rows))),
+                    ("chunks_done", Arc::new(UInt64Array::from(done))),
+                    ("chunks_total", Arc::new(UInt64Array::from(total))),
+                    ("snapshot_min_high", text(low)),
+                    ("snapshot_max_high", text(high)),
+                    ("keyless", Arc::new(BooleanArray::from(keyless))),
+                ])
+                .map(Some)
+            }
+            "chunks" => {
+                let mut cols: [Vec<Option<String>>; 7] = Default::default();
+                let (mut index, mut rows) = (vec![], vec![]);
+                for s in &sources {
+                    for c in s.progress.report().chunks {
+                        cols[0].push(Some(s.name.clone()));
+                        cols[1].push(Some(c.table.db.clone()));
+                        cols[2].push(Some(c.table.table.clone()));
+                        cols[3].push(Some(c.range.clone()));
+                        cols[4].push(c.low.as_ref().map(ToString::to_string));
+                        cols[5].push(c.high.as_ref().map(ToString::to_string));
+                        cols[6].push(Some(format!("{:?}", c.state).to_lowercase()));
+                        index.push(c.index as u64);
+                        rows.push(c.rows as u64);
+                    }
+                }
+                let [source, db, name, range, low, high, state] = cols;
+                table(vec![
+                    ("source", text(source)),
+                    ("db", text(db)),
+                    ("table", text(name)),
+                    ("chunk", Arc::new(UInt64Array::from(index))),
+                    ("range", text(range)),
+                    ("low", text(low)),
+                    ("high", text(high)),
+                    ("rows", Arc::new(UInt64Array::from(rows))),
+                    ("state", text(state)),
+                ])
+                .map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        TABLES.contains(&name)
+    }
+}

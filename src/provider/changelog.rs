@@ -1,0 +1,166 @@
+//! `db.table$changelog`: every change of a captured table as a DataFusion [`TableProvider`].
+//!
+//! A bounded scan returns the history up to the version's position. Filters on `_position`
+//! and `_commit_ts` (comparisons with literals) prune whole segments by their ranges; they are
+//! reported inexact, so DataFusion still applies them row by row.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Result, ScalarValue, Statistics};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_datasource::memory::MemorySourceConfig;
+use datafusion_datasource::source::DataSourceExec;
+
+use super::{version_for, Published};
+use crate::state::changelog::ChangelogSegment;
+
+/// The changelog of table `index` of a source.
+#[derive(Debug)]
+pub struct ChangelogProvider {
+    source: String,
+    published: Published,
+    index: usize,
+    schema: SchemaRef,
+}
+
+impl ChangelogProvider {
+    pub fn new(source: &str, published: Published, index: usize, schema: SchemaRef) -> Self {
+        Self {
+            source: source.to_string(),
+            published,
+            index,
+            schema,
+        }
+    }
+}
+
+/// A range condition on a segment-level column.
+#[derive(Debug, Clone)]
+enum Bound {
+    Position(Operator, String),
+    CommitTs(Operator, i64),
+}
+
+fn flip(op: Operator) -> Operator {
+    match op {
+        Operator::Lt => Operator::Gt,
+        Operator::LtEq => Operator::GtEq,
+        Operator::Gt => Operator::Lt,
+        Operator::GtEq => Operator::LtEq,
+        other => other,
+    }
+}
+
+fn bound(filter: &Expr) -> Option<Bound> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = filter else {
+        return None;
+    };
+    if !matches!(
+        op,
+        Operator::Eq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+    ) {
+        return None;
+    }
+    let (column, value, op) = match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), Expr::Literal(v, _)) => (c, v, *op),
+        (Expr::Literal(v, _), Expr::Column(c)) => (c, v, flip(*op)),
+        _ => return None,
+    };
+    match (column.name.as_str(), value) {
+        (
+            "_position",
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::Utf8View(Some(s))
+            | ScalarValue::LargeUtf8(Some(s)),
+        ) => Some(Bound::Position(op, s.clone())),
+        ("_commit_ts", ScalarValue::TimestampMicrosecond(Some(t), _)) => {
+            Some(Bound::CommitTs(op, *t))
+        }
+        _ => None,
+    }
+}
+
+/// Whether a segment whose values lie in `[lo, hi]` can hold a row satisfying `op v`.
+fn overlaps<T: PartialOrd>(lo: &T, hi: &T, op: Operator, v: &T) -> bool {
+    match op {
+        Operator::Eq => lo <= v && v <= hi,
+        Operator::Lt => lo < v,
+        Operator::LtEq => lo <= v,
+        Operator::Gt => hi > v,
+        Operator::GtEq => hi >= v,
+        _ => true,
+    }
+}
+
+fn keep(segment: &ChangelogSegment, bounds: &[Bound]) -> bool {
+    bounds.iter().all(|b| match b {
+        Bound::Position(op, v) => overlaps(&segment.min_position, &segment.max_position, *op, v),
+        Bound::CommitTs(op, v) => match (segment.min_commit_ts, segment.max_commit_ts) {
+            (Some(lo), Some(hi)) => overlaps(&lo, &hi, *op, v),
+            // Snapshot reads have no commit time: no comparison holds for NULL.
+            _ => false,
+        },
+    })
+}
+
+#[async_trait]
+impl TableProvider for ChangelogProvider {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| match bound(f) {
+                Some(_) => TableProviderFilterPushDown::Inexact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        let version = self.published.load_full();
+        let log = version.changelogs.get(self.index)?;
+        let mut stats = Statistics::new_unknown(&self.schema);
+        stats.num_rows = Precision::Exact(log.num_rows());
+        Some(stats)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let version = version_for(state, &self.source, &self.published);
+        let bounds: Vec<Bound> = filters.iter().filter_map(bound).collect();
+        let batches = version
+            .changelogs
+            .get(self.index)
+            .map(|log| {
+                log.segments()
+                    .filter(|s| keep(s, &bounds))
+                    .map(|s| s.batch.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let config = MemorySourceConfig::try_new(&[batches], self.schema(), projection.cloned())?
+            .with_limit(limit);
+        Ok(DataSourceExec::from_data_source(config))
+    }
+}

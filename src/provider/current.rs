@@ -1,0 +1,183 @@
+//! `db.table`: the current table of a captured table as a DataFusion [`TableProvider`].
+//!
+//! # Pushdown
+//! * Projection and `LIMIT` go to the in-memory scan.
+//! * Equality and `IN` filters on a single-column primary key are answered from the table's
+//!   index ([`TableSnapshot::lookup`]) and marked exact, so a point lookup touches only the rows
+//!   it returns; other filters are applied by DataFusion above the scan.
+//! * Statistics report the exact row count of the version the scan reads.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Result, ScalarValue, Statistics};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_datasource::memory::MemorySourceConfig;
+use datafusion_datasource::source::DataSourceExec;
+
+use super::{version_for, Published};
+use crate::source::schema::TableSchema;
+use crate::state::current::KeyBytes;
+
+/// The current table `index` of a source.
+#[derive(Debug)]
+pub struct CurrentTableProvider {
+    source: String,
+    published: Published,
+    index: usize,
+    table: Arc<TableSchema>,
+}
+
+impl CurrentTableProvider {
+    pub fn new(source: &str, published: Published, index: usize, table: Arc<TableSchema>) -> Self {
+        Self {
+            source: source.to_string(),
+            published,
+            index,
+            table,
+        }
+    }
+
+    /// The primary-key column when it is a single column.
+    fn key_column(&self) -> Option<&str> {
+        match self.table.primary_key.as_slice() {
+            [k] => Some(self.table.columns[*k].name.as_str()),
+            _ => None,
+        }
+    }
+
+    /// The literal key values a filter selects, if it is `key = lit`, `lit = key`,
+    /// `key IN (lits)`, or a disjunction of those (DataFusion rewrites short IN lists so).
+    fn key_values(&self, filter: &Expr) -> Option<Vec<ScalarValue>> {
+        let key = self.key_column()?;
+        let is_key = |e: &Expr| matches!(e, Expr::Column(c) if c.name == key);
+        match filter {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Or,
+                right,
+            }) => {
+                let mut values = self.key_values(left)?;
+                values.extend(self.key_values(right)?);
+                Some(values)
+            }
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) => match (left.as_ref(), right.as_ref()) {
+                (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c)
+                    if is_key(c) && !v.is_null() =>
+                {
+                    Some(vec![v.clone()])
+                }
+                _ => None,
+            },
+            Expr::InList(list) if !list.negated && is_key(&list.expr) => list
+                .list
+                .iter()
+                .map(|e| match e {
+                    Expr::Literal(v, _) if !v.is_null() => Some(v.clone()),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+}
+
+#[async_trait]
+impl TableProvider for CurrentTableProvider {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.table.arrow)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(filters
+            .iter()
+            .map(|f| match self.key_values(f) {
+                Some(_) => TableProviderFilterPushDown::Exact,
+                None => TableProviderFilterPushDown::Unsupported,
+            })
+            .collect())
+    }
+
+    fn statistics(&self) -> Option<Statistics> {
+        let version = self.published.load_full();
+        let snap = version.tables.get(self.index)?;
+        let mut stats = Statistics::new_unknown(&self.table.arrow);
+        stats.num_rows = Precision::Exact(snap.len());
+        Some(stats)
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let version = version_for(state, &self.source, &self.published);
+        let Some(snap) = version.tables.get(self.index) else {
+            let config =
+                MemorySourceConfig::try_new(&[vec![]], self.schema(), projection.cloned())?;
+            return Ok(DataSourceExec::from_data_source(config));
+        };
+        // Every pushed filter is a key filter (the others were refused); they all hold, so the
+        // keys are the intersection of their value sets.
+        let mut keys: Option<Vec<ScalarValue>> = None;
+        for f in filters {
+            if let Some(values) = self.key_values(f) {
+                keys = Some(match keys {
+                    None => values,
+                    Some(prev) => prev.into_iter().filter(|v| values.contains(v)).collect(),
+                });
+            }
+        }
+        let batches = match keys {
+            Some(values) => vec![snap.lookup(&self.encode_keys(&values)?)?],
+            None => snap.scan_all()?,
+        };
+        let config = MemorySourceConfig::try_new(&[batches], self.schema(), projection.cloned())?
+            .with_limit(limit);
+        Ok(DataSourceExec::from_data_source(config))
+    }
+}
+
+impl CurrentTableProvider {
+    /// Key bytes of literal key values, cast to the key column's type; values that do not fit
+    /// the type select nothing.
+    fn encode_keys(&self, values: &[ScalarValue]) -> Result<Vec<KeyBytes>> {
+        let k = self.table.primary_key[0];
+        let data_type = self.table.arrow.field(k).data_type();
+        let mut out = Vec::with_capacity(values.len());
+        let version = self.published.load_full();
+        let Some(snap) = version.tables.get(self.index) else {
+            return Ok(out);
+        };
+        for v in values {
+            let Ok(cast) = v.cast_to(data_type) else {
+                continue;
+            };
+            // A lossy cast (e.g. 1.5 to an integer) would find the wrong row.
+            if cast.cast_to(&v.data_type()).ok().as_ref() != Some(v) {
+                continue;
+            }
+            let rows = snap.codec().encode_keys(&[cast.to_array()?])?;
+            out.push(rows.row(0).as_ref().into());
+        }
+        Ok(out)
+    }
+}

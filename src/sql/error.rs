@@ -1,0 +1,198 @@
+//! [`SqlError`]: everything that can go wrong with a cdcfusion statement, and the SQLSTATE each
+//! maps to.
+//!
+//! # Invariant
+//! Every variant the parser produces names what it rejected (the token, option or URL) and, where
+//! the text has one, its line and column from the tokenizer's spans; no variant ever carries a
+//! MySQL password (URLs are stored masked). Variants are grouped by what the client should do
+//! (fix the text, fix a value, use another feature, look at the catalog), which is also what the
+//! SQLSTATE class says, so the pgwire layer maps them with [`SqlError::sqlstate`] alone.
+
+use std::fmt;
+
+use sqlparser::parser::ParserError;
+use sqlparser::tokenizer::Location;
+
+use super::options::SourceOption;
+
+/// `syntax_error`: the statement text does not follow the grammar.
+pub const SQLSTATE_SYNTAX_ERROR: &str = "42601";
+/// `invalid_parameter_value`: an option or URL has a value of the wrong type or range.
+pub const SQLSTATE_INVALID_PARAMETER_VALUE: &str = "22023";
+/// `feature_not_supported`: well-formed, but not something cdcfusion does.
+pub const SQLSTATE_FEATURE_NOT_SUPPORTED: &str = "0A000";
+/// `undefined_object`: the statement names a source that does not exist.
+pub const SQLSTATE_UNDEFINED_OBJECT: &str = "42704";
+/// `duplicate_object`: the statement creates a source that already exists.
+pub const SQLSTATE_DUPLICATE_OBJECT: &str = "42710";
+
+/// An error of a cdcfusion SQL statement; see the module docs.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// The text does not follow the grammar: `found` is the offending token as written.
+    #[error("syntax error: expected {expected}, found {found}{}", At(.location))]
+    Syntax {
+        expected: String,
+        found: String,
+        location: Option<Location>,
+    },
+    /// The tokenizer could not split the text (an unterminated string or quoted name).
+    #[error("syntax error: {message}{}", At(.location))]
+    Tokenize {
+        message: String,
+        location: Option<Location>,
+    },
+    /// sqlparser rejected an option's value expression; its message carries the position.
+    #[error("invalid value for option {option}: {source}")]
+    Expression {
+        option: SourceOption,
+        source: ParserError,
+    },
+    /// An option name the statement does not take.
+    #[error("unknown option {name:?}{}; valid options are {}", At(.location), SourceOption::names_list())]
+    UnknownOption {
+        name: String,
+        location: Option<Location>,
+    },
+    /// The same option given twice (PostgreSQL: "conflicting or redundant options").
+    #[error("option {option} is given more than once{}", At(.location))]
+    DuplicateOption {
+        option: SourceOption,
+        location: Option<Location>,
+    },
+    /// An option's value has the wrong type, is out of range, or conflicts with another option.
+    #[error("invalid value for option {option}: {message}{}", At(.location))]
+    InvalidValue {
+        option: SourceOption,
+        message: String,
+        location: Option<Location>,
+    },
+    /// The connection URL is not one `mysql_async` accepts; `url` has its password masked.
+    #[error("invalid MySQL URL '{url}': {reason}{}", At(.location))]
+    InvalidUrl {
+        url: String,
+        reason: String,
+        location: Option<Location>,
+    },
+    /// Well-formed but not supported (another source type, `CREATE OR REPLACE`, ...).
+    #[error("{feature} is not supported{}{}", At(.location), Hint(.hint))]
+    Unsupported {
+        feature: String,
+        hint: Option<String>,
+        location: Option<Location>,
+    },
+    /// The named source does not exist (`DROP`/`ALTER` without `IF EXISTS`); raised by the
+    /// statement's executor, which owns the catalog.
+    #[error("source {name:?} does not exist")]
+    UndefinedSource { name: String },
+    /// A source of that name exists already (`CREATE` without `IF NOT EXISTS`); raised by the
+    /// statement's executor.
+    #[error("source {name:?} already exists")]
+    DuplicateSource { name: String },
+}
+
+impl SqlError {
+    /// The PostgreSQL SQLSTATE the pgwire layer reports for this error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            SqlError::Syntax { .. }
+            | SqlError::Tokenize { .. }
+            | SqlError::Expression { .. }
+            | SqlError::UnknownOption { .. }
+            | SqlError::DuplicateOption { .. } => SQLSTATE_SYNTAX_ERROR,
+            SqlError::InvalidValue { .. } | SqlError::InvalidUrl { .. } => {
+                SQLSTATE_INVALID_PARAMETER_VALUE
+            }
+            SqlError::Unsupported { .. } => SQLSTATE_FEATURE_NOT_SUPPORTED,
+            SqlError::UndefinedSource { .. } => SQLSTATE_UNDEFINED_OBJECT,
+            SqlError::DuplicateSource { .. } => SQLSTATE_DUPLICATE_OBJECT,
+        }
+    }
+
+    /// Where in the statement text the error is, when the error points at one token.
+    pub fn location(&self) -> Option<Location> {
+        match self {
+            SqlError::Syntax { location, .. }
+            | SqlError::Tokenize { location, .. }
+            | SqlError::UnknownOption { location, .. }
+            | SqlError::DuplicateOption { location, .. }
+            | SqlError::InvalidValue { location, .. }
+            | SqlError::InvalidUrl { location, .. }
+            | SqlError::Unsupported { location, .. } => *location,
+            // sqlparser's message has the position in its text only.
+            SqlError::Expression { .. }
+            | SqlError::UndefinedSource { .. }
+            | SqlError::DuplicateSource { .. } => None,
+        }
+    }
+}
+
+/// Formats an optional location the way sqlparser and DataFusion do (` at Line: 1, Column: 8`),
+/// so errors of our statements read like those of every other statement.
+struct At<'a>(&'a Option<Location>);
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(location) => write!(f, "{location}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Formats an optional hint as a trailing sentence.
+struct Hint<'a>(&'a Option<String>);
+
+impl fmt::Display for Hint<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(hint) => write!(f, "; {hint}"),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlstates_follow_postgresql_classes() {
+        let at = Some(Location::new(1, 8));
+        let syntax = SqlError::Syntax {
+            expected: "FROM".into(),
+            found: "EOF".into(),
+            location: at,
+        };
+        assert_eq!(syntax.sqlstate(), "42601");
+        assert_eq!(
+            syntax.to_string(),
+            "syntax error: expected FROM, found EOF at Line: 1, Column: 8"
+        );
+        let value = SqlError::InvalidValue {
+            option: SourceOption::Parallelism,
+            message: "0 is out of range 1..=64".into(),
+            location: None,
+        };
+        assert_eq!(value.sqlstate(), "22023");
+        assert_eq!(
+            value.to_string(),
+            "invalid value for option parallelism: 0 is out of range 1..=64"
+        );
+        let unsupported = SqlError::Unsupported {
+            feature: "source type POSTGRES".into(),
+            hint: Some("only MYSQL sources exist".into()),
+            location: at,
+        };
+        assert_eq!(unsupported.sqlstate(), "0A000");
+        assert_eq!(
+            unsupported.to_string(),
+            "source type POSTGRES is not supported at Line: 1, Column: 8; only MYSQL sources exist"
+        );
+        let missing = SqlError::UndefinedSource { name: "s".into() };
+        assert_eq!(missing.sqlstate(), "42704");
+        assert_eq!(missing.to_string(), "source \"s\" does not exist");
+        let dup = SqlError::DuplicateSource { name: "s".into() };
+        assert_eq!(dup.sqlstate(), "42710");
+    }
+}

@@ -1,0 +1,113 @@
+//! The SQL statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `DROP SOURCE`,
+//! `SHOW SOURCES` and `ALTER SOURCE ... RESNAPSHOT`.
+//!
+//! This module owns their text: grammar, option checking and rendering back to SQL. It does
+//! not run them; the executor (the pgwire layer's query hook) matches on [`CdcStatement`] and
+//! hands every text [`parse_cdc_statement`] returns `Ok(None)` for to DataFusion unchanged.
+//!
+//! # Invariant
+//! A statement that starts like ours is ours: it parses completely or fails with an error that
+//! names the offending token, option or URL and its line and column, with a PostgreSQL
+//! SQLSTATE ([`SqlError::sqlstate`]). A parsed `CREATE SOURCE` is valid as a capture
+//! ([`SourceOptions::to_capture_options`]) and never shows its password.
+//!
+//! # Parts
+//! * `statement`: the grammar on sqlparser's tokenizer and parser (PostgreSQL dialect, as
+//!   clients speak it to us).
+//! * `render`: statements back to SQL, password masked.
+//! * `options`: the `WITH (...)` options: names, types, ranges, defaults, mapping to the capture.
+//! * `mysql_url`: the connection URL, validated by `mysql_async` and masked in all output.
+//! * `error`: [`SqlError`] and its SQLSTATEs.
+//!
+//! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step
+//! with [`SourceOption::ALL`] and its examples parsing.
+
+mod error;
+mod mysql_url;
+mod options;
+mod render;
+mod statement;
+mod value;
+
+pub use error::{
+    SqlError, SQLSTATE_DUPLICATE_OBJECT, SQLSTATE_FEATURE_NOT_SUPPORTED,
+    SQLSTATE_INVALID_PARAMETER_VALUE, SQLSTATE_SYNTAX_ERROR, SQLSTATE_UNDEFINED_OBJECT,
+};
+pub use mysql_url::{mask_password, MySqlUrl};
+pub use options::{SourceOption, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID};
+pub use statement::{
+    parse_cdc_statement, AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource,
+};
+
+#[cfg(test)]
+mod tests {
+    //! `docs/sql-reference.md` against the parser, so the reference cannot go stale.
+
+    use super::*;
+
+    const REFERENCE: &str = include_str!("../../docs/sql-reference.md");
+
+    /// A cell without its surrounding backticks.
+    fn unquote(cell: &str) -> &str {
+        cell.trim().trim_matches('`')
+    }
+
+    /// The rows of the table under `### Options`: `Option | Value | Default | Example | Meaning`.
+    fn option_rows() -> Vec<Vec<&'static str>> {
+        let section = REFERENCE
+            .split("### Options")
+            .nth(1)
+            .expect("docs/sql-reference.md has an ### Options section");
+        section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .skip(2) // header and separator
+            .map(|l| l.trim_matches('|').split(" | ").map(str::trim).collect())
+            .collect()
+    }
+
+    #[test]
+    fn the_reference_lists_exactly_the_options_the_parser_accepts() {
+        let rows = option_rows();
+        let documented: Vec<&str> = rows.iter().map(|r| unquote(r[0])).collect();
+        let accepted: Vec<&str> = SourceOption::ALL.iter().map(|o| o.name()).collect();
+        assert_eq!(documented, accepted, "docs/sql-reference.md option table");
+        let defaults = SourceOptions::default();
+        for (row, option) in rows.iter().zip(SourceOption::ALL) {
+            assert_eq!(row.len(), 5, "{row:?} has 5 columns");
+            if let Some(default) = defaults.value_sql(option) {
+                assert_eq!(unquote(row[2]), default, "documented default of {option}");
+            }
+            // The documented example is accepted (start_position only with stream_only).
+            let mode = match option {
+                SourceOption::StartPosition => "snapshot_mode = 'stream_only', ",
+                _ => "",
+            };
+            let sql = format!(
+                "CREATE SOURCE s FROM MYSQL 'mysql://u@h' WITH ({mode}{option} = {})",
+                unquote(row[3])
+            );
+            if let Err(e) = parse_cdc_statement(&sql) {
+                panic!("documented example of {option} is refused: {sql}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_reference_examples_parse() {
+        let mut examples = 0;
+        for block in REFERENCE.split("```sql").skip(1) {
+            let block = block.split("```").next().unwrap_or_default();
+            // Synopses (with `[optional]` parts) are grammar, not statements.
+            if block.contains('[') {
+                continue;
+            }
+            match parse_cdc_statement(block) {
+                Ok(Some(_)) => examples += 1,
+                other => panic!("example {block:?} does not parse: {other:?}"),
+            }
+        }
+        assert!(examples >= 5, "only {examples} examples found");
+    }
+}

@@ -1,0 +1,185 @@
+//! The changelog of one table: append-only Arrow batches, one per applied source transaction.
+//!
+//! # Invariants
+//! * Entries are appended in the order the capture emits them: the hand-off changelog sorted by
+//!   position, then each later transaction in binlog order. A plain `ORDER BY _position` sorts
+//!   them in source order; binlog-derived entries never share a `_position`.
+//! * A batch is immutable once appended; readers take a prefix (the batches published at a
+//!   position) and never see a later append or half a transaction.
+//!
+//! # Columns
+//! The table's own columns hold the after image, or for deletes the deleted row, so
+//! `WHERE id = 42` finds every change of row 42. `_before` is a struct of the table's columns
+//! holding the before image of updates (NULL otherwise). Metadata: `_op` (`r`, `c`, `u`, `d`),
+//! `_position` (sortable text), `_gtid`, `_tx` (transaction sequence, 0 for snapshot reads),
+//! `_commit_ts`, `_table`.
+
+use std::sync::Arc;
+
+use arrow::array::BooleanArray;
+use arrow::array::{
+    ArrayRef, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, UInt64Array,
+};
+use arrow::buffer::NullBuffer;
+use arrow::compute::nullif;
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow::error::ArrowError;
+
+use crate::change::keys::RowCodec;
+use crate::state::merge::ChangelogEvent;
+
+/// Metadata columns that precede the table's columns.
+pub const META_COLUMNS: [&str; 6] = ["_op", "_position", "_gtid", "_tx", "_commit_ts", "_table"];
+
+/// Column index of `_position` and `_commit_ts` in a changelog batch.
+pub const POSITION_COLUMN: usize = 1;
+pub const COMMIT_TS_COLUMN: usize = 4;
+
+/// The Arrow schema of a table's changelog.
+pub fn changelog_schema(table: &Schema) -> SchemaRef {
+    let mut fields = vec![
+        Field::new("_op", DataType::Utf8, false),
+        Field::new("_position", DataType::Utf8, false),
+        Field::new("_gtid", DataType::Utf8, true),
+        Field::new("_tx", DataType::UInt64, false),
+        Field::new(
+            "_commit_ts",
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("_table", DataType::Utf8, false),
+    ];
+    // The row columns may be NULL in no image; keep their nullability.
+    fields.extend(table.fields().iter().map(|f| f.as_ref().clone()));
+    let before: Fields = table
+        .fields()
+        .iter()
+        .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
+        .collect();
+    fields.push(Field::new("_before", DataType::Struct(before), true));
+    Arc::new(Schema::new(fields))
+}
+
+/// One appended batch with the range of positions and commit times it covers, for pruning.
+#[derive(Debug, Clone)]
+pub struct ChangelogSegment {
+    pub batch: RecordBatch,
+    pub min_position: String,
+    pub max_position: String,
+    /// Commit times (µs), `None` for snapshot reads only.
+    pub min_commit_ts: Option<i64>,
+    pub max_commit_ts: Option<i64>,
+}
+
+/// Builds the changelog batch of `events` (all of one table); `tx[i]` is the transaction
+/// sequence number of event `i` (0 for snapshot reads).
+pub fn changelog_batch(
+    codec: &RowCodec,
+    schema: &SchemaRef,
+    events: &[&ChangelogEvent],
+    tx: &[u64],
+) -> Result<ChangelogSegment, ArrowError> {
+    let table = codec.schema();
+    let rows = events.iter().map(|e| {
+        e.after
+            .as_ref()
+            .or(e.before.as_ref())
+            .expect("an event has an image")
+    });
+    let image = codec.decode(rows)?;
+    let positions: Vec<String> = events.iter().map(|e| e.position.to_string()).collect();
+    let ts: Vec<Option<i64>> = events
+        .iter()
+        .map(|e| (e.commit_ts_micros > 0).then_some(e.commit_ts_micros))
+        .collect();
+    let has_before: Vec<bool> = events
+        .iter()
+        .map(|e| e.after.is_some() && e.before.is_some())
+        .collect();
+    // Before images: decoded for updates, a placeholder row (masked NULL) elsewhere.
+    let before_rows = events.iter().map(|e| match (&e.before, &e.after) {
+        (Some(b), Some(_)) => b,
+        (_, Some(a)) => a,
+        (Some(b), None) => b,
+        (None, None) => unreachable!("an event has an image"),
+    });
+    let before_image = codec.decode(before_rows)?;
+    let DataType::Struct(before_fields) =
+        schema.field(schema.fields().len() - 1).data_type().clone()
+    else {
+        unreachable!("the last changelog column is the _before struct")
+    };
+    // Children are NULL where the struct is, so `_before['col']` is NULL for non-updates.
+    let absent = BooleanArray::from(has_before.iter().map(|b| !b).collect::<Vec<_>>());
+    let children = before_image
+        .columns()
+        .iter()
+        .map(|c| nullif(c, &absent))
+        .collect::<Result<Vec<_>, _>>()?;
+    let before = StructArray::try_new(before_fields, children, Some(NullBuffer::from(has_before)))?;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(
+            events.iter().map(|e| e.op.code()),
+        )),
+        Arc::new(StringArray::from(positions.clone())),
+        Arc::new(StringArray::from_iter(
+            events
+                .iter()
+                .map(|e| e.gtid.as_ref().map(ToString::to_string)),
+        )),
+        Arc::new(UInt64Array::from(tx.to_vec())),
+        Arc::new(TimestampMicrosecondArray::from(ts.clone()).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec![table.id.to_string(); events.len()])),
+    ];
+    columns.extend(image.columns().iter().cloned());
+    columns.push(Arc::new(before));
+    let batch = RecordBatch::try_new(Arc::clone(schema), columns)?;
+    let ts: Vec<i64> = ts.into_iter().flatten().collect();
+    Ok(ChangelogSegment {
+        min_position: positions.iter().min().cloned().unwrap_or_default(),
+        max_position: positions.iter().max().cloned().unwrap_or_default(),
+        min_commit_ts: ts.iter().min().copied(),
+        max_commit_ts: ts.iter().max().copied(),
+        batch,
+    })
+}
+
+/// The changelog of one table: segments appended by the capture, shared with readers.
+#[derive(Debug, Clone)]
+pub struct Changelog {
+    pub schema: SchemaRef,
+    segments: imbl::Vector<Arc<ChangelogSegment>>,
+    rows: usize,
+}
+
+impl Changelog {
+    pub fn new(table: &Schema) -> Self {
+        Self {
+            schema: changelog_schema(table),
+            segments: imbl::Vector::new(),
+            rows: 0,
+        }
+    }
+
+    pub fn append(&mut self, segment: ChangelogSegment) {
+        self.rows += segment.batch.num_rows();
+        self.segments.push_back(Arc::new(segment));
+    }
+
+    /// A copy sharing every segment (O(1)): what a query reads.
+    pub fn snapshot(&self) -> Changelog {
+        self.clone()
+    }
+
+    pub fn segments(&self) -> impl Iterator<Item = &Arc<ChangelogSegment>> {
+        self.segments.iter()
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn num_segments(&self) -> usize {
+        self.segments.len()
+    }
+}

@@ -1,0 +1,289 @@
+//! Captured tables queried through DataFusion: the current table, the changelog, status tables,
+//! point lookups from the index, and transactions that are seen whole or not at all.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+use cdcfusion::engine::Engine;
+use cdcfusion::source::connect::current_position;
+use cdcfusion::source::schema::Flavor;
+use common::*;
+use mysql_async::prelude::Queryable;
+
+async fn rows(engine: &Engine, sql: &str) -> Vec<String> {
+    let batches: Vec<RecordBatch> = engine.sql(sql).await.unwrap().collect().await.unwrap();
+    batches.iter().flat_map(row_strings).collect()
+}
+
+async fn setup(db: &str, source: &str) -> Engine {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, c INT, v VARCHAR(16));
+         INSERT INTO {db}.t SELECT seq, seq * 10, CONCAT('v', seq) FROM {db}.seq_1_to_50;
+         CREATE TABLE {db}.acct (id INT PRIMARY KEY, balance BIGINT);
+         INSERT INTO {db}.acct VALUES (1, 1000), (2, 1000);"
+    ))
+    .await
+    .unwrap();
+    let engine = Engine::new();
+    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+    options.server_id = next_server_id();
+    options.snapshot.window_server_id = next_server_id();
+    options.snapshot.chunk_size = 16;
+    engine
+        .create_source(source, &server().cdc_url(), options)
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
+        .await
+        .unwrap()
+        .unwrap();
+    engine
+}
+
+async fn sync(engine: &Engine, source: &str) {
+    let (target, _) = current_position(&mut root_conn(server()).await, Flavor::MariaDb)
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.source(source).unwrap().wait_for(&target))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn current_table_and_changelog_follow_the_source() {
+    let engine = setup("views_a", "va").await;
+    assert_eq!(
+        rows(&engine, "SELECT count(*) AS n FROM va.views_a.t").await,
+        ["n=50"]
+    );
+    assert_eq!(
+        rows(&engine, "SELECT * FROM va.views_a.t WHERE id = 7").await,
+        ["id=7 c=70 v=v7"]
+    );
+    let mut conn = root_conn(server()).await;
+    conn.query_drop(
+        "UPDATE views_a.t SET v = 'x' WHERE id = 7; DELETE FROM views_a.t WHERE id = 8;
+         INSERT INTO views_a.t VALUES (100, 1, 'new'); UPDATE views_a.t SET id = 101 WHERE id = 9;",
+    )
+    .await
+    .unwrap();
+    sync(&engine, "va").await;
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT id, v FROM va.views_a.t WHERE id IN (7, 8, 9, 100, 101) ORDER BY id"
+        )
+        .await,
+        ["id=7 v=x", "id=100 v=new", "id=101 v=v9"]
+    );
+    assert_eq!(
+        rows(&engine, "SELECT count(*) AS n FROM va.views_a.t").await,
+        ["n=50"]
+    );
+    // Every change of row 7, in source order, with its before image.
+    assert_eq!(
+        rows(&engine, "SELECT _op, v, _before['v'] AS before FROM va.views_a.\"t$changelog\" WHERE id = 7 ORDER BY _position").await,
+        ["_op=r v=v7 before=NULL", "_op=u v=x before=v7"]
+    );
+    // The key change is a delete of the old key and an insert of the new one.
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT _op, id FROM va.views_a.\"t$changelog\" WHERE _op <> 'r' ORDER BY _position"
+        )
+        .await,
+        [
+            "_op=u id=7",
+            "_op=d id=8",
+            "_op=c id=100",
+            "_op=d id=9",
+            "_op=c id=101"
+        ]
+    );
+    // Binlog-derived positions are unique, and replaying the changelog gives the table.
+    assert_eq!(
+        rows(&engine, "SELECT count(*) - count(DISTINCT _position) AS dup FROM va.views_a.\"t$changelog\" WHERE _op <> 'r'").await,
+        ["dup=0"]
+    );
+    let replay = rows(
+        &engine,
+        "SELECT id, c, v FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY _position DESC) AS rn
+           FROM va.views_a.\"t$changelog\") WHERE rn = 1 AND _op <> 'd' ORDER BY id",
+    )
+    .await;
+    assert_eq!(
+        replay,
+        rows(&engine, "SELECT id, c, v FROM va.views_a.t ORDER BY id").await
+    );
+    // Position pruning still returns exactly the matching rows.
+    let first_change = rows(
+        &engine,
+        "SELECT min(_position) AS p FROM va.views_a.\"t$changelog\" WHERE _op <> 'r'",
+    )
+    .await;
+    let p = first_change[0].trim_start_matches("p=");
+    assert_eq!(
+        rows(
+            &engine,
+            &format!(
+                "SELECT count(*) AS n FROM va.views_a.\"t$changelog\" WHERE _position >= '{p}'"
+            )
+        )
+        .await,
+        ["n=5"]
+    );
+}
+
+#[tokio::test]
+async fn point_lookups_use_the_index() {
+    let engine = setup("views_b", "vb").await;
+    let plan = rows(&engine, "EXPLAIN SELECT v FROM vb.views_b.t WHERE id = 42")
+        .await
+        .join("\n");
+    assert!(
+        !plan.contains("FilterExec"),
+        "the key filter is answered by the scan:\n{plan}"
+    );
+    assert!(
+        plan.contains("partition_sizes=[1]"),
+        "the scan holds only the matching row:\n{plan}"
+    );
+    let plan = rows(
+        &engine,
+        "EXPLAIN SELECT v FROM vb.views_b.t WHERE id IN (1, 2, 3)",
+    )
+    .await
+    .join("\n");
+    assert!(
+        plan.contains("partition_sizes=[1]") && !plan.contains("FilterExec"),
+        "{plan}"
+    );
+    // A non-key filter scans.
+    let plan = rows(&engine, "EXPLAIN SELECT v FROM vb.views_b.t WHERE c = 420")
+        .await
+        .join("\n");
+    assert!(plan.contains("FilterExec"), "{plan}");
+    assert_eq!(
+        rows(&engine, "SELECT v FROM vb.views_b.t WHERE id = 42").await,
+        ["v=v42"]
+    );
+    assert_eq!(
+        rows(&engine, "SELECT v FROM vb.views_b.t WHERE id = 4200").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT v FROM vb.views_b.t WHERE id = 42 AND c = 1"
+        )
+        .await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT count(*) AS n FROM vb.views_b.t WHERE id IN (1, 2, 999)"
+        )
+        .await,
+        ["n=2"]
+    );
+}
+
+#[tokio::test]
+async fn a_transaction_is_seen_whole_or_not_at_all() {
+    let engine = Arc::new(setup("views_c", "vc").await);
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let done = Arc::clone(&done);
+        tokio::spawn(async move {
+            let mut conn = root_conn(server()).await;
+            let mut n = 0;
+            while n < 200 {
+                conn.query_drop(
+                    "BEGIN; UPDATE views_c.acct SET balance = balance - 7 WHERE id = 1;
+                     UPDATE views_c.acct SET balance = balance + 7 WHERE id = 2; COMMIT;",
+                )
+                .await
+                .unwrap();
+                n += 1;
+            }
+            done.store(true, Ordering::Relaxed);
+            n
+        })
+    };
+    let mut observed = std::collections::BTreeSet::new();
+    let mut queries = 0;
+    while !done.load(Ordering::Relaxed) || queries < 100 {
+        let r = rows(
+            &engine,
+            "SELECT sum(balance) AS total, min(balance) AS low FROM vc.views_c.acct",
+        )
+        .await;
+        assert!(
+            r[0].starts_with("total=2000 "),
+            "a half-applied transaction was visible: {r:?}"
+        );
+        observed.insert(r[0].clone());
+        queries += 1;
+    }
+    assert_eq!(writer.await.unwrap(), 200);
+    sync(&engine, "vc").await;
+    assert_eq!(
+        rows(&engine, "SELECT balance FROM vc.views_c.acct ORDER BY id").await,
+        ["balance=-400", "balance=2400"]
+    );
+    assert!(
+        observed.len() > 1,
+        "queries ran while the transfers were applied: {observed:?}"
+    );
+}
+
+#[tokio::test]
+async fn status_tables_and_drop_source() {
+    let engine = setup("views_d", "vd").await;
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT name, phase, consistent, error FROM cdc.sources"
+        )
+        .await,
+        ["name=vd phase=streaming consistent=true error=NULL"]
+    );
+    assert_eq!(
+        rows(&engine, "SELECT \"table\", rows, chunks_done, chunks_total, keyless FROM cdc.tables ORDER BY \"table\"").await,
+        [
+            "table=acct rows=2 chunks_done=1 chunks_total=1 keyless=false",
+            "table=t rows=50 chunks_done=4 chunks_total=4 keyless=false"
+        ]
+    );
+    assert_eq!(
+        rows(
+            &engine,
+            "SELECT count(*) AS n FROM vd.cdc.chunks WHERE state = 'done'"
+        )
+        .await,
+        ["n=5"]
+    );
+    assert!(rows(&engine, "SELECT url FROM cdc.sources").await[0].contains(":****@"));
+    let tables = rows(&engine, "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'vd' AND table_schema = 'views_d' ORDER BY 1").await;
+    assert_eq!(
+        tables,
+        [
+            "table_name=acct",
+            "table_name=acct$changelog",
+            "table_name=t",
+            "table_name=t$changelog"
+        ]
+    );
+    engine.drop_source("vd").unwrap();
+    assert!(engine.sql("SELECT * FROM vd.views_d.t").await.is_err());
+    assert!(rows(&engine, "SELECT name FROM cdc.sources")
+        .await
+        .is_empty());
+}
