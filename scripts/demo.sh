@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_tools
-cargo run --quiet --release -- demo "$@"
+cargo run --quiet -- demo "$@"
