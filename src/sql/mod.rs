@@ -16,6 +16,7 @@
 //!   clients speak it to us).
 //! * `render`: statements back to SQL, password masked.
 //! * `options`: the `WITH (...)` options: names, types, ranges, defaults, mapping to the capture.
+//! * `value`: an option's value typed from sqlparser's expression (string, ranged integer).
 //! * `mysql_url`: the connection URL, validated by `mysql_async` and masked in all output.
 //! * `error`: [`SqlError`] and its SQLSTATEs.
 //!

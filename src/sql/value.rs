@@ -143,3 +143,127 @@ fn describe(expr: &Expr) -> String {
         other => format!("expression {other}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::parser::Parser;
+
+    use super::*;
+
+    /// `text` read by sqlparser as the value of `chunk_size` (the option only names errors).
+    fn raw(text: &str) -> RawOption {
+        let dialect = PostgreSqlDialect {};
+        let value = Parser::new(&dialect)
+            .try_with_sql(text)
+            .and_then(|mut p| p.parse_expr())
+            .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        RawOption {
+            name: "chunk_size".into(),
+            name_location: Location::new(1, 1),
+            value,
+            value_location: Location::new(1, 14),
+        }
+    }
+
+    fn integer(text: &str, range: RangeInclusive<u64>) -> Result<u64, String> {
+        let item = raw(text);
+        let literal = Literal {
+            option: SourceOption::ChunkSize,
+            item: &item,
+        };
+        literal.integer_in(range).map_err(|e| e.to_string())
+    }
+
+    fn string(text: &str) -> Result<String, String> {
+        let item = raw(text);
+        let literal = Literal {
+            option: SourceOption::ChunkSize,
+            item: &item,
+        };
+        literal
+            .string()
+            .map(str::to_string)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn integers_are_number_literals_in_range() {
+        assert_eq!(integer("5", 1..=10), Ok(5));
+        assert_eq!(integer("10", 1..=10), Ok(10));
+        assert_eq!(integer("1_000", 1..=2000), Ok(1000));
+        let refused = [
+            (
+                "'100'",
+                "invalid value for option chunk_size: expected an integer, found string '100' \
+                 (write it without quotes: 100) at Line: 1, Column: 14",
+            ),
+            ("0", "0 is out of range 1..=10"),
+            ("11", "11 is out of range 1..=10"),
+            ("-5", "-5 is out of range 1..=10"),
+            ("-0", "0 is out of range 1..=10"),
+            ("1.5", "expected an integer, found number 1.5"),
+            ("1e3", "expected an integer, found number 1e3"),
+            (
+                "99999999999999999999999",
+                "99999999999999999999999 is out of range 1..=10",
+            ),
+            ("1 + 2", "expected an integer, found expression 1 + 2"),
+            ("-x", "expected an integer, found expression -x"),
+            ("NULL", "expected an integer, found NULL"),
+            ("true", "expected an integer, found boolean true"),
+            ("five", "expected an integer, found identifier five"),
+        ];
+        for (text, fragment) in refused {
+            match integer(text, 1..=10) {
+                Err(e) => assert!(e.contains(fragment), "{text:?}: {e:?} lacks {fragment:?}"),
+                Ok(v) => panic!("{text:?} should be refused, got {v}"),
+            }
+        }
+    }
+
+    #[test]
+    fn integers_that_do_not_fit_the_target_type_are_out_of_range() {
+        let item = raw("4294967296");
+        let literal = Literal {
+            option: SourceOption::ServerId,
+            item: &item,
+        };
+        let e = literal.integer_in::<u32>(0..=u64::MAX).unwrap_err();
+        assert!(e.to_string().contains("4294967296 is out of range"), "{e}");
+    }
+
+    #[test]
+    fn strings_are_string_literals_of_any_form() {
+        assert_eq!(string("'a.b'"), Ok("a.b".into()));
+        assert_eq!(string("'it''s'"), Ok("it's".into()));
+        assert_eq!(string("E'a\\tb'"), Ok("a\tb".into()));
+        assert_eq!(string("$$a'b$$"), Ok("a'b".into()));
+        assert_eq!(string("$tag$x$tag$"), Ok("x".into()));
+        let refused = [
+            (
+                "5",
+                "expected a string literal, found number 5 at Line: 1, Column: 14",
+            ),
+            (
+                "initial",
+                "expected a string literal, found identifier initial (quote it: 'initial')",
+            ),
+            (
+                "\"initial\"",
+                "expected a string literal, found identifier \"initial\" (quote it: 'initial')",
+            ),
+            ("NULL", "expected a string literal, found NULL"),
+            (
+                "'a' || 'b'",
+                "expected a string literal, found expression 'a' || 'b'",
+            ),
+        ];
+        for (text, fragment) in refused {
+            match string(text) {
+                Err(e) => assert!(e.contains(fragment), "{text:?}: {e:?} lacks {fragment:?}"),
+                Ok(v) => panic!("{text:?} should be refused, got {v:?}"),
+            }
+        }
+    }
+}
