@@ -287,3 +287,40 @@ async fn status_tables_and_drop_source() {
         .await
         .is_empty());
 }
+
+#[tokio::test]
+async fn sources_are_created_shown_and_dropped_in_sql() {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "views_e").await;
+    conn.query_drop("CREATE TABLE views_e.t (id INT PRIMARY KEY, v INT); INSERT INTO views_e.t VALUES (1, 1), (2, 2)")
+        .await
+        .unwrap();
+    let engine = Engine::new();
+    let id = next_server_id();
+    next_server_id();
+    let create = format!(
+        "CREATE SOURCE shop FROM MYSQL '{}' WITH (tables = 'views_e.*', chunk_size = 1, snapshot_mode = 'initial', server_id = {id})",
+        server().cdc_url()
+    );
+    engine.sql(&create).await.unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("shop")).await.unwrap().unwrap();
+    assert_eq!(rows(&engine, "SELECT id, v FROM shop.views_e.t ORDER BY id").await, ["id=1 v=1", "id=2 v=2"]);
+    // Creating it again fails, unless IF NOT EXISTS.
+    let err = engine.sql(&create).await.unwrap_err().to_string();
+    assert!(err.contains("already exists"), "{err}");
+    engine.sql(&create.replace("CREATE SOURCE", "CREATE SOURCE IF NOT EXISTS")).await.unwrap();
+    let shown = rows(&engine, "SHOW SOURCES").await;
+    assert_eq!(shown.len(), 1);
+    assert!(shown[0].contains("name=shop") && shown[0].contains("cdc:****@"), "{shown:?}");
+    assert!(!shown[0].contains(cdcfusion::devserver::CDC_PASSWORD), "the password is masked: {shown:?}");
+    // Bad options name the option.
+    let err = engine
+        .sql("CREATE SOURCE x FROM MYSQL 'mysql://a:b@127.0.0.1:1' WITH (chunk_sise = 5)")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("chunk_sise"), "{err}");
+    engine.sql("DROP SOURCE shop").await.unwrap();
+    engine.sql("DROP SOURCE IF EXISTS shop").await.unwrap();
+    assert!(engine.sql("DROP SOURCE shop").await.unwrap_err().to_string().contains("does not exist"));
+}

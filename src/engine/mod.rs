@@ -24,11 +24,14 @@ use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{DataFrame, SessionConfig};
 
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+
 use crate::capture::CaptureOptions;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
 use crate::provider::{pin, Published, CHANGELOG_SUFFIX};
 use crate::source::error::SourceError;
+use crate::sql::{mask_password, parse_cdc_statement, CdcStatement, SqlError};
 pub use source::{RunningSource, SourceStatus};
 use status::CdcSchema;
 
@@ -50,6 +53,10 @@ pub enum EngineError {
     DataFusion(#[from] DataFusionError),
     #[error("source \"{name}\" failed: {message}")]
     SourceFailed { name: String, message: String },
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    #[error("{0} is not supported yet")]
+    NotSupported(&'static str),
 }
 
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -124,6 +131,16 @@ impl Engine {
         url: &str,
         options: CaptureOptions,
     ) -> Result<(), EngineError> {
+        self.create_source_with_definition(name, url, options, String::new())
+    }
+
+    fn create_source_with_definition(
+        &self,
+        name: &str,
+        url: &str,
+        options: CaptureOptions,
+        definition: String,
+    ) -> Result<(), EngineError> {
         if name.is_empty() || name == STATUS_SCHEMA {
             return Err(EngineError::BadName(name.to_string(), "reserved or empty"));
         }
@@ -149,6 +166,7 @@ impl Engine {
             name,
             url,
             &mask_password(url),
+            definition,
             options,
         )?);
         sources.insert(name.to_string(), source);
@@ -185,8 +203,12 @@ impl Engine {
         }
     }
 
-    /// Plans `sql` with every source's current version pinned.
+    /// Runs one of cdcfusion's own statements (`CREATE SOURCE`, ...), or plans `sql` with
+    /// every source's current version pinned.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
+        if let Some(statement) = parse_cdc_statement(sql)? {
+            return self.execute(statement);
+        }
         let pinned = {
             let sources = self.sources.read().expect("sources");
             pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
@@ -198,17 +220,79 @@ impl Engine {
     }
 }
 
-/// `mysql://user:secret@host` → `mysql://user:****@host`.
-pub fn mask_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:****{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_string(),
+impl Engine {
+    fn execute(&self, statement: CdcStatement) -> Result<DataFrame, EngineError> {
+        match statement {
+            CdcStatement::CreateSource(create) => {
+                let exists = self
+                    .sources
+                    .read()
+                    .expect("sources")
+                    .contains_key(&create.name);
+                if !(exists && create.if_not_exists) {
+                    let options = create.options.to_capture_options()?;
+                    let definition = create.to_string();
+                    self.create_source_with_definition(
+                        &create.name,
+                        create.url.expose(),
+                        options,
+                        definition,
+                    )?;
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+            CdcStatement::DropSource(drop) => {
+                match self.drop_source(&drop.name) {
+                    Err(EngineError::NoSuchSource(_)) if drop.if_exists => {}
+                    other => other?,
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+            CdcStatement::ShowSources => {
+                let sources: Vec<Arc<RunningSource>> = self
+                    .sources
+                    .read()
+                    .expect("sources")
+                    .values()
+                    .cloned()
+                    .collect();
+                let text = |v: Vec<Option<String>>| -> ArrayRef { Arc::new(StringArray::from(v)) };
+                let name = sources.iter().map(|s| Some(s.name.clone())).collect();
+                let url = sources.iter().map(|s| Some(s.url.clone())).collect();
+                let definition = sources
+                    .iter()
+                    .map(|s| Some(s.definition.clone()).filter(|d| !d.is_empty()))
+                    .collect();
+                let phase = sources
+                    .iter()
+                    .map(|s| Some(format!("{:?}", s.progress.report().phase).to_lowercase()))
+                    .collect();
+                let position = sources
+                    .iter()
+                    .map(|s| {
+                        s.published
+                            .load()
+                            .position
+                            .as_ref()
+                            .map(ToString::to_string)
+                    })
+                    .collect();
+                let error = sources.iter().map(|s| s.status().error).collect();
+                let batch = RecordBatch::try_from_iter(vec![
+                    ("name", text(name)),
+                    ("url", text(url)),
+                    ("phase", text(phase)),
+                    ("position", text(position)),
+                    ("error", text(error)),
+                    ("definition", text(definition)),
+                ])
+                .map_err(DataFusionError::from)?;
+                Ok(self.ctx.read_batch(batch)?)
+            }
+            CdcStatement::AlterSource(_) => {
+                Err(EngineError::NotSupported("ALTER SOURCE ... RESNAPSHOT"))
             }
         }
-        _ => url.to_string(),
     }
 }
 
@@ -354,18 +438,3 @@ impl SchemaProvider for SourceSchema {
 
 /// Weak handle used by status tables.
 pub(crate) type SourcesRef = Weak<Sources>;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_masked() {
-        assert_eq!(
-            mask_password("mysql://cdc:secret@h:3306/db"),
-            "mysql://cdc:****@h:3306/db"
-        );
-        assert_eq!(mask_password("mysql://cdc@h:3306"), "mysql://cdc@h:3306");
-        assert_eq!(mask_password("mysql://u:p@ss@h"), "mysql://u:****@h");
-    }
-}

@@ -42,6 +42,8 @@ pub struct RunningSource {
     pub name: String,
     /// The URL with the password masked.
     pub url: String,
+    /// The `CREATE SOURCE` statement, password masked (empty when created from Rust).
+    pub definition: String,
     pub published: Published,
     pub progress: Arc<Progress>,
     pub status: Arc<Mutex<SourceStatus>>,
@@ -63,6 +65,7 @@ impl RunningSource {
         name: &str,
         url: &str,
         masked_url: &str,
+        definition: String,
         options: CaptureOptions,
     ) -> SourceResult<Self> {
         let connect = ConnectOptions::from_url(url)?;
@@ -81,6 +84,7 @@ impl RunningSource {
         Ok(Self {
             name: name.to_string(),
             url: masked_url.to_string(),
+            definition,
             published,
             progress,
             status,
