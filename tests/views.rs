@@ -303,16 +303,31 @@ async fn sources_are_created_shown_and_dropped_in_sql() {
         server().cdc_url()
     );
     engine.sql(&create).await.unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready("shop")).await.unwrap().unwrap();
-    assert_eq!(rows(&engine, "SELECT id, v FROM shop.views_e.t ORDER BY id").await, ["id=1 v=1", "id=2 v=2"]);
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("shop"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        rows(&engine, "SELECT id, v FROM shop.views_e.t ORDER BY id").await,
+        ["id=1 v=1", "id=2 v=2"]
+    );
     // Creating it again fails, unless IF NOT EXISTS.
     let err = engine.sql(&create).await.unwrap_err().to_string();
     assert!(err.contains("already exists"), "{err}");
-    engine.sql(&create.replace("CREATE SOURCE", "CREATE SOURCE IF NOT EXISTS")).await.unwrap();
+    engine
+        .sql(&create.replace("CREATE SOURCE", "CREATE SOURCE IF NOT EXISTS"))
+        .await
+        .unwrap();
     let shown = rows(&engine, "SHOW SOURCES").await;
     assert_eq!(shown.len(), 1);
-    assert!(shown[0].contains("name=shop") && shown[0].contains("cdc:****@"), "{shown:?}");
-    assert!(!shown[0].contains(cdcfusion::devserver::CDC_PASSWORD), "the password is masked: {shown:?}");
+    assert!(
+        shown[0].contains("name=shop") && shown[0].contains("cdc:****@"),
+        "{shown:?}"
+    );
+    assert!(
+        !shown[0].contains(cdcfusion::devserver::CDC_PASSWORD),
+        "the password is masked: {shown:?}"
+    );
     // Bad options name the option.
     let err = engine
         .sql("CREATE SOURCE x FROM MYSQL 'mysql://a:b@127.0.0.1:1' WITH (chunk_sise = 5)")
@@ -322,5 +337,10 @@ async fn sources_are_created_shown_and_dropped_in_sql() {
     assert!(err.contains("chunk_sise"), "{err}");
     engine.sql("DROP SOURCE shop").await.unwrap();
     engine.sql("DROP SOURCE IF EXISTS shop").await.unwrap();
-    assert!(engine.sql("DROP SOURCE shop").await.unwrap_err().to_string().contains("does not exist"));
+    assert!(engine
+        .sql("DROP SOURCE shop")
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("does not exist"));
 }

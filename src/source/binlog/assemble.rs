@@ -119,6 +119,8 @@ impl TxBuilder {
 pub struct Assembler {
     /// Whether the server writes event checksums (`binlog_checksum`).
     checksums: bool,
+    /// Whether checksums were already verified before events reach the assembler.
+    checksums_verified_upstream: bool,
     filter: TableFilter,
     collations: CollationMap,
     /// Name tables' columns `col_1`, `col_2`... when neither a server nor the table map can
@@ -159,6 +161,7 @@ impl Assembler {
         };
         Self {
             checksums,
+            checksums_verified_upstream: false,
             filter,
             collations,
             unnamed_columns: false,
@@ -410,28 +413,27 @@ impl Assembler {
     }
 
     fn verify_checksum(&self, event: &Event, at: &BinlogCoord) -> SourceResult<()> {
-        // Events unpacked from a transaction payload (MySQL binlog_transaction_compression)
-        // carry no CRC of their own (WL#3549), only the payload event around them does;
-        // mysql_common marks them so, but `Event::checksum` still returns zeros for them.
-        if !event.footer().get_checksum_enabled() {
+        if self.checksums_verified_upstream {
             return Ok(());
         }
-        let Some(expected) = event.checksum() else {
-            return Ok(());
-        };
-        let Ok(Some(alg)) = event.footer().get_checksum_alg() else {
-            return Ok(());
-        };
-        let expected = u32::from_le_bytes(expected);
-        let computed = event.calc_checksum(alg);
-        if expected != computed {
-            return Err(SourceError::Checksum {
+        match checksum_mismatch(event) {
+            Some((expected, computed)) => Err(SourceError::Checksum {
                 at: at.clone(),
                 expected,
                 computed,
-            });
+            }),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The live reader verifies checksums where it frames events, on another core.
+    pub(super) fn set_checksums_verified_upstream(&mut self) {
+        self.checksums_verified_upstream = true;
+    }
+
+    /// The binlog file being read.
+    pub(super) fn current_file(&self) -> Arc<str> {
+        Arc::clone(&self.file)
     }
 
     fn finish_tx(&mut self, header_ts: u32) -> Option<SourceTransaction> {
@@ -606,6 +608,20 @@ impl Assembler {
         open.index.extend((0..n as u32).map(|r| (event_index, r)));
         Ok(())
     }
+}
+
+/// `(expected, computed)` when an event's CRC32 does not match its bytes.
+pub(super) fn checksum_mismatch(event: &Event) -> Option<(u32, u32)> {
+    // Events unpacked from a transaction payload (MySQL binlog_transaction_compression)
+    // carry no CRC of their own (WL#3549), only the payload event around them does;
+    // mysql_common marks them so, but `Event::checksum` still returns zeros for them.
+    if !event.footer().get_checksum_enabled() {
+        return None;
+    }
+    let expected = u32::from_le_bytes(event.checksum()?);
+    let alg = event.footer().get_checksum_alg().ok()??;
+    let computed = event.calc_checksum(alg);
+    (expected != computed).then_some((expected, computed))
 }
 
 fn decode_err(what: &str, at: &BinlogCoord, detail: &str) -> SourceError {

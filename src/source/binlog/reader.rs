@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use mysql_async::binlog::events::Event;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Sid};
 
-use super::assemble::Assembler;
+use super::assemble::{checksum_mismatch, Assembler};
 use super::{TableFilter, SYSTEM_DATABASES};
 use crate::change::SourceTransaction;
 use crate::source::connect::{collations, current_position, preflight, ConnectOptions, ServerInfo};
@@ -24,6 +25,62 @@ use crate::source::schema::{Flavor, TableId};
 
 /// Reconnect attempts on transient stream failures before giving up.
 const MAX_RECONNECTS: u32 = 10;
+/// Events framed ahead of the decoder.
+const EVENT_QUEUE: usize = 256;
+
+/// A task that reads the dump connection and queues framed events for the decoder; dropping
+/// the feed stops the task and closes the connection.
+#[derive(Debug)]
+struct EventFeed {
+    events: tokio::sync::mpsc::Receiver<Result<Event, FeedError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Why the feed stopped.
+#[derive(Debug)]
+enum FeedError {
+    Mysql(mysql_async::Error),
+    /// An event's CRC32 did not match; `end` is its end offset.
+    Checksum {
+        end: u64,
+        expected: u32,
+        computed: u32,
+    },
+}
+
+impl EventFeed {
+    /// Also verifies every event's checksum here, beside the network read, so that the
+    /// decoder's core only decodes.
+    fn spawn(mut stream: BinlogStream) -> Self {
+        let (tx, events) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+        let task = tokio::spawn(async move {
+            while let Some(item) = stream.next().await {
+                let item = match item {
+                    Ok(event) => match checksum_mismatch(&event) {
+                        None => Ok(event),
+                        Some((expected, computed)) => Err(FeedError::Checksum {
+                            end: event.header().log_pos() as u64,
+                            expected,
+                            computed,
+                        }),
+                    },
+                    Err(e) => Err(FeedError::Mysql(e)),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        Self { events, task }
+    }
+}
+
+impl Drop for EventFeed {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
 
 /// Options of one binlog reader.
 #[derive(Clone)]
@@ -70,7 +127,9 @@ pub struct BinlogReader {
     options: BinlogReaderOptions,
     /// A second connection, for `information_schema` while the stream runs.
     meta: Conn,
-    stream: Option<BinlogStream>,
+    /// Events framed by a separate task, so the network read and the decoding run on
+    /// different cores.
+    stream: Option<EventFeed>,
     asm: Assembler,
 }
 
@@ -97,12 +156,13 @@ impl BinlogReader {
             }
             other => other.clone(),
         };
-        let asm = Assembler::new(
+        let mut asm = Assembler::new(
             start,
             info.checksums,
             Arc::clone(&options.filter),
             collations,
         );
+        asm.set_checksums_verified_upstream();
         Ok(Self {
             connect,
             info,
@@ -127,7 +187,12 @@ impl BinlogReader {
         self.asm.executed_gtids()
     }
 
-    async fn open_stream(&mut self) -> SourceResult<BinlogStream> {
+    async fn open_stream(&mut self) -> SourceResult<EventFeed> {
+        let stream = self.open_dump().await?;
+        Ok(EventFeed::spawn(stream))
+    }
+
+    async fn open_dump(&mut self) -> SourceResult<BinlogStream> {
         let mut conn = self.connect.connect().await?;
         let heartbeat_ns = self.options.heartbeat.as_nanos().to_string();
         let mut setup = vec![format!("SET @master_heartbeat_period = {heartbeat_ns}")];
@@ -243,7 +308,7 @@ impl BinlogReader {
             }
             let silence = self.options.heartbeat * 3;
             let stream = self.stream.as_mut().expect("opened above");
-            let item = match tokio::time::timeout(silence, stream.next()).await {
+            let item = match tokio::time::timeout(silence, stream.events.recv()).await {
                 Ok(item) => item,
                 Err(_) => {
                     return Err(SourceError::Transient {
@@ -259,11 +324,22 @@ impl BinlogReader {
             };
             let event = match item {
                 Some(Ok(event)) => event,
-                Some(Err(e)) => {
+                Some(Err(FeedError::Mysql(e))) => {
                     return Err(SourceError::from_mysql(
                         format!("reading the binlog from {}", self.describe_resume()),
                         e,
                     ))
+                }
+                Some(Err(FeedError::Checksum {
+                    end,
+                    expected,
+                    computed,
+                })) => {
+                    return Err(SourceError::Checksum {
+                        at: crate::source::position::BinlogCoord::new(self.asm.current_file(), end),
+                        expected,
+                        computed,
+                    })
                 }
                 None => {
                     return Err(SourceError::Transient {

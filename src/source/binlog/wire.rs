@@ -285,9 +285,10 @@ pub(super) fn decode_value(
         Wire::LongLong => int(b, cur.uint_le(8)?, 64)?,
         Wire::Float => b.append_f32(f32::from_bits(cur.uint_le(4)? as u32))?,
         Wire::Double => b.append_f64(f64::from_bits(cur.uint_le(8)?))?,
-        Wire::NewDecimal { precision, scale } => {
-            b.append_decimal(read_decimal(cur, precision, scale)?)?
-        }
+        Wire::NewDecimal { precision, scale } => match read_decimal(cur, precision, scale)? {
+            Unscaled::Narrow(v) => b.append_decimal128(v)?,
+            Unscaled::Wide(v) => b.append_decimal(v)?,
+        },
         Wire::Date => {
             let v = cur.uint_le(3)? as u32;
             b.append_date(v >> 9, (v >> 5) & 15, v & 31)?
@@ -455,7 +456,8 @@ const DIGITS_PER_GROUP: usize = 9;
 /// MySQL's binary DECIMAL: integer and fraction digits in big-endian groups of nine, the sign
 /// in the inverted top bit, negative numbers stored bitwise inverted. Returns the unscaled
 /// value (exactly `scale` fraction digits).
-fn read_decimal(cur: &mut Cursor<'_>, precision: u8, scale: u8) -> Result<i256, RowsError> {
+fn read_decimal(cur: &mut Cursor<'_>, precision: u8, scale: u8) -> Result<Unscaled, RowsError> {
+    let wide = precision > DECIMAL128_DIGITS;
     let (precision, scale) = (precision as usize, scale as usize);
     if scale > precision {
         return Err(RowsError::Value(format!(
@@ -468,7 +470,7 @@ fn read_decimal(cur: &mut Cursor<'_>, precision: u8, scale: u8) -> Result<i256, 
     let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
     let raw = cur.take(size)?;
     if raw.is_empty() {
-        return Ok(i256::ZERO);
+        return Ok(Unscaled::Narrow(0));
     }
     let negative = raw[0] & 0x80 == 0;
     let mask = if negative { 0xff } else { 0 };
@@ -478,38 +480,67 @@ fn read_decimal(cur: &mut Cursor<'_>, precision: u8, scale: u8) -> Result<i256, 
         *dst = src ^ mask;
     }
     bytes[0] ^= 0x80;
+    // The digit groups, most significant first: (value, digits).
+    let mut groups = [(0u64, 0usize); 12];
+    let mut n = 0;
     let mut pos = 0;
-    let mut group = |n: usize| {
-        let v = bytes[pos..pos + n]
+    let mut take = |len: usize, digits: usize| -> Result<(), String> {
+        let g = bytes[pos..pos + len]
             .iter()
             .fold(0u64, |a, b| (a << 8) | *b as u64);
-        pos += n;
-        v
-    };
-    let ten = |d: usize| i256::from_i128(10i128.pow(d as u32));
-    let mut v = i256::ZERO;
-    let push = |v: &mut i256, g: u64, digits: usize| -> Result<(), String> {
+        pos += len;
         if g >= 10u64.pow(digits as u32) {
             return Err(format!("DECIMAL group {g} exceeds {digits} digits"));
         }
-        *v = v
-            .wrapping_mul(ten(digits))
-            .wrapping_add(i256::from_i128(g as i128));
+        groups[n] = (g, digits);
+        n += 1;
         Ok(())
     };
     if intg0x > 0 {
-        let g = group(DIG2BYTES[intg0x]);
-        push(&mut v, g, intg0x)?;
+        take(DIG2BYTES[intg0x], intg0x)?;
     }
     for _ in 0..intg0 + frac0 {
-        let g = group(4);
-        push(&mut v, g, DIGITS_PER_GROUP)?;
+        take(4, DIGITS_PER_GROUP)?;
     }
     if frac0x > 0 {
-        let g = group(DIG2BYTES[frac0x]);
-        push(&mut v, g, frac0x)?;
+        take(DIG2BYTES[frac0x], frac0x)?;
     }
-    Ok(if negative { v.wrapping_neg() } else { v })
+    let groups = &groups[..n];
+    // Up to 38 digits fit i128 arithmetic, which is much cheaper than i256.
+    Ok(if wide {
+        let mut v = i256::ZERO;
+        for (g, d) in groups {
+            v = v
+                .wrapping_mul(i256::from_i128(10i128.pow(*d as u32)))
+                .wrapping_add(i256::from_i128(*g as i128));
+        }
+        Unscaled::Wide(if negative { v.wrapping_neg() } else { v })
+    } else {
+        let mut v: i128 = 0;
+        for (g, d) in groups {
+            v = v * 10i128.pow(*d as u32) + *g as i128;
+        }
+        Unscaled::Narrow(if negative { -v } else { v })
+    })
+}
+
+/// Precision up to which DECIMAL values fit Arrow's `Decimal128`.
+const DECIMAL128_DIGITS: u8 = 38;
+
+/// An unscaled DECIMAL value, narrow when its precision allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unscaled {
+    Narrow(i128),
+    Wide(i256),
+}
+
+impl std::fmt::Display for Unscaled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unscaled::Narrow(v) => write!(f, "{v}"),
+            Unscaled::Wide(v) => write!(f, "{v}"),
+        }
+    }
 }
 
 #[cfg(test)]

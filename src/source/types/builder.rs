@@ -150,6 +150,17 @@ impl ColumnBuilder {
         Ok(())
     }
 
+    /// Appends an unscaled decimal that fits 128 bits.
+    #[inline]
+    pub fn append_decimal128(&mut self, unscaled: i128) -> Result<(), String> {
+        match self {
+            ColumnBuilder::Decimal128(b, ..) => b.append_value(unscaled),
+            ColumnBuilder::Decimal256(b, ..) => b.append_value(i256::from_i128(unscaled)),
+            other => return Err(format!("decimal value for a {other:?} column")),
+        }
+        Ok(())
+    }
+
     /// Appends an unscaled decimal whose scale is the column's.
     #[inline]
     pub fn append_decimal(&mut self, unscaled: i256) -> Result<(), String> {
