@@ -166,8 +166,17 @@ impl Capture {
             &capture.progress,
         )
         .await?;
+        let min_high = chunks
+            .first()
+            .map(|c| c.high.clone())
+            .expect("every table has a chunk");
+        let max_high = chunks
+            .last()
+            .map(|c| c.high.clone())
+            .expect("every table has a chunk");
         let mut out = Vec::new();
-        for chunk in &chunks {
+        // Consumed one by one, so each chunk's rows are freed once applied.
+        for chunk in chunks {
             let mut events = Vec::new();
             capture.states[chunk.table]
                 .apply_snapshot(&chunk.high, &chunk.rows, &mut events)
@@ -177,17 +186,10 @@ impl Capture {
                 event,
             }));
         }
-        let min_high = chunks
-            .first()
-            .map(|c| c.high.clone())
-            .expect("every table has a chunk");
-        let max_high = chunks
-            .last()
-            .map(|c| c.high.clone())
-            .expect("every table has a chunk");
         capture.progress.set_phase(Phase::CatchUp);
         let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
         capture.catch_up(&mut reader, &max_high, &mut out).await?;
+        // Stable: entries of one chunk keep their order under their shared position.
         out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
         for state in &mut capture.states {
             state

@@ -138,18 +138,29 @@ impl TableState {
         }
         let version = snapshot_position(high);
         let (keys, full) = self.codec.encode(rows)?;
-        // Keyless tables: identical rows share a key; count them first.
         let mut counts: Vec<(OwnedRow, OwnedRow, u32)> = Vec::with_capacity(rows.num_rows());
-        let mut index: HashMap<OwnedRow, usize> = HashMap::new();
-        for (k, r) in keys.iter().zip(full.iter()) {
-            match index.entry(k.owned()) {
-                MapEntry::Occupied(o) => counts[*o.get()].2 += 1,
-                MapEntry::Vacant(v) => {
-                    v.insert(counts.len());
-                    counts.push((k.owned(), r.owned(), 1));
+        if self.codec.keyless() {
+            // Identical rows share a key: count them first.
+            let mut index: HashMap<OwnedRow, usize> = HashMap::new();
+            for (k, r) in keys.iter().zip(full.iter()) {
+                match index.entry(k.owned()) {
+                    MapEntry::Occupied(o) => counts[*o.get()].2 += 1,
+                    MapEntry::Vacant(v) => {
+                        v.insert(counts.len());
+                        counts.push((k.owned(), r.owned(), 1));
+                    }
                 }
             }
+        } else {
+            // Keys are unique within a chunk.
+            counts.extend(
+                keys.iter()
+                    .zip(full.iter())
+                    .map(|(k, r)| (k.owned(), r.owned(), 1)),
+            );
         }
+        self.entries.reserve(counts.len());
+        out.reserve(counts.len());
         for (key, row, count) in counts {
             let before = match self.entries.get(&key) {
                 Some(e) if e.version >= version => continue,
