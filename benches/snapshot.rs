@@ -40,6 +40,11 @@ fn peak_rss_mib() -> f64 {
 
 #[tokio::main]
 async fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
     let args: Vec<String> = std::env::args().collect();
     let total: u64 = args
         .iter()

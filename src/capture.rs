@@ -158,6 +158,7 @@ impl Capture {
             capture.progress.set_phase(Phase::Streaming);
             return Ok((capture, Vec::new()));
         }
+        let started = std::time::Instant::now();
         let chunks = run_snapshot(
             &connect,
             &capture.info,
@@ -174,6 +175,7 @@ impl Capture {
             .last()
             .map(|c| c.high.clone())
             .expect("every table has a chunk");
+        tracing::info!(chunks = chunks.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
         let mut out = Vec::new();
         // Consumed one by one, so each chunk's rows are freed once applied.
         for chunk in chunks {
@@ -186,9 +188,11 @@ impl Capture {
                 event,
             }));
         }
+        tracing::info!(rows = out.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         capture.progress.set_phase(Phase::CatchUp);
         let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
         capture.catch_up(&mut reader, &max_high, &mut out).await?;
+        tracing::info!(elapsed = ?started.elapsed(), "caught up to the last HIGH");
         // Stable: entries of one chunk keep their order under their shared position.
         out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
         for state in &mut capture.states {
@@ -196,6 +200,7 @@ impl Capture {
                 .finish_handoff()
                 .map_err(|e| SourceError::Config(format!("ending the hand-off: {e}")))?;
         }
+        tracing::info!(elapsed = ?started.elapsed(), "hand-off complete");
         capture.progress.set_position(max_high);
         if options.mode == SnapshotMode::SnapshotOnly {
             capture.progress.set_phase(Phase::Done);

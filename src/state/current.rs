@@ -49,7 +49,7 @@ struct Slot {
 #[derive(Debug)]
 struct Base {
     rows: RecordBatch,
-    index: HashMap<KeyBytes, Slot>,
+    index: HashMap<KeyBytes, Slot, ahash::RandomState>,
     /// Sum of copy counts.
     len: usize,
 }
@@ -86,6 +86,37 @@ impl CurrentTable {
             len: base.len,
             codec,
             base: Arc::new(base),
+            overlay: imbl::HashMap::new(),
+        })
+    }
+
+    /// Builds the table from distinct keys with their rows and copy counts (the merge's state
+    /// at the end of the hand-off), without encoding the keys again.
+    pub fn from_rows(
+        codec: Arc<RowCodec>,
+        rows: impl Iterator<Item = (OwnedRow, OwnedRow, u32)>,
+    ) -> Result<Self, ArrowError> {
+        let (lower, _) = rows.size_hint();
+        let mut index: HashMap<KeyBytes, Slot, ahash::RandomState> =
+            HashMap::with_capacity_and_hasher(lower, ahash::RandomState::new());
+        let mut full = Vec::with_capacity(lower);
+        let mut len = 0;
+        for (key, row, count) in rows {
+            index.insert(
+                key.as_ref().into(),
+                Slot {
+                    row: full.len() as u32,
+                    count,
+                },
+            );
+            len += count as usize;
+            full.push(row);
+        }
+        let rows = codec.decode(full.iter())?;
+        Ok(Self {
+            len,
+            codec,
+            base: Arc::new(Base { rows, index, len }),
             overlay: imbl::HashMap::new(),
         })
     }
@@ -174,7 +205,8 @@ impl CurrentTable {
 
 fn build_base(codec: &RowCodec, rows: &RecordBatch) -> Result<Base, ArrowError> {
     let (keys, _) = codec.encode(rows)?;
-    let mut index: HashMap<KeyBytes, Slot> = HashMap::with_capacity(rows.num_rows());
+    let mut index: HashMap<KeyBytes, Slot, ahash::RandomState> =
+        HashMap::with_capacity_and_hasher(rows.num_rows(), ahash::RandomState::new());
     let mut keep = Vec::with_capacity(rows.num_rows());
     for (i, key) in keys.iter().enumerate() {
         match index.get_mut(key.as_ref()) {

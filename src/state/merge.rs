@@ -72,7 +72,7 @@ struct Entry {
 pub struct TableState {
     codec: Arc<RowCodec>,
     /// Versioned entries until the hand-off is complete.
-    entries: HashMap<OwnedRow, Entry>,
+    entries: HashMap<OwnedRow, Entry, ahash::RandomState>,
     /// After the hand-off every change is newer than every version, so versions are dropped
     /// and the compact, snapshot-able representation takes over.
     current: Option<CurrentTable>,
@@ -93,7 +93,7 @@ impl TableState {
     pub fn new(schema: Arc<TableSchema>) -> Result<Self, ArrowError> {
         Ok(Self {
             codec: Arc::new(RowCodec::new(schema)?),
-            entries: HashMap::new(),
+            entries: HashMap::default(),
             current: None,
         })
     }
@@ -106,9 +106,11 @@ impl TableState {
     /// are no longer needed and the state becomes a [`CurrentTable`].
     pub fn finish_handoff(&mut self) -> Result<(), ArrowError> {
         if self.current.is_none() {
-            let rows = self.to_batch()?;
-            self.current = Some(CurrentTable::new(Arc::clone(&self.codec), &rows)?);
-            self.entries = HashMap::new();
+            let entries = std::mem::take(&mut self.entries);
+            let live = entries
+                .into_iter()
+                .filter_map(|(key, e)| e.row.map(|row| (key, row, e.count)));
+            self.current = Some(CurrentTable::from_rows(Arc::clone(&self.codec), live)?);
         }
         Ok(())
     }
@@ -141,7 +143,7 @@ impl TableState {
         let mut counts: Vec<(OwnedRow, OwnedRow, u32)> = Vec::with_capacity(rows.num_rows());
         if self.codec.keyless() {
             // Identical rows share a key: count them first.
-            let mut index: HashMap<OwnedRow, usize> = HashMap::new();
+            let mut index: HashMap<OwnedRow, usize, ahash::RandomState> = HashMap::default();
             for (k, r) in keys.iter().zip(full.iter()) {
                 match index.entry(k.owned()) {
                     MapEntry::Occupied(o) => counts[*o.get()].2 += 1,
