@@ -57,8 +57,9 @@ impl ChunkRange {
             None => unbounded.to_string(),
             Some(v) => v.as_sql(false),
         };
+        let open = if self.start.is_some() { "[" } else { "(" };
         format!(
-            "[{}, {})",
+            "{open}{}, {})",
             show(&self.start, "-inf"),
             show(&self.end, "+inf")
         )
