@@ -191,7 +191,7 @@ impl Capture {
         tracing::info!(rows = out.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         capture.progress.set_phase(Phase::CatchUp);
         let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
-        capture.catch_up(&mut reader, &max_high, &mut out).await?;
+        capture.follow(&mut reader, &max_high, &mut out).await?;
         tracing::info!(elapsed = ?started.elapsed(), "caught up to the last HIGH");
         // Stable: entries of one chunk keep their order under their shared position.
         out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
@@ -210,27 +210,6 @@ impl Capture {
             capture.reader = Some(reader);
         }
         Ok((capture, out))
-    }
-
-    /// Applies the stream from `min(HIGH)` until it reaches `max(HIGH)`.
-    async fn catch_up(
-        &mut self,
-        reader: &mut BinlogReader,
-        max_high: &BinlogCoord,
-        out: &mut Vec<TableChange>,
-    ) -> SourceResult<()> {
-        loop {
-            if reader.idle_position().is_some_and(|p| p >= *max_high) {
-                return Ok(());
-            }
-            if let Some(tx) = reader.step().await? {
-                if tx.start >= *max_high {
-                    self.pending = Some(tx);
-                    return Ok(());
-                }
-                out.extend(self.apply(&tx)?);
-            }
-        }
     }
 
     fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
@@ -292,6 +271,8 @@ impl Capture {
         result.map(|()| out)
     }
 
+    /// Applies the stream until it reaches `target`. A transaction that starts at or after
+    /// `target` is kept for later: during the hand-off it belongs after `max(HIGH)`.
     async fn follow(
         &mut self,
         reader: &mut BinlogReader,
@@ -303,6 +284,10 @@ impl Capture {
                 return Ok(());
             }
             if let Some(tx) = reader.step().await? {
+                if tx.start >= *target {
+                    self.pending = Some(tx);
+                    return Ok(());
+                }
                 out.extend(self.apply(&tx)?);
                 self.progress.set_position(tx.end.clone());
             }

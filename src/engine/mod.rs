@@ -103,13 +103,7 @@ impl Engine {
             .with_catalog_list(catalogs)
             .build();
         let ctx = SessionContext::new_with_state(state);
-        let default_catalog = ctx
-            .state()
-            .config()
-            .options()
-            .catalog
-            .default_catalog
-            .clone();
+        let default_catalog = default_catalog(&ctx);
         if let Some(catalog) = ctx.catalog(&default_catalog) {
             let _ = catalog.register_schema(
                 STATUS_SCHEMA,
@@ -144,14 +138,7 @@ impl Engine {
         if name.is_empty() || name == STATUS_SCHEMA {
             return Err(EngineError::BadName(name.to_string(), "reserved or empty"));
         }
-        let default_catalog = self
-            .ctx
-            .state()
-            .config()
-            .options()
-            .catalog
-            .default_catalog
-            .clone();
+        let default_catalog = default_catalog(&self.ctx);
         if name == default_catalog {
             return Err(EngineError::BadName(
                 name.to_string(),
@@ -294,6 +281,15 @@ impl Engine {
             }
         }
     }
+}
+
+fn default_catalog(ctx: &SessionContext) -> String {
+    ctx.state()
+        .config()
+        .options()
+        .catalog
+        .default_catalog
+        .clone()
 }
 
 /// The session's catalogs: one per source (looked up live, so dropping a source removes its
