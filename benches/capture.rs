@@ -114,6 +114,10 @@ async fn ours(url: &str, from: &BinlogCoord, to: &BinlogCoord) -> (u64, Duration
     (rows, started.elapsed())
 }
 
+/// The allocator the `cdcfusion` binary uses, so the figures match it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -74,6 +74,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// mimalloc: the hand-off allocates many small rows, where it is about twice as fast as the
+/// system allocator (`benches/snapshot.rs`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
