@@ -111,9 +111,12 @@ async fn main() {
         let mut options = CaptureOptions::new("bench.t", SnapshotMode::SnapshotOnly);
         options.server_id = 8990;
         options.snapshot.window_server_id = 8991;
-        let warm = Capture::start(ConnectOptions::from_url(&server.cdc_url()).unwrap(), options)
-            .await
-            .unwrap();
+        let warm = Capture::start(
+            ConnectOptions::from_url(&server.cdc_url()).unwrap(),
+            options,
+        )
+        .await
+        .unwrap();
         drop(warm);
     }
     for method in [

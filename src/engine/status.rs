@@ -1,20 +1,27 @@
 //! The `cdc` status schema: `cdc.sources`, `cdc.tables` and `cdc.chunks`.
 //!
-//! Each table is built from the sources' live status when a query plans it, so it always shows
-//! the present: phase, positions, progress and errors. Status says plainly when a current table
+//! Each table is built from the sources' status when a query scans it, so it always shows the
+//! present, and `position` is the position of the version the same query reads of the source's
+//! tables (`Engine::sql` pins one per query): the position the query read: phase, positions, progress and errors. Status says plainly when a current table
 //! is still a mix of chunk boundaries (`consistent = false`, phase `Snapshot`/`CatchUp`) and from
 //! which position on it is consistent.
 
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{Field, Schema};
 use async_trait::async_trait;
-use datafusion::catalog::{MemTable, SchemaProvider};
-use datafusion::datasource::TableProvider;
+use datafusion::catalog::{SchemaProvider, Session};
+use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_datasource::memory::MemorySourceConfig;
+use datafusion_datasource::source::DataSourceExec;
 
-use super::SourcesRef;
+use super::{RunningSource, SourcesRef};
+use crate::provider::version_for;
 use crate::source::snapshot::incremental::{ChunkState, Phase};
 
 /// See the module docs.
@@ -45,18 +52,55 @@ fn text(v: Vec<Option<String>>) -> ArrayRef {
     Arc::new(StringArray::from(v))
 }
 
-fn table(columns: Vec<(&str, ArrayRef)>) -> Result<Arc<dyn TableProvider>> {
+fn table(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(
         columns
             .iter()
             .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
             .collect::<Vec<_>>(),
     ));
-    let batch = RecordBatch::try_new(
-        Arc::clone(&schema),
+    Ok(RecordBatch::try_new(
+        schema,
         columns.into_iter().map(|(_, a)| a).collect(),
-    )?;
-    Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+    )?)
+}
+
+/// One status table; its rows are computed when a query scans it, from the versions that
+/// query reads (so `cdc.sources.position` is the position of the query's other tables).
+#[derive(Debug)]
+struct StatusTable {
+    name: &'static str,
+    sources: SourcesRef,
+    schema: SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for StatusTable {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let sources: Vec<Arc<RunningSource>> = match self.sources.upgrade() {
+            Some(s) => s.read().expect("sources").values().cloned().collect(),
+            None => Vec::new(),
+        };
+        let batch = build(self.name, &sources, Some(state))?;
+        let config =
+            MemorySourceConfig::try_new(&[vec![batch]], self.schema(), projection.cloned())?
+                .with_limit(limit);
+        Ok(DataSourceExec::from_data_source(config))
+    }
 }
 
 #[async_trait]
@@ -66,125 +110,139 @@ impl SchemaProvider for CdcSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let Some(sources) = self.sources.upgrade() else {
+        let Some(name) = TABLES.iter().find(|t| **t == name) else {
             return Ok(None);
         };
-        let sources: Vec<_> = sources.read().expect("sources").values().cloned().collect();
-        match name {
-            "sources" => {
-                let mut cols: [Vec<Option<String>>; 8] = Default::default();
-                let mut consistent = Vec::new();
-                let mut txs = Vec::new();
-                for s in &sources {
-                    let status = s.status();
-                    let report = s.progress.report();
-                    let version = s.published.load_full();
-                    cols[0].push(Some(s.name.clone()));
-                    cols[1].push(Some(status.flavor.clone()).filter(|f| !f.is_empty()));
-                    cols[2].push(Some(status.server_version.clone()).filter(|v| !v.is_empty()));
-                    cols[3].push(Some(phase_name(report.phase).to_string()));
-                    cols[4].push(version.position.as_ref().map(ToString::to_string));
-                    cols[5].push(report.position.as_ref().map(ToString::to_string));
-                    cols[6].push(status.error.clone());
-                    cols[7].push(Some(s.url.clone()));
-                    consistent.push(Some(version.consistent));
-                    txs.push(status.transactions);
-                }
-                let [name, flavor, version, phase, published, live, error, url] = cols;
-                table(vec![
-                    ("name", text(name)),
-                    ("flavor", text(flavor)),
-                    ("server_version", text(version)),
-                    ("phase", text(phase)),
-                    ("position", text(published)),
-                    ("live_position", text(live)),
-                    ("consistent", Arc::new(BooleanArray::from(consistent))),
-                    ("transactions", Arc::new(UInt64Array::from(txs))),
-                    ("error", text(error)),
-                    ("url", text(url)),
-                ])
-                .map(Some)
-            }
-            "tables" => {
-                let mut cols: [Vec<Option<String>>; 6] = Default::default();
-                let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
-                for s in &sources {
-                    let report = s.progress.report();
-                    let version = s.published.load_full();
-                    for (i, t) in s.status().tables.iter().enumerate() {
-                        let chunks: Vec<_> =
-                            report.chunks.iter().filter(|c| c.table == t.id).collect();
-                        let highs: Vec<String> = chunks
-                            .iter()
-                            .filter_map(|c| c.high.as_ref().map(ToString::to_string))
-                            .collect();
-                        cols[0].push(Some(s.name.clone()));
-                        cols[1].push(Some(t.id.db.clone()));
-                        cols[2].push(Some(t.id.table.clone()));
-                        cols[3].push(Some(phase_name(report.phase).to_string()));
-                        cols[4].push(highs.iter().min().cloned());
-                        cols[5].push(highs.iter().max().cloned());
-                        rows.push(version.tables.get(i).map(|v| v.len() as u64));
-                        done.push(
-                            chunks
-                                .iter()
-                                .filter(|c| c.state == ChunkState::Done)
-                                .count() as u64,
-                        );
-                        total.push(chunks.len() as u64);
-                        keyless.push(t.primary_key.is_empty());
-                    }
-                }
-                let [source, db, name, phase, low, high] = cols;
-                table(vec![
-                    ("source", text(source)),
-                    ("db", text(db)),
-                    ("table", text(name)),
-                    ("phase", text(phase)),
-                    ("rows", Arc::new(UInt64Array::from(rows))),
-                    ("chunks_done", Arc::new(UInt64Array::from(done))),
-                    ("chunks_total", Arc::new(UInt64Array::from(total))),
-                    ("snapshot_min_high", text(low)),
-                    ("snapshot_max_high", text(high)),
-                    ("keyless", Arc::new(BooleanArray::from(keyless))),
-                ])
-                .map(Some)
-            }
-            "chunks" => {
-                let mut cols: [Vec<Option<String>>; 7] = Default::default();
-                let (mut index, mut rows) = (vec![], vec![]);
-                for s in &sources {
-                    for c in s.progress.report().chunks {
-                        cols[0].push(Some(s.name.clone()));
-                        cols[1].push(Some(c.table.db.clone()));
-                        cols[2].push(Some(c.table.table.clone()));
-                        cols[3].push(Some(c.range.clone()));
-                        cols[4].push(c.low.as_ref().map(ToString::to_string));
-                        cols[5].push(c.high.as_ref().map(ToString::to_string));
-                        cols[6].push(Some(format!("{:?}", c.state).to_lowercase()));
-                        index.push(c.index as u64);
-                        rows.push(c.rows as u64);
-                    }
-                }
-                let [source, db, name, range, low, high, state] = cols;
-                table(vec![
-                    ("source", text(source)),
-                    ("db", text(db)),
-                    ("table", text(name)),
-                    ("chunk", Arc::new(UInt64Array::from(index))),
-                    ("range", text(range)),
-                    ("low", text(low)),
-                    ("high", text(high)),
-                    ("rows", Arc::new(UInt64Array::from(rows))),
-                    ("state", text(state)),
-                ])
-                .map(Some)
-            }
-            _ => Ok(None),
-        }
+        let schema = build(name, &[], None)?.schema();
+        Ok(Some(Arc::new(StatusTable {
+            name,
+            sources: std::sync::Weak::clone(&self.sources),
+            schema,
+        })))
     }
 
     fn table_exist(&self, name: &str) -> bool {
         TABLES.contains(&name)
+    }
+}
+
+fn build(
+    name: &str,
+    sources: &[Arc<RunningSource>],
+    session: Option<&dyn Session>,
+) -> Result<RecordBatch> {
+    let version = |s: &RunningSource| match session {
+        Some(session) => version_for(session, &s.name, &s.published),
+        None => s.published.load_full(),
+    };
+    match name {
+        "sources" => {
+            let mut cols: [Vec<Option<String>>; 8] = Default::default();
+            let mut consistent = Vec::new();
+            let mut txs = Vec::new();
+            for s in sources {
+                let status = s.status();
+                let report = s.progress.report();
+                let version = version(s);
+                cols[0].push(Some(s.name.clone()));
+                cols[1].push(Some(status.flavor.clone()).filter(|f| !f.is_empty()));
+                cols[2].push(Some(status.server_version.clone()).filter(|v| !v.is_empty()));
+                cols[3].push(Some(phase_name(report.phase).to_string()));
+                cols[4].push(version.position.as_ref().map(ToString::to_string));
+                cols[5].push(report.position.as_ref().map(ToString::to_string));
+                cols[6].push(status.error.clone());
+                cols[7].push(Some(s.url.clone()));
+                consistent.push(Some(version.consistent));
+                txs.push(status.transactions);
+            }
+            let [name, flavor, version, phase, published, live, error, url] = cols;
+            table(vec![
+                ("name", text(name)),
+                ("flavor", text(flavor)),
+                ("server_version", text(version)),
+                ("phase", text(phase)),
+                ("position", text(published)),
+                ("live_position", text(live)),
+                ("consistent", Arc::new(BooleanArray::from(consistent))),
+                ("transactions", Arc::new(UInt64Array::from(txs))),
+                ("error", text(error)),
+                ("url", text(url)),
+            ])
+        }
+        "tables" => {
+            let mut cols: [Vec<Option<String>>; 6] = Default::default();
+            let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
+            for s in sources {
+                let report = s.progress.report();
+                let version = version(s);
+                for (i, t) in s.status().tables.iter().enumerate() {
+                    let chunks: Vec<_> = report.chunks.iter().filter(|c| c.table == t.id).collect();
+                    let highs: Vec<String> = chunks
+                        .iter()
+                        .filter_map(|c| c.high.as_ref().map(ToString::to_string))
+                        .collect();
+                    cols[0].push(Some(s.name.clone()));
+                    cols[1].push(Some(t.id.db.clone()));
+                    cols[2].push(Some(t.id.table.clone()));
+                    cols[3].push(Some(phase_name(report.phase).to_string()));
+                    cols[4].push(highs.iter().min().cloned());
+                    cols[5].push(highs.iter().max().cloned());
+                    rows.push(version.tables.get(i).map(|v| v.len() as u64));
+                    done.push(
+                        chunks
+                            .iter()
+                            .filter(|c| c.state == ChunkState::Done)
+                            .count() as u64,
+                    );
+                    total.push(chunks.len() as u64);
+                    keyless.push(t.primary_key.is_empty());
+                }
+            }
+            let [source, db, name, phase, low, high] = cols;
+            table(vec![
+                ("source", text(source)),
+                ("db", text(db)),
+                ("table", text(name)),
+                ("phase", text(phase)),
+                ("rows", Arc::new(UInt64Array::from(rows))),
+                ("chunks_done", Arc::new(UInt64Array::from(done))),
+                ("chunks_total", Arc::new(UInt64Array::from(total))),
+                ("snapshot_min_high", text(low)),
+                ("snapshot_max_high", text(high)),
+                ("keyless", Arc::new(BooleanArray::from(keyless))),
+            ])
+        }
+        "chunks" => {
+            let mut cols: [Vec<Option<String>>; 7] = Default::default();
+            let (mut index, mut rows) = (vec![], vec![]);
+            for s in sources {
+                for c in s.progress.report().chunks {
+                    cols[0].push(Some(s.name.clone()));
+                    cols[1].push(Some(c.table.db.clone()));
+                    cols[2].push(Some(c.table.table.clone()));
+                    cols[3].push(Some(c.range.clone()));
+                    cols[4].push(c.low.as_ref().map(ToString::to_string));
+                    cols[5].push(c.high.as_ref().map(ToString::to_string));
+                    cols[6].push(Some(format!("{:?}", c.state).to_lowercase()));
+                    index.push(c.index as u64);
+                    rows.push(c.rows as u64);
+                }
+            }
+            let [source, db, name, range, low, high, state] = cols;
+            table(vec![
+                ("source", text(source)),
+                ("db", text(db)),
+                ("table", text(name)),
+                ("chunk", Arc::new(UInt64Array::from(index))),
+                ("range", text(range)),
+                ("low", text(low)),
+                ("high", text(high)),
+                ("rows", Arc::new(UInt64Array::from(rows))),
+                ("state", text(state)),
+            ])
+        }
+        other => Err(datafusion::error::DataFusionError::Plan(format!(
+            "no status table {other}"
+        ))),
     }
 }
