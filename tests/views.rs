@@ -272,9 +272,20 @@ async fn status_tables_and_drop_source() {
     );
     assert!(rows(&engine, "SELECT url FROM cdc.sources").await[0].contains(":****@"));
     // The position a query reads is the published one, reported beside the data.
-    let published = engine.source("vd").unwrap().published.load().position.clone().unwrap();
+    let published = engine
+        .source("vd")
+        .unwrap()
+        .published
+        .load()
+        .position
+        .clone()
+        .unwrap();
     assert_eq!(
-        rows(&engine, "SELECT s.position, count(*) AS n FROM cdc.sources s, vd.views_d.t GROUP BY s.position").await,
+        rows(
+            &engine,
+            "SELECT s.position, count(*) AS n FROM cdc.sources s, vd.views_d.t GROUP BY s.position"
+        )
+        .await,
         [format!("position={published} n=50")]
     );
     let tables = rows(&engine, "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'vd' AND table_schema = 'views_d' ORDER BY 1").await;

@@ -331,6 +331,21 @@ impl TableSnapshot {
     pub fn codec(&self) -> &Arc<RowCodec> {
         &self.codec
     }
+
+    /// Bytes held by this version: the base rows, its index (entries, table slots and key
+    /// bytes) and the overlay's rows. An estimate of allocations, for status and benchmarks.
+    pub fn memory_size(&self) -> usize {
+        let base_rows = self.base.rows.get_array_memory_size();
+        let slot = std::mem::size_of::<(KeyBytes, Slot)>() + 1;
+        let index = self.base.index.capacity() * slot
+            + self.base.index.keys().map(|k| k.len()).sum::<usize>();
+        let overlay = self
+            .overlay
+            .iter()
+            .map(|(k, v)| k.len() + v.as_ref().map_or(0, |(r, _)| r.as_ref().as_ref().len()) + 64)
+            .sum::<usize>();
+        base_rows + index + overlay
+    }
 }
 
 #[cfg(test)]
