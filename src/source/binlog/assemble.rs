@@ -38,6 +38,9 @@ use crate::source::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use crate::source::schema::{load_table_schema, TableId, TableSchema};
 use crate::source::types::ColumnBuilder;
 
+/// Initial row capacity of a batch's builders: bulk transactions fill hundreds of rows per
+/// event, and growing from a small capacity costs copies.
+const BUILDER_CAPACITY: usize = 1024;
 /// Rows per change batch before a large transaction's batch is cut.
 const MAX_BATCH_ROWS: usize = 65_536;
 
@@ -562,7 +565,7 @@ impl Assembler {
             let cols = &decoder.schema.columns;
             let make = || {
                 cols.iter()
-                    .map(|c| ColumnBuilder::new(&c.kind, 64))
+                    .map(|c| ColumnBuilder::new(&c.kind, BUILDER_CAPACITY))
                     .collect::<Vec<_>>()
             };
             tx.open = Some(OpenBatch {

@@ -32,7 +32,9 @@ const EVENT_QUEUE: usize = 256;
 /// the feed stops the task and closes the connection.
 #[derive(Debug)]
 struct EventFeed {
-    events: tokio::sync::mpsc::Receiver<Result<Event, FeedError>>,
+    events: tokio::sync::mpsc::Receiver<Vec<Result<Event, FeedError>>>,
+    /// Events received but not yet handed to the assembler.
+    ready: std::collections::VecDeque<Result<Event, FeedError>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -48,31 +50,58 @@ enum FeedError {
     },
 }
 
+/// Events the feed hands over at once, when that many are ready: one wake-up of the decoder
+/// per batch rather than per event.
+const FEED_BATCH: usize = 64;
+
 impl EventFeed {
     /// Also verifies every event's checksum here, beside the network read, so that the
     /// decoder's core only decodes.
-    fn spawn(mut stream: BinlogStream) -> Self {
-        let (tx, events) = tokio::sync::mpsc::channel(EVENT_QUEUE);
+    fn spawn(stream: BinlogStream) -> Self {
+        let (tx, events) = tokio::sync::mpsc::channel(EVENT_QUEUE / FEED_BATCH);
         let task = tokio::spawn(async move {
-            while let Some(item) = stream.next().await {
-                let item = match item {
-                    Ok(event) => match checksum_mismatch(&event) {
-                        None => Ok(event),
-                        Some((expected, computed)) => Err(FeedError::Checksum {
-                            end: event.header().log_pos() as u64,
-                            expected,
-                            computed,
-                        }),
-                    },
-                    Err(e) => Err(FeedError::Mysql(e)),
-                };
-                let failed = item.is_err();
-                if tx.send(item).await.is_err() || failed {
+            let mut chunks = stream.ready_chunks(FEED_BATCH);
+            while let Some(items) = chunks.next().await {
+                let mut failed = false;
+                let batch: Vec<_> = items
+                    .into_iter()
+                    .map_while(|item| {
+                        if failed {
+                            return None;
+                        }
+                        let checked = match item {
+                            Ok(event) => match checksum_mismatch(&event) {
+                                None => Ok(event),
+                                Some((expected, computed)) => Err(FeedError::Checksum {
+                                    end: event.header().log_pos() as u64,
+                                    expected,
+                                    computed,
+                                }),
+                            },
+                            Err(e) => Err(FeedError::Mysql(e)),
+                        };
+                        failed = checked.is_err();
+                        Some(checked)
+                    })
+                    .collect();
+                if tx.send(batch).await.is_err() || failed {
                     break;
                 }
             }
         });
-        Self { events, task }
+        Self {
+            events,
+            ready: std::collections::VecDeque::new(),
+            task,
+        }
+    }
+
+    /// The next event; `None` when the stream ended.
+    async fn next(&mut self) -> Option<Result<Event, FeedError>> {
+        if self.ready.is_empty() {
+            self.ready.extend(self.events.recv().await?);
+        }
+        self.ready.pop_front()
     }
 }
 
@@ -308,7 +337,7 @@ impl BinlogReader {
             }
             let silence = self.options.heartbeat * 3;
             let stream = self.stream.as_mut().expect("opened above");
-            let item = match tokio::time::timeout(silence, stream.events.recv()).await {
+            let item = match tokio::time::timeout(silence, stream.next()).await {
                 Ok(item) => item,
                 Err(_) => {
                     return Err(SourceError::Transient {

@@ -480,49 +480,56 @@ fn read_decimal(cur: &mut Cursor<'_>, precision: u8, scale: u8) -> Result<Unscal
         *dst = src ^ mask;
     }
     bytes[0] ^= 0x80;
-    // The digit groups, most significant first: (value, digits).
-    let mut groups = [(0u64, 0usize); 12];
-    let mut n = 0;
+    // Digit groups, most significant first: a partial group, full groups of nine, a partial
+    // group. Each is checked to hold no more digits than it may.
     let mut pos = 0;
-    let mut take = |len: usize, digits: usize| -> Result<(), String> {
+    let mut next = |len: usize, digits: usize| -> Result<u64, String> {
         let g = bytes[pos..pos + len]
             .iter()
             .fold(0u64, |a, b| (a << 8) | *b as u64);
         pos += len;
-        if g >= 10u64.pow(digits as u32) {
+        if g >= POW10[digits] {
             return Err(format!("DECIMAL group {g} exceeds {digits} digits"));
         }
-        groups[n] = (g, digits);
-        n += 1;
-        Ok(())
+        Ok(g)
     };
-    if intg0x > 0 {
-        take(DIG2BYTES[intg0x], intg0x)?;
-    }
-    for _ in 0..intg0 + frac0 {
-        take(4, DIGITS_PER_GROUP)?;
-    }
-    if frac0x > 0 {
-        take(DIG2BYTES[frac0x], frac0x)?;
-    }
-    let groups = &groups[..n];
+    let layout = std::iter::once((DIG2BYTES[intg0x], intg0x))
+        .chain(std::iter::repeat_n((4, DIGITS_PER_GROUP), intg0 + frac0))
+        .chain(std::iter::once((DIG2BYTES[frac0x], frac0x)))
+        .filter(|(_, digits)| *digits > 0);
     // Up to 38 digits fit i128 arithmetic, which is much cheaper than i256.
     Ok(if wide {
         let mut v = i256::ZERO;
-        for (g, d) in groups {
+        for (len, digits) in layout {
+            let g = next(len, digits)?;
             v = v
-                .wrapping_mul(i256::from_i128(10i128.pow(*d as u32)))
-                .wrapping_add(i256::from_i128(*g as i128));
+                .wrapping_mul(i256::from_i128(POW10[digits] as i128))
+                .wrapping_add(i256::from_i128(g as i128));
         }
         Unscaled::Wide(if negative { v.wrapping_neg() } else { v })
     } else {
         let mut v: i128 = 0;
-        for (g, d) in groups {
-            v = v * 10i128.pow(*d as u32) + *g as i128;
+        for (len, digits) in layout {
+            let g = next(len, digits)?;
+            v = v * POW10[digits] as i128 + g as i128;
         }
         Unscaled::Narrow(if negative { -v } else { v })
     })
 }
+
+/// Powers of ten up to one DECIMAL digit group.
+const POW10: [u64; 10] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+];
 
 /// Precision up to which DECIMAL values fit Arrow's `Decimal128`.
 const DECIMAL128_DIGITS: u8 = 38;
