@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
 use cdcfusion::change::Op;
+use cdcfusion::devserver::DevServer;
 use cdcfusion::source::connect::{current_position, ConnectOptions};
 use cdcfusion::source::schema::{Flavor, TableId};
 use cdcfusion::source::snapshot::incremental::{
@@ -50,6 +51,7 @@ where
 }
 
 struct Setup {
+    server: &'static DevServer,
     db: String,
     chunk_size: usize,
     parallelism: usize,
@@ -61,6 +63,7 @@ struct Setup {
 impl Setup {
     fn new(db: &str, method: SnapshotMethod) -> Self {
         Setup {
+            server: server(),
             db: db.to_string(),
             chunk_size: 1000,
             parallelism: 1,
@@ -84,7 +87,7 @@ impl Setup {
                 .chunk_keys
                 .insert(TableId::new(&self.db, "t"), k.to_string());
         }
-        let connect = ConnectOptions::from_url(&server().cdc_url()).unwrap();
+        let connect = ConnectOptions::from_url(&self.server.cdc_url()).unwrap();
         tokio::time::timeout(HANG_GUARD, Capture::start(connect, options))
             .await
             .expect("snapshot hangs")
@@ -119,8 +122,8 @@ fn keyed(batch: &arrow::array::RecordBatch) -> Rows {
         .collect()
 }
 
-async fn source_rows(capture: &Capture) -> Rows {
-    let mut conn = ConnectOptions::from_url(&server().cdc_url())
+async fn source_rows(srv: &DevServer, capture: &Capture) -> Rows {
+    let mut conn = ConnectOptions::from_url(&srv.cdc_url())
         .unwrap()
         .connect()
         .await
@@ -132,8 +135,8 @@ async fn source_rows(capture: &Capture) -> Rows {
 }
 
 /// Follows the stream until it has applied everything committed so far.
-async fn settle(capture: &mut Capture, events: &mut Vec<TableChange>) {
-    let mut conn = root_conn(server()).await;
+async fn settle(srv: &DevServer, capture: &mut Capture, events: &mut Vec<TableChange>) {
+    let mut conn = root_conn(srv).await;
     let (target, _) = current_position(&mut conn, Flavor::MariaDb).await.unwrap();
     let more = tokio::time::timeout(HANG_GUARD, capture.catch_up_to(&target))
         .await
@@ -149,8 +152,12 @@ fn render(capture: &Capture, row: &arrow::row::OwnedRow) -> (String, String) {
 
 /// Checks the state and the replayed changelog against the source; returns the changelog as
 /// `(op, id)` pairs for scenario-specific checks.
-async fn verify(capture: &Capture, events: &[TableChange]) -> Vec<(Op, String, String)> {
-    let source = source_rows(capture).await;
+async fn verify(
+    srv: &DevServer,
+    capture: &Capture,
+    events: &[TableChange],
+) -> Vec<(Op, String, String)> {
+    let source = source_rows(srv, capture).await;
     let state = keyed(&capture.state(0).to_batch().unwrap());
     assert_eq!(
         state, source,
@@ -256,8 +263,8 @@ async fn scenario_1_one_chunk_normalised_to_high() {
         let (mut capture, mut events) = setup.start().await;
         let report = capture.progress().report();
         assert_eq!(report.chunks_total, 1);
-        settle(&mut capture, &mut events).await;
-        let log = verify(&capture, &events).await;
+        settle(server(), &mut capture, &mut events).await;
+        let log = verify(server(), &capture, &events).await;
         // The post-HIGH update arrives once, as a change.
         assert_eq!(count(&log, Op::Update, "id=3"), 1, "{method:?}");
         if method == SnapshotMethod::Watermarks {
@@ -315,8 +322,8 @@ async fn scenario_2_two_chunks_with_different_highs_and_the_boundary_key() {
         if method == SnapshotMethod::Watermarks {
             assert_ne!(report.chunks[0].high, report.chunks[1].high);
         }
-        settle(&mut capture, &mut events).await;
-        let log = verify(&capture, &events).await;
+        settle(server(), &mut capture, &mut events).await;
+        let log = verify(server(), &capture, &events).await;
         // The boundary key belongs to exactly one chunk.
         assert_eq!(count(&log, Op::Read, "id=11"), 1);
     })
@@ -343,8 +350,8 @@ async fn scenario_3_transaction_open_before_low_commits_inside_the_window() {
             _ => vec![],
         }));
         let (mut capture, mut events) = setup.start().await;
-        settle(&mut capture, &mut events).await;
-        let log = verify(&capture, &events).await;
+        settle(server(), &mut capture, &mut events).await;
+        let log = verify(server(), &capture, &events).await;
         assert!(log
             .iter()
             .any(|(_, k, r)| k == "id=200" && r.ends_with("v=tx")));
@@ -361,9 +368,13 @@ fn capture_has(capture: &Capture, key: &str) -> bool {
 async fn scenario_4_quiet_window_reads_no_backfill() {
     run_both(|method| async move {
         let db = format!("snap4_{}", method_tag(method));
-        let mut conn = root_conn(server()).await;
+        // LOW and HIGH are server-wide positions: this scenario needs a server nobody else
+        // writes to while it runs.
+        let quiet = quiet_server();
+        let mut conn = root_conn(quiet).await;
         table(&mut conn, &db, 30).await;
         let mut setup = Setup::new(&db, method);
+        setup.server = quiet;
         setup.chunk_size = 10;
         let (mut capture, mut events) = setup.start().await;
         let report = capture.progress().report();
@@ -374,8 +385,8 @@ async fn scenario_4_quiet_window_reads_no_backfill() {
                 "no writes: LOW == HIGH for {chunk:?}"
             );
         }
-        settle(&mut capture, &mut events).await;
-        let log = verify(&capture, &events).await;
+        settle(quiet, &mut capture, &mut events).await;
+        let log = verify(quiet, &capture, &events).await;
         assert_eq!(log.len(), 30);
         assert!(log.iter().all(|(op, _, _)| *op == Op::Read));
     })
@@ -412,14 +423,20 @@ async fn scenario_5_rows_moving_between_chunks_are_neither_lost_nor_doubled() {
         let (mut capture, mut events) = setup.start().await;
         let report = capture.progress().report();
         assert_eq!(report.chunks_total, 2, "{:?}", report.chunks);
-        settle(&mut capture, &mut events).await;
-        verify(&capture, &events).await;
+        settle(server(), &mut capture, &mut events).await;
+        verify(server(), &capture, &events).await;
         let state = keyed(&capture.state(0).to_batch().unwrap());
         assert_eq!(state["id=15"], "id=15 c=5 v=moved-to-a");
         assert_eq!(state["id=3"], "id=3 c=150 v=moved-to-b");
         assert_eq!(state["id=16"], "id=16 c=7 v=moved-in-window");
     })
     .await;
+}
+
+/// A second private server, used by one scenario at a time.
+fn quiet_server() -> &'static DevServer {
+    static QUIET: std::sync::OnceLock<DevServer> = std::sync::OnceLock::new();
+    QUIET.get_or_init(|| DevServer::start(Default::default()).expect("a second private MariaDB"))
 }
 
 fn method_tag(m: SnapshotMethod) -> &'static str {
@@ -530,8 +547,8 @@ async fn scenario_6_random_workload_during_a_parallel_snapshot() {
                 txs > 20,
                 "seed {seed}: the workload ran only {txs} transactions"
             );
-            settle(&mut capture, &mut events).await;
-            verify(&capture, &events).await;
+            settle(server(), &mut capture, &mut events).await;
+            verify(server(), &capture, &events).await;
         }
     }
 }
