@@ -192,7 +192,9 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
         o.snapshot.hook = Some(Arc::new(move |point, chunk| {
             let writer = Arc::clone(&writer);
             async move {
-                if point == HookPoint::AfterSelect && chunk.index == 1 {
+                // The keyless table is one chunk (index 0): write inside its window too.
+                let keyless_window = chunk.table.table == "nokey" && chunk.index == 0;
+                if point == HookPoint::AfterSelect && (chunk.index == 1 || keyless_window) {
                     let mut w = writer.lock().await;
                     let t = &chunk.table.table;
                     let sql = match t.as_str() {

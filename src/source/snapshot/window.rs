@@ -286,12 +286,13 @@ fn value_i128(v: &Value) -> Option<i128> {
     }
 }
 
-/// Folds `window` into the rows a chunk's `SELECT` returned; see the module docs. Returns the
+/// Folds `window` into the rows a chunk's `SELECT` returned; see the module docs. `check` is
+/// `None` when the chunk covers every value (a table read in one chunk). Returns the
 /// chunk's rows at HIGH (in primary-key order) and the number of window row changes applied.
 pub async fn normalize(
     conn: &mut Conn,
     codec: &RowCodec,
-    check: &RangeCheck,
+    check: Option<&RangeCheck>,
     range: &ChunkRange,
     scanned: &[RecordBatch],
     window: &[Arc<SourceTransaction>],
@@ -339,7 +340,11 @@ pub async fn normalize(
                     }
                 }
                 if let (Some((keys, full)), Some(batch)) = (&after, &change.after) {
-                    if check.contains(conn, range, batch, i).await? {
+                    let inside = match check {
+                        Some(check) => check.contains(conn, range, batch, i).await?,
+                        None => true,
+                    };
+                    if inside {
                         let entry = rows
                             .entry(keys.row(i).owned())
                             .or_insert_with(|| (full.row(i).owned(), 0));
