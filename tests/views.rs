@@ -271,6 +271,17 @@ async fn status_tables_and_drop_source() {
         ["n=5"]
     );
     assert!(rows(&engine, "SELECT url FROM cdc.sources").await[0].contains(":****@"));
+    // Lag: once the server's binlog end has been polled, nothing is pending.
+    let lag = "SELECT lag_bytes, lag_seconds, server_position = position AS at_end FROM cdc.sources";
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = rows(&engine, lag).await;
+        if seen == ["lag_bytes=0 lag_seconds=0.0 at_end=true"] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(seen, ["lag_bytes=0 lag_seconds=0.0 at_end=true"]);
     // The position a query reads is the published one, reported beside the data.
     let published = engine
         .source("vd")

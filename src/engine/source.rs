@@ -18,9 +18,10 @@ use tokio::sync::watch;
 
 use crate::capture::{Capture, CaptureOptions, TableChange};
 use crate::provider::{Published, SourceVersion};
-use crate::source::connect::ConnectOptions;
+use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::SourceResult;
 use crate::source::position::BinlogCoord;
+use crate::source::schema::Flavor;
 use crate::source::schema::TableSchema;
 use crate::source::snapshot::incremental::Progress;
 use crate::state::changelog::{changelog_batch, Changelog};
@@ -34,6 +35,35 @@ pub struct SourceStatus {
     pub error: Option<String>,
     /// Transactions applied since the hand-off.
     pub transactions: u64,
+    /// Commit time (µs) of the last applied transaction.
+    pub last_commit_ts_micros: Option<i64>,
+    /// The server's own binlog end, polled every [`SERVER_POLL`].
+    pub server_position: Option<BinlogCoord>,
+}
+
+/// How often the server's binlog end is read for lag.
+pub const SERVER_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl SourceStatus {
+    /// Bytes of binlog between the published position and the server's end, when both are in
+    /// the same file (across a rotation the sizes of the files between are not tracked).
+    pub fn lag_bytes(&self, published: Option<&BinlogCoord>) -> Option<u64> {
+        let (p, s) = (published?, self.server_position.as_ref()?);
+        (p.file == s.file).then(|| s.offset.saturating_sub(p.offset))
+    }
+
+    /// Seconds between the last applied commit and now; 0 when nothing is pending.
+    pub fn lag_seconds(&self, published: Option<&BinlogCoord>) -> Option<f64> {
+        if self.lag_bytes(published) == Some(0) {
+            return Some(0.0);
+        }
+        let last = self.last_commit_ts_micros?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_micros() as i64;
+        Some((now - last).max(0) as f64 / 1e6)
+    }
 }
 
 /// A source registered in the engine.
@@ -51,11 +81,13 @@ pub struct RunningSource {
     /// capture fails.
     ready: watch::Receiver<bool>,
     task: tokio::task::JoinHandle<()>,
+    poller: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for RunningSource {
     fn drop(&mut self) {
         self.task.abort();
+        self.poller.abort();
     }
 }
 
@@ -73,6 +105,7 @@ impl RunningSource {
         let progress = Arc::new(Progress::default());
         let status = Arc::new(Mutex::new(SourceStatus::default()));
         let (ready_tx, ready) = watch::channel(false);
+        let poller = tokio::spawn(poll_server(connect.clone(), Arc::clone(&status)));
         let task = tokio::spawn(run(
             connect,
             options,
@@ -90,6 +123,7 @@ impl RunningSource {
             status,
             ready,
             task,
+            poller,
         })
     }
 
@@ -126,6 +160,31 @@ impl RunningSource {
 
     pub fn status(&self) -> SourceStatus {
         self.status.lock().expect("status").clone()
+    }
+}
+
+/// Reads the server's binlog end every [`SERVER_POLL`] for the lag columns; a failed read
+/// leaves the last value (the capture reports connection errors itself).
+async fn poll_server(connect: ConnectOptions, status: Arc<Mutex<SourceStatus>>) {
+    let mut conn = None;
+    loop {
+        if conn.is_none() {
+            conn = connect.connect().await.ok();
+        }
+        let flavor = if status.lock().expect("status").flavor == "MySql" {
+            Flavor::MySql
+        } else {
+            Flavor::MariaDb
+        };
+        if let Some(c) = conn.as_mut() {
+            match current_position(c, flavor).await {
+                Ok((position, _)) => {
+                    status.lock().expect("status").server_position = Some(position)
+                }
+                Err(_) => conn = None,
+            }
+        }
+        tokio::time::sleep(SERVER_POLL).await;
     }
 }
 
@@ -219,7 +278,11 @@ async fn capture_loop(
             snap.position = Some(tx.end.clone());
         }
         published.store(Arc::new(version));
-        status.lock().expect("status").transactions += 1;
+        {
+            let mut s = status.lock().expect("status");
+            s.transactions += 1;
+            s.last_commit_ts_micros = Some(tx.commit_ts_micros);
+        }
     }
     Ok(())
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{Field, Schema};
 use async_trait::async_trait;
@@ -140,6 +140,7 @@ fn build(
             let mut cols: [Vec<Option<String>>; 8] = Default::default();
             let mut consistent = Vec::new();
             let mut txs = Vec::new();
+            let (mut lag_s, mut lag_b, mut server_pos) = (vec![], vec![], vec![]);
             for s in sources {
                 let status = s.status();
                 let report = s.progress.report();
@@ -153,6 +154,9 @@ fn build(
                 cols[6].push(status.error.clone());
                 cols[7].push(Some(s.url.clone()));
                 consistent.push(Some(version.consistent));
+                lag_s.push(status.lag_seconds(version.position.as_ref()));
+                lag_b.push(status.lag_bytes(version.position.as_ref()));
+                server_pos.push(status.server_position.as_ref().map(ToString::to_string));
                 txs.push(status.transactions);
             }
             let [name, flavor, version, phase, published, live, error, url] = cols;
@@ -163,6 +167,9 @@ fn build(
                 ("phase", text(phase)),
                 ("position", text(published)),
                 ("live_position", text(live)),
+                ("server_position", text(server_pos)),
+                ("lag_seconds", Arc::new(Float64Array::from(lag_s))),
+                ("lag_bytes", Arc::new(UInt64Array::from(lag_b))),
                 ("consistent", Arc::new(BooleanArray::from(consistent))),
                 ("transactions", Arc::new(UInt64Array::from(txs))),
                 ("error", text(error)),
