@@ -272,7 +272,8 @@ async fn status_tables_and_drop_source() {
     );
     assert!(rows(&engine, "SELECT url FROM cdc.sources").await[0].contains(":****@"));
     // Lag: once the server's binlog end has been polled, nothing is pending.
-    let lag = "SELECT lag_bytes, lag_seconds, server_position = position AS at_end FROM cdc.sources";
+    let lag =
+        "SELECT lag_bytes, lag_seconds, server_position = position AS at_end FROM cdc.sources";
     let mut seen = Vec::new();
     for _ in 0..200 {
         seen = rows(&engine, lag).await;
@@ -371,4 +372,42 @@ async fn sources_are_created_shown_and_dropped_in_sql() {
         .unwrap_err()
         .to_string()
         .contains("does not exist"));
+}
+
+#[tokio::test]
+async fn changelog_tail_streams_changes_as_they_commit() {
+    let engine = Arc::new(setup("views_f", "vf").await);
+    let query = {
+        let engine = Arc::clone(&engine);
+        tokio::spawn(async move {
+            rows(
+                &engine,
+                "SELECT _op, id, v FROM changelog_tail('vf', 'views_f.t') WHERE _op <> 'r' LIMIT 3",
+            )
+            .await
+        })
+    };
+    // The tail first replays history (50 snapshot reads, filtered out), then waits.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !query.is_finished(),
+        "an unbounded scan waits for new changes"
+    );
+    let mut conn = root_conn(server()).await;
+    conn.query_drop("INSERT INTO views_f.t VALUES (500, 1, 'a'); UPDATE views_f.t SET v = 'b' WHERE id = 500; DELETE FROM views_f.t WHERE id = 1")
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(HANG_GUARD, query)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        got,
+        ["_op=c id=500 v=a", "_op=u id=500 v=b", "_op=d id=1 v=v1"]
+    );
+    let err = engine
+        .sql("SELECT * FROM changelog_tail('nope', 'views_f.t')")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("does not exist"), "{err}");
 }

@@ -75,6 +75,8 @@ pub struct RunningSource {
     /// The `CREATE SOURCE` statement, password masked (empty when created from Rust).
     pub definition: String,
     pub published: Published,
+    /// Counts publications, so tails can wait for the next one.
+    pub versions: watch::Receiver<u64>,
     pub progress: Arc<Progress>,
     pub status: Arc<Mutex<SourceStatus>>,
     /// Becomes true when the first version (the end of the hand-off) is published, or the
@@ -105,6 +107,7 @@ impl RunningSource {
         let progress = Arc::new(Progress::default());
         let status = Arc::new(Mutex::new(SourceStatus::default()));
         let (ready_tx, ready) = watch::channel(false);
+        let (versions_tx, versions) = watch::channel(0u64);
         let poller = tokio::spawn(poll_server(connect.clone(), Arc::clone(&status)));
         let task = tokio::spawn(run(
             connect,
@@ -113,12 +116,14 @@ impl RunningSource {
             Arc::clone(&progress),
             Arc::clone(&status),
             ready_tx,
+            versions_tx,
         ));
         Ok(Self {
             name: name.to_string(),
             url: masked_url.to_string(),
             definition,
             published,
+            versions,
             progress,
             status,
             ready,
@@ -195,8 +200,12 @@ async fn run(
     progress: Arc<Progress>,
     status: Arc<Mutex<SourceStatus>>,
     ready: watch::Sender<bool>,
+    versions: watch::Sender<u64>,
 ) {
-    let result = capture_loop(connect, options, &published, progress, &status, &ready).await;
+    let result = capture_loop(
+        connect, options, &published, progress, &status, &ready, &versions,
+    )
+    .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "source stopped");
         status.lock().expect("status").error = Some(e.to_string());
@@ -232,6 +241,7 @@ async fn capture_loop(
     progress: Arc<Progress>,
     status: &Mutex<SourceStatus>,
     ready: &watch::Sender<bool>,
+    versions: &watch::Sender<u64>,
 ) -> SourceResult<()> {
     let (mut capture, handoff) =
         Capture::start_with_progress(connect, options, Arc::clone(&progress)).await?;
@@ -260,6 +270,7 @@ async fn capture_loop(
         changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
     }));
     let _ = ready.send(true);
+    versions.send_modify(|v| *v += 1);
     while let Some((tx, changes)) = capture.next().await? {
         append(&capture, &mut changelogs, &changes, &mut numbers)?;
         let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
@@ -278,6 +289,7 @@ async fn capture_loop(
             snap.position = Some(tx.end.clone());
         }
         published.store(Arc::new(version));
+        versions.send_modify(|v| *v += 1);
         {
             let mut s = status.lock().expect("status");
             s.transactions += 1;

@@ -10,10 +10,13 @@
 //! * [`current`]: `db.table`, the state at the version's position, with projection, primary-key
 //!   lookup, limit and row-count statistics;
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
-//!   position and commit time.
+//!   position and commit time;
+//! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table')`, for pipelines
+//!   and subscriptions.
 
 pub mod changelog;
 pub mod current;
+pub mod tail;
 
 use std::collections::HashMap;
 use std::sync::Arc;
