@@ -150,10 +150,41 @@ impl TableProvider for CurrentTableProvider {
             Some(values) => vec![snap.lookup(&self.encode_keys(&values)?)?],
             None => snap.scan_all()?,
         };
-        let config = MemorySourceConfig::try_new(&[batches], self.schema(), projection.cloned())?
+        let partitions = partition(
+            batches,
+            state.config().target_partitions(),
+            state.config().batch_size(),
+        );
+        let config = MemorySourceConfig::try_new(&partitions, self.schema(), projection.cloned())?
             .with_limit(limit);
         Ok(DataSourceExec::from_data_source(config))
     }
+}
+
+/// Cuts batches into slices of `batch_size` rows dealt over `n` partitions, so that scans of a
+/// large table run in parallel (slicing shares the buffers; nothing is copied).
+fn partition(
+    batches: Vec<arrow::array::RecordBatch>,
+    n: usize,
+    batch_size: usize,
+) -> Vec<Vec<arrow::array::RecordBatch>> {
+    let n = n.max(1);
+    let mut out = vec![Vec::new(); n];
+    let mut i = 0;
+    for batch in batches {
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let len = batch_size.max(1).min(batch.num_rows() - offset);
+            out[i % n].push(batch.slice(offset, len));
+            offset += len;
+            i += 1;
+        }
+    }
+    out.retain(|p| !p.is_empty());
+    if out.is_empty() {
+        out.push(Vec::new());
+    }
+    out
 }
 
 impl CurrentTableProvider {
