@@ -10,6 +10,7 @@
 //! * [`capture`]: a capture of a set of tables: snapshot modes, hand-off to the stream.
 //! * [`provider`]: DataFusion tables over the captured state: current tables and changelogs.
 //! * [`engine`]: a DataFusion session with its sources as catalogs, and their status tables.
+//! * [`config`]: settings of `cdcfusion serve`.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
 //! * [`sql`]: the statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `SHOW SOURCES`, ...
@@ -21,6 +22,7 @@
 
 pub mod capture;
 pub mod change;
+pub mod config;
 pub mod devserver;
 pub mod engine;
 pub mod provider;

@@ -3,11 +3,17 @@
 //! * `cdcfusion demo`: starts a private MariaDB, creates a sample `shop` schema with rows,
 //!   snapshots it in chunks and prints the changelog (snapshot reads, then every change) while
 //!   a small writer changes data; stops everything at the end (or on Ctrl-C).
+//! * `cdcfusion serve`: hosts the engine (see `config` for its settings).
 //! * `cdcfusion capture --url mysql://...`: prints the change stream of any server.
 
 use std::time::{Duration, Instant};
 
+use std::path::PathBuf;
+
 use anyhow::{Context, Result};
+use cdcfusion::config::{FlagSettings, Settings};
+use cdcfusion::engine::Engine;
+use cdcfusion::sql::{parse_cdc_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
@@ -42,6 +48,22 @@ enum Command {
         /// Seed of the writer's random workload.
         #[arg(long, default_value_t = 42)]
         seed: u64,
+    },
+    /// Host the engine: run the `--init` SQL files (e.g. `CREATE SOURCE ...`), then keep
+    /// capturing until interrupted. Settings: flags, then environment, then `--config`.
+    Serve {
+        /// Address of the PostgreSQL front end [default: 127.0.0.1:5433]
+        #[arg(long)]
+        listen: Option<String>,
+        /// Directory of the engine's state; one engine at a time holds it.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// SQL file run at start (repeatable, in order).
+        #[arg(long)]
+        init: Vec<PathBuf>,
+        /// TOML file with the same settings (`listen`, `state_dir`, `init`).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Print the change stream of a MySQL/MariaDB server.
     Capture {
@@ -90,6 +112,20 @@ async fn main() -> Result<()> {
         .init();
     match Cli::parse().command {
         Command::Demo { duration, seed } => demo(duration, seed).await,
+        Command::Serve {
+            listen,
+            state_dir,
+            init,
+            config,
+        } => {
+            let flags = FlagSettings {
+                listen,
+                state_dir,
+                init,
+                config,
+            };
+            serve(Settings::resolve(flags, |k| std::env::var(k).ok())?).await
+        }
         Command::Capture {
             url,
             server_id,
@@ -116,6 +152,92 @@ async fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Holds a state directory for one engine; removed when the engine stops.
+struct StateLock(PathBuf);
+
+impl StateLock {
+    fn acquire(dir: &std::path::Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating state directory {}", dir.display()))?;
+        let path = dir.join("cdcfusion.lock");
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                writeln!(f, "{}", std::process::id())?;
+                Ok(Self(path))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let pid = std::fs::read_to_string(&path).unwrap_or_default();
+                anyhow::bail!(
+                    "state directory {} is in use by process {} (remove {} if that process is gone)",
+                    dir.display(),
+                    pid.trim(),
+                    path.display()
+                )
+            }
+            Err(e) => Err(e).with_context(|| format!("locking {}", path.display())),
+        }
+    }
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+async fn serve(settings: Settings) -> Result<()> {
+    let _lock = match &settings.state_dir {
+        Some(dir) => Some(StateLock::acquire(dir)?),
+        None => None,
+    };
+    let engine = Engine::new();
+    let mut created = Vec::new();
+    for file in &settings.init {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let statements =
+            split_statements(&text).with_context(|| format!("in {}", file.display()))?;
+        for statement in &statements {
+            if let Ok(Some(CdcStatement::CreateSource(c))) = parse_cdc_statement(statement) {
+                created.push(c.name.clone());
+            }
+            engine
+                .sql(statement)
+                .await
+                .with_context(|| format!("in {}: {statement}", file.display()))?
+                .collect()
+                .await?;
+        }
+        tracing::info!(file = %file.display(), statements = statements.len(), "init file run");
+    }
+    for name in &created {
+        engine.wait_ready(name).await?;
+        let position = engine.source(name)?.published.load().position.clone();
+        tracing::info!(source = %name, position = ?position.map(|p| p.to_string()), "source ready");
+    }
+    tracing::info!(listen = %settings.listen, "engine running; the PostgreSQL front end will listen here");
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = terminate.recv() => break,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {
+                let status = engine.sql("SELECT name, phase, position, lag_seconds, error FROM cdc.sources").await?.collect().await?;
+                for batch in status {
+                    tracing::info!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
+                }
+            }
+        }
+    }
+    tracing::info!("stopping");
+    Ok(())
 }
 
 fn print_transaction(tx: &SourceTransaction) -> Result<()> {

@@ -18,6 +18,7 @@
 //! * `options`: the `WITH (...)` options: names, types, ranges, defaults, mapping to the capture.
 //! * `value`: an option's value typed from sqlparser's expression (string, ranged integer).
 //! * `mysql_url`: the connection URL, validated by `mysql_async` and masked in all output.
+//! * `script`: splitting a script into statements (for `--init` files).
 //! * `error`: [`SqlError`] and its SQLSTATEs.
 //!
 //! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step
@@ -27,6 +28,7 @@ mod error;
 mod mysql_url;
 mod options;
 mod render;
+mod script;
 mod statement;
 mod value;
 
@@ -36,6 +38,7 @@ pub use error::{
 };
 pub use mysql_url::{mask_password, MySqlUrl};
 pub use options::{SourceOption, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID};
+pub use script::split_statements;
 pub use statement::{
     parse_cdc_statement, AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource,
 };
