@@ -159,10 +159,23 @@ async fn verify(
 ) -> Vec<(Op, String, String)> {
     let source = source_rows(srv, capture).await;
     let state = keyed(&capture.state(0).to_batch().unwrap());
-    assert_eq!(
-        state, source,
-        "captured state differs from the source table"
-    );
+    if state != source {
+        // Show the history of every differing key before failing.
+        let differing: Vec<&String> = state
+            .keys()
+            .chain(source.keys())
+            .filter(|k| state.get(*k) != source.get(*k))
+            .collect();
+        for e in events {
+            let row = e.event.after.as_ref().or(e.event.before.as_ref()).unwrap();
+            let (k, r) = render(capture, row);
+            if differing.contains(&&k) {
+                println!("{:?} {} {r}", e.event.op, e.event.position);
+            }
+        }
+        println!("chunks: {:?}", capture.progress().report().chunks.iter().map(|c| (c.range.clone(), c.low.as_ref().map(ToString::to_string), c.high.as_ref().map(ToString::to_string))).collect::<Vec<_>>());
+        panic!("captured state differs from the source table at {differing:?}");
+    }
     let mut sorted: Vec<&TableChange> = events.iter().collect();
     sorted.sort_by(|a, b| a.event.position.cmp(&b.event.position));
     let mut replay = Rows::new();

@@ -469,8 +469,13 @@ impl ChunkContext<'_> {
     ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
         let schema = &self.tables[p.table];
         self.hook(HookPoint::BeforeLow, p).await;
-        let (low, _) = current_position(conn, self.info.flavor).await?;
-        feed.hold(&low);
+        let pin = feed.pin();
+        let low = current_position(conn, self.info.flavor).await;
+        if let Ok((low, _)) = &low {
+            feed.hold(low);
+        }
+        feed.release(&pin);
+        let (low, _) = low?;
         self.hook(HookPoint::AfterLow, p).await;
         let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await;
         let scanned = match scanned {

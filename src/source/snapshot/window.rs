@@ -4,7 +4,8 @@
 //! Every binlog dump connection needs its own server id and re-reads the log, so the snapshot
 //! does not open one per chunk. A single [`WindowFeed`] reads the binlog from the first LOW and
 //! keeps the transactions that in-flight chunks may need: those starting at or after the
-//! smallest LOW of a running chunk. A chunk's window `(LOW, HIGH]` is every transaction that
+//! smallest LOW of a running chunk. A chunk pins the feed's position before it asks the server
+//! for LOW, because the feed may read past that LOW before the chunk holds it. A chunk's window `(LOW, HIGH]` is every transaction that
 //! starts at or after LOW and before HIGH (watermarks sit on transaction boundaries), and is
 //! complete once the feed has read up to HIGH.
 //!
@@ -113,6 +114,20 @@ impl WindowFeed {
             status,
             task,
         }
+    }
+
+    /// Pins what the feed has read so far, before a chunk asks the server for its LOW: the
+    /// reader may pass that LOW before the chunk can [`WindowFeed::hold`] it, and nothing from
+    /// here on may be trimmed meanwhile. The server's LOW is at or after this point. Release
+    /// the returned coordinate once LOW is held.
+    pub fn pin(&self) -> BinlogCoord {
+        let at = match &*self.status.borrow() {
+            FeedStatus::Reading(Some(reached)) => reached.clone(),
+            // Nothing read yet: keep everything.
+            _ => BinlogCoord::new("", 0),
+        };
+        self.hold(&at);
+        at
     }
 
     /// Marks a chunk with this LOW as running, so its window is kept.
