@@ -173,7 +173,20 @@ async fn verify(
                 println!("{:?} {} {r}", e.event.op, e.event.position);
             }
         }
-        println!("chunks: {:?}", capture.progress().report().chunks.iter().map(|c| (c.range.clone(), c.low.as_ref().map(ToString::to_string), c.high.as_ref().map(ToString::to_string))).collect::<Vec<_>>());
+        println!(
+            "chunks: {:?}",
+            capture
+                .progress()
+                .report()
+                .chunks
+                .iter()
+                .map(|c| (
+                    c.range.clone(),
+                    c.low.as_ref().map(ToString::to_string),
+                    c.high.as_ref().map(ToString::to_string)
+                ))
+                .collect::<Vec<_>>()
+        );
         panic!("captured state differs from the source table at {differing:?}");
     }
     let mut sorted: Vec<&TableChange> = events.iter().collect();

@@ -44,6 +44,10 @@ const BUILDER_CAPACITY: usize = 1024;
 /// Rows per change batch before a large transaction's batch is cut.
 const MAX_BATCH_ROWS: usize = 65_536;
 
+/// Heartbeat event types (MySQL/MariaDB, and MySQL 8's v2).
+const HEARTBEAT: u8 = 27;
+const HEARTBEAT_V2: u8 = 41;
+
 /// MariaDB event types that mysql_common does not know.
 mod mariadb {
     pub const ANNOTATE_ROWS: u8 = 160;
@@ -224,6 +228,11 @@ impl Assembler {
         let header = event.header();
         let type_raw = header.event_type_raw();
         let log_pos = header.log_pos() as u64;
+        if type_raw == HEARTBEAT || type_raw == HEARTBEAT_V2 {
+            // A heartbeat's position is where the server's binlog ends, which can be past
+            // events it has not sent yet: it must not move the position we have read to.
+            return Ok(None);
+        }
         let start = if log_pos == 0 {
             self.next_offset
         } else {
