@@ -6,11 +6,14 @@
 //! `(LOW, HIGH]` from the shared [`WindowFeed`] is folded in (see `window`). LOW == HIGH means
 //! nothing committed meanwhile and no window is read.
 //!
-//! *Consistent snapshot* (MariaDB): `START TRANSACTION WITH CONSISTENT SNAPSHOT` makes InnoDB's
-//! read view and `binlog_snapshot_file/position` describe the same instant, so the `SELECT`
-//! inside it is the state at that exact position: LOW = HIGH, no window. Chosen automatically on
-//! MariaDB; both give identical results (`tests/snapshot_scenarios.rs` runs every scenario both
-//! ways).
+//! *Consistent snapshot* (MariaDB, on request): `START TRANSACTION WITH CONSISTENT SNAPSHOT` is
+//! documented to make InnoDB's read view and `binlog_snapshot_file/position` describe the same
+//! instant, so the `SELECT` inside it would be the state at that exact position: LOW = HIGH, no
+//! window. The deterministic scenarios give identical results with both methods, but the
+//! randomized workload test found, about once in forty runs on MariaDB 10.11, a row deleted
+//! shortly before the reported position still in the snapshot — a read view older than its
+//! position, which no window repairs. Until that is understood, `Auto` uses watermarks, whose
+//! correctness needs no such promise.
 //!
 //! # Test hooks
 //! [`SnapshotHook`] runs at five points of every chunk (before LOW, after LOW, after the
@@ -299,7 +302,8 @@ pub async fn run_snapshot(
             .collect();
     });
     let consistent = match options.method {
-        SnapshotMethod::Auto => info.flavor == Flavor::MariaDb,
+        // Watermarks unless asked: see the module docs on the consistent-snapshot method.
+        SnapshotMethod::Auto => false,
         SnapshotMethod::Watermarks => false,
         SnapshotMethod::ConsistentSnapshot => {
             if info.flavor != Flavor::MariaDb {
