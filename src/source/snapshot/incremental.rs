@@ -1,10 +1,11 @@
 //! The incremental, lock-free snapshot: chunks read in parallel, each normalised to its HIGH.
 //!
 //! # Per chunk
-//! *Watermarks* (any server): LOW = current binlog position; a fresh-statement `SELECT` of the
-//! range (autocommit, so a new read view); HIGH = current binlog position; then the window
-//! `(LOW, HIGH]` from the shared [`WindowFeed`] is folded in (see `window`). LOW == HIGH means
-//! nothing committed meanwhile and no window is read.
+//! *Watermarks* (any server): LOW = the window reader's position (at or before the server's
+//! current binlog position, since a transaction is in the binlog before InnoDB shows it); a
+//! fresh-statement `SELECT` of the range (autocommit, so a new read view); HIGH = current binlog
+//! position; then the window `(LOW, HIGH]` from the shared [`WindowFeed`] is folded in (see
+//! `window`). LOW == HIGH means nothing committed meanwhile and no window is read.
 //!
 //! *Consistent snapshot* (MariaDB, on request): `START TRANSACTION WITH CONSISTENT SNAPSHOT` is
 //! documented to make InnoDB's read view and `binlog_snapshot_file/position` describe the same
@@ -473,13 +474,25 @@ impl ChunkContext<'_> {
     ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
         let schema = &self.tables[p.table];
         self.hook(HookPoint::BeforeLow, p).await;
+        // A transaction is written to the binlog before InnoDB makes it visible, so the
+        // server's position may already count a transaction this SELECT will not see. The
+        // window therefore starts where the feed had read to before asking the server (at or
+        // before its LOW): folding changes the SELECT already saw again is harmless (full images,
+        // in order), missing one is not.
         let pin = feed.pin();
-        let low = current_position(conn, self.info.flavor).await;
-        if let Ok((low, _)) = &low {
-            feed.hold(low);
+        let server_low = current_position(conn, self.info.flavor).await;
+        let low = match server_low {
+            Ok((server_low, _)) if pin.file.is_empty() => server_low,
+            Ok(_) => pin.clone(),
+            Err(e) => {
+                feed.release(&pin);
+                return Err(e);
+            }
+        };
+        if low != pin {
+            feed.hold(&low);
+            feed.release(&pin);
         }
-        feed.release(&pin);
-        let (low, _) = low?;
         self.hook(HookPoint::AfterLow, p).await;
         let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await;
         let scanned = match scanned {
