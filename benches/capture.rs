@@ -7,7 +7,8 @@
 //! Run with `cargo bench --bench capture` (optionally `-- --rows N`, default 1,000,000). It starts its own private
 //! MariaDB and prints rows/s and the ratios; nothing is asserted.
 
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use cdcfusion::devserver::{DevServer, DevServerOptions};
@@ -121,36 +122,18 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let total: u64 = args
-        .iter()
-        .position(|a| a == "--rows")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let total = common::rows_arg(1_000_000);
     let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
     let url = server.cdc_url();
     let mut conn = Conn::from_url(server.root_url()).await.unwrap();
-    conn.query_drop(
-        "CREATE DATABASE bench;
-         CREATE TABLE bench.t (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT NULL,
-           c DECIMAL(12,2) NOT NULL, d DATETIME(6) NOT NULL, e DOUBLE NOT NULL, f BIGINT UNSIGNED)",
-    )
-    .await
-    .unwrap();
+    common::create_table(&mut conn).await;
     let (from, _) = current_position(&mut conn, Flavor::MariaDb).await.unwrap();
     // Transactions of 1,000 rows, as a bulk load would write them.
     const PER_STATEMENT: u64 = 1000;
     let mut id = 0u64;
     while id < total {
         let end = (id + PER_STATEMENT).min(total);
-        conn.query_drop(format!(
-            "INSERT INTO bench.t SELECT seq, seq % 100000, CONCAT('name-', LPAD(seq, 8, '0')),
-               (seq % 99999) + 0.25, '2024-01-01' + INTERVAL seq SECOND, seq / 7, seq * 3
-             FROM bench.seq_{}_to_{end}",
-            id + 1
-        ))
-        .await
-        .unwrap();
+        common::insert_rows(&mut conn, id + 1, end).await;
         id = end;
     }
     let (to, _) = current_position(&mut conn, Flavor::MariaDb).await.unwrap();
@@ -214,16 +197,7 @@ async fn main() {
             batches.iter().map(|b| b.num_rows() as u64).sum::<u64>(),
             total
         );
-        let started = Instant::now();
-        let status = Command::new("mariadb")
-            .args(["--no-defaults", "--quick", "-h127.0.0.1", "-uroot"])
-            .arg(format!("-P{}", server.port()))
-            .args(["-e", "SELECT * FROM bench.t"])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        best_client = best_client.min(started.elapsed());
+        best_client = best_client.min(common::time_mariadb_client(server.port()));
     }
     let (select, client) = (rate(total, best_select), rate(total, best_client));
     println!("snapshot: SELECT of {total} rows");

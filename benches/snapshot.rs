@@ -7,7 +7,8 @@
 //! and cdcfusion's snapshot (`snapshot_only`, both methods) at parallelism 1, 2 and 4, with the
 //! peak resident memory of each snapshot run.
 
-use std::process::{Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
@@ -49,26 +50,12 @@ async fn main() {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
         )
         .init();
-    let args: Vec<String> = std::env::args().collect();
-    let total: u64 = args
-        .iter()
-        .position(|a| a == "--rows")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let total = common::rows_arg(1_000_000);
     let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
     let mut conn = Conn::from_url(server.root_url()).await.unwrap();
-    conn.query_drop(format!(
-        "CREATE DATABASE bench;
-         CREATE TABLE bench.t (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT NULL,
-           c DECIMAL(12,2) NOT NULL, d DATETIME(6) NOT NULL, e DOUBLE NOT NULL, f BIGINT UNSIGNED);
-         INSERT INTO bench.t SELECT seq, seq % 100000, CONCAT('name-', LPAD(seq, 8, '0')),
-           (seq % 99999) + 0.25, '2024-01-01' + INTERVAL seq SECOND, seq / 7, seq * 3
-         FROM bench.seq_1_to_{total};
-         ANALYZE TABLE bench.t;"
-    ))
-    .await
-    .unwrap();
+    common::create_table(&mut conn).await;
+    common::insert_rows(&mut conn, 1, total).await;
+    conn.query_drop("ANALYZE TABLE bench.t").await.unwrap();
     println!("snapshot of {total} rows (7 columns)");
 
     // References: a raw SELECT * through mysql_async, and the mariadb client.
@@ -87,16 +74,7 @@ async fn main() {
         drop(result);
         assert_eq!(n, total);
         best_raw = best_raw.min(started.elapsed());
-        let started = Instant::now();
-        let status = Command::new("mariadb")
-            .args(["--no-defaults", "--quick", "-h127.0.0.1", "-uroot"])
-            .arg(format!("-P{}", server.port()))
-            .args(["-e", "SELECT * FROM bench.t"])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        best_client = best_client.min(started.elapsed());
+        best_client = best_client.min(common::time_mariadb_client(server.port()));
     }
     let raw = rate(total, best_raw);
     println!("  raw SELECT * via mysql_async:          {raw:>12.0} rows/s");

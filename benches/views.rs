@@ -5,6 +5,8 @@
 //! its own private MariaDB, captures a 7-column table, and prints point-lookup latency (p50,
 //! p99) and full-scan throughput for both, with their ratios.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +15,6 @@ use cdcfusion::capture::{CaptureOptions, SnapshotMode};
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::engine::Engine;
 use datafusion::catalog::MemTable;
-use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 
 /// The allocator the `cdcfusion` binary uses, so the figures match it.
@@ -46,27 +47,13 @@ async fn lookups(
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let total: u64 = args
-        .iter()
-        .position(|a| a == "--rows")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let total = common::rows_arg(1_000_000);
     let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
     let mut conn = mysql_async::Conn::from_url(server.root_url())
         .await
         .unwrap();
-    conn.query_drop(format!(
-        "CREATE DATABASE bench;
-         CREATE TABLE bench.t (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT NULL,
-           c DECIMAL(12,2) NOT NULL, d DATETIME(6) NOT NULL, e DOUBLE NOT NULL, f BIGINT UNSIGNED);
-         INSERT INTO bench.t SELECT seq, seq % 100000, CONCAT('name-', LPAD(seq, 8, '0')),
-           (seq % 99999) + 0.25, '2024-01-01' + INTERVAL seq SECOND, seq / 7, seq * 3
-         FROM bench.seq_1_to_{total};"
-    ))
-    .await
-    .unwrap();
+    common::create_table(&mut conn).await;
+    common::insert_rows(&mut conn, 1, total).await;
     let engine = Arc::new(Engine::new());
     let mut options = CaptureOptions::new("bench.t", SnapshotMode::Initial);
     options.server_id = 9100;
