@@ -17,11 +17,9 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_datasource::memory::MemorySourceConfig;
-use datafusion_datasource::source::DataSourceExec;
 
 use super::{RunningSource, SourcesRef};
-use crate::provider::version_for;
+use crate::provider::{memory_scan, version_for};
 use crate::source::snapshot::incremental::{ChunkState, Phase};
 
 /// See the module docs.
@@ -96,10 +94,7 @@ impl TableProvider for StatusTable {
             None => Vec::new(),
         };
         let batch = build(self.name, &sources, Some(state))?;
-        let config =
-            MemorySourceConfig::try_new(&[vec![batch]], self.schema(), projection.cloned())?
-                .with_limit(limit);
-        Ok(DataSourceExec::from_data_source(config))
+        memory_scan(&[vec![batch]], self.schema(), projection, limit)
     }
 }
 

@@ -14,10 +14,8 @@ use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_datasource::memory::MemorySourceConfig;
-use datafusion_datasource::source::DataSourceExec;
 
-use super::{version_for, Published};
+use super::{memory_scan, version_for, Published};
 use crate::state::changelog::ChangelogSegment;
 
 /// The changelog of table `index` of a source.
@@ -159,8 +157,6 @@ impl TableProvider for ChangelogProvider {
                     .collect()
             })
             .unwrap_or_default();
-        let config = MemorySourceConfig::try_new(&[batches], self.schema(), projection.cloned())?
-            .with_limit(limit);
-        Ok(DataSourceExec::from_data_source(config))
+        memory_scan(&[batches], self.schema(), projection, limit)
     }
 }

@@ -17,10 +17,8 @@ use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion_datasource::memory::MemorySourceConfig;
-use datafusion_datasource::source::DataSourceExec;
 
-use super::{version_for, Published};
+use super::{memory_scan, version_for, Published};
 use crate::source::schema::TableSchema;
 use crate::state::current::KeyBytes;
 
@@ -131,9 +129,7 @@ impl TableProvider for CurrentTableProvider {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let version = version_for(state, &self.source, &self.published);
         let Some(snap) = version.tables.get(self.index) else {
-            let config =
-                MemorySourceConfig::try_new(&[vec![]], self.schema(), projection.cloned())?;
-            return Ok(DataSourceExec::from_data_source(config));
+            return memory_scan(&[vec![]], self.schema(), projection, limit);
         };
         // Every pushed filter is a key filter (the others were refused); they all hold, so the
         // keys are the intersection of their value sets.
@@ -155,9 +151,7 @@ impl TableProvider for CurrentTableProvider {
             state.config().target_partitions(),
             state.config().batch_size(),
         );
-        let config = MemorySourceConfig::try_new(&partitions, self.schema(), projection.cloned())?
-            .with_limit(limit);
-        Ok(DataSourceExec::from_data_source(config))
+        memory_scan(&partitions, self.schema(), projection, limit)
     }
 }
 

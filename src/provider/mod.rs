@@ -28,6 +28,23 @@ use crate::source::position::BinlogCoord;
 use crate::state::changelog::Changelog;
 use crate::state::current::TableSnapshot;
 
+/// An in-memory scan of `partitions` with the pushed-down projection and limit: the plan every
+/// provider here ends in once it has chosen its batches.
+pub fn memory_scan(
+    partitions: &[Vec<arrow::array::RecordBatch>],
+    schema: arrow::datatypes::SchemaRef,
+    projection: Option<&Vec<usize>>,
+    limit: Option<usize>,
+) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    let config = datafusion_datasource::memory::MemorySourceConfig::try_new(
+        partitions,
+        schema,
+        projection.cloned(),
+    )?
+    .with_limit(limit);
+    Ok(datafusion_datasource::source::DataSourceExec::from_data_source(config))
+}
+
 /// Suffix of a table's changelog name.
 pub const CHANGELOG_SUFFIX: &str = "$changelog";
 
