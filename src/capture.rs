@@ -34,7 +34,9 @@ use crate::source::connect::{preflight, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::{BinlogCoord, StartPosition};
 use crate::source::schema::{list_tables, load_table_schema, TableId, TableSchema};
-use crate::source::snapshot::incremental::{run_snapshot, Phase, Progress, SnapshotOptions};
+use crate::source::snapshot::incremental::{
+    plan_snapshot, Phase, Progress, SnapshotOptions, SnapshotRun,
+};
 use crate::state::current::TableSnapshot;
 use crate::state::merge::{ChangelogEvent, TableState};
 
@@ -103,23 +105,33 @@ impl Capture {
         options: CaptureOptions,
         progress: Arc<Progress>,
     ) -> SourceResult<(Self, Vec<TableChange>)> {
-        let mut conn = connect.connect().await?;
-        let info = preflight(&mut conn, &connect.user()).await?;
-        let filter = table_filter(&options.tables)?;
-        let mut tables = Vec::new();
-        for id in list_tables(&mut conn, &filter).await? {
-            let schema = load_table_schema(&mut conn, &id)
-                .await?
-                .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
-            tables.push(Arc::new(schema));
-        }
-        if tables.is_empty() {
-            return Err(SourceError::Config(format!(
-                "no table matches {:?}",
-                options.tables
-            )));
-        }
-        drop(conn);
+        let (info, tables) = resolve_tables(&connect, &options.tables).await?;
+        let run = match options.mode {
+            SnapshotMode::StreamOnly(_) => None,
+            _ => Some(
+                plan_snapshot(
+                    &connect,
+                    &info,
+                    &tables,
+                    &options.snapshot,
+                    Arc::clone(&progress),
+                )
+                .await?,
+            ),
+        };
+        Self::start_planned(connect, options, info, tables, run, progress).await
+    }
+
+    /// [`Capture::start_with_progress`] for tables already resolved and a snapshot already
+    /// planned (`run` is `None` only for `StreamOnly`).
+    pub async fn start_planned(
+        connect: ConnectOptions,
+        options: CaptureOptions,
+        info: ServerInfo,
+        tables: Vec<Arc<TableSchema>>,
+        run: Option<Arc<SnapshotRun>>,
+        progress: Arc<Progress>,
+    ) -> SourceResult<(Self, Vec<TableChange>)> {
         let index = tables
             .iter()
             .enumerate()
@@ -159,14 +171,10 @@ impl Capture {
             return Ok((capture, Vec::new()));
         }
         let started = std::time::Instant::now();
-        let chunks = run_snapshot(
-            &connect,
-            &capture.info,
-            &capture.tables,
-            &options.snapshot,
-            &capture.progress,
-        )
-        .await?;
+        let run = run.ok_or_else(|| {
+            SourceError::Config("a snapshot mode needs a planned snapshot".into())
+        })?;
+        let chunks = run.execute_all().await?;
         let min_high = chunks
             .first()
             .map(|c| c.high.clone())
@@ -383,4 +391,27 @@ impl Capture {
     pub fn progress(&self) -> Arc<Progress> {
         Arc::clone(&self.progress)
     }
+}
+
+/// Checks the server and loads the schema of every table matching `patterns`.
+pub async fn resolve_tables(
+    connect: &ConnectOptions,
+    patterns: &str,
+) -> SourceResult<(ServerInfo, Vec<Arc<TableSchema>>)> {
+    let mut conn = connect.connect().await?;
+    let info = preflight(&mut conn, &connect.user()).await?;
+    let filter = table_filter(patterns)?;
+    let mut tables = Vec::new();
+    for id in list_tables(&mut conn, &filter).await? {
+        let schema = load_table_schema(&mut conn, &id)
+            .await?
+            .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
+        tables.push(Arc::new(schema));
+    }
+    if tables.is_empty() {
+        return Err(SourceError::Config(format!(
+            "no table matches {patterns:?}"
+        )));
+    }
+    Ok((info, tables))
 }

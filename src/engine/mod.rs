@@ -8,6 +8,7 @@
 //! [`Engine::sql`] pins one published version of every source before planning, so a query
 //! reads every table of a source at the same binlog position and never half a transaction.
 
+mod functions;
 pub mod source;
 mod status;
 
@@ -15,17 +16,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, Weak};
 
 use async_trait::async_trait;
-use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProviderList, SchemaProvider,
 };
-use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl};
-use datafusion::common::{plan_err, ScalarValue};
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::logical_expr::Expr;
 use datafusion::prelude::{DataFrame, SessionConfig};
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
@@ -33,7 +30,6 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use crate::capture::CaptureOptions;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
-use crate::provider::tail::ChangelogTail;
 use crate::provider::{pin, Published, CHANGELOG_SUFFIX};
 use crate::source::error::SourceError;
 use crate::sql::{mask_password, parse_cdc_statement, CdcStatement, SqlError};
@@ -114,12 +110,7 @@ impl Engine {
             .with_catalog_list(catalogs)
             .build();
         let ctx = SessionContext::new_with_state(state);
-        ctx.register_udtf(
-            "changelog_tail",
-            Arc::new(ChangelogTailFunction {
-                sources: Arc::downgrade(&sources),
-            }),
-        );
+        functions::register(&ctx, &sources);
         let default_catalog = default_catalog(&ctx);
         if let Some(catalog) = ctx.catalog(&default_catalog) {
             let _ = catalog.register_schema(
@@ -446,62 +437,6 @@ impl SchemaProvider for SourceSchema {
 
     fn table_exist(&self, name: &str) -> bool {
         self.table_names().iter().any(|t| t == name)
-    }
-}
-
-/// `changelog_tail('source', 'db.table')`: the table's changelog, then every new change as it
-/// is published (an unbounded scan; end it with `LIMIT` or by cancelling the query).
-#[derive(Debug)]
-struct ChangelogTailFunction {
-    sources: SourcesRef,
-}
-
-impl TableFunctionImpl for ChangelogTailFunction {
-    fn call_with_args(
-        &self,
-        args: TableFunctionArgs,
-    ) -> datafusion::error::Result<Arc<dyn TableProvider>> {
-        let text = |e: &Expr| match e {
-            Expr::Literal(ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)), _) => {
-                Some(s.clone())
-            }
-            _ => None,
-        };
-        let (Some(source), Some(table)) = (
-            args.exprs().first().and_then(text),
-            args.exprs().get(1).and_then(text),
-        ) else {
-            return plan_err!(
-                "changelog_tail takes two text literals: a source name and 'db.table'"
-            );
-        };
-        let sources = self
-            .sources
-            .upgrade()
-            .ok_or_else(|| DataFusionError::Plan("the engine is gone".into()))?;
-        let running = sources
-            .read()
-            .expect("sources")
-            .get(&source)
-            .cloned()
-            .ok_or_else(|| DataFusionError::Plan(format!("source \"{source}\" does not exist")))?;
-        let tables = running.status().tables;
-        let index = tables
-            .iter()
-            .position(|t| t.id.to_string() == table)
-            .ok_or_else(|| {
-                DataFusionError::Plan(format!("source \"{source}\" captures no table {table}"))
-            })?;
-        let schema = crate::state::changelog::changelog_schema(&tables[index].arrow);
-        let tail = ChangelogTail::new(
-            Arc::clone(&running.published),
-            running.versions.clone(),
-            index,
-            Arc::clone(&schema),
-        );
-        Ok(Arc::new(
-            StreamingTable::try_new(schema, vec![Arc::new(tail)])?.with_infinite_table(true),
-        ))
     }
 }
 

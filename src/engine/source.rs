@@ -79,6 +79,10 @@ pub struct RunningSource {
     pub versions: watch::Receiver<u64>,
     pub progress: Arc<Progress>,
     pub status: Arc<Mutex<SourceStatus>>,
+    /// How to reach the server (with the password), for reads straight from it.
+    pub(crate) connect: ConnectOptions,
+    /// The options the source was created with.
+    pub(crate) options: CaptureOptions,
     /// Becomes true when the first version (the end of the hand-off) is published, or the
     /// capture fails.
     ready: watch::Receiver<bool>,
@@ -110,8 +114,8 @@ impl RunningSource {
         let (versions_tx, versions) = watch::channel(0u64);
         let poller = tokio::spawn(poll_server(connect.clone(), Arc::clone(&status)));
         let task = tokio::spawn(run(
-            connect,
-            options,
+            connect.clone(),
+            options.clone(),
             Arc::clone(&published),
             Arc::clone(&progress),
             Arc::clone(&status),
@@ -126,6 +130,8 @@ impl RunningSource {
             versions,
             progress,
             status,
+            connect,
+            options,
             ready,
             task,
             poller,

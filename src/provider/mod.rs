@@ -12,10 +12,13 @@
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
 //!   position and commit time;
 //! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table')`, for pipelines
-//!   and subscriptions.
+//!   and subscriptions;
+//! * [`mysql`]: reads straight from the source's server, `mysql_snapshot` (a consistent chunked
+//!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging.
 
 pub mod changelog;
 pub mod current;
+pub mod mysql;
 pub mod tail;
 
 use std::collections::HashMap;

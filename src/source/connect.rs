@@ -4,7 +4,8 @@
 //! Exact capture needs the binlog on, in ROW format with FULL images (the snapshot
 //! normalisation folds before/after images and the merge needs every column), uncompressed
 //! events (MariaDB's compressed rows events would otherwise be invisible), and a user with
-//! `REPLICATION SLAVE`, `REPLICATION CLIENT` (`BINLOG MONITOR` on MariaDB) and `SELECT`.
+//! `REPLICATION SLAVE`, `REPLICATION CLIENT` (`BINLOG MONITOR` on MariaDB) and `SELECT` (plus
+//! `LOCK TABLES` on MySQL, for the snapshot's locking visibility barrier).
 //! [`preflight`] checks each and fails with an error that names the setting or privilege and
 //! the statement that fixes it, before any data is read.
 //!
@@ -240,7 +241,17 @@ async fn check_privileges(conn: &mut Conn, user: &str, flavor: Flavor) -> Source
                 })
         })
     };
-    let missing: Vec<&'static str> = REQUIRED_PRIVILEGES
+    // MySQL 8 lets a locking read (the snapshot's visibility barrier) run only with one of
+    // these besides SELECT; MariaDB needs SELECT alone.
+    let can_lock = flavor == Flavor::MariaDb
+        || grants.iter().any(|g| {
+            let head = g.to_ascii_uppercase();
+            let head = head.split(" ON ").next().unwrap_or("").to_string();
+            ["ALL PRIVILEGES", "LOCK TABLES", "UPDATE", "DELETE"]
+                .iter()
+                .any(|p| head.contains(p))
+        });
+    let mut missing: Vec<&'static str> = REQUIRED_PRIVILEGES
         .iter()
         .filter(|(name, aliases)| {
             if *name == "SELECT" {
@@ -251,12 +262,15 @@ async fn check_privileges(conn: &mut Conn, user: &str, flavor: Flavor) -> Source
         })
         .map(|(name, _)| *name)
         .collect();
+    if !can_lock {
+        missing.push("LOCK TABLES");
+    }
     if missing.is_empty() {
         return Ok(());
     }
     let client = match flavor {
         Flavor::MariaDb => "BINLOG MONITOR",
-        Flavor::MySql => "REPLICATION CLIENT",
+        Flavor::MySql => "REPLICATION CLIENT, LOCK TABLES",
     };
     let grant = format!("GRANT SELECT, REPLICATION SLAVE, {client} ON *.* TO '{user}'@'%'");
     Err(SourceError::MissingPrivileges {

@@ -303,6 +303,60 @@ impl TableState {
         Ok(())
     }
 
+    /// The changelog entries of one change batch read straight from the binlog, without
+    /// state: inserts `c`, deletes `d`, updates `u` — or, when the key changes (and always for
+    /// keyless tables), a `d` of the old row and a `c` of the new one at sub-index 1, the same
+    /// rule [`TableState::apply_changes`] follows, so both spell a change the same way.
+    pub fn binlog_events(
+        codec: &RowCodec,
+        tx: &SourceTransaction,
+        batch: &ChangeBatch,
+        out: &mut Vec<ChangelogEvent>,
+    ) -> Result<(), ArrowError> {
+        let before = batch.before.as_ref().map(|b| codec.encode(b)).transpose()?;
+        let after = batch.after.as_ref().map(|b| codec.encode(b)).transpose()?;
+        let keyless = codec.keyless();
+        for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
+            let position = |sub| ChangePosition {
+                tx: tx.start.clone(),
+                event_index: *event_index,
+                row_index: *row_index,
+                sub,
+            };
+            let event = |op, key: OwnedRow, position, before, after| ChangelogEvent {
+                op,
+                key,
+                position,
+                gtid: tx.gtid.clone(),
+                commit_ts_micros: tx.commit_ts_micros,
+                before,
+                after,
+            };
+            let old = before
+                .as_ref()
+                .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+            let new = after
+                .as_ref()
+                .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+            match (old, new) {
+                (Some((ok, orow)), Some((nk, nrow))) if ok == nk && !keyless => {
+                    out.push(event(Op::Update, nk, position(0), Some(orow), Some(nrow)));
+                }
+                (old, new) => {
+                    let split = old.is_some() && new.is_some();
+                    if let Some((ok, orow)) = old {
+                        out.push(event(Op::Delete, ok, position(0), Some(orow), None));
+                    }
+                    if let Some((nk, nrow)) = new {
+                        let sub = u8::from(split);
+                        out.push(event(Op::Insert, nk, position(sub), None, Some(nrow)));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn newer(&self, key: &OwnedRow, pos: &ChangePosition) -> bool {
         self.entries.get(key).is_none_or(|e| *pos > e.version)
     }

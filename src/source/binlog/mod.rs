@@ -2,6 +2,7 @@
 //! typed source transactions.
 //!
 //! * [`reader`]: the replica connection, its start position and reconnects;
+//! * [`exec`]: one table's changes as an unbounded DataFusion execution plan;
 //! * [`assemble`]: events into transactions with positions, DDL and skipped events;
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
 //! * [`wire`]: each column's layout in a row image and its value decoding;
@@ -11,6 +12,7 @@
 //! maps and rows-event headers; the row bytes are ours (see `rows` for why).
 
 pub mod assemble;
+pub mod exec;
 pub mod mysql_json;
 pub mod reader;
 pub mod rows;

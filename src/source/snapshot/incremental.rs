@@ -2,7 +2,8 @@
 //!
 //! # Per chunk
 //! *Watermarks* (any server): LOW = the window reader's position (at or before the server's
-//! current binlog position, since a transaction is in the binlog before InnoDB shows it); a
+//! current binlog position); a visibility barrier (a locking read of the range, see
+//! [`visibility_barrier`]), because a transaction is in the binlog before InnoDB shows it; a
 //! fresh-statement `SELECT` of the range (autocommit, so a new read view); HIGH = current binlog
 //! position; then the window `(LOW, HIGH]` from the shared [`WindowFeed`] is folded in (see
 //! `window`). LOW == HIGH means nothing committed meanwhile and no window is read.
@@ -25,17 +26,21 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
+use datafusion::error::DataFusionError;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::chunks::{plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
-use super::select::{select_batches, DEFAULT_BATCH_ROWS};
+use super::exec::SnapshotExec;
+pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport};
+use super::select::{select_batches, visibility_barrier, DEFAULT_BATCH_ROWS};
 use super::window::{normalize, RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
@@ -130,182 +135,61 @@ pub struct SnapshotChunk {
     pub window_changes: usize,
 }
 
-/// The phase a capture is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Planning,
-    Snapshot,
-    /// Snapshot done; the binlog is replayed from min(HIGH) to max(HIGH). The current table is
-    /// still a mix of chunk boundaries.
-    CatchUp,
-    /// Consistent: the current table is the source's state at one position.
-    Streaming,
-    /// `snapshot_only` finished.
-    Done,
-}
-
-/// State of one chunk, for status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChunkState {
-    Pending,
-    Running,
-    Done,
-}
-
-/// Status of one chunk.
-#[derive(Debug, Clone)]
-pub struct ChunkStatus {
-    pub table: TableId,
-    pub index: usize,
-    pub range: String,
-    pub low: Option<BinlogCoord>,
-    pub high: Option<BinlogCoord>,
-    pub rows: usize,
-    pub state: ChunkState,
-}
-
-/// Progress of a capture, shared with the rest of the engine.
-#[derive(Debug, Clone)]
-pub struct ProgressReport {
-    pub phase: Phase,
-    pub chunks_total: usize,
-    pub chunks_done: usize,
-    pub rows_read: usize,
-    /// Time left for the snapshot, from the rate of chunks done so far.
-    pub eta: Option<Duration>,
-    /// Lowest and highest HIGH of the chunks done.
-    pub high_range: Option<(BinlogCoord, BinlogCoord)>,
-    /// The position the current table is consistent at (streaming phase).
-    pub position: Option<BinlogCoord>,
-    /// Tables without a primary key: keyed by the whole row (a multiset), so two identical
-    /// rows cannot be told apart; their guarantee is weaker.
-    pub keyless_tables: Vec<TableId>,
-    pub chunks: Vec<ChunkStatus>,
-}
-
-/// Shared, updated progress; see [`ProgressReport`].
+/// The chunks planned for one table.
 #[derive(Debug)]
-pub struct Progress {
-    started: Instant,
-    state: Mutex<ProgressReport>,
+pub struct PlannedTable {
+    pub schema: Arc<TableSchema>,
+    /// The chunk key column; `None` for a keyless table read as one chunk.
+    pub key: Option<usize>,
+    pub ranges: Vec<ChunkRange>,
+    check: Option<RangeCheck>,
+    codec: RowCodec,
 }
 
-impl Default for Progress {
-    fn default() -> Self {
-        Self {
-            started: Instant::now(),
-            state: Mutex::new(ProgressReport {
-                phase: Phase::Planning,
-                chunks_total: 0,
-                chunks_done: 0,
-                rows_read: 0,
-                eta: None,
-                high_range: None,
-                position: None,
-                keyless_tables: Vec::new(),
-                chunks: Vec::new(),
-            }),
-        }
-    }
+/// What a finished chunk reports besides its rows.
+#[derive(Debug, Clone)]
+struct ChunkOutcome {
+    low: BinlogCoord,
+    high: BinlogCoord,
+    window_changes: usize,
 }
 
-impl Progress {
-    pub fn report(&self) -> ProgressReport {
-        self.state.lock().expect("progress").clone()
-    }
+/// One snapshot of a set of tables: the planned chunks and what every chunk shares (server,
+/// options, the window reader, progress). Each chunk is a partition of a
+/// [`SnapshotExec`](super::exec::SnapshotExec) that runs [`SnapshotRun::read_chunk`].
+pub struct SnapshotRun {
+    connect: ConnectOptions,
+    info: ServerInfo,
+    options: SnapshotOptions,
+    progress: Arc<Progress>,
+    tables: Vec<PlannedTable>,
+    consistent: bool,
+    /// Started by the first chunk, so a plan that is only explained opens no binlog connection.
+    feed: tokio::sync::OnceCell<WindowFeed>,
+    outcomes: Mutex<HashMap<(usize, usize), ChunkOutcome>>,
+}
 
-    pub fn set_phase(&self, phase: Phase) {
-        self.state.lock().expect("progress").phase = phase;
-    }
-
-    pub fn set_position(&self, position: BinlogCoord) {
-        self.state.lock().expect("progress").position = Some(position);
-    }
-
-    fn update(&self, f: impl FnOnce(&mut ProgressReport)) {
-        let mut s = self.state.lock().expect("progress");
-        f(&mut s);
-        s.chunks_total = s.chunks.len();
-        s.chunks_done = s
-            .chunks
-            .iter()
-            .filter(|c| c.state == ChunkState::Done)
-            .count();
-        s.rows_read = s.chunks.iter().map(|c| c.rows).sum();
-        let highs = s.chunks.iter().filter_map(|c| c.high.clone());
-        s.high_range = highs.fold(None, |acc, h| match acc {
-            None => Some((h.clone(), h)),
-            Some((lo, hi)) => Some((lo.min(h.clone()), hi.max(h))),
-        });
-        s.eta = (s.chunks_done > 0).then(|| {
-            let per_chunk = self.started.elapsed() / s.chunks_done as u32;
-            per_chunk * (s.chunks_total - s.chunks_done) as u32
-        });
+impl std::fmt::Debug for SnapshotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotRun")
+            .field("tables", &self.tables)
+            .field("consistent", &self.consistent)
+            .finish_non_exhaustive()
     }
 }
 
-/// A chunk to read.
-struct Planned {
-    table: usize,
-    index: usize,
-    key: usize,
-    range: ChunkRange,
-}
-
-/// Reads every table in chunks; see the module docs. Chunks come back in HIGH order.
-pub async fn run_snapshot(
+/// Plans the chunks of every table (boundary queries on the server) and checks the method.
+pub async fn plan_snapshot(
     connect: &ConnectOptions,
     info: &ServerInfo,
     tables: &[Arc<TableSchema>],
     options: &SnapshotOptions,
-    progress: &Progress,
-) -> SourceResult<Vec<SnapshotChunk>> {
+    progress: Arc<Progress>,
+) -> SourceResult<Arc<SnapshotRun>> {
     progress.set_phase(Phase::Planning);
-    let mut conn = connect.connect().await?;
-    let mut planned = Vec::new();
-    let mut checks = Vec::new();
-    for (t, schema) in tables.iter().enumerate() {
-        let key = chunk_key(schema, options.chunk_keys.get(&schema.id))?;
-        let ranges = match key {
-            Some(key) => plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
-            None => vec![ChunkRange::ALL],
-        };
-        checks.push(match key {
-            Some(key) => Some(RangeCheck::new(&mut conn, schema, key).await?),
-            None => None,
-        });
-        for (index, range) in ranges.into_iter().enumerate() {
-            planned.push(Planned {
-                table: t,
-                index,
-                key: key.unwrap_or(0),
-                range,
-            });
-        }
-    }
-    progress.update(|p| {
-        p.keyless_tables = tables
-            .iter()
-            .filter(|t| t.primary_key.is_empty())
-            .map(|t| t.id.clone())
-            .collect();
-        p.chunks = planned
-            .iter()
-            .map(|c| ChunkStatus {
-                table: tables[c.table].id.clone(),
-                index: c.index,
-                range: c.range.describe(),
-                low: None,
-                high: None,
-                rows: 0,
-                state: ChunkState::Pending,
-            })
-            .collect();
-    });
     let consistent = match options.method {
         // Watermarks unless asked: see the module docs on the consistent-snapshot method.
-        SnapshotMethod::Auto => false,
-        SnapshotMethod::Watermarks => false,
+        SnapshotMethod::Auto | SnapshotMethod::Watermarks => false,
         SnapshotMethod::ConsistentSnapshot => {
             if info.flavor != Flavor::MariaDb {
                 return Err(SourceError::Config(
@@ -316,43 +200,285 @@ pub async fn run_snapshot(
             true
         }
     };
-    let feed = if consistent {
-        None
-    } else {
-        let (start, _) = current_position(&mut conn, info.flavor).await?;
-        let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
-        let filter: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
-        let reader_options =
-            BinlogReaderOptions::new(options.window_server_id, StartPosition::Coord(start))
-                .with_filter(filter);
-        Some(WindowFeed::start(
-            BinlogReader::open(connect.clone(), reader_options).await?,
-        ))
-    };
+    let mut conn = connect.connect().await?;
+    let mut planned = Vec::new();
+    for schema in tables {
+        let key = chunk_key(schema, options.chunk_keys.get(&schema.id))?;
+        let (ranges, check) = match key {
+            Some(key) => (
+                plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
+                Some(RangeCheck::new(&mut conn, schema, key).await?),
+            ),
+            None => (vec![ChunkRange::ALL], None),
+        };
+        let codec = RowCodec::new(Arc::clone(schema))
+            .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
+        planned.push(PlannedTable {
+            schema: Arc::clone(schema),
+            key,
+            ranges,
+            check,
+            codec,
+        });
+    }
     drop(conn);
-    progress.set_phase(Phase::Snapshot);
-    let codecs: Vec<RowCodec> = tables
-        .iter()
-        .map(|t| RowCodec::new(Arc::clone(t)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
-    let ctx = ChunkContext {
-        connect,
-        info,
-        tables,
-        options,
+    progress.update(|p| {
+        p.keyless_tables = tables
+            .iter()
+            .filter(|t| t.primary_key.is_empty())
+            .map(|t| t.id.clone())
+            .collect();
+        p.chunks = planned
+            .iter()
+            .flat_map(|t| {
+                t.ranges
+                    .iter()
+                    .enumerate()
+                    .map(|(index, range)| ChunkStatus {
+                        table: t.schema.id.clone(),
+                        index,
+                        range: range.describe(),
+                        low: None,
+                        high: None,
+                        rows: 0,
+                        state: ChunkState::Pending,
+                    })
+            })
+            .collect();
+    });
+    Ok(Arc::new(SnapshotRun {
+        connect: connect.clone(),
+        info: info.clone(),
+        options: options.clone(),
         progress,
-        feed: feed.as_ref(),
-        codecs: &codecs,
-        checks: &checks,
-    };
-    let mut chunks: Vec<SnapshotChunk> = futures::stream::iter(planned)
-        .map(|p| ctx.read_chunk(p))
-        .buffer_unordered(options.parallelism.max(1))
-        .try_collect()
-        .await?;
-    chunks.sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
-    Ok(chunks)
+        tables: planned,
+        consistent,
+        feed: tokio::sync::OnceCell::new(),
+        outcomes: Mutex::new(HashMap::new()),
+    }))
+}
+
+/// Plans and reads every table in chunks, running each chunk as a partition of its table's
+/// [`SnapshotExec`]; see the module docs. Chunks come back in HIGH order.
+pub async fn run_snapshot(
+    connect: &ConnectOptions,
+    info: &ServerInfo,
+    tables: &[Arc<TableSchema>],
+    options: &SnapshotOptions,
+    progress: Arc<Progress>,
+) -> SourceResult<Vec<SnapshotChunk>> {
+    let run = plan_snapshot(connect, info, tables, options, progress).await?;
+    run.execute_all().await
+}
+
+/// Turns a chunk's plan error back into the source error it carries.
+fn source_error(e: DataFusionError) -> SourceError {
+    match e {
+        DataFusionError::External(inner) => match inner.downcast::<SourceError>() {
+            Ok(e) => *e,
+            Err(other) => SourceError::Config(other.to_string()),
+        },
+        other => SourceError::Config(other.to_string()),
+    }
+}
+
+impl SnapshotRun {
+    pub fn tables(&self) -> &[PlannedTable] {
+        &self.tables
+    }
+
+    pub fn server(&self) -> &ServerInfo {
+        &self.info
+    }
+
+    /// `watermarks` or `consistent snapshot`, for `EXPLAIN`.
+    pub fn method(&self) -> &'static str {
+        if self.consistent {
+            "consistent snapshot"
+        } else {
+            "watermarks"
+        }
+    }
+
+    /// Executes every chunk of every table as partitions of the tables' plans, at most
+    /// `parallelism` at a time; chunks come back in HIGH order.
+    pub async fn execute_all(self: &Arc<Self>) -> SourceResult<Vec<SnapshotChunk>> {
+        self.progress.set_phase(Phase::Snapshot);
+        let task = Arc::new(TaskContext::default());
+        let plans: Vec<Arc<SnapshotExec>> = (0..self.tables.len())
+            .map(|t| Arc::new(SnapshotExec::new(Arc::clone(self), t)))
+            .collect();
+        let parts: Vec<(usize, usize)> = self
+            .tables
+            .iter()
+            .enumerate()
+            .flat_map(|(t, p)| (0..p.ranges.len()).map(move |i| (t, i)))
+            .collect();
+        let mut chunks: Vec<SnapshotChunk> = futures::stream::iter(parts)
+            .map(|(t, index)| {
+                let plan = Arc::clone(&plans[t]);
+                let task = Arc::clone(&task);
+                async move {
+                    let stream = plan.execute(index, task).map_err(source_error)?;
+                    let batches: Vec<RecordBatch> =
+                        stream.try_collect().await.map_err(source_error)?;
+                    self.finished(t, index, &batches)
+                }
+            })
+            .buffer_unordered(self.options.parallelism.max(1))
+            .try_collect()
+            .await?;
+        chunks.sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
+        Ok(chunks)
+    }
+
+    /// The chunk `index` of table `t` as read by its partition.
+    fn finished(
+        &self,
+        t: usize,
+        index: usize,
+        batches: &[RecordBatch],
+    ) -> SourceResult<SnapshotChunk> {
+        let outcome = self
+            .outcomes
+            .lock()
+            .expect("outcomes")
+            .remove(&(t, index))
+            .ok_or_else(|| {
+                SourceError::Config(format!(
+                    "chunk {index} of {} reported no HIGH",
+                    self.tables[t].schema.id
+                ))
+            })?;
+        let schema = &self.tables[t].schema;
+        let rows = concat_batches(&schema.arrow, batches)
+            .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?;
+        Ok(SnapshotChunk {
+            table: t,
+            index,
+            range: self.tables[t].ranges[index].clone(),
+            low: outcome.low,
+            high: outcome.high,
+            rows,
+            window_changes: outcome.window_changes,
+        })
+    }
+
+    async fn feed(&self) -> SourceResult<&WindowFeed> {
+        self.feed
+            .get_or_try_init(|| async {
+                let mut conn = self.connect.connect().await?;
+                let (start, _) = current_position(&mut conn, self.info.flavor).await?;
+                drop(conn);
+                let ids: Vec<TableId> = self.tables.iter().map(|t| t.schema.id.clone()).collect();
+                let filter: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
+                let reader_options = BinlogReaderOptions::new(
+                    self.options.window_server_id,
+                    StartPosition::Coord(start),
+                )
+                .with_filter(filter);
+                Ok(WindowFeed::start(
+                    BinlogReader::open(self.connect.clone(), reader_options).await?,
+                ))
+            })
+            .await
+    }
+
+    async fn hook(&self, point: HookPoint, t: usize, index: usize) {
+        if let Some(hook) = &self.options.hook {
+            hook(
+                point,
+                ChunkInfo {
+                    table: self.tables[t].schema.id.clone(),
+                    index,
+                    range: self.tables[t].ranges[index].clone(),
+                },
+            )
+            .await;
+        }
+    }
+
+    fn status(&self, t: usize, index: usize, f: impl FnOnce(&mut ChunkStatus)) {
+        let id = &self.tables[t].schema.id;
+        self.progress.update(|r| {
+            if let Some(c) = r
+                .chunks
+                .iter_mut()
+                .find(|c| c.index == index && c.table == *id)
+            {
+                f(c)
+            }
+        });
+    }
+
+    /// Runs the chunk protocol for chunk `index` of table `t`: its rows, normalised to its
+    /// HIGH (the table's state at HIGH within the chunk's range).
+    pub async fn read_chunk(&self, t: usize, index: usize) -> SourceResult<RecordBatch> {
+        self.status(t, index, |c| c.state = ChunkState::Running);
+        let table = &self.tables[t];
+        let schema = &table.schema;
+        let range = &table.ranges[index];
+        let mut conn = self.connect.connect().await?;
+        let (predicate, params) = match table.key {
+            Some(key) => range.predicate(&schema.columns[key].name),
+            None => (None, vec![]),
+        };
+        let (low, high, scanned) = if self.consistent {
+            self.read_consistent(&mut conn, t, index, predicate.as_deref(), params)
+                .await?
+        } else {
+            let feed = self.feed().await?;
+            self.read_watermarked(&mut conn, feed, t, index, predicate.as_deref(), params)
+                .await?
+        };
+        let (rows, window_changes) = if low == high {
+            let rows = concat_batches(&schema.arrow, &scanned)
+                .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?;
+            (rows, 0)
+        } else {
+            let feed = self.feed().await?;
+            let window = feed.window(&low, &high).await;
+            feed.release(&low);
+            // A table without a chunk key is read as one chunk covering every value.
+            normalize(
+                &mut conn,
+                &table.codec,
+                table.check.as_ref(),
+                range,
+                &scanned,
+                &window?,
+            )
+            .await?
+        };
+        let n = rows.num_rows();
+        self.status(t, index, |c| {
+            c.state = ChunkState::Done;
+            c.rows = n;
+            c.low = Some(low.clone());
+            c.high = Some(high.clone());
+        });
+        tracing::debug!(table = %schema.id, chunk = index, range = %range.describe(), %low, %high, rows = n, window_changes, "chunk done");
+        self.outcomes.lock().expect("outcomes").insert(
+            (t, index),
+            ChunkOutcome {
+                low,
+                high,
+                window_changes,
+            },
+        );
+        Ok(rows)
+    }
+
+    /// The HIGH of a finished chunk (for `EXPLAIN ANALYZE`); `None` while it runs.
+    pub fn chunk_high(&self, t: usize, index: usize) -> Option<BinlogCoord> {
+        let id = &self.tables[t].schema.id;
+        self.progress
+            .report()
+            .chunks
+            .iter()
+            .find(|c| c.index == index && c.table == *id)
+            .and_then(|c| c.high.clone())
+    }
 }
 
 /// The chunk key column: the configured one, else the first primary-key column; `None` for a
@@ -369,111 +495,18 @@ fn chunk_key(schema: &TableSchema, configured: Option<&String>) -> SourceResult<
     }
 }
 
-struct ChunkContext<'a> {
-    connect: &'a ConnectOptions,
-    info: &'a ServerInfo,
-    tables: &'a [Arc<TableSchema>],
-    options: &'a SnapshotOptions,
-    progress: &'a Progress,
-    feed: Option<&'a WindowFeed>,
-    codecs: &'a [RowCodec],
-    checks: &'a [Option<RangeCheck>],
-}
-
-impl ChunkContext<'_> {
-    async fn hook(&self, point: HookPoint, p: &Planned) {
-        if let Some(hook) = &self.options.hook {
-            hook(
-                point,
-                ChunkInfo {
-                    table: self.tables[p.table].id.clone(),
-                    index: p.index,
-                    range: p.range.clone(),
-                },
-            )
-            .await;
-        }
-    }
-
-    fn status(&self, p: &Planned, f: impl FnOnce(&mut ChunkStatus)) {
-        self.progress.update(|r| {
-            if let Some(c) = r
-                .chunks
-                .iter_mut()
-                .find(|c| c.index == p.index && c.table == self.tables[p.table].id)
-            {
-                f(c)
-            }
-        });
-    }
-
-    async fn read_chunk(&self, p: Planned) -> SourceResult<SnapshotChunk> {
-        self.status(&p, |c| c.state = ChunkState::Running);
-        let schema = &self.tables[p.table];
-        let mut conn = self.connect.connect().await?;
-        let (predicate, params) = match self.checks[p.table] {
-            Some(_) => p.range.predicate(&schema.columns[p.key].name),
-            None => (None, vec![]),
-        };
-        let (low, high, scanned) = match self.feed {
-            None => {
-                self.read_consistent(&mut conn, &p, predicate.as_deref(), params)
-                    .await?
-            }
-            Some(feed) => {
-                self.read_watermarked(&mut conn, feed, &p, predicate.as_deref(), params)
-                    .await?
-            }
-        };
-        let (rows, window_changes) = if low == high {
-            let rows = concat_batches(&schema.arrow, &scanned)
-                .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?;
-            (rows, 0)
-        } else {
-            let feed = self.feed.expect("LOW != HIGH only with watermarks");
-            let window = feed.window(&low, &high).await;
-            feed.release(&low);
-            // A table without a chunk key is read as one chunk covering every value.
-            let check = self.checks[p.table].as_ref();
-            normalize(
-                &mut conn,
-                &self.codecs[p.table],
-                check,
-                &p.range,
-                &scanned,
-                &window?,
-            )
-            .await?
-        };
-        let n = rows.num_rows();
-        self.status(&p, |c| {
-            c.state = ChunkState::Done;
-            c.rows = n;
-            c.low = Some(low.clone());
-            c.high = Some(high.clone());
-        });
-        tracing::debug!(table = %schema.id, chunk = p.index, range = %p.range.describe(), %low, %high, rows = n, window_changes, "chunk done");
-        Ok(SnapshotChunk {
-            table: p.table,
-            index: p.index,
-            range: p.range,
-            low,
-            high,
-            rows,
-            window_changes,
-        })
-    }
-
+impl SnapshotRun {
     async fn read_watermarked(
         &self,
         conn: &mut Conn,
         feed: &WindowFeed,
-        p: &Planned,
+        t: usize,
+        index: usize,
         predicate: Option<&str>,
         params: Vec<mysql_async::Value>,
     ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
-        let schema = &self.tables[p.table];
-        self.hook(HookPoint::BeforeLow, p).await;
+        let schema = &self.tables[t].schema;
+        self.hook(HookPoint::BeforeLow, t, index).await;
         // A transaction is written to the binlog before InnoDB makes it visible, so the
         // server's position may already count a transaction this SELECT will not see. The
         // window therefore starts where the feed had read to before asking the server (at or
@@ -493,7 +526,12 @@ impl ChunkContext<'_> {
             feed.hold(&low);
             feed.release(&pin);
         }
-        self.hook(HookPoint::AfterLow, p).await;
+        self.hook(HookPoint::AfterLow, t, index).await;
+        let barrier = visibility_barrier(conn, schema, predicate, params.clone()).await;
+        if let Err(e) = barrier {
+            feed.release(&low);
+            return Err(e);
+        }
         let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await;
         let scanned = match scanned {
             Ok(s) => s,
@@ -502,8 +540,8 @@ impl ChunkContext<'_> {
                 return Err(e);
             }
         };
-        self.hook(HookPoint::AfterSelect, p).await;
-        self.hook(HookPoint::BeforeHigh, p).await;
+        self.hook(HookPoint::AfterSelect, t, index).await;
+        self.hook(HookPoint::BeforeHigh, t, index).await;
         let high = match current_position(conn, self.info.flavor).await {
             Ok((high, _)) => high,
             Err(e) => {
@@ -511,7 +549,7 @@ impl ChunkContext<'_> {
                 return Err(e);
             }
         };
-        self.hook(HookPoint::AfterHigh, p).await;
+        self.hook(HookPoint::AfterHigh, t, index).await;
         if low == high {
             feed.release(&low);
         }
@@ -521,13 +559,14 @@ impl ChunkContext<'_> {
     async fn read_consistent(
         &self,
         conn: &mut Conn,
-        p: &Planned,
+        t: usize,
+        index: usize,
         predicate: Option<&str>,
         params: Vec<mysql_async::Value>,
     ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
-        let schema = &self.tables[p.table];
+        let schema = &self.tables[t].schema;
         let ctx = |what: &str| format!("{what} for a chunk of {}", schema.id);
-        self.hook(HookPoint::BeforeLow, p).await;
+        self.hook(HookPoint::BeforeLow, t, index).await;
         conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             .await
             .map_err(|e| SourceError::from_mysql(ctx("starting a consistent snapshot"), e))?;
@@ -553,14 +592,14 @@ impl ChunkContext<'_> {
             .parse()
             .map_err(|_| SourceError::Config(format!("bad binlog_snapshot_position {offset:?}")))?;
         let at = BinlogCoord::new(file, offset);
-        self.hook(HookPoint::AfterLow, p).await;
+        self.hook(HookPoint::AfterLow, t, index).await;
         let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await?;
-        self.hook(HookPoint::AfterSelect, p).await;
+        self.hook(HookPoint::AfterSelect, t, index).await;
         conn.query_drop("COMMIT")
             .await
             .map_err(|e| SourceError::from_mysql(ctx("ending the consistent snapshot"), e))?;
-        self.hook(HookPoint::BeforeHigh, p).await;
-        self.hook(HookPoint::AfterHigh, p).await;
+        self.hook(HookPoint::BeforeHigh, t, index).await;
+        self.hook(HookPoint::AfterHigh, t, index).await;
         Ok((at.clone(), at, scanned))
     }
 }

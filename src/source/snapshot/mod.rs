@@ -3,11 +3,15 @@
 //! * [`select`]: `SELECT` results into the same Arrow values the binlog decoder produces;
 //! * [`chunks`]: splitting a table into half-open ranges of its chunk key;
 //! * [`window`]: the binlog window of a chunk and its normalisation to HIGH;
-//! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism,
-//!   test hooks and progress.
+//! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism
+//!   and test hooks;
+//! * [`exec`]: a table's chunks as the partitions of a DataFusion execution plan;
+//! * [`progress`]: per-chunk progress, shared with the status tables.
 
 pub mod chunks;
+pub mod exec;
 pub mod incremental;
+pub mod progress;
 pub mod select;
 pub mod window;
 

@@ -103,6 +103,58 @@ impl<'a> SelectReader<'a> {
     }
 }
 
+/// How long the visibility barrier waits for one row lock, in seconds (the server's minimum).
+const BARRIER_LOCK_WAIT_SECONDS: u32 = 1;
+
+/// Waits until every transaction that wrote rows of the range and is already in the binlog is
+/// visible to a new read view.
+///
+/// A transaction is written to the binlog (and may be sent to replicas and counted by `SHOW
+/// MASTER STATUS`) before InnoDB commits it; until then it keeps its row locks. A locking read
+/// of the range waits for those locks, so once it returns every such transaction has committed
+/// and the chunk's fresh `SELECT` sees it. The shared locks last only for this statement.
+///
+/// A transaction that is still open (not in the binlog, so not this barrier's concern) also
+/// holds locks, possibly for long. The barrier therefore waits at most a second for a lock and
+/// then goes on: a transaction already in the binlog finishes its commit within milliseconds, so
+/// after that wait it is visible too. Returns whether the barrier passed without such a wait.
+pub async fn visibility_barrier(
+    conn: &mut Conn,
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    params: Vec<Value>,
+) -> SourceResult<bool> {
+    let ctx = || {
+        format!(
+            "waiting for commits to {} to become visible (a locking read of the chunk)",
+            schema.id
+        )
+    };
+    conn.query_drop(format!(
+        "SET SESSION innodb_lock_wait_timeout = {BARRIER_LOCK_WAIT_SECONDS}"
+    ))
+    .await
+    .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    let mut sql = format!("SELECT COUNT(*) FROM {}", schema.id.quoted());
+    if let Some(p) = predicate {
+        sql.push_str(" WHERE ");
+        sql.push_str(p);
+    }
+    sql.push_str(" LOCK IN SHARE MODE");
+    match conn
+        .exec_drop(sql.as_str(), mysql_async::Params::Positional(params))
+        .await
+    {
+        Ok(()) => Ok(true),
+        // Lock wait timeout, or chosen as a deadlock victim: a long-open transaction.
+        Err(mysql_async::Error::Server(e)) if e.code == 1205 || e.code == 1213 => {
+            tracing::debug!(table = %schema.id, code = e.code, "visibility barrier waited for a long-open transaction");
+            Ok(false)
+        }
+        Err(e) => Err(SourceError::from_mysql(ctx(), e)),
+    }
+}
+
 /// Reads `SELECT <all columns> FROM table [WHERE predicate]` into batches of `batch_rows`.
 pub async fn select_batches(
     conn: &mut Conn,

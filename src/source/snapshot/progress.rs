@@ -1,0 +1,125 @@
+//! Progress of a capture's snapshot, shared with status tables while chunks run.
+//!
+//! # Invariant
+//! The counters (`chunks_done`, `rows_read`, the HIGH range, the ETA) are recomputed from the
+//! per-chunk list on every update, under one lock, so a reader never sees them disagree.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::source::position::BinlogCoord;
+use crate::source::schema::TableId;
+
+/// The phase a capture is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Planning,
+    Snapshot,
+    /// Snapshot done; the binlog is replayed from min(HIGH) to max(HIGH). The current table is
+    /// still a mix of chunk boundaries.
+    CatchUp,
+    /// Consistent: the current table is the source's state at one position.
+    Streaming,
+    /// `snapshot_only` finished.
+    Done,
+}
+
+/// State of one chunk, for status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkState {
+    Pending,
+    Running,
+    Done,
+}
+
+/// Status of one chunk.
+#[derive(Debug, Clone)]
+pub struct ChunkStatus {
+    pub table: TableId,
+    pub index: usize,
+    pub range: String,
+    pub low: Option<BinlogCoord>,
+    pub high: Option<BinlogCoord>,
+    pub rows: usize,
+    pub state: ChunkState,
+}
+
+/// Progress of a capture, shared with the rest of the engine.
+#[derive(Debug, Clone)]
+pub struct ProgressReport {
+    pub phase: Phase,
+    pub chunks_total: usize,
+    pub chunks_done: usize,
+    pub rows_read: usize,
+    /// Time left for the snapshot, from the rate of chunks done so far.
+    pub eta: Option<Duration>,
+    /// Lowest and highest HIGH of the chunks done.
+    pub high_range: Option<(BinlogCoord, BinlogCoord)>,
+    /// The position the current table is consistent at (streaming phase).
+    pub position: Option<BinlogCoord>,
+    /// Tables without a primary key: keyed by the whole row (a multiset), so two identical
+    /// rows cannot be told apart; their guarantee is weaker.
+    pub keyless_tables: Vec<TableId>,
+    pub chunks: Vec<ChunkStatus>,
+}
+
+/// Shared, updated progress; see [`ProgressReport`].
+#[derive(Debug)]
+pub struct Progress {
+    started: Instant,
+    state: Mutex<ProgressReport>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            started: Instant::now(),
+            state: Mutex::new(ProgressReport {
+                phase: Phase::Planning,
+                chunks_total: 0,
+                chunks_done: 0,
+                rows_read: 0,
+                eta: None,
+                high_range: None,
+                position: None,
+                keyless_tables: Vec::new(),
+                chunks: Vec::new(),
+            }),
+        }
+    }
+}
+
+impl Progress {
+    pub fn report(&self) -> ProgressReport {
+        self.state.lock().expect("progress").clone()
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.state.lock().expect("progress").phase = phase;
+    }
+
+    pub fn set_position(&self, position: BinlogCoord) {
+        self.state.lock().expect("progress").position = Some(position);
+    }
+
+    pub(super) fn update(&self, f: impl FnOnce(&mut ProgressReport)) {
+        let mut s = self.state.lock().expect("progress");
+        f(&mut s);
+        s.chunks_total = s.chunks.len();
+        s.chunks_done = s
+            .chunks
+            .iter()
+            .filter(|c| c.state == ChunkState::Done)
+            .count();
+        s.rows_read = s.chunks.iter().map(|c| c.rows).sum();
+        let highs = s.chunks.iter().filter_map(|c| c.high.clone());
+        s.high_range = highs.fold(None, |acc, h| match acc {
+            None => Some((h.clone(), h)),
+            Some((lo, hi)) => Some((lo.min(h.clone()), hi.max(h))),
+        });
+        s.eta = (s.chunks_done > 0).then(|| {
+            let per_chunk = self.started.elapsed() / s.chunks_done as u32;
+            per_chunk * (s.chunks_total - s.chunks_done) as u32
+        });
+    }
+}
