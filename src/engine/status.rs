@@ -1,9 +1,10 @@
 //! The `cdc` status schema: `cdc.sources`, `cdc.tables` and `cdc.chunks`.
 //!
-//! Each table is built from the sources' status when a query scans it, so it always shows the
-//! present, and `position` is the position of the version the same query reads of the source's
-//! tables (`Engine::sql` pins one per query): the position the query read: phase, positions, progress and errors. Status says plainly when a current table
-//! is still a mix of chunk boundaries (`consistent = false`, phase `Snapshot`/`CatchUp`) and from
+//! Each table is built from the sources' status when a query scans it, so it shows the present:
+//! phase, positions, progress and errors. `cdc.sources.position` is the position of the version
+//! the same query reads of the source's tables (`Engine::sql` pins one per query), so joining it
+//! into a query tells the position that query read. Status says plainly when a current table is
+//! still a mix of chunk boundaries (`consistent = false`, phase `Snapshot`/`CatchUp`) and from
 //! which position on it is consistent.
 
 use std::sync::Arc;
