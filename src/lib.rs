@@ -10,7 +10,8 @@
 //! * [`capture`]: a capture of a set of tables: snapshot modes, hand-off to the stream.
 //! * [`provider`]: DataFusion tables over the captured state: current tables and changelogs.
 //! * [`engine`]: a DataFusion session with its sources as catalogs, and their status tables.
-//! * [`durable`]: the state store: checksummed files and atomic manifests on an object store.
+//! * [`durable`]: the catalog and each source's checkpoints on an object store, and recovery
+//!   from them.
 //! * [`config`]: settings of `cdcfusion serve`.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.

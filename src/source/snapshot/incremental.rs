@@ -16,6 +16,10 @@
 //! position, which no window repairs. Until that is understood, `Auto` uses watermarks, whose
 //! correctness needs no such promise.
 //!
+//! # Resumption
+//! See [`super::journal`]: a journal records the plan and each chunk done, and a resume reads
+//! only the chunks not done.
+//!
 //! # Test hooks
 //! [`SnapshotHook`] runs at five points of every chunk (before LOW, after LOW, after the
 //! `SELECT`, before HIGH, after HIGH) so tests can commit writes at exact moments from another connection.
@@ -35,6 +39,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::chunks::{plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
+pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 use super::select::{select_batches, DEFAULT_BATCH_ROWS};
 use super::window::{normalize, RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
@@ -89,6 +94,8 @@ pub struct SnapshotOptions {
     pub hook: Option<SnapshotHook>,
     /// Replica server id of the window reader (watermark method).
     pub window_server_id: u32,
+    pub journal: Option<Arc<dyn SnapshotJournal>>,
+    pub resume: Option<SnapshotResume>,
 }
 
 impl Default for SnapshotOptions {
@@ -100,6 +107,8 @@ impl Default for SnapshotOptions {
             method: SnapshotMethod::Auto,
             hook: None,
             window_server_id: 5401,
+            journal: None,
+            resume: None,
         }
     }
 }
@@ -112,6 +121,8 @@ impl std::fmt::Debug for SnapshotOptions {
             .field("chunk_keys", &self.chunk_keys)
             .field("method", &self.method)
             .field("hook", &self.hook.is_some())
+            .field("journal", &self.journal)
+            .field("resume", &self.resume.as_ref().map(|r| r.done.len()))
             .finish()
     }
 }
@@ -244,13 +255,7 @@ impl Progress {
     }
 }
 
-/// A chunk to read.
-struct Planned {
-    table: usize,
-    index: usize,
-    key: usize,
-    range: ChunkRange,
-}
+type Planned = PlannedChunk;
 
 /// Reads every table in chunks; see the module docs. Chunks come back in HIGH order.
 pub async fn run_snapshot(
@@ -262,27 +267,43 @@ pub async fn run_snapshot(
 ) -> SourceResult<Vec<SnapshotChunk>> {
     progress.set_phase(Phase::Planning);
     let mut conn = connect.connect().await?;
+    let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
+    let resume = options.resume.as_ref().filter(|r| r.tables == ids);
     let mut planned = Vec::new();
     let mut checks = Vec::new();
     for (t, schema) in tables.iter().enumerate() {
         let key = chunk_key(schema, options.chunk_keys.get(&schema.id))?;
-        let ranges = match key {
-            Some(key) => plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
-            None => vec![ChunkRange::ALL],
-        };
+        if resume.is_none() {
+            let ranges = match key {
+                Some(key) => plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
+                None => vec![ChunkRange::ALL],
+            };
+            for (index, range) in ranges.into_iter().enumerate() {
+                planned.push(Planned {
+                    table: t,
+                    index,
+                    key: key.unwrap_or(0),
+                    range,
+                });
+            }
+        }
         checks.push(match key {
             Some(key) => Some(RangeCheck::new(&mut conn, schema, key).await?),
             None => None,
         });
-        for (index, range) in ranges.into_iter().enumerate() {
-            planned.push(Planned {
-                table: t,
-                index,
-                key: key.unwrap_or(0),
-                range,
-            });
-        }
     }
+    let done: Vec<SnapshotChunk> = match resume {
+        Some(r) => {
+            planned = r.plan.clone();
+            r.done.clone()
+        }
+        None => {
+            if let Some(journal) = &options.journal {
+                journal.planned(tables, &planned).await;
+            }
+            Vec::new()
+        }
+    };
     progress.update(|p| {
         p.keyless_tables = tables
             .iter()
@@ -301,6 +322,30 @@ pub async fn run_snapshot(
                 state: ChunkState::Pending,
             })
             .collect();
+        for d in &done {
+            if let Some(c) = p
+                .chunks
+                .iter_mut()
+                .find(|c| c.index == d.index && c.table == tables[d.table].id)
+            {
+                c.state = ChunkState::Done;
+                c.rows = d.rows.num_rows();
+                c.low = Some(d.low.clone());
+                c.high = Some(d.high.clone());
+            }
+        }
+    });
+    if !done.is_empty() {
+        tracing::info!(
+            done = done.len(),
+            total = planned.len(),
+            "resuming an interrupted snapshot"
+        );
+    }
+    planned.retain(|p| {
+        !done
+            .iter()
+            .any(|d| d.table == p.table && d.index == p.index)
     });
     let consistent = match options.method {
         // Watermarks unless asked: see the module docs on the consistent-snapshot method.
@@ -351,6 +396,7 @@ pub async fn run_snapshot(
         .buffer_unordered(options.parallelism.max(1))
         .try_collect()
         .await?;
+    chunks.extend(done);
     chunks.sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
     Ok(chunks)
 }
@@ -453,7 +499,7 @@ impl ChunkContext<'_> {
             c.high = Some(high.clone());
         });
         tracing::debug!(table = %schema.id, chunk = p.index, range = %p.range.describe(), %low, %high, rows = n, window_changes, "chunk done");
-        Ok(SnapshotChunk {
+        let chunk = SnapshotChunk {
             table: p.table,
             index: p.index,
             range: p.range,
@@ -461,7 +507,11 @@ impl ChunkContext<'_> {
             high,
             rows,
             window_changes,
-        })
+        };
+        if let Some(journal) = &self.options.journal {
+            journal.done(&chunk).await;
+        }
+        Ok(chunk)
     }
 
     async fn read_watermarked(

@@ -4,10 +4,12 @@
 //! * [`chunks`]: splitting a table into half-open ranges of its chunk key;
 //! * [`window`]: the binlog window of a chunk and its normalisation to HIGH;
 //! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism,
-//!   test hooks and progress.
+//!   test hooks and progress;
+//! * [`journal`]: recording a snapshot's progress and resuming it.
 
 pub mod chunks;
 pub mod incremental;
+pub mod journal;
 pub mod select;
 pub mod window;
 
