@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cdcfusion::devserver::DevServer;
-use cdcfusion::durable::DurableOptions;
+use cdcfusion::durable::checkpoint::COMPACT_SEGMENTS;
+use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
+use cdcfusion::durable::{DurableOptions, Store};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
 use cdcfusion::source::position::BinlogCoord;
@@ -521,4 +523,33 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
         ),
     };
     check(srv, &engine, "crash", db).await;
+    // Hundreds of checkpoints later the changelog is still a few files: covered segments were
+    // merged.
+    let store = Store::open(state.to_str().unwrap(), &Vec::new()).unwrap();
+    let catalog = load_catalog(&store).await.unwrap();
+    let manifest = load_newest_manifest(&store, &catalog.sources[0].id)
+        .await
+        .unwrap()
+        .unwrap();
+    let t = &manifest.tables[0];
+    let covered = t
+        .segments
+        .iter()
+        .filter(|s| s.last_seq <= t.state.seq)
+        .count();
+    println!(
+        "checkpoint {}: table t has {} segment files ({covered} covered by its state)",
+        manifest.seq,
+        t.segments.len()
+    );
+    assert!(
+        covered <= COMPACT_SEGMENTS + 1,
+        "{covered} covered segments"
+    );
+    if manifest.seq > 4 * COMPACT_SEGMENTS as u64 {
+        assert!(
+            t.segments.iter().any(|s| s.first_seq < s.last_seq),
+            "segments were compacted"
+        );
+    }
 }
