@@ -473,12 +473,12 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let rounds: usize = std::env::var("CDCFUSION_CRASH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(12);
+        .unwrap_or(20);
     println!("crash test: seed {seed}, {rounds} rounds (CDCFUSION_CRASH_SEED / CDCFUSION_CRASH_ROUNDS reproduce)");
     let srv = server();
     let db = "dur_crash";
     let mut conn = root_conn(srv).await;
-    schema(&mut conn, db, 2000).await;
+    schema(&mut conn, db, 4000).await;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let init = dir.path().join("init.sql");
@@ -498,7 +498,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     for round in 0..rounds {
         let mut child = spawn_serve(&state, &init, &log);
         // Early rounds die young (during the snapshot or the first checkpoints).
-        let max = if round == 0 { 600 } else { 2500 };
+        let max = if round < 2 { 700 } else { 2500 };
         let after = rng.random_range(100..max);
         tokio::time::sleep(Duration::from_millis(after)).await;
         child.kill().unwrap();
@@ -510,7 +510,12 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     }
     stop.store(true, Ordering::Relaxed);
     let committed = writes.await.unwrap();
-    println!("writer committed {committed} transactions");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    println!(
+        "writer committed {committed} transactions; the engine resumed {} snapshot(s) from their progress and {} time(s) from a checkpoint",
+        text.matches("resuming an interrupted snapshot").count(),
+        text.matches("resuming from a checkpoint").count()
+    );
     let engine = match tokio::time::timeout(HANG_GUARD, async {
         open_caught_up(srv, &state, "crash", options(40, 150)).await
     })
