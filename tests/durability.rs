@@ -403,6 +403,22 @@ async fn damaged_state_files_are_refused_by_name() {
             assert!(err.contains("corrupt"), "{ext} {how}: {err}");
         }
     }
+    // RESNAPSHOT repairs a source whose checkpoint is damaged: it starts over.
+    let damaged = dir.path().join("arrow-flip");
+    let engine = Engine::open(damaged.to_str().unwrap(), options(50, 10))
+        .await
+        .unwrap();
+    assert!(engine.wait_ready("cs").await.is_err());
+    engine.sql("ALTER SOURCE cs RESNAPSHOT").await.unwrap();
+    engine.wait_ready("cs").await.unwrap();
+    let end = end_position(srv).await;
+    engine.source("cs").unwrap().wait_for(&end).await.unwrap();
+    check(srv, &engine, "cs", db).await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = open_caught_up(srv, &damaged, "cs", options(50, 10)).await;
+    check(srv, &engine, "cs", db).await;
+    drop(engine);
     // The untouched copy still loads.
     let engine = open_caught_up(srv, &pristine, "cs", options(50, 10)).await;
     check(srv, &engine, "cs", db).await;

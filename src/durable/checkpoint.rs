@@ -104,6 +104,8 @@ struct Committed {
     tables: Vec<Arc<TableSchema>>,
     consistent_from: BinlogCoord,
     tx_seq: u64,
+    /// Number of the next manifest: past every manifest in the store, even unreadable ones.
+    next_seq: u64,
 }
 
 /// The checkpointer of one source; see the module docs.
@@ -157,7 +159,18 @@ impl Checkpointer {
         if state.is_some() {
             return;
         }
+        // Without a manifest to continue (a new source, or one snapshotted again because its
+        // checkpoint could not be read), number after whatever manifests are there.
+        let next_seq = match &manifest {
+            Some(m) => m.seq + 1,
+            None => numbered(&self.store, &manifest_dir(&self.id), MANIFEST_EXT)
+                .await
+                .ok()
+                .and_then(|m| m.last().map(|(seq, _)| seq + 1))
+                .unwrap_or(1),
+        };
         *state = Some(Committed {
+            next_seq,
             manifest,
             previous: None,
             persisted,
@@ -191,7 +204,7 @@ impl Checkpointer {
         if c.manifest.as_ref().is_some_and(|m| m.position == text) {
             return Ok(None);
         }
-        let seq = c.manifest.as_ref().map_or(1, |m| m.seq + 1);
+        let seq = c.next_seq;
         let token = format!("{:08x}", rand::rng().random::<u32>());
         let dir = source_dir(&self.id);
         let mut tables = Vec::with_capacity(c.tables.len());
@@ -270,6 +283,7 @@ impl Checkpointer {
         let path = numbered_path(&manifest_dir(&self.id), seq, MANIFEST_EXT);
         commit_json(&self.store, &path, FileKind::Manifest, &manifest).await?;
         tracing::debug!(source = %self.id, seq, position = %position, "checkpoint committed");
+        c.next_seq = seq + 1;
         c.persisted = version
             .changelogs
             .iter()

@@ -10,7 +10,8 @@
 //!   state) and resumes the binlog at the checkpoint's position ([`Capture::resume`]).
 //! * *Re-snapshot* (`ALTER SOURCE ... RESNAPSHOT`): a fresh snapshot replaces the published
 //!   state; the changelog keeps its history and gains only the entries that turn the old state
-//!   into the new one (`state::diff`), so unchanged rows are not repeated.
+//!   into the new one (`state::diff`), so unchanged rows are not repeated. A source that has
+//!   published nothing (its checkpoint is damaged) starts over as if new.
 //!
 //! Then every source transaction is appended to the changelogs and published as a new version.
 
@@ -157,7 +158,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     let previous = published.load_full();
     let started = match mode {
         Mode::Resnapshot if previous.position.is_some() => resnapshot(task, &previous).await?,
-        _ => match checkpointer {
+        // Nothing to compare with (the checkpoint could not be loaded): start over.
+        Mode::Resnapshot => fresh(task, mode).await?,
+        Mode::Start => match checkpointer {
             Some(c) => match c.newest().await? {
                 Some(manifest) => recover(task, c, manifest).await?,
                 None => fresh(task, mode).await?,
