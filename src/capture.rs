@@ -17,6 +17,12 @@
 //! * `StreamOnly(start)`: no snapshot; every change from `start` (current end, `file:offset` or a
 //!   GTID set) is applied as it comes.
 //!
+//! # Resumption
+//! [`Capture::resume`] starts from states recovered from a checkpoint at position `P` (the end
+//! of the last transaction the checkpoint holds) and reads the binlog from `P`; a transaction
+//! that starts before `P` is dropped, so none is applied twice. A purged binlog at `P` is a
+//! definite error, never a resume from elsewhere.
+//!
 //! # Output
 //! [`Capture::start`] returns the changelog of the snapshot and hand-off (up to `max(HIGH)`)
 //! sorted by position; [`Capture::next`] returns the changelog of each later transaction.
@@ -27,6 +33,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use mysql_async::prelude::Queryable;
 
 use crate::change::SourceTransaction;
 use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, TableFilter};
@@ -88,6 +95,9 @@ pub struct Capture {
     /// A transaction read during the hand-off that belongs after `max(HIGH)`.
     pending: Option<SourceTransaction>,
     progress: Arc<Progress>,
+    /// A resumed capture drops every transaction that starts before this position: the
+    /// checkpoint it resumed from already holds them.
+    resume_from: Option<BinlogCoord>,
 }
 
 impl Capture {
@@ -105,7 +115,7 @@ impl Capture {
         options: CaptureOptions,
         progress: Arc<Progress>,
     ) -> SourceResult<(Self, Vec<TableChange>)> {
-        let (info, tables) = resolve_tables(&connect, &options.tables).await?;
+        let (info, tables) = Self::matching_tables(&connect, &options.tables).await?;
         let run = match options.mode {
             SnapshotMode::StreamOnly(_) => None,
             _ => Some(
@@ -152,6 +162,7 @@ impl Capture {
             reader: None,
             pending: None,
             progress,
+            resume_from: None,
         };
         let open_reader = |start| {
             BinlogReader::open(
@@ -220,6 +231,105 @@ impl Capture {
         Ok((capture, out))
     }
 
+    /// Checks the server and loads the schemas of the tables `patterns` selects, in the order
+    /// a capture of them uses.
+    pub async fn matching_tables(
+        connect: &ConnectOptions,
+        patterns: &str,
+    ) -> SourceResult<(ServerInfo, Vec<Arc<TableSchema>>)> {
+        let mut conn = connect.connect().await?;
+        let info = preflight(&mut conn, &connect.user()).await?;
+        let filter = table_filter(patterns)?;
+        let mut tables = Vec::new();
+        for id in list_tables(&mut conn, &filter).await? {
+            let schema = load_table_schema(&mut conn, &id)
+                .await?
+                .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
+            tables.push(Arc::new(schema));
+        }
+        if tables.is_empty() {
+            return Err(SourceError::Config(format!(
+                "no table matches {patterns:?}"
+            )));
+        }
+        Ok((info, tables))
+    }
+
+    /// Checks the server and loads the schemas of `ids`, the tables a resumed capture had.
+    pub async fn resolve_tables(
+        connect: &ConnectOptions,
+        ids: &[TableId],
+    ) -> SourceResult<(ServerInfo, Vec<Arc<TableSchema>>)> {
+        let mut conn = connect.connect().await?;
+        let info = preflight(&mut conn, &connect.user()).await?;
+        let mut tables = Vec::with_capacity(ids.len());
+        for id in ids {
+            let schema = load_table_schema(&mut conn, id)
+                .await?
+                .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
+            tables.push(Arc::new(schema));
+        }
+        Ok((info, tables))
+    }
+
+    /// Resumes streaming at `position`, the end of the last transaction `states` reflect
+    /// (recovered from a checkpoint). The binlog there must still exist on the server: a
+    /// purged one is a definite error naming the position needed and the oldest one left,
+    /// never a silent resume from somewhere else.
+    pub async fn resume(
+        connect: ConnectOptions,
+        options: &CaptureOptions,
+        info: ServerInfo,
+        tables: Vec<Arc<TableSchema>>,
+        states: Vec<TableState>,
+        position: BinlogCoord,
+        progress: Arc<Progress>,
+    ) -> SourceResult<Self> {
+        let mut conn = connect.connect().await?;
+        let logs: Vec<mysql_async::Row> = conn
+            .query("SHOW BINARY LOGS")
+            .await
+            .map_err(|e| SourceError::from_mysql("listing the binlogs", e))?;
+        let files: Vec<String> = logs.iter().filter_map(|r| r.get(0)).collect();
+        if !files.iter().any(|f| *f == *position.file) {
+            return Err(SourceError::BinlogUnavailable {
+                needed: position.to_string(),
+                message: format!(
+                    "the server has only binlogs {} to {} (the one needed was purged); \
+                     re-snapshot with ALTER SOURCE ... RESNAPSHOT",
+                    files.first().map_or("(none)", String::as_str),
+                    files.last().map_or("(none)", String::as_str),
+                ),
+            });
+        }
+        drop(conn);
+        let index = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
+        let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
+        let only_captured: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
+        let reader = BinlogReader::open(
+            connect,
+            BinlogReaderOptions::new(options.server_id, StartPosition::Coord(position.clone()))
+                .with_filter(only_captured),
+        )
+        .await?;
+        progress.set_phase(Phase::Streaming);
+        progress.set_position(position.clone());
+        Ok(Capture {
+            info,
+            tables,
+            index,
+            states,
+            reader: Some(reader),
+            pending: None,
+            progress,
+            resume_from: Some(position),
+        })
+    }
+
     fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
         let mut out = Vec::new();
         for batch in &tx.changes {
@@ -251,16 +361,26 @@ impl Capture {
     /// The changelog of the next transaction, with the transaction; `None` once a
     /// `SnapshotOnly` capture has finished.
     pub async fn next(&mut self) -> SourceResult<Option<(SourceTransaction, Vec<TableChange>)>> {
-        let tx = match self.pending.take() {
-            Some(tx) => tx,
-            None => match self.reader.as_mut() {
-                Some(reader) => reader.next().await?,
-                None => return Ok(None),
-            },
-        };
-        let changes = self.apply(&tx)?;
-        self.progress.set_position(tx.end.clone());
-        Ok(Some((tx, changes)))
+        loop {
+            let tx = match self.pending.take() {
+                Some(tx) => tx,
+                None => match self.reader.as_mut() {
+                    Some(reader) => reader.next().await?,
+                    None => return Ok(None),
+                },
+            };
+            if self
+                .resume_from
+                .as_ref()
+                .is_some_and(|from| tx.start < *from)
+            {
+                tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
+                continue;
+            }
+            let changes = self.apply(&tx)?;
+            self.progress.set_position(tx.end.clone());
+            return Ok(Some((tx, changes)));
+        }
     }
 
     /// Reads transactions until the state reflects everything before `target` (a position
@@ -391,27 +511,4 @@ impl Capture {
     pub fn progress(&self) -> Arc<Progress> {
         Arc::clone(&self.progress)
     }
-}
-
-/// Checks the server and loads the schema of every table matching `patterns`.
-pub async fn resolve_tables(
-    connect: &ConnectOptions,
-    patterns: &str,
-) -> SourceResult<(ServerInfo, Vec<Arc<TableSchema>>)> {
-    let mut conn = connect.connect().await?;
-    let info = preflight(&mut conn, &connect.user()).await?;
-    let filter = table_filter(patterns)?;
-    let mut tables = Vec::new();
-    for id in list_tables(&mut conn, &filter).await? {
-        let schema = load_table_schema(&mut conn, &id)
-            .await?
-            .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
-        tables.push(Arc::new(schema));
-    }
-    if tables.is_empty() {
-        return Err(SourceError::Config(format!(
-            "no table matches {patterns:?}"
-        )));
-    }
-    Ok((info, tables))
 }

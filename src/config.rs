@@ -6,11 +6,14 @@
 //! | address the PostgreSQL front end listens on | `listen` | `CDCFUSION_LISTEN` | `--listen` | `127.0.0.1:5433` |
 //! | directory of the engine's state | `state_dir` | `CDCFUSION_STATE_DIR` | `--state-dir` | none |
 //! | SQL files run at start, in order | `init = [...]` | — | `--init` (repeatable) | none |
+//! | time between checkpoints (with a state directory) | `checkpoint_interval` | `CDCFUSION_CHECKPOINT_INTERVAL` | `--checkpoint-interval` | `10s` |
+//! | changes since a table's last state snapshot before its rows are written again (at least a quarter of its rows) | `state_snapshot_min_changes` | `CDCFUSION_STATE_SNAPSHOT_MIN_CHANGES` | `--state-snapshot-min-changes` | `100000` |
 //!
 //! Unknown TOML keys are errors, so a misspelt setting is never silently ignored.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -30,6 +33,27 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("invalid listen address {value:?} (from {origin}): expected host:port, e.g. {DEFAULT_LISTEN}")]
     Listen { value: String, origin: &'static str },
+    #[error(
+        "invalid state_snapshot_min_changes {value:?} (from {origin}): expected a whole number"
+    )]
+    MinChanges { value: String, origin: &'static str },
+    #[error("invalid checkpoint interval (from {origin}): {message}")]
+    Interval {
+        message: String,
+        origin: &'static str,
+    },
+}
+
+/// Parses `500ms`, `10s` (or `10`) and `2m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        _ => Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
+    }
 }
 
 /// What a TOML file may set.
@@ -40,6 +64,8 @@ pub struct FileSettings {
     pub state_dir: Option<PathBuf>,
     #[serde(default)]
     pub init: Vec<PathBuf>,
+    pub checkpoint_interval: Option<String>,
+    pub state_snapshot_min_changes: Option<u64>,
 }
 
 /// What the command line set (unset flags are `None` / empty).
@@ -49,6 +75,8 @@ pub struct FlagSettings {
     pub state_dir: Option<PathBuf>,
     pub init: Vec<PathBuf>,
     pub config: Option<PathBuf>,
+    pub checkpoint_interval: Option<String>,
+    pub state_snapshot_min_changes: Option<u64>,
 }
 
 /// The resolved settings.
@@ -58,6 +86,8 @@ pub struct Settings {
     pub state_dir: Option<PathBuf>,
     /// Init files: the config file's, then the command line's.
     pub init: Vec<PathBuf>,
+    pub checkpoint_interval: Duration,
+    pub state_snapshot_min_changes: u64,
 }
 
 impl Settings {
@@ -89,10 +119,38 @@ impl Settings {
             .or(file.state_dir);
         let mut init = file.init;
         init.extend(flags.init);
+        let (interval, origin) = if let Some(i) = flags.checkpoint_interval {
+            (Some(i), "--checkpoint-interval")
+        } else if let Some(i) = env("CDCFUSION_CHECKPOINT_INTERVAL") {
+            (Some(i), "CDCFUSION_CHECKPOINT_INTERVAL")
+        } else {
+            (file.checkpoint_interval, "the config file")
+        };
+        let checkpoint_interval = match interval {
+            Some(i) => {
+                parse_duration(&i).map_err(|message| ConfigError::Interval { message, origin })?
+            }
+            None => crate::durable::checkpoint::DEFAULT_CHECKPOINT_INTERVAL,
+        };
+        let state_snapshot_min_changes = match (
+            flags.state_snapshot_min_changes,
+            env("CDCFUSION_STATE_SNAPSHOT_MIN_CHANGES"),
+        ) {
+            (Some(n), _) => n,
+            (None, Some(v)) => v.trim().parse().map_err(|_| ConfigError::MinChanges {
+                value: v.clone(),
+                origin: "CDCFUSION_STATE_SNAPSHOT_MIN_CHANGES",
+            })?,
+            (None, None) => file
+                .state_snapshot_min_changes
+                .unwrap_or(crate::durable::checkpoint::DEFAULT_STATE_SNAPSHOT_MIN_CHANGES),
+        };
         Ok(Self {
             listen,
             state_dir,
             init,
+            checkpoint_interval,
+            state_snapshot_min_changes,
         })
     }
 }
@@ -183,6 +241,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("--listen"), "{err}");
+        let interval =
+            |k: &str| (k == "CDCFUSION_CHECKPOINT_INTERVAL").then(|| "250ms".to_string());
+        assert_eq!(
+            Settings::resolve(FlagSettings::default(), interval)
+                .unwrap()
+                .checkpoint_interval,
+            Duration::from_millis(250)
+        );
+        let err = Settings::resolve(
+            FlagSettings {
+                checkpoint_interval: Some("soon".into()),
+                ..Default::default()
+            },
+            no_env,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--checkpoint-interval"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

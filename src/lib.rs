@@ -10,6 +10,8 @@
 //! * [`capture`]: a capture of a set of tables: snapshot modes, hand-off to the stream.
 //! * [`provider`]: DataFusion tables over the captured state: current tables and changelogs.
 //! * [`engine`]: a DataFusion session with its sources as catalogs, and their status tables.
+//! * [`durable`]: the catalog and each source's checkpoints on an object store, and recovery
+//!   from them.
 //! * [`config`]: settings of `cdcfusion serve`.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
@@ -24,6 +26,7 @@ pub mod capture;
 pub mod change;
 pub mod config;
 pub mod devserver;
+pub mod durable;
 pub mod engine;
 pub mod provider;
 pub mod source;

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use cdcfusion::config::{FlagSettings, Settings};
-use cdcfusion::engine::Engine;
+use cdcfusion::config::{parse_duration, FlagSettings, Settings};
+use cdcfusion::durable::DurableOptions;
+use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::sql::{parse_cdc_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
@@ -61,9 +62,17 @@ enum Command {
         /// SQL file run at start (repeatable, in order).
         #[arg(long)]
         init: Vec<PathBuf>,
-        /// TOML file with the same settings (`listen`, `state_dir`, `init`).
+        /// TOML file with the same settings (`listen`, `state_dir`, `init`,
+        /// `checkpoint_interval`, `state_snapshot_min_changes`).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Time between checkpoints of each source (`500ms`, `10s`, `1m`) [default: 10s]
+        #[arg(long)]
+        checkpoint_interval: Option<String>,
+        /// Changes since a table's last state snapshot before its rows are written again (at
+        /// least a quarter of its rows) [default: 100000]
+        #[arg(long)]
+        state_snapshot_min_changes: Option<u64>,
     },
     /// Print the change stream of a MySQL/MariaDB server.
     Capture {
@@ -83,17 +92,6 @@ enum Command {
         #[arg(long)]
         limit: Option<usize>,
     },
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
-    }
 }
 
 /// mimalloc: the hand-off allocates many small rows, where it is about twice as fast as the
@@ -117,12 +115,16 @@ async fn main() -> Result<()> {
             state_dir,
             init,
             config,
+            checkpoint_interval,
+            state_snapshot_min_changes,
         } => {
             let flags = FlagSettings {
                 listen,
                 state_dir,
                 init,
                 config,
+                checkpoint_interval,
+                state_snapshot_min_changes,
             };
             serve(Settings::resolve(flags, |k| std::env::var(k).ok())?).await
         }
@@ -154,41 +156,51 @@ async fn main() -> Result<()> {
     }
 }
 
-/// Holds a state directory for one engine; removed when the engine stops.
-struct StateLock(PathBuf);
+/// Holds a state directory for one engine: an advisory lock on `cdcfusion.lock`, which the
+/// kernel releases when the process dies however it dies, so a killed engine never blocks the
+/// next one. The file holds the owner's pid for the error message and is removed on a clean
+/// stop.
+struct StateLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
 
 impl StateLock {
     fn acquire(dir: &std::path::Path) -> Result<Self> {
+        use std::io::Write;
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating state directory {}", dir.display()))?;
         let path = dir.join("cdcfusion.lock");
-        match std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
             .write(true)
-            .create_new(true)
+            .create(true)
+            .truncate(false)
             .open(&path)
-        {
-            Ok(mut f) => {
-                use std::io::Write;
-                writeln!(f, "{}", std::process::id())?;
-                Ok(Self(path))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
                 let pid = std::fs::read_to_string(&path).unwrap_or_default();
                 anyhow::bail!(
-                    "state directory {} is in use by process {} (remove {} if that process is gone)",
+                    "state directory {} is in use by process {}",
                     dir.display(),
-                    pid.trim(),
-                    path.display()
+                    pid.trim()
                 )
             }
-            Err(e) => Err(e).with_context(|| format!("locking {}", path.display())),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()))
+            }
         }
+        file.set_len(0)?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(Self { path, _file: file })
     }
 }
 
 impl Drop for StateLock {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -197,8 +209,23 @@ async fn serve(settings: Settings) -> Result<()> {
         Some(dir) => Some(StateLock::acquire(dir)?),
         None => None,
     };
-    let engine = Engine::new();
-    let mut created = Vec::new();
+    let engine = match &settings.state_dir {
+        Some(dir) => {
+            let options = EngineOptions {
+                durable: DurableOptions {
+                    checkpoint_interval: settings.checkpoint_interval,
+                    state_snapshot_min_changes: settings.state_snapshot_min_changes,
+                },
+                ..Default::default()
+            };
+            let location = dir.to_str().context("the state directory is not UTF-8")?;
+            Engine::open(location, options)
+                .await
+                .with_context(|| format!("opening the state in {}", dir.display()))?
+        }
+        None => Engine::new(),
+    };
+    let mut created = engine.source_names();
     for file in &settings.init {
         let text =
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -217,6 +244,8 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         tracing::info!(file = %file.display(), statements = statements.len(), "init file run");
     }
+    created.sort();
+    created.dedup();
     for name in &created {
         engine.wait_ready(name).await?;
         let position = engine.source(name)?.published.load().position.clone();
@@ -237,6 +266,7 @@ async fn serve(settings: Settings) -> Result<()> {
         }
     }
     tracing::info!("stopping");
+    engine.shutdown().await?;
     Ok(())
 }
 

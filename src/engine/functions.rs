@@ -128,9 +128,9 @@ impl TableFunctionImpl for SourceFunction {
                 )
             }
             Kind::MysqlSnapshot => Arc::new(MysqlSnapshotTable::new(
-                running.connect.clone(),
+                running.connect().clone(),
                 schema,
-                &running.options.snapshot,
+                &running.capture_options().snapshot,
             )),
             Kind::MysqlBinlog => {
                 let start = match texts.get(2) {
@@ -142,7 +142,7 @@ impl TableFunctionImpl for SourceFunction {
                     _ => StartPosition::Current,
                 };
                 Arc::new(MysqlBinlogTable::new(
-                    running.connect.clone(),
+                    running.connect().clone(),
                     schema,
                     start,
                 ))

@@ -7,10 +7,17 @@
 //!
 //! [`Engine::sql`] pins one published version of every source before planning, so a query
 //! reads every table of a source at the same binlog position and never half a transaction.
+//!
+//! [`Engine::new`] keeps everything in memory. [`Engine::open`] keeps the catalog and every
+//! source's checkpoints in a state store (`crate::durable`): `CREATE`/`DROP SOURCE` commit the
+//! catalog before they take effect, and opening the same store again resumes every source from
+//! its newest checkpoint.
 
+mod durable;
 mod functions;
 pub mod source;
 mod status;
+mod task;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock, Weak};
@@ -28,11 +35,12 @@ use datafusion::prelude::{DataFrame, SessionConfig};
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 
 use crate::capture::CaptureOptions;
+use crate::durable::{Checkpointer, Durability, DurableError, DurableOptions, StoreOptions};
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
 use crate::provider::{pin, Published, CHANGELOG_SUFFIX};
 use crate::source::error::SourceError;
-use crate::sql::{mask_password, parse_cdc_statement, CdcStatement, SqlError};
+use crate::sql::{mask_password, parse_cdc_statement, AlterSourceAction, CdcStatement, SqlError};
 pub use source::{RunningSource, SourceStatus};
 use status::CdcSchema;
 
@@ -58,6 +66,16 @@ pub enum EngineError {
     Sql(#[from] SqlError),
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
+    #[error(transparent)]
+    Durable(#[from] DurableError),
+}
+
+/// How a durable engine stores its state.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    pub durable: DurableOptions,
+    /// Options of a remote store (see [`crate::durable::store::Store::open`]).
+    pub store: StoreOptions,
 }
 
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -66,6 +84,7 @@ pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
 pub struct Engine {
     ctx: SessionContext,
     sources: Arc<Sources>,
+    durable: Option<Arc<Durability>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -91,7 +110,22 @@ impl Default for Engine {
 }
 
 impl Engine {
+    /// An engine that keeps everything in memory.
     pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// Names of the sources.
+    pub fn source_names(&self) -> Vec<String> {
+        self.sources
+            .read()
+            .expect("sources")
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    fn build(durable: Option<Arc<Durability>>) -> Self {
         // Unbounded changelog scans must emit rows as they come: operators that coalesce small
         // batches, and round-robin repartitioning (which splits a quiet stream's rows over
         // partitions that each wait for more), would hold them back.
@@ -118,7 +152,11 @@ impl Engine {
                 Arc::new(CdcSchema::new(Arc::downgrade(&sources))),
             );
         }
-        Self { ctx, sources }
+        Self {
+            ctx,
+            sources,
+            durable,
+        }
     }
 
     /// The underlying session (for registering more tables or functions).
@@ -127,32 +165,47 @@ impl Engine {
     }
 
     /// Starts capturing `url` as source `name`; returns at once (see [`Engine::wait_ready`]).
+    /// Only for in-memory engines: a durable engine's catalog stores sources as `CREATE
+    /// SOURCE` statements, so create them with [`Engine::sql`].
     pub fn create_source(
         &self,
         name: &str,
         url: &str,
         options: CaptureOptions,
     ) -> Result<(), EngineError> {
-        self.create_source_with_definition(name, url, options, String::new())
+        if self.durable.is_some() {
+            return Err(EngineError::NotSupported(
+                "create_source on a durable engine (use CREATE SOURCE)",
+            ));
+        }
+        self.start_source(name, url, options, String::new(), None)
     }
 
-    fn create_source_with_definition(
-        &self,
-        name: &str,
-        url: &str,
-        options: CaptureOptions,
-        definition: String,
-    ) -> Result<(), EngineError> {
+    fn check_name(&self, name: &str) -> Result<(), EngineError> {
         if name.is_empty() || name == STATUS_SCHEMA {
             return Err(EngineError::BadName(name.to_string(), "reserved or empty"));
         }
-        let default_catalog = default_catalog(&self.ctx);
-        if name == default_catalog {
+        if name == default_catalog(&self.ctx) {
             return Err(EngineError::BadName(
                 name.to_string(),
                 "it is the engine's default catalog",
             ));
         }
+        if self.sources.read().expect("sources").contains_key(name) {
+            return Err(EngineError::SourceExists(name.to_string()));
+        }
+        Ok(())
+    }
+
+    fn start_source(
+        &self,
+        name: &str,
+        url: &str,
+        options: CaptureOptions,
+        definition: String,
+        checkpointer: Option<Arc<Checkpointer>>,
+    ) -> Result<(), EngineError> {
+        self.check_name(name)?;
         let mut sources = self.sources.write().expect("sources");
         if sources.contains_key(name) {
             return Err(EngineError::SourceExists(name.to_string()));
@@ -163,6 +216,7 @@ impl Engine {
             &mask_password(url),
             definition,
             options,
+            checkpointer,
         )?);
         sources.insert(name.to_string(), source);
         Ok(())
@@ -202,7 +256,7 @@ impl Engine {
     /// every source's current version pinned.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
         if let Some(statement) = parse_cdc_statement(sql)? {
-            return self.execute(statement);
+            return self.execute(statement).await;
         }
         let pinned = {
             let sources = self.sources.read().expect("sources");
@@ -216,28 +270,17 @@ impl Engine {
 }
 
 impl Engine {
-    fn execute(&self, statement: CdcStatement) -> Result<DataFrame, EngineError> {
+    async fn execute(&self, statement: CdcStatement) -> Result<DataFrame, EngineError> {
         match statement {
             CdcStatement::CreateSource(create) => {
-                let exists = self
-                    .sources
-                    .read()
-                    .expect("sources")
-                    .contains_key(&create.name);
-                if !(exists && create.if_not_exists) {
-                    let options = create.options.to_capture_options()?;
-                    let definition = create.to_string();
-                    self.create_source_with_definition(
-                        &create.name,
-                        create.url.expose(),
-                        options,
-                        definition,
-                    )?;
+                match self.create(&create).await {
+                    Err(EngineError::SourceExists(_)) if create.if_not_exists => {}
+                    other => other?,
                 }
                 Ok(self.ctx.read_empty()?)
             }
             CdcStatement::DropSource(drop) => {
-                match self.drop_source(&drop.name) {
+                match self.drop_durable(&drop.name).await {
                     Err(EngineError::NoSuchSource(_)) if drop.if_exists => {}
                     other => other?,
                 }
@@ -284,8 +327,15 @@ impl Engine {
                 .map_err(DataFusionError::from)?;
                 Ok(self.ctx.read_batch(batch)?)
             }
-            CdcStatement::AlterSource(_) => {
-                Err(EngineError::NotSupported("ALTER SOURCE ... RESNAPSHOT"))
+            CdcStatement::AlterSource(alter) => {
+                let AlterSourceAction::Resnapshot { table } = alter.action;
+                if table.is_some() {
+                    return Err(EngineError::NotSupported(
+                        "RESNAPSHOT TABLE (RESNAPSHOT re-reads every table of the source)",
+                    ));
+                }
+                self.source(&alter.name)?.resnapshot().await;
+                Ok(self.ctx.read_empty()?)
             }
         }
     }

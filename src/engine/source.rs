@@ -6,17 +6,26 @@
 //! transaction touched (O(changed rows)), and swaps in a new [`SourceVersion`] holding all
 //! tables at the transaction's end position. Readers load versions without locks.
 //!
+//! # Durability
+//! A source of a durable engine first looks for its newest checkpoint: if there is one, the
+//! capture resumes from it (`durable::recover`) and publishes the recovered state at once;
+//! otherwise it snapshots. From the first published version on, a checkpoint loop writes the
+//! latest published version every interval (`durable::checkpoint`), and the status shows the
+//! live position and the durable one.
+//!
 //! # Failure
 //! A definite capture error stops the task and is kept in the source's status; the last
-//! published version stays queryable. Transient errors are retried inside the capture.
+//! published version stays queryable. Transient errors are retried inside the capture. A failed
+//! checkpoint is shown in the status and retried at the next interval.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use crate::capture::{Capture, CaptureOptions, TableChange};
+use super::task::{checkpoint_loop, run, Mode, Task};
+use crate::capture::CaptureOptions;
+use crate::durable::{Checkpointer, DurableError};
 use crate::provider::{Published, SourceVersion};
 use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::SourceResult;
@@ -24,7 +33,6 @@ use crate::source::position::BinlogCoord;
 use crate::source::schema::Flavor;
 use crate::source::schema::TableSchema;
 use crate::source::snapshot::incremental::Progress;
-use crate::state::changelog::{changelog_batch, Changelog};
 
 /// What a source's status shows.
 #[derive(Debug, Clone, Default)]
@@ -39,6 +47,12 @@ pub struct SourceStatus {
     pub last_commit_ts_micros: Option<i64>,
     /// The server's own binlog end, polled every [`SERVER_POLL`].
     pub server_position: Option<BinlogCoord>,
+    /// Position of the newest checkpoint (durable engines): what a restart returns to.
+    pub durable_position: Option<BinlogCoord>,
+    /// The end of the hand-off: from here on the state is the source's at one position.
+    pub consistent_from: Option<BinlogCoord>,
+    /// Why the last checkpoint failed, until one succeeds.
+    pub checkpoint_error: Option<String>,
 }
 
 /// How often the server's binlog end is read for lag.
@@ -79,21 +93,29 @@ pub struct RunningSource {
     pub versions: watch::Receiver<u64>,
     pub progress: Arc<Progress>,
     pub status: Arc<Mutex<SourceStatus>>,
-    /// How to reach the server (with the password), for reads straight from it.
-    pub(crate) connect: ConnectOptions,
-    /// The options the source was created with.
-    pub(crate) options: CaptureOptions,
     /// Becomes true when the first version (the end of the hand-off) is published, or the
     /// capture fails.
     ready: watch::Receiver<bool>,
-    task: tokio::task::JoinHandle<()>,
+    /// Writes the checkpoints of a durable engine's source.
+    pub checkpointer: Option<Arc<Checkpointer>>,
+    /// What a new capture task needs (after `RESNAPSHOT`).
+    shared: Task,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Held for the whole of a re-snapshot, so two cannot interleave.
+    restarting: tokio::sync::Mutex<()>,
     poller: tokio::task::JoinHandle<()>,
+    checkpoints: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for RunningSource {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = self.task.lock().expect("task").take() {
+            task.abort();
+        }
         self.poller.abort();
+        if let Some(c) = &self.checkpoints {
+            c.abort();
+        }
     }
 }
 
@@ -105,6 +127,7 @@ impl RunningSource {
         masked_url: &str,
         definition: String,
         options: CaptureOptions,
+        checkpointer: Option<Arc<Checkpointer>>,
     ) -> SourceResult<Self> {
         let connect = ConnectOptions::from_url(url)?;
         let published: Published = Arc::new(ArcSwap::from_pointee(SourceVersion::default()));
@@ -113,15 +136,24 @@ impl RunningSource {
         let (ready_tx, ready) = watch::channel(false);
         let (versions_tx, versions) = watch::channel(0u64);
         let poller = tokio::spawn(poll_server(connect.clone(), Arc::clone(&status)));
-        let task = tokio::spawn(run(
-            connect.clone(),
-            options.clone(),
-            Arc::clone(&published),
-            Arc::clone(&progress),
-            Arc::clone(&status),
-            ready_tx,
-            versions_tx,
-        ));
+        let checkpoints = checkpointer.as_ref().map(|c| {
+            tokio::spawn(checkpoint_loop(
+                Arc::clone(c),
+                Arc::clone(&published),
+                Arc::clone(&status),
+            ))
+        });
+        let shared = Task {
+            connect,
+            options,
+            published: Arc::clone(&published),
+            progress: Arc::clone(&progress),
+            status: Arc::clone(&status),
+            ready: Arc::new(ready_tx),
+            versions: Arc::new(versions_tx),
+            checkpointer: checkpointer.clone(),
+        };
+        let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {
             name: name.to_string(),
             url: masked_url.to_string(),
@@ -130,12 +162,44 @@ impl RunningSource {
             versions,
             progress,
             status,
-            connect,
-            options,
             ready,
-            task,
+            checkpointer,
+            shared,
+            task: Mutex::new(Some(task)),
+            restarting: tokio::sync::Mutex::new(()),
             poller,
+            checkpoints,
         })
+    }
+
+    /// `ALTER SOURCE ... RESNAPSHOT`: stops the capture, snapshots every table again and
+    /// appends to the changelog only what differs from the published state (see
+    /// `engine::task`); returns once the new capture task runs (see [`Self::wait_ready`]).
+    pub async fn resnapshot(&self) {
+        let _restarting = self.restarting.lock().await;
+        let old = self.task.lock().expect("task").take();
+        if let Some(old) = old {
+            old.abort();
+            // Wait until it is gone: it must not publish after the new task read the state.
+            let _ = old.await;
+        }
+        let _ = self.shared.ready.send(false);
+        self.status.lock().expect("status").error = None;
+        let task = tokio::spawn(run(self.shared.clone(), Mode::Resnapshot));
+        *self.task.lock().expect("task") = Some(task);
+    }
+
+    /// Writes a checkpoint of the published version now (a clean stop); `Ok(None)` when the
+    /// source is not durable or has nothing new.
+    pub async fn checkpoint_now(&self) -> Result<Option<BinlogCoord>, DurableError> {
+        let Some(c) = &self.checkpointer else {
+            return Ok(None);
+        };
+        let position = c.checkpoint(&self.published.load_full()).await?;
+        if let Some(p) = &position {
+            self.status.lock().expect("status").durable_position = Some(p.clone());
+        }
+        Ok(position)
     }
 
     /// Waits until the hand-off is published (the current tables are consistent) or the
@@ -169,6 +233,16 @@ impl RunningSource {
         }
     }
 
+    /// How to reach the server (with the password), for reads straight from it.
+    pub(crate) fn connect(&self) -> &ConnectOptions {
+        &self.shared.connect
+    }
+
+    /// The options the source was created with.
+    pub(crate) fn capture_options(&self) -> &CaptureOptions {
+        &self.shared.options
+    }
+
     pub fn status(&self) -> SourceStatus {
         self.status.lock().expect("status").clone()
     }
@@ -197,143 +271,4 @@ async fn poll_server(connect: ConnectOptions, status: Arc<Mutex<SourceStatus>>) 
         }
         tokio::time::sleep(SERVER_POLL).await;
     }
-}
-
-async fn run(
-    connect: ConnectOptions,
-    options: CaptureOptions,
-    published: Published,
-    progress: Arc<Progress>,
-    status: Arc<Mutex<SourceStatus>>,
-    ready: watch::Sender<bool>,
-    versions: watch::Sender<u64>,
-) {
-    let result = capture_loop(
-        connect, options, &published, progress, &status, &ready, &versions,
-    )
-    .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "source stopped");
-        status.lock().expect("status").error = Some(e.to_string());
-    }
-    let _ = ready.send(true);
-}
-
-/// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
-/// gets the next number in order.
-#[derive(Debug, Default)]
-struct TxNumbers {
-    next: u64,
-    last: Option<BinlogCoord>,
-}
-
-impl TxNumbers {
-    fn number(&mut self, start: &BinlogCoord, snapshot: bool) -> u64 {
-        if snapshot {
-            return 0;
-        }
-        if self.last.as_ref() != Some(start) {
-            self.next += 1;
-            self.last = Some(start.clone());
-        }
-        self.next
-    }
-}
-
-async fn capture_loop(
-    connect: ConnectOptions,
-    options: CaptureOptions,
-    published: &Published,
-    progress: Arc<Progress>,
-    status: &Mutex<SourceStatus>,
-    ready: &watch::Sender<bool>,
-    versions: &watch::Sender<u64>,
-) -> SourceResult<()> {
-    let (mut capture, handoff) =
-        Capture::start_with_progress(connect, options, Arc::clone(&progress)).await?;
-    {
-        let mut s = status.lock().expect("status");
-        s.tables = capture.tables().to_vec();
-        s.server_version = capture.server().version.clone();
-        s.flavor = format!("{:?}", capture.server().flavor);
-    }
-    let mut changelogs: Vec<Changelog> = capture
-        .tables()
-        .iter()
-        .map(|t| Changelog::new(&t.arrow))
-        .collect();
-    let mut numbers = TxNumbers::default();
-    append(&capture, &mut changelogs, &handoff, &mut numbers)?;
-    let position = progress.report().position;
-    let mut tables = Vec::with_capacity(capture.tables().len());
-    for t in 0..capture.tables().len() {
-        tables.push(capture.snapshot_table(t, position.clone())?);
-    }
-    published.store(Arc::new(SourceVersion {
-        position,
-        consistent: true,
-        tables,
-        changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
-    }));
-    let _ = ready.send(true);
-    versions.send_modify(|v| *v += 1);
-    while let Some((tx, changes)) = capture.next().await? {
-        append(&capture, &mut changelogs, &changes, &mut numbers)?;
-        let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
-        let previous = published.load_full();
-        let mut version = SourceVersion {
-            position: Some(tx.end.clone()),
-            consistent: true,
-            tables: previous.tables.clone(),
-            changelogs: previous.changelogs.clone(),
-        };
-        for t in touched {
-            version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
-            version.changelogs[t] = changelogs[t].snapshot();
-        }
-        for snap in &mut version.tables {
-            snap.position = Some(tx.end.clone());
-        }
-        published.store(Arc::new(version));
-        versions.send_modify(|v| *v += 1);
-        {
-            let mut s = status.lock().expect("status");
-            s.transactions += 1;
-            s.last_commit_ts_micros = Some(tx.commit_ts_micros);
-        }
-    }
-    Ok(())
-}
-
-/// Appends changes to the changelogs, one segment per table.
-fn append(
-    capture: &Capture,
-    changelogs: &mut [Changelog],
-    changes: &[TableChange],
-    numbers: &mut TxNumbers,
-) -> SourceResult<()> {
-    let mut per_table: BTreeMap<usize, (Vec<&crate::state::merge::ChangelogEvent>, Vec<u64>)> =
-        BTreeMap::new();
-    for c in changes {
-        let n = numbers.number(&c.event.position.tx, c.event.position.event_index == 0);
-        let entry = per_table.entry(c.table).or_default();
-        entry.0.push(&c.event);
-        entry.1.push(n);
-    }
-    for (t, (events, tx)) in per_table {
-        let segment = changelog_batch(
-            capture.state(t).codec(),
-            &changelogs[t].schema,
-            &events,
-            &tx,
-        )
-        .map_err(|e| {
-            crate::source::error::SourceError::Config(format!(
-                "building the changelog of {}: {e}",
-                capture.tables()[t].id
-            ))
-        })?;
-        changelogs[t].append(segment);
-    }
-    Ok(())
 }

@@ -133,7 +133,7 @@ fn build(
     };
     match name {
         "sources" => {
-            let mut cols: [Vec<Option<String>>; 8] = Default::default();
+            let mut cols: [Vec<Option<String>>; 11] = Default::default();
             let mut consistent = Vec::new();
             let mut txs = Vec::new();
             let (mut lag_s, mut lag_b, mut server_pos) = (vec![], vec![], vec![]);
@@ -149,13 +149,17 @@ fn build(
                 cols[5].push(report.position.as_ref().map(ToString::to_string));
                 cols[6].push(status.error.clone());
                 cols[7].push(Some(s.url.clone()));
+                cols[8].push(status.durable_position.as_ref().map(ToString::to_string));
+                cols[9].push(status.consistent_from.as_ref().map(ToString::to_string));
+                cols[10].push(status.checkpoint_error.clone());
                 consistent.push(Some(version.consistent));
                 lag_s.push(status.lag_seconds(version.position.as_ref()));
                 lag_b.push(status.lag_bytes(version.position.as_ref()));
                 server_pos.push(status.server_position.as_ref().map(ToString::to_string));
                 txs.push(status.transactions);
             }
-            let [name, flavor, version, phase, published, live, error, url] = cols;
+            let [name, flavor, version, phase, published, live, error, url, durable, consistent_from, checkpoint_error] =
+                cols;
             table(vec![
                 ("name", text(name)),
                 ("flavor", text(flavor)),
@@ -163,12 +167,15 @@ fn build(
                 ("phase", text(phase)),
                 ("position", text(published)),
                 ("live_position", text(live)),
+                ("durable_position", text(durable)),
+                ("consistent_from", text(consistent_from)),
                 ("server_position", text(server_pos)),
                 ("lag_seconds", Arc::new(Float64Array::from(lag_s))),
                 ("lag_bytes", Arc::new(UInt64Array::from(lag_b))),
                 ("consistent", Arc::new(BooleanArray::from(consistent))),
                 ("transactions", Arc::new(UInt64Array::from(txs))),
                 ("error", text(error)),
+                ("checkpoint_error", text(checkpoint_error)),
                 ("url", text(url)),
             ])
         }

@@ -84,14 +84,17 @@ pub struct MysqlSnapshotTable {
 
 impl MysqlSnapshotTable {
     /// `options` are the source's snapshot options (chunk size, parallelism, chunk keys,
-    /// method); the test hook is dropped.
+    /// method).
     pub fn new(
         connect: ConnectOptions,
         table: Arc<TableSchema>,
         options: &SnapshotOptions,
     ) -> Self {
         let mut options = options.clone();
+        // A one-off read: no test hook, and nothing of the source's own snapshot progress.
         options.hook = None;
+        options.journal = None;
+        options.resume = None;
         Self {
             connect,
             table,

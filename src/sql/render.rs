@@ -59,6 +59,19 @@ impl fmt::Display for CreateSource {
     }
 }
 
+impl CreateSource {
+    /// The statement with the real password: only for the engine's own catalog, which must
+    /// reconnect after a restart (see `durable::catalog`); never for display or logs.
+    pub fn to_sql_with_password(&self) -> String {
+        format!(
+            "CREATE SOURCE {} FROM MYSQL {} WITH ({})",
+            source_name_sql(&self.name),
+            quote_string(self.url.expose()),
+            self.options
+        )
+    }
+}
+
 impl fmt::Display for DropSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let if_exists = if self.if_exists { "IF EXISTS " } else { "" };

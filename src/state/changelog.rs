@@ -16,13 +16,15 @@
 
 use std::sync::Arc;
 
-use arrow::array::BooleanArray;
 use arrow::array::{
     ArrayRef, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, UInt64Array,
 };
+use arrow::array::{AsArray, BooleanArray};
 use arrow::buffer::NullBuffer;
 use arrow::compute::nullif;
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::{
+    DataType, Field, Fields, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
@@ -69,6 +71,34 @@ pub struct ChangelogSegment {
     /// Commit times (µs), `None` for snapshot reads only.
     pub min_commit_ts: Option<i64>,
     pub max_commit_ts: Option<i64>,
+}
+
+impl ChangelogSegment {
+    /// A segment of a changelog batch read back from a checkpoint, with its ranges recomputed.
+    pub fn of_batch(batch: RecordBatch) -> Self {
+        let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
+        let ts = batch
+            .column(COMMIT_TS_COLUMN)
+            .as_primitive::<TimestampMicrosecondType>();
+        let ts: Vec<i64> = ts.iter().flatten().collect();
+        Self {
+            min_position: positions
+                .iter()
+                .flatten()
+                .min()
+                .unwrap_or_default()
+                .to_string(),
+            max_position: positions
+                .iter()
+                .flatten()
+                .max()
+                .unwrap_or_default()
+                .to_string(),
+            min_commit_ts: ts.iter().min().copied(),
+            max_commit_ts: ts.iter().max().copied(),
+            batch,
+        }
+    }
 }
 
 /// Builds the changelog batch of `events` (all of one table); `tx[i]` is the transaction

@@ -102,6 +102,15 @@ impl TableState {
         &self.codec
     }
 
+    /// A table recovered after its hand-off (from a checkpoint): streaming, no versions.
+    pub fn from_current(current: CurrentTable) -> Self {
+        Self {
+            codec: Arc::clone(current.codec()),
+            entries: HashMap::default(),
+            current: Some(current),
+        }
+    }
+
     /// Ends the hand-off: the stream has passed every chunk's HIGH, so versions and tombstones
     /// are no longer needed and the state becomes a [`CurrentTable`].
     pub fn finish_handoff(&mut self) -> Result<(), ArrowError> {

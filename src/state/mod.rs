@@ -3,8 +3,9 @@
 //! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
 //! changelog entries that replay to them; after the hand-off, [`current`] keeps them compactly
 //! and publishes immutable snapshots for queries; [`changelog`] keeps every change as
-//! append-only Arrow batches.
+//! append-only Arrow batches; [`diff`] gives the entries between two states (re-snapshots).
 
 pub mod changelog;
 pub mod current;
+pub mod diff;
 pub mod merge;

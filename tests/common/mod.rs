@@ -2,6 +2,8 @@
 //! with unique replica ids, and a guard against hangs.
 #![allow(dead_code)]
 
+pub mod durable;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 

@@ -17,6 +17,10 @@
 //! position, which no window repairs. Until that is understood, `Auto` uses watermarks, whose
 //! correctness needs no such promise.
 //!
+//! # Resumption
+//! See [`super::journal`]: a journal records the plan and each chunk done, and a resume reads
+//! only the chunks not done.
+//!
 //! # Test hooks
 //! [`SnapshotHook`] runs at five points of every chunk (before LOW, after LOW, after the
 //! `SELECT`, before HIGH, after HIGH) so tests can commit writes at exact moments from another connection.
@@ -39,6 +43,7 @@ use mysql_async::Conn;
 
 use super::chunks::{plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
 use super::exec::SnapshotExec;
+pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport};
 use super::select::{select_batches, visibility_barrier, DEFAULT_BATCH_ROWS};
 use super::window::{normalize, RangeCheck, WindowFeed};
@@ -94,6 +99,8 @@ pub struct SnapshotOptions {
     pub hook: Option<SnapshotHook>,
     /// Replica server id of the window reader (watermark method).
     pub window_server_id: u32,
+    pub journal: Option<Arc<dyn SnapshotJournal>>,
+    pub resume: Option<SnapshotResume>,
 }
 
 impl Default for SnapshotOptions {
@@ -105,6 +112,8 @@ impl Default for SnapshotOptions {
             method: SnapshotMethod::Auto,
             hook: None,
             window_server_id: 5401,
+            journal: None,
+            resume: None,
         }
     }
 }
@@ -117,6 +126,8 @@ impl std::fmt::Debug for SnapshotOptions {
             .field("chunk_keys", &self.chunk_keys)
             .field("method", &self.method)
             .field("hook", &self.hook.is_some())
+            .field("journal", &self.journal)
+            .field("resume", &self.resume.as_ref().map(|r| r.done.len()))
             .finish()
     }
 }
@@ -167,6 +178,8 @@ pub struct SnapshotRun {
     /// Started by the first chunk, so a plan that is only explained opens no binlog connection.
     feed: tokio::sync::OnceCell<WindowFeed>,
     outcomes: Mutex<HashMap<(usize, usize), ChunkOutcome>>,
+    /// Chunks an interrupted snapshot had finished (resumed, not read again).
+    done: Mutex<Vec<SnapshotChunk>>,
 }
 
 impl std::fmt::Debug for SnapshotRun {
@@ -201,15 +214,25 @@ pub async fn plan_snapshot(
         }
     };
     let mut conn = connect.connect().await?;
+    let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
+    let resume = options.resume.as_ref().filter(|r| r.tables == ids);
     let mut planned = Vec::new();
-    for schema in tables {
+    for (t, schema) in tables.iter().enumerate() {
         let key = chunk_key(schema, options.chunk_keys.get(&schema.id))?;
-        let (ranges, check) = match key {
-            Some(key) => (
-                plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
-                Some(RangeCheck::new(&mut conn, schema, key).await?),
-            ),
-            None => (vec![ChunkRange::ALL], None),
+        let ranges = match (resume, key) {
+            // The interrupted snapshot's plan, bounds exactly as the server returned them.
+            (Some(r), _) => r
+                .plan
+                .iter()
+                .filter(|c| c.table == t)
+                .map(|c| c.range.clone())
+                .collect(),
+            (None, Some(key)) => plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
+            (None, None) => vec![ChunkRange::ALL],
+        };
+        let check = match key {
+            Some(key) => Some(RangeCheck::new(&mut conn, schema, key).await?),
+            None => None,
         };
         let codec = RowCodec::new(Arc::clone(schema))
             .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
@@ -222,6 +245,33 @@ pub async fn plan_snapshot(
         });
     }
     drop(conn);
+    let done: Vec<SnapshotChunk> = match resume {
+        Some(r) => r.done.clone(),
+        None => {
+            if let Some(journal) = &options.journal {
+                let plan: Vec<PlannedChunk> = planned
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(t, p): (usize, &PlannedTable)| {
+                        p.ranges
+                            .iter()
+                            .enumerate()
+                            .map(move |(index, range)| PlannedChunk {
+                                table: t,
+                                index,
+                                key: p.key.unwrap_or(0),
+                                range: range.clone(),
+                            })
+                    })
+                    .collect();
+                journal.planned(tables, &plan).await;
+            }
+            Vec::new()
+        }
+    };
+    if !done.is_empty() {
+        tracing::info!(done = done.len(), "resuming an interrupted snapshot");
+    }
     progress.update(|p| {
         p.keyless_tables = tables
             .iter()
@@ -245,6 +295,18 @@ pub async fn plan_snapshot(
                     })
             })
             .collect();
+        for d in &done {
+            if let Some(c) = p
+                .chunks
+                .iter_mut()
+                .find(|c| c.index == d.index && c.table == tables[d.table].id)
+            {
+                c.state = ChunkState::Done;
+                c.rows = d.rows.num_rows();
+                c.low = Some(d.low.clone());
+                c.high = Some(d.high.clone());
+            }
+        }
     });
     Ok(Arc::new(SnapshotRun {
         connect: connect.clone(),
@@ -255,6 +317,7 @@ pub async fn plan_snapshot(
         consistent,
         feed: tokio::sync::OnceCell::new(),
         outcomes: Mutex::new(HashMap::new()),
+        done: Mutex::new(done),
     }))
 }
 
@@ -308,11 +371,13 @@ impl SnapshotRun {
         let plans: Vec<Arc<SnapshotExec>> = (0..self.tables.len())
             .map(|t| Arc::new(SnapshotExec::new(Arc::clone(self), t)))
             .collect();
+        let done = std::mem::take(&mut *self.done.lock().expect("done"));
         let parts: Vec<(usize, usize)> = self
             .tables
             .iter()
             .enumerate()
             .flat_map(|(t, p)| (0..p.ranges.len()).map(move |i| (t, i)))
+            .filter(|(t, i)| !done.iter().any(|d| d.table == *t && d.index == *i))
             .collect();
         let mut chunks: Vec<SnapshotChunk> = futures::stream::iter(parts)
             .map(|(t, index)| {
@@ -322,12 +387,17 @@ impl SnapshotRun {
                     let stream = plan.execute(index, task).map_err(source_error)?;
                     let batches: Vec<RecordBatch> =
                         stream.try_collect().await.map_err(source_error)?;
-                    self.finished(t, index, &batches)
+                    let chunk = self.finished(t, index, &batches)?;
+                    if let Some(journal) = &self.options.journal {
+                        journal.done(&chunk).await;
+                    }
+                    Ok::<_, SourceError>(chunk)
                 }
             })
             .buffer_unordered(self.options.parallelism.max(1))
             .try_collect()
             .await?;
+        chunks.extend(done);
         chunks.sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
         Ok(chunks)
     }

@@ -6,11 +6,13 @@
 //! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism
 //!   and test hooks;
 //! * [`exec`]: a table's chunks as the partitions of a DataFusion execution plan;
-//! * [`progress`]: per-chunk progress, shared with the status tables.
+//! * [`progress`]: per-chunk progress, shared with the status tables;
+//! * [`journal`]: recording a snapshot's progress and resuming it.
 
 pub mod chunks;
 pub mod exec;
 pub mod incremental;
+pub mod journal;
 pub mod progress;
 pub mod select;
 pub mod window;

@@ -103,7 +103,7 @@ pub(super) fn shortest_digits(v: f64) -> (String, i32) {
         let (exact, exact_decpt) = sci_digits(&format!("{v:.800e}"));
         if exact.len() == n + 1 && exact.ends_with('5') {
             let low = &exact[..n];
-            let even = if (low.as_bytes()[n - 1] - b'0') % 2 == 0 {
+            let even = if (low.as_bytes()[n - 1] - b'0').is_multiple_of(2) {
                 (low.to_owned(), exact_decpt)
             } else {
                 increment_digits(low, exact_decpt)

@@ -1,0 +1,155 @@
+//! Loading a source's newest checkpoint back into memory.
+//!
+//! # Argument
+//! Each table's state is its state snapshot (the rows at the end of checkpoint `state.seq`)
+//! followed by the changelog segments of the later checkpoints, replayed in order. Replaying is
+//! exact because after the hand-off the changelog *is* the sequence of row operations the state
+//! went through: for a keyed table `d` removes the key and `c`/`u` store the row under its key;
+//! for a keyless table (a multiset) `c` adds one copy and `d` removes one. The result is the
+//! state at the manifest's position, where the binlog resumes; the engine drops any change
+//! before it (`Capture::resume`). Every file is checked (framing CRC, the size and CRC the
+//! manifest recorded, the columns) before any of it is used.
+
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::compute::concat_batches;
+
+use super::checkpoint::DurableError;
+use super::ipc;
+use super::manifest::Manifest;
+use super::store::{FileKind, FileRef, Store};
+use crate::change::keys::RowCodec;
+use crate::source::position::BinlogCoord;
+use crate::source::schema::TableSchema;
+use crate::state::changelog::{changelog_schema, Changelog, ChangelogSegment, META_COLUMNS};
+use crate::state::current::CurrentTable;
+use crate::state::merge::TableState;
+
+/// A checkpoint loaded into memory.
+#[derive(Debug)]
+pub struct Recovered {
+    pub position: BinlogCoord,
+    pub consistent_from: BinlogCoord,
+    pub states: Vec<TableState>,
+    pub changelogs: Vec<Changelog>,
+}
+
+/// Loads `manifest` for `tables` (resolved on the server, in the manifest's order).
+pub async fn load(
+    store: &Store,
+    manifest: &Manifest,
+    tables: &[Arc<TableSchema>],
+) -> Result<Recovered, DurableError> {
+    let resume_err = |message: String| DurableError::Resume {
+        manifest: format!("{} of source {}", manifest.seq, manifest.source_id),
+        message,
+    };
+    let coord = |s: &str| {
+        s.parse::<BinlogCoord>()
+            .map_err(|e| resume_err(e.to_string()))
+    };
+    let position = coord(&manifest.position)?;
+    let consistent_from = coord(&manifest.consistent_from)?;
+    let mut states = Vec::with_capacity(tables.len());
+    let mut changelogs = Vec::with_capacity(tables.len());
+    for (entry, schema) in manifest.tables.iter().zip(tables) {
+        let codec =
+            Arc::new(
+                RowCodec::new(Arc::clone(schema)).map_err(|source| DurableError::Encode {
+                    what: format!("the keys of {}", schema.id),
+                    source,
+                })?,
+            );
+        let rows = read_batches(store, &entry.state.file, FileKind::State, &schema.arrow).await?;
+        let rows = concat_batches(&schema.arrow, &rows).map_err(|e| DurableError::Decode {
+            path: store.describe(&entry.state.file.path),
+            message: e.to_string(),
+        })?;
+        if rows.num_rows() as u64 != entry.state.rows {
+            return Err(DurableError::Decode {
+                path: store.describe(&entry.state.file.path),
+                message: format!(
+                    "{} rows, but the manifest recorded {}",
+                    rows.num_rows(),
+                    entry.state.rows
+                ),
+            });
+        }
+        let mut current =
+            CurrentTable::new(Arc::clone(&codec), &rows).map_err(|e| DurableError::Decode {
+                path: store.describe(&entry.state.file.path),
+                message: e.to_string(),
+            })?;
+        let log_schema = changelog_schema(&schema.arrow);
+        let mut changelog = Changelog::new(&schema.arrow);
+        for segment in &entry.segments {
+            let batches =
+                read_batches(store, &segment.file, FileKind::Segment, &log_schema).await?;
+            let replay = segment.first_seq > entry.state.seq;
+            for batch in batches {
+                if replay {
+                    apply(&mut current, &codec, &batch).map_err(|message| {
+                        DurableError::Decode {
+                            path: store.describe(&segment.file.path),
+                            message,
+                        }
+                    })?;
+                }
+                changelog.append(ChangelogSegment::of_batch(batch));
+            }
+        }
+        states.push(TableState::from_current(current));
+        changelogs.push(changelog);
+    }
+    Ok(Recovered {
+        position,
+        consistent_from,
+        states,
+        changelogs,
+    })
+}
+
+async fn read_batches(
+    store: &Store,
+    file: &FileRef,
+    kind: FileKind,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<Vec<RecordBatch>, DurableError> {
+    let bytes = store.read_ref(file, kind).await?;
+    ipc::decode(&bytes, schema).map_err(|message| DurableError::Decode {
+        path: store.describe(&file.path),
+        message,
+    })
+}
+
+/// Replays one changelog batch onto `current`; see the module docs.
+fn apply(current: &mut CurrentTable, codec: &RowCodec, batch: &RecordBatch) -> Result<(), String> {
+    let first = META_COLUMNS.len();
+    let width = codec.schema().columns.len();
+    let image = RecordBatch::try_new(
+        Arc::clone(&codec.schema().arrow),
+        batch.columns()[first..first + width].to_vec(),
+    )
+    .map_err(|e| e.to_string())?;
+    let (keys, rows) = codec.encode(&image).map_err(|e| e.to_string())?;
+    let ops = batch.column(0).as_string::<i32>();
+    let keyless = codec.keyless();
+    for i in 0..batch.num_rows() {
+        let key = keys.row(i);
+        let count = current.count(key.as_ref());
+        let value = match (ops.value(i), keyless) {
+            ("d", false) => None,
+            ("c" | "u" | "r", false) => Some((Arc::new(rows.row(i).owned()), 1)),
+            ("c" | "r", true) => Some((Arc::new(rows.row(i).owned()), count + 1)),
+            ("d", true) => (count > 1).then(|| (Arc::new(rows.row(i).owned()), count - 1)),
+            (op, _) => {
+                return Err(format!(
+                    "row {i} has operation {op:?}, which cannot be replayed"
+                ))
+            }
+        };
+        current.put(key.as_ref(), value);
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The durable side of the engine: opening a state store and committing the catalog.
+//!
+//! # Invariant
+//! A source runs only if the catalog naming it is committed, and the catalog stops naming a
+//! source before its files are removed: `CREATE SOURCE` commits the next catalog and then starts
+//! the source; `DROP SOURCE` commits the catalog without it, stops it, and deletes its files. A
+//! crash between the steps leaves a catalog that a restart follows (a source without a
+//! checkpoint snapshots; files of a dropped source are garbage). Catalog commits are serial
+//! (the catalog lock) and create-if-absent, so two engines cannot both commit one.
+
+use std::sync::Arc;
+
+use super::{Engine, EngineError, EngineOptions, RunningSource};
+use crate::durable::manifest::commit_catalog;
+use crate::durable::{new_source_id, CatalogSource, Durability, DurableError, Store};
+use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource};
+
+impl Engine {
+    /// An engine whose catalog and checkpoints live in `location` (a directory, `file://`,
+    /// `s3://bucket/prefix` with the `s3` feature, or `memory://`); every source in its catalog
+    /// is started again and resumes from its newest checkpoint.
+    pub async fn open(location: &str, options: EngineOptions) -> Result<Self, EngineError> {
+        let store = Store::open(location, &options.store).map_err(DurableError::from)?;
+        let durability = Arc::new(Durability::open(store, options.durable).await?);
+        let engine = Self::build(Some(Arc::clone(&durability)));
+        let catalog = durability.catalog.lock().await.clone();
+        for entry in catalog.sources {
+            let Some(CdcStatement::CreateSource(create)) = parse_cdc_statement(&entry.statement)?
+            else {
+                return Err(EngineError::NotSupported(
+                    "a catalog entry that is not CREATE SOURCE",
+                ));
+            };
+            let options = create.options.to_capture_options()?;
+            let checkpointer = Arc::new(durability.checkpointer(&entry.id));
+            engine.start_source(
+                &entry.name,
+                create.url.expose(),
+                options,
+                create.to_string(),
+                Some(checkpointer),
+            )?;
+            tracing::info!(source = %entry.name, "source restored from the catalog");
+        }
+        Ok(engine)
+    }
+
+    /// Writes a last checkpoint of every durable source (a clean stop).
+    pub async fn shutdown(&self) -> Result<(), EngineError> {
+        let sources: Vec<Arc<RunningSource>> = self
+            .sources
+            .read()
+            .expect("sources")
+            .values()
+            .cloned()
+            .collect();
+        for source in sources {
+            source.checkpoint_now().await?;
+        }
+        Ok(())
+    }
+
+    /// `CREATE SOURCE`: on a durable engine the catalog is committed first, so a source that
+    /// runs is always one a restart brings back.
+    pub(super) async fn create(&self, create: &CreateSource) -> Result<(), EngineError> {
+        let options = create.options.to_capture_options()?;
+        let Some(durable) = &self.durable else {
+            return self.start_source(
+                &create.name,
+                create.url.expose(),
+                options,
+                create.to_string(),
+                None,
+            );
+        };
+        let mut catalog = durable.catalog.lock().await;
+        self.check_name(&create.name)?;
+        let mut next = catalog.clone();
+        next.seq += 1;
+        let id = new_source_id();
+        next.sources.push(CatalogSource {
+            name: create.name.clone(),
+            id: id.clone(),
+            statement: create.to_sql_with_password(),
+        });
+        commit_catalog(&durable.store, &next)
+            .await
+            .map_err(DurableError::from)?;
+        *catalog = next;
+        self.start_source(
+            &create.name,
+            create.url.expose(),
+            options,
+            create.to_string(),
+            Some(Arc::new(durable.checkpointer(&id))),
+        )
+    }
+
+    /// `DROP SOURCE`: on a durable engine the catalog is committed first, then the source's
+    /// files are removed.
+    pub(super) async fn drop_durable(&self, name: &str) -> Result<(), EngineError> {
+        let Some(durable) = &self.durable else {
+            return self.drop_source(name);
+        };
+        let mut catalog = durable.catalog.lock().await;
+        let source = self.source(name)?;
+        let mut next = catalog.clone();
+        next.seq += 1;
+        next.sources.retain(|s| s.name != name);
+        commit_catalog(&durable.store, &next)
+            .await
+            .map_err(DurableError::from)?;
+        *catalog = next;
+        self.drop_source(name)?;
+        if let Some(c) = &source.checkpointer {
+            if let Err(e) = c.remove_all().await {
+                tracing::warn!(source = %name, error = %e, "removing the dropped source's files failed");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,427 @@
+//! The background tasks of one source: the capture task that publishes versions, and the
+//! checkpoint loop of a durable source.
+//!
+//! # How a capture task starts
+//! * *Fresh*: snapshot and hand-off ([`Capture::start_with_progress`]); the hand-off's
+//!   changelog becomes the first segments. A durable source journals the snapshot's chunks and,
+//!   after a crash during the snapshot, reads only the chunks not done yet.
+//! * *Recovered*: a durable source with a checkpoint loads it (`durable::recover`), publishes
+//!   it at once (so a source whose binlog was purged still answers queries with its last
+//!   state) and resumes the binlog at the checkpoint's position ([`Capture::resume`]).
+//! * *Re-snapshot* (`ALTER SOURCE ... RESNAPSHOT`): a fresh snapshot replaces the published
+//!   state; the changelog keeps its history and gains only the entries that turn the old state
+//!   into the new one (`state::diff`), so unchanged rows are not repeated. A source that has
+//!   published nothing (its checkpoint is damaged) starts over as if new.
+//!
+//! Then every source transaction is appended to the changelogs and published as a new version.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::AsArray;
+use arrow::datatypes::UInt64Type;
+use tokio::sync::watch;
+
+use super::source::SourceStatus;
+use crate::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use crate::durable::progress::{self, ProgressJournal};
+use crate::durable::{recover, Checkpointer, DurableError};
+use crate::provider::{Published, SourceVersion};
+use crate::source::connect::ConnectOptions;
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::position::BinlogCoord;
+use crate::source::schema::TableId;
+use crate::source::snapshot::incremental::Progress;
+use crate::state::changelog::{changelog_batch, Changelog};
+use crate::state::diff::diff;
+
+/// Why a capture task stopped.
+#[derive(Debug, thiserror::Error)]
+enum Stop {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    State(#[from] DurableError),
+}
+
+/// How a capture task begins; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Resume from the newest checkpoint if there is one, else snapshot.
+    Start,
+    Resnapshot,
+}
+
+/// What a capture task shares with its source; cloned for each task the source runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub connect: ConnectOptions,
+    pub options: CaptureOptions,
+    pub published: Published,
+    pub progress: Arc<Progress>,
+    pub status: Arc<Mutex<SourceStatus>>,
+    pub ready: Arc<watch::Sender<bool>>,
+    pub versions: Arc<watch::Sender<u64>>,
+    pub checkpointer: Option<Arc<Checkpointer>>,
+}
+
+pub(crate) async fn run(task: Task, mode: Mode) {
+    let result = capture_loop(&task, mode).await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "source stopped");
+        task.status.lock().expect("status").error = Some(e.to_string());
+    }
+    let _ = task.ready.send(true);
+}
+
+/// Writes a checkpoint of the latest published version every interval (and when woken).
+pub(crate) async fn checkpoint_loop(
+    checkpointer: Arc<Checkpointer>,
+    published: Published,
+    status: Arc<Mutex<SourceStatus>>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(checkpointer.options.checkpoint_interval) => {}
+            _ = checkpointer.wake.notified() => {}
+        }
+        let version = published.load_full();
+        let result = checkpointer.checkpoint(&version).await;
+        let mut s = status.lock().expect("status");
+        match result {
+            Ok(Some(position)) => {
+                s.durable_position = Some(position);
+                s.checkpoint_error = None;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint failed; retrying at the next interval");
+                s.checkpoint_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
+/// gets the next number in order.
+#[derive(Debug, Default)]
+struct TxNumbers {
+    next: u64,
+    last: Option<BinlogCoord>,
+}
+
+impl TxNumbers {
+    fn number(&mut self, start: &BinlogCoord, snapshot: bool) -> u64 {
+        if snapshot {
+            return 0;
+        }
+        if self.last.as_ref() != Some(start) {
+            self.next += 1;
+            self.last = Some(start.clone());
+        }
+        self.next
+    }
+
+    /// Numbering that continues after the `_tx` values already in `changelogs`.
+    fn after(changelogs: &[Changelog]) -> Self {
+        let next = changelogs
+            .iter()
+            .flat_map(|l| l.segments())
+            .flat_map(|s| {
+                let tx = s.batch.column(3).as_primitive::<UInt64Type>();
+                tx.iter().flatten().max()
+            })
+            .max()
+            .unwrap_or(0);
+        Self { next, last: None }
+    }
+}
+
+/// A started capture with its changelogs and the end of its hand-off.
+struct Started {
+    capture: Capture,
+    changelogs: Vec<Changelog>,
+    consistent_from: BinlogCoord,
+    numbers: TxNumbers,
+}
+
+async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
+    let Task {
+        published,
+        progress,
+        status,
+        ready,
+        versions,
+        checkpointer,
+        ..
+    } = task;
+    let previous = published.load_full();
+    let started = match mode {
+        Mode::Resnapshot if previous.position.is_some() => resnapshot(task, &previous).await?,
+        // Nothing to compare with (the checkpoint could not be loaded): start over.
+        Mode::Resnapshot => fresh(task, mode).await?,
+        Mode::Start => match checkpointer {
+            Some(c) => match c.newest().await? {
+                Some(manifest) => recover(task, c, manifest).await?,
+                None => fresh(task, mode).await?,
+            },
+            None => fresh(task, mode).await?,
+        },
+    };
+    let Started {
+        mut capture,
+        mut changelogs,
+        consistent_from,
+        mut numbers,
+    } = started;
+    {
+        let mut s = status.lock().expect("status");
+        s.tables = capture.tables().to_vec();
+        s.server_version = capture.server().version.clone();
+        s.flavor = format!("{:?}", capture.server().flavor);
+        s.consistent_from = Some(consistent_from.clone());
+    }
+    let position = progress.report().position;
+    let mut tables = Vec::with_capacity(capture.tables().len());
+    for t in 0..capture.tables().len() {
+        tables.push(capture.snapshot_table(t, position.clone())?);
+    }
+    published.store(Arc::new(SourceVersion {
+        position,
+        consistent: true,
+        tables,
+        changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
+    }));
+    if let Some(c) = checkpointer {
+        let persisted = vec![0; changelogs.len()];
+        c.arm(capture.tables().to_vec(), None, persisted, consistent_from)
+            .await;
+        // The hand-off is the costliest work to lose: checkpoint it now.
+        c.wake.notify_one();
+    }
+    let _ = ready.send(true);
+    versions.send_modify(|v| *v += 1);
+    while let Some((tx, changes)) = capture.next().await? {
+        append(&capture, &mut changelogs, &changes, &mut numbers)?;
+        let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
+        let previous = published.load_full();
+        let mut version = SourceVersion {
+            position: Some(tx.end.clone()),
+            consistent: true,
+            tables: previous.tables.clone(),
+            changelogs: previous.changelogs.clone(),
+        };
+        for t in touched {
+            version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
+            version.changelogs[t] = changelogs[t].snapshot();
+        }
+        for snap in &mut version.tables {
+            snap.position = Some(tx.end.clone());
+        }
+        published.store(Arc::new(version));
+        versions.send_modify(|v| *v += 1);
+        {
+            let mut s = status.lock().expect("status");
+            s.transactions += 1;
+            s.last_commit_ts_micros = Some(tx.commit_ts_micros);
+        }
+    }
+    Ok(())
+}
+
+/// Snapshots from the start, or from the chunks a durable source's journal kept.
+async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
+    let mut options = task.options.clone();
+    if let Some(c) = &task.checkpointer {
+        if mode == Mode::Resnapshot {
+            progress::discard(c.store(), c.id()).await?;
+        }
+        let (_, tables) = Capture::matching_tables(&task.connect, &options.tables).await?;
+        let (journal, resume) = ProgressJournal::open(c.store().clone(), c.id(), &tables).await?;
+        options.snapshot.journal = Some(Arc::new(journal));
+        options.snapshot.resume = resume;
+    }
+    let (capture, handoff) =
+        Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
+            .await?;
+    let mut changelogs: Vec<Changelog> = capture
+        .tables()
+        .iter()
+        .map(|t| Changelog::new(&t.arrow))
+        .collect();
+    let mut numbers = TxNumbers::default();
+    append(&capture, &mut changelogs, &handoff, &mut numbers)?;
+    Ok(Started {
+        consistent_from: handoff_end(&task.progress)?,
+        capture,
+        changelogs,
+        numbers,
+    })
+}
+
+fn handoff_end(progress: &Progress) -> Result<BinlogCoord, Stop> {
+    Ok(progress
+        .report()
+        .position
+        .ok_or_else(|| SourceError::Config("the hand-off ended without a position".into()))?)
+}
+
+/// Loads `manifest`, publishes it, then resumes the binlog where it ends.
+async fn recover(
+    task: &Task,
+    checkpointer: &Checkpointer,
+    manifest: crate::durable::manifest::Manifest,
+) -> Result<Started, Stop> {
+    let ids: Vec<TableId> = manifest
+        .tables
+        .iter()
+        .map(|t| TableId::new(t.db.as_str(), t.table.as_str()))
+        .collect();
+    let (info, tables) = Capture::resolve_tables(&task.connect, &ids).await?;
+    let mut recovered = recover::load(checkpointer.store(), &manifest, &tables).await?;
+    tracing::info!(seq = manifest.seq, position = %recovered.position, "resuming from a checkpoint");
+    let mut snapshots = Vec::with_capacity(tables.len());
+    for (state, table) in recovered.states.iter_mut().zip(&tables) {
+        snapshots.push(
+            state
+                .snapshot(Some(recovered.position.clone()))
+                .map_err(|e| SourceError::Config(format!("publishing {}: {e}", table.id)))?,
+        );
+    }
+    task.published.store(Arc::new(SourceVersion {
+        position: Some(recovered.position.clone()),
+        consistent: true,
+        tables: snapshots,
+        changelogs: recovered
+            .changelogs
+            .iter()
+            .map(Changelog::snapshot)
+            .collect(),
+    }));
+    {
+        let mut s = task.status.lock().expect("status");
+        s.tables = tables.clone();
+        s.consistent_from = Some(recovered.consistent_from.clone());
+        s.durable_position = Some(recovered.position.clone());
+    }
+    let persisted = recovered
+        .changelogs
+        .iter()
+        .map(Changelog::num_segments)
+        .collect();
+    checkpointer
+        .arm(
+            tables.clone(),
+            Some(manifest.clone()),
+            persisted,
+            recovered.consistent_from.clone(),
+        )
+        .await;
+    let numbers = TxNumbers {
+        next: manifest.tx_seq,
+        last: None,
+    };
+    task.progress.set_position(recovered.position.clone());
+    let capture = Capture::resume(
+        task.connect.clone(),
+        &task.options,
+        info,
+        tables,
+        recovered.states,
+        recovered.position,
+        Arc::clone(&task.progress),
+    )
+    .await?;
+    Ok(Started {
+        capture,
+        changelogs: recovered.changelogs,
+        consistent_from: recovered.consistent_from,
+        numbers,
+    })
+}
+
+/// Snapshots again and appends only the differences to the published state.
+async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
+    let old_ids: Vec<TableId> = task
+        .status
+        .lock()
+        .expect("status")
+        .tables
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let mut options = task.options.clone();
+    options.mode = SnapshotMode::Initial;
+    let (capture, _) =
+        Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
+            .await?;
+    let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
+    if ids != old_ids {
+        return Err(SourceError::Config(format!(
+            "the source's tables changed ({old_ids:?} before, {ids:?} now); drop and create the source instead"
+        ))
+        .into());
+    }
+    let end = handoff_end(&task.progress)?;
+    let mut changelogs = previous.changelogs.clone();
+    let mut numbers = TxNumbers::after(&changelogs);
+    let mut changes = Vec::new();
+    for (t, table) in capture.tables().iter().enumerate() {
+        let fail = |e: arrow::error::ArrowError| {
+            SourceError::Config(format!("comparing the new snapshot of {}: {e}", table.id))
+        };
+        let old = previous.tables[t].scan_all().map_err(fail)?;
+        let new = capture.state(t).to_batch().map_err(fail)?;
+        let events = diff(capture.state(t).codec(), &old, &[new], &end).map_err(fail)?;
+        tracing::info!(table = %table.id, changes = events.len(), "re-snapshot compared");
+        changes.extend(
+            events
+                .into_iter()
+                .map(|event| TableChange { table: t, event }),
+        );
+    }
+    append(&capture, &mut changelogs, &changes, &mut numbers)?;
+    if let Some(c) = &task.checkpointer {
+        c.set_consistent_from(end.clone()).await;
+    }
+    task.status.lock().expect("status").error = None;
+    Ok(Started {
+        capture,
+        changelogs,
+        consistent_from: end,
+        numbers,
+    })
+}
+
+/// Appends changes to the changelogs, one segment per table.
+fn append(
+    capture: &Capture,
+    changelogs: &mut [Changelog],
+    changes: &[TableChange],
+    numbers: &mut TxNumbers,
+) -> SourceResult<()> {
+    let mut per_table: BTreeMap<usize, (Vec<&crate::state::merge::ChangelogEvent>, Vec<u64>)> =
+        BTreeMap::new();
+    for c in changes {
+        let n = numbers.number(&c.event.position.tx, c.event.position.event_index == 0);
+        let entry = per_table.entry(c.table).or_default();
+        entry.0.push(&c.event);
+        entry.1.push(n);
+    }
+    for (t, (events, tx)) in per_table {
+        let segment = changelog_batch(
+            capture.state(t).codec(),
+            &changelogs[t].schema,
+            &events,
+            &tx,
+        )
+        .map_err(|e| {
+            SourceError::Config(format!(
+                "building the changelog of {}: {e}",
+                capture.tables()[t].id
+            ))
+        })?;
+        changelogs[t].append(segment);
+    }
+    Ok(())
+}
