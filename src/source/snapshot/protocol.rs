@@ -1,0 +1,249 @@
+//! The protocol of one chunk: LOW, visibility barrier, `SELECT`, HIGH, and the fold of the
+//! window `(LOW, HIGH]` (watermarks), or a read inside a consistent snapshot (MariaDB, on
+//! request).
+//!
+//! # Invariant
+//! [`SnapshotRun::read_chunk`] returns the table's state at the chunk's HIGH within its range,
+//! and records that HIGH (and LOW) for the run; see `incremental` for why each step is there.
+
+use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
+use mysql_async::prelude::Queryable;
+use mysql_async::Conn;
+
+use super::incremental::{
+    ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, SnapshotRun,
+};
+use super::select::{select_batches, visibility_barrier, DEFAULT_BATCH_ROWS};
+use super::window::{normalize, WindowFeed};
+use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
+use crate::source::connect::current_position;
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::position::{BinlogCoord, StartPosition};
+use crate::source::schema::TableId;
+use std::sync::Arc;
+
+impl SnapshotRun {
+    async fn feed(&self) -> SourceResult<&WindowFeed> {
+        self.feed
+            .get_or_try_init(|| async {
+                let mut conn = self.connect.connect().await?;
+                let (start, _) = current_position(&mut conn, self.info.flavor).await?;
+                drop(conn);
+                let ids: Vec<TableId> = self.tables.iter().map(|t| t.schema.id.clone()).collect();
+                let filter: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
+                let reader_options = BinlogReaderOptions::new(
+                    self.options.window_server_id,
+                    StartPosition::Coord(start),
+                )
+                .with_filter(filter);
+                Ok(WindowFeed::start(
+                    BinlogReader::open(self.connect.clone(), reader_options).await?,
+                ))
+            })
+            .await
+    }
+
+    async fn hook(&self, point: HookPoint, t: usize, index: usize) {
+        if let Some(hook) = &self.options.hook {
+            hook(
+                point,
+                ChunkInfo {
+                    table: self.tables[t].schema.id.clone(),
+                    index,
+                    range: self.tables[t].ranges[index].clone(),
+                },
+            )
+            .await;
+        }
+    }
+
+    fn status(&self, t: usize, index: usize, f: impl FnOnce(&mut ChunkStatus)) {
+        let id = &self.tables[t].schema.id;
+        self.progress.update(|r| {
+            if let Some(c) = r
+                .chunks
+                .iter_mut()
+                .find(|c| c.index == index && c.table == *id)
+            {
+                f(c)
+            }
+        });
+    }
+
+    /// Runs the chunk protocol for chunk `index` of table `t`: its rows, normalised to its
+    /// HIGH (the table's state at HIGH within the chunk's range).
+    pub async fn read_chunk(&self, t: usize, index: usize) -> SourceResult<RecordBatch> {
+        self.status(t, index, |c| c.state = ChunkState::Running);
+        let table = &self.tables[t];
+        let schema = &table.schema;
+        let range = &table.ranges[index];
+        let mut conn = self.connect.connect().await?;
+        let (predicate, params) = match table.key {
+            Some(key) => range.predicate(&schema.columns[key].name),
+            None => (None, vec![]),
+        };
+        let (low, high, scanned) = if self.consistent {
+            self.read_consistent(&mut conn, t, index, predicate.as_deref(), params)
+                .await?
+        } else {
+            let feed = self.feed().await?;
+            self.read_watermarked(&mut conn, feed, t, index, predicate.as_deref(), params)
+                .await?
+        };
+        let (rows, window_changes) = if low == high {
+            let rows = concat_batches(&schema.arrow, &scanned)
+                .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?;
+            (rows, 0)
+        } else {
+            let feed = self.feed().await?;
+            let window = feed.window(&low, &high).await;
+            feed.release(&low);
+            // A table without a chunk key is read as one chunk covering every value.
+            normalize(
+                &mut conn,
+                &table.codec,
+                table.check.as_ref(),
+                range,
+                &scanned,
+                &window?,
+            )
+            .await?
+        };
+        let n = rows.num_rows();
+        self.status(t, index, |c| {
+            c.state = ChunkState::Done;
+            c.rows = n;
+            c.low = Some(low.clone());
+            c.high = Some(high.clone());
+        });
+        tracing::debug!(table = %schema.id, chunk = index, range = %range.describe(), %low, %high, rows = n, window_changes, "chunk done");
+        self.outcomes.lock().expect("outcomes").insert(
+            (t, index),
+            ChunkOutcome {
+                low,
+                high,
+                window_changes,
+            },
+        );
+        Ok(rows)
+    }
+
+    /// The HIGH of a finished chunk (for `EXPLAIN ANALYZE`); `None` while it runs.
+    pub fn chunk_high(&self, t: usize, index: usize) -> Option<BinlogCoord> {
+        let id = &self.tables[t].schema.id;
+        self.progress
+            .report()
+            .chunks
+            .iter()
+            .find(|c| c.index == index && c.table == *id)
+            .and_then(|c| c.high.clone())
+    }
+
+    async fn read_watermarked(
+        &self,
+        conn: &mut Conn,
+        feed: &WindowFeed,
+        t: usize,
+        index: usize,
+        predicate: Option<&str>,
+        params: Vec<mysql_async::Value>,
+    ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
+        let schema = &self.tables[t].schema;
+        self.hook(HookPoint::BeforeLow, t, index).await;
+        // A transaction is written to the binlog before InnoDB makes it visible, so the
+        // server's position may already count a transaction this SELECT will not see. The
+        // window therefore starts where the feed had read to before asking the server (at or
+        // before its LOW): folding changes the SELECT already saw again is harmless (full images,
+        // in order), missing one is not.
+        let pin = feed.pin();
+        let server_low = current_position(conn, self.info.flavor).await;
+        let low = match server_low {
+            Ok((server_low, _)) if pin.file.is_empty() => server_low,
+            Ok(_) => pin.clone(),
+            Err(e) => {
+                feed.release(&pin);
+                return Err(e);
+            }
+        };
+        if low != pin {
+            feed.hold(&low);
+            feed.release(&pin);
+        }
+        self.hook(HookPoint::AfterLow, t, index).await;
+        let barrier = visibility_barrier(conn, schema, predicate, params.clone()).await;
+        if let Err(e) = barrier {
+            feed.release(&low);
+            return Err(e);
+        }
+        let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await;
+        let scanned = match scanned {
+            Ok(s) => s,
+            Err(e) => {
+                feed.release(&low);
+                return Err(e);
+            }
+        };
+        self.hook(HookPoint::AfterSelect, t, index).await;
+        self.hook(HookPoint::BeforeHigh, t, index).await;
+        let high = match current_position(conn, self.info.flavor).await {
+            Ok((high, _)) => high,
+            Err(e) => {
+                feed.release(&low);
+                return Err(e);
+            }
+        };
+        self.hook(HookPoint::AfterHigh, t, index).await;
+        if low == high {
+            feed.release(&low);
+        }
+        Ok((low, high, scanned))
+    }
+
+    async fn read_consistent(
+        &self,
+        conn: &mut Conn,
+        t: usize,
+        index: usize,
+        predicate: Option<&str>,
+        params: Vec<mysql_async::Value>,
+    ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
+        let schema = &self.tables[t].schema;
+        let ctx = |what: &str| format!("{what} for a chunk of {}", schema.id);
+        self.hook(HookPoint::BeforeLow, t, index).await;
+        conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            .await
+            .map_err(|e| SourceError::from_mysql(ctx("starting a consistent snapshot"), e))?;
+        let status: Vec<(String, String)> = conn
+            .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            .await
+            .map_err(|e| SourceError::from_mysql(ctx("reading the snapshot position"), e))?;
+        let get = |name: &str| {
+            status
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        let (Some(file), Some(offset)) =
+            (get("Binlog_snapshot_file"), get("Binlog_snapshot_position"))
+        else {
+            return Err(SourceError::Config(
+                "the server reports no binlog_snapshot_file/position; use the watermark method"
+                    .into(),
+            ));
+        };
+        let offset: u64 = offset
+            .parse()
+            .map_err(|_| SourceError::Config(format!("bad binlog_snapshot_position {offset:?}")))?;
+        let at = BinlogCoord::new(file, offset);
+        self.hook(HookPoint::AfterLow, t, index).await;
+        let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await?;
+        self.hook(HookPoint::AfterSelect, t, index).await;
+        conn.query_drop("COMMIT")
+            .await
+            .map_err(|e| SourceError::from_mysql(ctx("ending the consistent snapshot"), e))?;
+        self.hook(HookPoint::BeforeHigh, t, index).await;
+        self.hook(HookPoint::AfterHigh, t, index).await;
+        Ok((at.clone(), at, scanned))
+    }
+}
