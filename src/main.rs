@@ -247,7 +247,12 @@ async fn serve(settings: Settings) -> Result<()> {
     created.sort();
     created.dedup();
     for name in &created {
-        engine.wait_ready(name).await?;
+        // A source that fails (a purged binlog, a damaged checkpoint) says why in cdc.sources
+        // and waits for ALTER SOURCE ... RESNAPSHOT; the others keep running.
+        if let Err(e) = engine.wait_ready(name).await {
+            tracing::error!(source = %name, error = %e, "source stopped");
+            continue;
+        }
         let position = engine.source(name)?.published.load().position.clone();
         tracing::info!(source = %name, position = ?position.map(|p| p.to_string()), "source ready");
     }
