@@ -172,7 +172,12 @@ impl Capture {
             )
         };
         if let SnapshotMode::StreamOnly(start) = &options.mode {
-            capture.reader = Some(open_reader(start.clone()).await?);
+            let reader = open_reader(start.clone()).await?;
+            // The state is (empty and) consistent at the start, when it is a file position.
+            if let StartPosition::Coord(at) = reader.resume_position() {
+                capture.progress.set_position(at.clone());
+            }
+            capture.reader = Some(reader);
             for state in &mut capture.states {
                 state
                     .finish_handoff()

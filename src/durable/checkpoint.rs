@@ -102,7 +102,9 @@ struct Committed {
     /// Per table, how many in-memory changelog segments are already in files.
     persisted: Vec<usize>,
     tables: Vec<Arc<TableSchema>>,
-    consistent_from: BinlogCoord,
+    /// `None` until known (a stream-only source started from a GTID set): then the first
+    /// checkpoint's position, since its changelog holds only binlog changes from there.
+    consistent_from: Option<BinlogCoord>,
     tx_seq: u64,
     /// Number of the next manifest: past every manifest in the store, even unreadable ones.
     next_seq: u64,
@@ -152,7 +154,7 @@ impl Checkpointer {
         tables: Vec<Arc<TableSchema>>,
         manifest: Option<Manifest>,
         persisted: Vec<usize>,
-        consistent_from: BinlogCoord,
+        consistent_from: Option<BinlogCoord>,
     ) {
         let tx_seq = manifest.as_ref().map_or(0, |m| m.tx_seq);
         let mut state = self.state.lock().await;
@@ -183,7 +185,7 @@ impl Checkpointer {
     /// A re-snapshot moved the end of the hand-off.
     pub async fn set_consistent_from(&self, consistent_from: BinlogCoord) {
         if let Some(c) = self.state.lock().await.as_mut() {
-            c.consistent_from = consistent_from;
+            c.consistent_from = Some(consistent_from);
         }
     }
 
@@ -276,7 +278,10 @@ impl Checkpointer {
             source_id: self.id.clone(),
             seq,
             position: text,
-            consistent_from: c.consistent_from.to_string(),
+            consistent_from: c
+                .consistent_from
+                .get_or_insert_with(|| position.clone())
+                .to_string(),
             tx_seq,
             tables,
         };

@@ -141,7 +141,8 @@ impl TxNumbers {
 struct Started {
     capture: Capture,
     changelogs: Vec<Changelog>,
-    consistent_from: BinlogCoord,
+    /// `None` for a stream-only source started from a GTID set (no file position yet).
+    consistent_from: Option<BinlogCoord>,
     numbers: TxNumbers,
 }
 
@@ -179,7 +180,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         s.tables = capture.tables().to_vec();
         s.server_version = capture.server().version.clone();
         s.flavor = format!("{:?}", capture.server().flavor);
-        s.consistent_from = Some(consistent_from.clone());
+        s.consistent_from = consistent_from.clone();
     }
     let position = progress.report().position;
     let mut tables = Vec::with_capacity(capture.tables().len());
@@ -252,18 +253,17 @@ async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
     let mut numbers = TxNumbers::default();
     append(&capture, &mut changelogs, &handoff, &mut numbers)?;
     Ok(Started {
-        consistent_from: handoff_end(&task.progress)?,
+        consistent_from: handoff_end(&task.progress),
         capture,
         changelogs,
         numbers,
     })
 }
 
-fn handoff_end(progress: &Progress) -> Result<BinlogCoord, Stop> {
-    Ok(progress
-        .report()
-        .position
-        .ok_or_else(|| SourceError::Config("the hand-off ended without a position".into()))?)
+/// Where the hand-off ended (a stream-only source: where it started, when that is a file
+/// position).
+fn handoff_end(progress: &Progress) -> Option<BinlogCoord> {
+    progress.report().position
 }
 
 /// Loads `manifest`, publishes it, then resumes the binlog where it ends.
@@ -314,7 +314,7 @@ async fn recover(
             tables.clone(),
             Some(manifest.clone()),
             persisted,
-            recovered.consistent_from.clone(),
+            Some(recovered.consistent_from.clone()),
         )
         .await;
     let numbers = TxNumbers {
@@ -335,7 +335,7 @@ async fn recover(
     Ok(Started {
         capture,
         changelogs: recovered.changelogs,
-        consistent_from: recovered.consistent_from,
+        consistent_from: Some(recovered.consistent_from),
         numbers,
     })
 }
@@ -362,7 +362,8 @@ async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, St
         ))
         .into());
     }
-    let end = handoff_end(&task.progress)?;
+    let end = handoff_end(&task.progress)
+        .ok_or_else(|| SourceError::Config("the re-snapshot ended without a position".into()))?;
     let mut changelogs = previous.changelogs.clone();
     let mut numbers = TxNumbers::after(&changelogs);
     let mut changes = Vec::new();
@@ -388,7 +389,7 @@ async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, St
     Ok(Started {
         capture,
         changelogs,
-        consistent_from: end,
+        consistent_from: Some(end),
         numbers,
     })
 }
