@@ -10,6 +10,7 @@
 //! * [`capture`]: a capture of a set of tables: snapshot modes, hand-off to the stream.
 //! * [`provider`]: DataFusion tables over the captured state: current tables and changelogs.
 //! * [`engine`]: a DataFusion session with its sources as catalogs, and their status tables.
+//! * [`frontend`]: the PostgreSQL wire front end (pgwire) over the engine.
 //! * [`config`]: settings of `cdcfusion serve`.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
@@ -25,6 +26,7 @@ pub mod change;
 pub mod config;
 pub mod devserver;
 pub mod engine;
+pub mod frontend;
 pub mod provider;
 pub mod source;
 pub mod sql;
