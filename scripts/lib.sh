@@ -16,6 +16,9 @@ ensure_tools() {
   local want=()
   command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || want+=(mariadb-server)
   command -v mariadb >/dev/null || want+=(mariadb-client)
+  command -v psql >/dev/null || want+=(postgresql-client)
+  command -v python3 >/dev/null || want+=(python3 python3-pip)
+  command -v openssl >/dev/null || want+=(openssl)
   command -v gcc >/dev/null || want+=(build-essential)
   command -v curl >/dev/null || want+=(curl ca-certificates)
   if [ ${#want[@]} -gt 0 ]; then

@@ -8,7 +8,17 @@
 //! | SQL files run at start, in order | `init = [...]` | — | `--init` (repeatable) | none |
 //! | time between checkpoints (with a state directory) | `checkpoint_interval` | `CDCFUSION_CHECKPOINT_INTERVAL` | `--checkpoint-interval` | `10s` |
 //! | changes since a table's last state snapshot before its rows are written again (at least a quarter of its rows) | `state_snapshot_min_changes` | `CDCFUSION_STATE_SNAPSHOT_MIN_CHANGES` | `--state-snapshot-min-changes` | `100000` |
+//! | default password method | `auth` | `CDCFUSION_AUTH` | — | `scram-sha-256` |
+//! | users | `[[users]]` (`name`, `password`, `method`) | `CDCFUSION_USER` + `CDCFUSION_PASSWORD` (one user) | — | none |
+//! | TLS certificate and key (PEM) | `tls_cert`, `tls_key` | `CDCFUSION_TLS_CERT`, `CDCFUSION_TLS_KEY` | — | none |
+//! | refuse connections without TLS | `tls_required` | — | — | `false` |
+//! | connection limit | `max_connections` | — | — | 100 |
+//! | idle sessions closed after (ms, 0 = never) | `idle_session_timeout_ms` | — | — | 0 |
+//! | default statement timeout (ms, 0 = none) | `statement_timeout_ms` | — | — | 0 |
+//! | time running queries get at shutdown (ms) | `shutdown_grace_ms` | — | — | 10000 |
+//! | delay before a failed login is answered (ms) | `auth_failure_delay_ms` | — | — | 1000 |
 //!
+//! `trust` (no password) is never a default: it must be set as `auth` explicitly.
 //! Unknown TOML keys are errors, so a misspelt setting is never silently ignored.
 
 use std::net::SocketAddr;
@@ -42,6 +52,10 @@ pub enum ConfigError {
         message: String,
         origin: &'static str,
     },
+    #[error("invalid auth method {value:?} (from {origin}): expected scram-sha-256, md5 or trust")]
+    AuthMethod { value: String, origin: &'static str },
+    #[error("{0} is set without {1}")]
+    Incomplete(&'static str, &'static str),
 }
 
 /// Parses `500ms`, `10s` (or `10`) and `2m`.
@@ -56,6 +70,88 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// How a user proves who they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum AuthMethod {
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+    #[serde(rename = "md5")]
+    Md5,
+    /// No password at all; only when configured explicitly.
+    #[serde(rename = "trust")]
+    Trust,
+}
+
+impl std::str::FromStr for AuthMethod {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.to_ascii_lowercase().as_str() {
+            "scram-sha-256" => Ok(Self::ScramSha256),
+            "md5" => Ok(Self::Md5),
+            "trust" => Ok(Self::Trust),
+            _ => Err(()),
+        }
+    }
+}
+
+/// A user of the PostgreSQL front end.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSettings {
+    pub name: String,
+    pub password: String,
+    /// Overrides the default `auth` method for this user.
+    pub method: Option<AuthMethod>,
+}
+
+impl std::fmt::Debug for UserSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserSettings")
+            .field("name", &self.name)
+            .field("method", &self.method)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Default connection limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
+/// Default time running queries get to finish at shutdown before they are cancelled.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Default delay before a failed login is answered, which slows password guessing down.
+pub const DEFAULT_AUTH_FAILURE_DELAY: Duration = Duration::from_secs(1);
+
+/// Settings of the PostgreSQL front end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrontendSettings {
+    pub auth: AuthMethod,
+    pub users: Vec<UserSettings>,
+    /// PEM certificate chain and private key; TLS is offered when both are set.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    pub tls_required: bool,
+    pub max_connections: usize,
+    pub idle_session_timeout: Option<Duration>,
+    pub statement_timeout: Option<Duration>,
+    pub shutdown_grace: Duration,
+    pub auth_failure_delay: Duration,
+}
+
+impl Default for FrontendSettings {
+    fn default() -> Self {
+        Self {
+            auth: AuthMethod::ScramSha256,
+            users: Vec::new(),
+            tls: None,
+            tls_required: false,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_session_timeout: None,
+            statement_timeout: None,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
+        }
+    }
+}
+
 /// What a TOML file may set.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +162,17 @@ pub struct FileSettings {
     pub init: Vec<PathBuf>,
     pub checkpoint_interval: Option<String>,
     pub state_snapshot_min_changes: Option<u64>,
+    pub auth: Option<String>,
+    #[serde(default)]
+    pub users: Vec<UserSettings>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_required: Option<bool>,
+    pub max_connections: Option<usize>,
+    pub idle_session_timeout_ms: Option<u64>,
+    pub statement_timeout_ms: Option<u64>,
+    pub shutdown_grace_ms: Option<u64>,
+    pub auth_failure_delay_ms: Option<u64>,
 }
 
 /// What the command line set (unset flags are `None` / empty).
@@ -88,6 +195,7 @@ pub struct Settings {
     pub init: Vec<PathBuf>,
     pub checkpoint_interval: Duration,
     pub state_snapshot_min_changes: u64,
+    pub frontend: FrontendSettings,
 }
 
 impl Settings {
@@ -100,6 +208,7 @@ impl Settings {
             Some(path) => read_file(path)?,
             None => FileSettings::default(),
         };
+        let frontend = frontend_settings(file.clone(), &env)?;
         let (listen, origin) = if let Some(l) = flags.listen {
             (l, "--listen")
         } else if let Some(l) = env("CDCFUSION_LISTEN") {
@@ -151,8 +260,87 @@ impl Settings {
             init,
             checkpoint_interval,
             state_snapshot_min_changes,
+            frontend,
         })
     }
+}
+
+/// A duration in milliseconds where 0 means "none".
+fn millis(ms: Option<u64>) -> Option<Duration> {
+    ms.filter(|&ms| ms > 0).map(Duration::from_millis)
+}
+
+fn frontend_settings(
+    file: FileSettings,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<FrontendSettings, ConfigError> {
+    let defaults = FrontendSettings::default();
+    let (auth, origin) = match (env("CDCFUSION_AUTH"), file.auth) {
+        (Some(a), _) => (Some(a), "CDCFUSION_AUTH"),
+        (None, a) => (a, "the config file"),
+    };
+    let auth = match auth {
+        Some(value) => value
+            .parse()
+            .map_err(|()| ConfigError::AuthMethod { value, origin })?,
+        None => defaults.auth,
+    };
+    let mut users = file.users;
+    match (env("CDCFUSION_USER"), env("CDCFUSION_PASSWORD")) {
+        (Some(name), Some(password)) => {
+            users.retain(|u| u.name != name);
+            users.push(UserSettings {
+                name,
+                password,
+                method: None,
+            });
+        }
+        (Some(_), None) => {
+            return Err(ConfigError::Incomplete(
+                "CDCFUSION_USER",
+                "CDCFUSION_PASSWORD",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(ConfigError::Incomplete(
+                "CDCFUSION_PASSWORD",
+                "CDCFUSION_USER",
+            ))
+        }
+        (None, None) => {}
+    }
+    let cert = env("CDCFUSION_TLS_CERT")
+        .map(PathBuf::from)
+        .or(file.tls_cert);
+    let key = env("CDCFUSION_TLS_KEY").map(PathBuf::from).or(file.tls_key);
+    let tls = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (Some(_), None) => return Err(ConfigError::Incomplete("tls_cert", "tls_key")),
+        (None, Some(_)) => return Err(ConfigError::Incomplete("tls_key", "tls_cert")),
+        (None, None) => None,
+    };
+    let tls_required = file.tls_required.unwrap_or(false);
+    if tls_required && tls.is_none() {
+        return Err(ConfigError::Incomplete(
+            "tls_required",
+            "tls_cert and tls_key",
+        ));
+    }
+    Ok(FrontendSettings {
+        auth,
+        users,
+        tls,
+        tls_required,
+        max_connections: file.max_connections.unwrap_or(defaults.max_connections),
+        idle_session_timeout: millis(file.idle_session_timeout_ms),
+        statement_timeout: millis(file.statement_timeout_ms),
+        shutdown_grace: file
+            .shutdown_grace_ms
+            .map_or(defaults.shutdown_grace, Duration::from_millis),
+        auth_failure_delay: file
+            .auth_failure_delay_ms
+            .map_or(defaults.auth_failure_delay, Duration::from_millis),
+    })
 }
 
 fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
@@ -259,5 +447,57 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("--checkpoint-interval"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn frontend_settings_from_file_and_environment() {
+        let dir = tempfile_dir("frontend");
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            "auth = 'md5'\nmax_connections = 3\nidle_session_timeout_ms = 500\n\
+             [[users]]\nname = 'ann'\npassword = 'x'\n\
+             [[users]]\nname = 'bob'\npassword = 'y'\nmethod = 'scram-sha-256'\n",
+        )
+        .unwrap();
+        let flags = || FlagSettings {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        let s = Settings::resolve(flags(), no_env).unwrap().frontend;
+        assert_eq!(s.auth, AuthMethod::Md5);
+        assert_eq!(s.max_connections, 3);
+        assert_eq!(s.idle_session_timeout, Some(Duration::from_millis(500)));
+        assert_eq!(s.statement_timeout, None);
+        assert_eq!(s.users.len(), 2);
+        assert_eq!(s.users[1].method, Some(AuthMethod::ScramSha256));
+        // The environment's user joins them; the environment's method wins.
+        let env = |k: &str| match k {
+            "CDCFUSION_USER" => Some("ci".to_string()),
+            "CDCFUSION_PASSWORD" => Some("secret".to_string()),
+            "CDCFUSION_AUTH" => Some("trust".to_string()),
+            _ => None,
+        };
+        let s = Settings::resolve(flags(), env).unwrap().frontend;
+        assert_eq!(s.auth, AuthMethod::Trust);
+        assert_eq!(s.users.last().unwrap().name, "ci");
+        assert!(
+            !format!("{:?}", s.users).contains("secret"),
+            "passwords stay out of logs"
+        );
+        // A user without a password, or a bad method, is refused.
+        let env = |k: &str| (k == "CDCFUSION_USER").then(|| "ci".to_string());
+        assert!(Settings::resolve(flags(), env).is_err());
+        let env = |k: &str| (k == "CDCFUSION_AUTH").then(|| "plain".to_string());
+        let err = Settings::resolve(flags(), env).unwrap_err();
+        assert!(err.to_string().contains("plain"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("cdcfusion-config-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

@@ -12,6 +12,7 @@
 //! * [`engine`]: a DataFusion session with its sources as catalogs, and their status tables.
 //! * [`durable`]: the catalog and each source's checkpoints on an object store, and recovery
 //!   from them.
+//! * [`frontend`]: the PostgreSQL wire front end (pgwire) over the engine.
 //! * [`config`]: settings of `cdcfusion serve`.
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
@@ -28,6 +29,7 @@ pub mod config;
 pub mod devserver;
 pub mod durable;
 pub mod engine;
+pub mod frontend;
 pub mod provider;
 pub mod source;
 pub mod sql;

@@ -1,31 +1,33 @@
 //! The `cdcfusion` command line.
 //!
 //! * `cdcfusion demo`: starts a private MariaDB, creates a sample `shop` schema with rows,
-//!   snapshots it in chunks and prints the changelog (snapshot reads, then every change) while
-//!   a small writer changes data; stops everything at the end (or on Ctrl-C).
-//! * `cdcfusion serve`: hosts the engine (see `config` for its settings).
+//!   captures it and serves it over the PostgreSQL protocol (printing the `psql` command to
+//!   connect) while a small writer changes data; stops everything on Ctrl-C.
+//! * `cdcfusion serve`: hosts the engine and its PostgreSQL front end (see `config` for its
+//!   settings).
 //! * `cdcfusion capture --url mysql://...`: prints the change stream of any server.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use cdcfusion::config::{parse_duration, FlagSettings, Settings};
+use cdcfusion::config::{parse_duration, FlagSettings, FrontendSettings, Settings, UserSettings};
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineOptions};
+use cdcfusion::frontend::Server;
 use cdcfusion::sql::{parse_cdc_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 
-use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
 use cdcfusion::change::SourceTransaction;
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
-use cdcfusion::source::connect::{current_position, ConnectOptions};
-use cdcfusion::source::position::{BinlogCoord, StartPosition};
-use cdcfusion::source::schema::Flavor;
+use cdcfusion::source::connect::ConnectOptions;
+use cdcfusion::source::position::StartPosition;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,12 +42,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Start a private MariaDB, capture a sample schema and print its changes while a writer
-    /// modifies it.
+    /// Start a private MariaDB, capture a sample schema and serve it over the PostgreSQL
+    /// protocol while a writer modifies it; prints the psql command to connect.
     Demo {
-        /// How long the writer runs.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        duration: Duration,
+        /// Address of the PostgreSQL front end.
+        #[arg(long, default_value = cdcfusion::config::DEFAULT_LISTEN)]
+        listen: String,
+        /// Stop after this long (default: run until Ctrl-C).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
         /// Seed of the writer's random workload.
         #[arg(long, default_value_t = 42)]
         seed: u64,
@@ -109,7 +114,16 @@ async fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Demo { duration, seed } => demo(duration, seed).await,
+        Command::Demo {
+            listen,
+            duration,
+            seed,
+        } => {
+            let listen = listen
+                .parse()
+                .with_context(|| format!("--listen {listen:?}: expected host:port"))?;
+            demo(listen, duration, seed).await
+        }
         Command::Serve {
             listen,
             state_dir,
@@ -225,6 +239,7 @@ async fn serve(settings: Settings) -> Result<()> {
         }
         None => Engine::new(),
     };
+    let engine = Arc::new(engine);
     let mut created = engine.source_names();
     for file in &settings.init {
         let text =
@@ -256,23 +271,57 @@ async fn serve(settings: Settings) -> Result<()> {
         let position = engine.source(name)?.published.load().position.clone();
         tracing::info!(source = %name, position = ?position.map(|p| p.to_string()), "source ready");
     }
-    tracing::info!(listen = %settings.listen, "engine running; the PostgreSQL front end will listen here");
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = terminate.recv() => break,
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {
-                let status = engine.sql("SELECT name, phase, position, lag_seconds, error FROM cdc.sources").await?.collect().await?;
-                for batch in status {
-                    tracing::info!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
-                }
+    let server = Server::bind(
+        Arc::clone(&engine),
+        settings.listen,
+        settings.frontend.clone(),
+    )
+    .await?;
+    tracing::info!(
+        listen = %server.local_addr(),
+        tls = settings.frontend.tls.is_some(),
+        "engine running; the PostgreSQL front end is listening"
+    );
+    let status = log_status(Arc::clone(&engine));
+    tokio::select! {
+        () = server.run(stop_signal()) => {}
+        result = status => result?,
+    }
+    engine.shutdown().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
             }
+            Err(_) => std::future::pending().await,
         }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
     }
     tracing::info!("stopping");
-    engine.shutdown().await?;
-    Ok(())
+}
+
+/// Logs the sources' status every ten seconds (never returns unless a query fails).
+async fn log_status(engine: Arc<Engine>) -> Result<()> {
+    loop {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let status = engine
+            .sql("SELECT name, phase, position, lag_seconds, error FROM cdc.sources")
+            .await?
+            .collect()
+            .await?;
+        for batch in status {
+            tracing::info!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
+        }
+    }
 }
 
 fn print_transaction(tx: &SourceTransaction) -> Result<()> {
@@ -305,7 +354,11 @@ const SHOP_SCHEMA: &[&str] = &[
     "CREATE TABLE shop.orders (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, customer_id INT NOT NULL, amount DECIMAL(12,2) NOT NULL, status VARCHAR(16) NOT NULL, created_at DATETIME(6) NOT NULL, paid_at TIMESTAMP(3) NULL)",
 ];
 
-async fn demo(duration: Duration, seed: u64) -> Result<()> {
+/// The demo's user of the PostgreSQL front end.
+const DEMO_USER: &str = "demo";
+const DEMO_PASSWORD: &str = "demo";
+
+async fn demo(listen: SocketAddr, duration: Option<Duration>, seed: u64) -> Result<()> {
     eprintln!("starting a private MariaDB with binlog enabled...");
     let server = tokio::task::spawn_blocking(|| DevServer::start(DevServerOptions::default()))
         .await?
@@ -315,65 +368,73 @@ async fn demo(duration: Duration, seed: u64) -> Result<()> {
         server.port(),
         server.cdc_url()
     );
-    let result = run_demo(&server, duration, seed).await;
+    let result = run_demo(&server, listen, duration, seed).await;
     drop(server);
     eprintln!("stopped the private MariaDB");
     result
 }
 
-async fn run_demo(server: &DevServer, duration: Duration, seed: u64) -> Result<()> {
+async fn run_demo(
+    server: &DevServer,
+    listen: SocketAddr,
+    duration: Option<Duration>,
+    seed: u64,
+) -> Result<()> {
     let mut admin = mysql_async::Conn::from_url(server.root_url()).await?;
     for stmt in SHOP_SCHEMA {
         admin.query_drop(*stmt).await?;
     }
     seed_rows(&mut admin).await?;
-    let connect = ConnectOptions::from_url(&server.cdc_url())?;
-    let mut options = CaptureOptions::new("shop.*", SnapshotMode::Initial);
-    options.snapshot.chunk_size = 16;
-    eprintln!(
-        "snapshotting shop.* in chunks of {} rows, then streaming...",
-        options.snapshot.chunk_size
+    let engine = Arc::new(Engine::new());
+    let create = format!(
+        "CREATE SOURCE shop FROM MYSQL '{}' WITH (tables = 'shop.*', chunk_size = 16)",
+        server.cdc_url()
     );
-    let (mut capture, snapshot) = Capture::start(connect, options).await?;
-    let report = capture.progress().report();
-    eprintln!(
-        "snapshot: {} chunks, {} rows; consistent at {}",
-        report.chunks_total,
-        report.rows_read,
-        report.position.map(|p| p.to_string()).unwrap_or_default()
+    engine.sql(&create).await?.collect().await?;
+    eprintln!("snapshotting shop.* in chunks of 16 rows, then streaming...");
+    engine.wait_ready("shop").await?;
+    let frontend = FrontendSettings {
+        users: vec![UserSettings {
+            name: DEMO_USER.into(),
+            password: DEMO_PASSWORD.into(),
+            method: None,
+        }],
+        ..FrontendSettings::default()
+    };
+    let pg = Server::bind(Arc::clone(&engine), listen, frontend).await?;
+    let addr = pg.local_addr();
+    println!(
+        "\ncdcfusion serves the captured `shop` schema over the PostgreSQL protocol. Connect with:\n\n    \
+         PGPASSWORD={DEMO_PASSWORD} psql -h {} -p {} -U {DEMO_USER} shop\n\n\
+         and try:\n    \
+         \\dt shop.*\n    \
+         SELECT * FROM shop.orders ORDER BY id DESC LIMIT 5;\n    \
+         SELECT _op, _position, id, status FROM shop.\"orders$changelog\" ORDER BY _position DESC LIMIT 10;\n    \
+         SELECT name, phase, position, lag_seconds FROM cdc.sources;\n\n\
+         A writer changes the orders a few times a second. Ctrl-C stops everything.\n",
+        addr.ip(),
+        addr.port()
     );
-    print_changes(&capture, &snapshot)?;
-    let writer = tokio::spawn(write_workload(server.root_url(), duration, seed));
-    let mut captured = 0usize;
-    // Follow the stream up to the server's position now and then, without ever waiting for a
-    // transaction that may not come.
-    while !writer.is_finished() {
-        let (target, _) = current_position(&mut admin, Flavor::MariaDb).await?;
-        let changes = tokio::select! {
-            changes = capture.catch_up_to(&target) => changes?,
-            _ = tokio::signal::ctrl_c() => { eprintln!("interrupted"); return Ok(()); }
-        };
-        captured += changes.len();
-        print_changes(&capture, &changes)?;
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let (writes, end) = writer.await??;
-    let end: BinlogCoord = end.parse()?;
-    let rest = capture.catch_up_to(&end).await?;
-    captured += rest.len();
-    print_changes(&capture, &rest)?;
-    eprintln!("writer committed {writes} transactions; captured {captured} changes up to {end}");
-    for (t, table) in capture.tables().iter().enumerate() {
-        eprintln!("current {}: {} rows", table.id, capture.state(t).len());
-    }
-    Ok(())
-}
-
-fn print_changes(capture: &Capture, changes: &[TableChange]) -> Result<()> {
-    for (table, batch) in capture.changelog_batches(changes)? {
-        println!("-- {table}: {} change(s)", batch.num_rows());
-        println!("{}", arrow::util::pretty::pretty_format_batches(&[batch])?);
-    }
+    let writer = tokio::spawn(write_workload(server.root_url(), seed));
+    let stop = async {
+        match duration {
+            Some(d) => tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = tokio::signal::ctrl_c() => {}
+            },
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    };
+    pg.run(stop).await;
+    writer.abort();
+    let status = engine
+        .sql("SELECT name, phase, position FROM cdc.sources")
+        .await?
+        .collect()
+        .await?;
+    eprintln!("{}", arrow::util::pretty::pretty_format_batches(&status)?);
     Ok(())
 }
 
@@ -403,16 +464,13 @@ async fn seed_rows(conn: &mut mysql_async::Conn) -> Result<()> {
     Ok(())
 }
 
-/// A small random workload on the sample schema; returns the number of transactions and the
-/// binlog position after the last one.
-async fn write_workload(url: String, duration: Duration, seed: u64) -> Result<(u64, String)> {
+/// A small random workload on the sample schema, until the task is aborted.
+async fn write_workload(url: String, seed: u64) -> Result<()> {
     let mut conn = mysql_async::Conn::from_url(url).await?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let customers = 8;
     let tiers = ["basic", "gold", "platinum"];
-    let started = Instant::now();
-    let mut count = 0u64;
-    while started.elapsed() < duration {
+    loop {
         let customer = rng.random_range(1..=customers);
         let mut tx = conn.start_transaction(Default::default()).await?;
         match rng.random_range(0..10) {
@@ -444,14 +502,6 @@ async fn write_workload(url: String, duration: Duration, seed: u64) -> Result<(u
             }
         }
         tx.commit().await?;
-        count += 1;
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
-    let row: mysql_async::Row = conn
-        .query_first("SHOW MASTER STATUS")
-        .await?
-        .context("SHOW MASTER STATUS returned nothing")?;
-    let file: String = row.get(0).unwrap_or_default();
-    let pos: u64 = row.get(1).unwrap_or_default();
-    Ok((count, format!("{file}:{pos}")))
 }

@@ -29,7 +29,7 @@ use datafusion::catalog::{
 use datafusion::datasource::TableProvider;
 use datafusion::error::DataFusionError;
 use datafusion::execution::context::SessionContext;
-use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{DataFrame, SessionConfig};
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
@@ -255,6 +255,17 @@ impl Engine {
     /// Runs one of cdcfusion's own statements (`CREATE SOURCE`, ...), or plans `sql` with
     /// every source's current version pinned.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
+        self.sql_with(sql, |state| state).await
+    }
+
+    /// [`Engine::sql`] for one client session: `session` adapts a copy of the engine's
+    /// state before planning (default catalog, session functions, ...). Versions are pinned
+    /// after it runs, so a session can never plan against an unpinned source.
+    pub async fn sql_with(
+        &self,
+        sql: &str,
+        session: impl FnOnce(SessionState) -> SessionState,
+    ) -> Result<DataFrame, EngineError> {
         if let Some(statement) = parse_cdc_statement(sql)? {
             return self.execute(statement).await;
         }
@@ -262,10 +273,15 @@ impl Engine {
             let sources = self.sources.read().expect("sources");
             pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
         };
-        let mut state = self.ctx.state();
+        let mut state = session(self.ctx.state());
         state.config_mut().set_extension(Arc::new(pinned));
         let ctx = SessionContext::new_with_state(state);
         Ok(ctx.sql(sql).await?)
+    }
+
+    /// The name of the engine's default catalog (where `cdc` and registered tables live).
+    pub fn default_catalog(&self) -> String {
+        default_catalog(&self.ctx)
     }
 }
 

@@ -1,0 +1,287 @@
+//! Who may connect: the start-up exchange of one connection.
+//!
+//! Before any password is asked for, the connection must hold a slot under the connection
+//! limit (`53300` otherwise), come over TLS when TLS is required (`28000`), and name a database
+//! that exists (`3D000`). Then the user's method runs: SCRAM-SHA-256 (the default) or md5
+//! through pgwire's handlers, or `trust` when configured explicitly. Passwords come from the
+//! config file's users and the one environment user.
+//!
+//! # Invariant
+//! A failed login is answered with `28P01` only after the configured delay, whether the user
+//! exists or not and whichever step failed, so answers neither leak user names nor allow fast
+//! guessing. A session exists (and the connection can run statements) only once
+//! authentication has finished.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::Sink;
+use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
+use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth, SCRAM_ITERATIONS};
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
+    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+};
+use pgwire::api::{ClientInfo, PgWireConnectionState};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::sync::Mutex;
+
+use super::catalog::catalog_of_database;
+use super::error::{
+    fatal_error, SQLSTATE_INVALID_AUTHORIZATION, SQLSTATE_INVALID_CATALOG_NAME,
+    SQLSTATE_INVALID_PASSWORD, SQLSTATE_TOO_MANY_CONNECTIONS,
+};
+use super::server::{ConnState, SessionInfo, Shared};
+use crate::config::{AuthMethod, UserSettings};
+
+/// Salt length of the SCRAM verifiers we derive from configured passwords.
+const SCRAM_SALT_LEN: usize = 16;
+
+/// A configured user with what each method needs.
+struct User {
+    method: AuthMethod,
+    password: String,
+    scram_salt: Vec<u8>,
+    /// `Hi(password, salt, iterations)`: computed once, not at every login.
+    scram_salted: Vec<u8>,
+}
+
+/// The users who may log in.
+pub struct Users {
+    default: AuthMethod,
+    users: HashMap<String, User>,
+}
+
+impl Debug for Users {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Users")
+            .field("default", &self.default)
+            .field("names", &self.users.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Users {
+    pub fn new(default: AuthMethod, users: &[UserSettings]) -> Self {
+        let users = users
+            .iter()
+            .map(|u| {
+                let scram_salt: Vec<u8> = (0..SCRAM_SALT_LEN).map(|_| rand::random()).collect();
+                let scram_salted = gen_salted_password(&u.password, &scram_salt, SCRAM_ITERATIONS);
+                (
+                    u.name.clone(),
+                    User {
+                        method: u.method.unwrap_or(default),
+                        password: u.password.clone(),
+                        scram_salt,
+                        scram_salted,
+                    },
+                )
+            })
+            .collect();
+        Self { default, users }
+    }
+
+    /// The method `user` logs in with: the global `trust` wins, then the user's own method;
+    /// unknown users go through SCRAM and fail in it.
+    fn method(&self, user: &str) -> AuthMethod {
+        if self.default == AuthMethod::Trust {
+            return AuthMethod::Trust;
+        }
+        self.users
+            .get(user)
+            .map_or(AuthMethod::ScramSha256, |u| u.method)
+    }
+}
+
+/// Passwords for pgwire's SCRAM and md5 handlers.
+#[derive(Debug)]
+struct PasswordSource {
+    users: Arc<Users>,
+    method: AuthMethod,
+}
+
+#[async_trait]
+impl AuthSource for PasswordSource {
+    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
+        let name = login.user().unwrap_or_default();
+        let user = self
+            .users
+            .users
+            .get(name)
+            .ok_or_else(|| PgWireError::InvalidPassword(name.to_string()))?;
+        Ok(match self.method {
+            AuthMethod::Md5 => {
+                let salt: [u8; 4] = rand::random();
+                let hash = hash_md5_password(name, &user.password, &salt);
+                Password::new(Some(salt.to_vec()), hash.into_bytes())
+            }
+            _ => Password::new(Some(user.scram_salt.clone()), user.scram_salted.clone()),
+        })
+    }
+}
+
+type Params = DefaultServerParameterProvider;
+
+/// The method running for this connection.
+enum Method {
+    Scram(SASLAuthStartupHandler<Params>),
+    Md5(Md5PasswordAuthStartupHandler<PasswordSource, Params>),
+}
+
+/// The start-up handler of one connection (see the module docs).
+pub struct Startup {
+    shared: Arc<Shared>,
+    conn: Arc<ConnState>,
+    method: Mutex<Option<Method>>,
+    user: Mutex<String>,
+}
+
+impl Startup {
+    pub fn new(shared: Arc<Shared>, conn: Arc<ConnState>) -> Self {
+        Self {
+            shared,
+            conn,
+            method: Mutex::new(None),
+            user: Mutex::new(String::new()),
+        }
+    }
+
+    /// Checks made on the start-up message, before any password.
+    fn admit<C: ClientInfo>(
+        &self,
+        client: &C,
+        parameters: &std::collections::BTreeMap<String, String>,
+    ) -> PgWireResult<SessionInfo> {
+        if !self.conn.has_slot() {
+            return Err(fatal_error(
+                SQLSTATE_TOO_MANY_CONNECTIONS,
+                format!(
+                    "sorry, too many clients already (max_connections is {})",
+                    self.shared.settings.max_connections
+                ),
+            ));
+        }
+        if self.shared.settings.tls_required && !client.is_secure() {
+            return Err(fatal_error(
+                SQLSTATE_INVALID_AUTHORIZATION,
+                "this server accepts TLS connections only (use sslmode=require)",
+            ));
+        }
+        let user = parameters.get("user").cloned().unwrap_or_default();
+        let database = parameters
+            .get("database")
+            .filter(|d| !d.is_empty())
+            .cloned()
+            .unwrap_or_else(|| user.clone());
+        let catalog = catalog_of_database(&self.shared.engine, &database).ok_or_else(|| {
+            fatal_error(
+                SQLSTATE_INVALID_CATALOG_NAME,
+                format!("database \"{database}\" does not exist"),
+            )
+        })?;
+        Ok(SessionInfo {
+            user,
+            database,
+            catalog,
+        })
+    }
+
+    fn method_for(&self, user: &str) -> Option<Method> {
+        let users = Arc::clone(&self.shared.users);
+        let params = Arc::clone(&self.shared.parameters);
+        let generator = Arc::clone(&self.shared.pid_generator);
+        match users.method(user) {
+            AuthMethod::Trust => None,
+            AuthMethod::Md5 => Some(Method::Md5(
+                Md5PasswordAuthStartupHandler::new(
+                    Arc::new(PasswordSource {
+                        users,
+                        method: AuthMethod::Md5,
+                    }),
+                    params,
+                )
+                .with_pid_secret_key_generator(generator),
+            )),
+            AuthMethod::ScramSha256 => {
+                let source = Arc::new(PasswordSource {
+                    users,
+                    method: AuthMethod::ScramSha256,
+                });
+                let mut scram = ScramAuth::new(source);
+                scram.set_iterations(SCRAM_ITERATIONS);
+                Some(Method::Scram(
+                    SASLAuthStartupHandler::new(params)
+                        .with_scram(scram)
+                        .with_pid_secret_key_generator(generator),
+                ))
+            }
+        }
+    }
+
+    /// Answers a failed login after the delay, the same way for every cause.
+    async fn refuse(&self) -> PgWireError {
+        tokio::time::sleep(self.shared.settings.auth_failure_delay).await;
+        let user = self.user.lock().await.clone();
+        fatal_error(
+            SQLSTATE_INVALID_PASSWORD,
+            format!("password authentication failed for user \"{user}\""),
+        )
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut method = self.method.lock().await;
+        if let PgWireFrontendMessage::Startup(startup) = &message {
+            let info = self.admit(client, &startup.parameters)?;
+            *self.user.lock().await = info.user.clone();
+            *method = self.method_for(&info.user);
+            self.conn.set_session(info);
+            if method.is_none() {
+                // trust: no exchange at all.
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                let (pid, key) = self.shared.pid_generator.generate(client);
+                client.set_pid_and_secret_key(pid, key);
+                finish_authentication(client, self.shared.parameters.as_ref()).await?;
+            }
+        }
+        let result = match method.as_ref() {
+            Some(Method::Scram(h)) => h.on_startup(client, message).await,
+            Some(Method::Md5(h)) => h.on_startup(client, message).await,
+            None => Ok(()),
+        };
+        match result {
+            Err(PgWireError::UserError(e)) => return Err(PgWireError::UserError(e)),
+            Err(PgWireError::IoError(e)) => return Err(PgWireError::IoError(e)),
+            Err(_) => return Err(self.refuse().await),
+            Ok(()) => {}
+        }
+        if matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            // Settings are looked up by lower-case name (drivers send `DateStyle`, `TimeZone`).
+            let metadata: Vec<(String, String)> = client.metadata().clone().into_iter().collect();
+            let lowered = metadata
+                .into_iter()
+                .map(|(k, v)| (k.to_lowercase(), v))
+                .collect();
+            *client.metadata_mut() = lowered;
+            self.conn.authenticated(client.pid_and_secret_key());
+        }
+        Ok(())
+    }
+}

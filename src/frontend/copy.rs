@@ -1,0 +1,163 @@
+//! `COPY (query) TO STDOUT` and `COPY table TO STDOUT`: query results as `COPY` data, in text
+//! or CSV format, with the options `psql`'s `\copy` sends (both the `WITH (...)` and the older
+//! bare-word spelling). Everything else `COPY` does (`FROM`, files, programs) is refused with
+//! `0A000`: the tables are read-only and the server writes no files.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use pgwire::api::results::{CopyCsvOptions, CopyEncoder, CopyTextOptions, FieldInfo};
+use pgwire::error::PgWireResult;
+use pgwire::messages::copy::CopyData;
+use sqlparser::ast::{
+    CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
+};
+
+use super::error::user_error;
+use crate::sql::SQLSTATE_FEATURE_NOT_SUPPORTED;
+
+/// A `COPY ... TO STDOUT` to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyOut {
+    /// The query whose rows are copied.
+    pub query: String,
+    pub csv: bool,
+    pub header: bool,
+    pub delimiter: Option<char>,
+    pub null: Option<String>,
+}
+
+impl CopyOut {
+    /// The `COPY` that `statement` is; `Ok(None)` when it is no `COPY`.
+    pub fn of(statement: &Statement) -> PgWireResult<Option<Self>> {
+        let Statement::Copy {
+            source,
+            to,
+            target,
+            options,
+            legacy_options,
+            ..
+        } = statement
+        else {
+            return Ok(None);
+        };
+        if !to {
+            return Err(user_error(
+                SQLSTATE_FEATURE_NOT_SUPPORTED,
+                "COPY FROM is not supported: cdcfusion's tables are read-only",
+            ));
+        }
+        if *target != CopyTarget::Stdout {
+            return Err(user_error(
+                SQLSTATE_FEATURE_NOT_SUPPORTED,
+                "COPY TO a file or program is not supported; use COPY ... TO STDOUT (psql: \\copy)",
+            ));
+        }
+        let query = match source {
+            CopySource::Query(q) => q.to_string(),
+            CopySource::Table {
+                table_name,
+                columns,
+            } => {
+                let columns = if columns.is_empty() {
+                    "*".to_string()
+                } else {
+                    columns
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                format!("SELECT {columns} FROM {table_name}")
+            }
+        };
+        let mut copy = Self {
+            query,
+            csv: false,
+            header: false,
+            delimiter: None,
+            null: None,
+        };
+        for option in options {
+            match option {
+                CopyOption::Format(f) if f.value.eq_ignore_ascii_case("csv") => copy.csv = true,
+                CopyOption::Format(f) if f.value.eq_ignore_ascii_case("text") => copy.csv = false,
+                CopyOption::Header(h) => copy.header = *h,
+                CopyOption::Delimiter(d) => copy.delimiter = Some(*d),
+                CopyOption::Null(n) => copy.null = Some(n.clone()),
+                other => return Err(unsupported_option(other)),
+            }
+        }
+        for option in legacy_options {
+            match option {
+                CopyLegacyOption::Csv(csv_options) => {
+                    copy.csv = true;
+                    for o in csv_options {
+                        match o {
+                            CopyLegacyCsvOption::Header => copy.header = true,
+                            other => return Err(unsupported_option(other)),
+                        }
+                    }
+                }
+                CopyLegacyOption::Delimiter(d) => copy.delimiter = Some(*d),
+                CopyLegacyOption::Null(n) => copy.null = Some(n.clone()),
+                CopyLegacyOption::Header => copy.header = true,
+                other => return Err(unsupported_option(other)),
+            }
+        }
+        Ok(Some(copy))
+    }
+
+    /// The encoder of this copy's lines.
+    pub fn encoder(&self, fields: Arc<Vec<FieldInfo>>) -> CopyEncoder {
+        if self.csv {
+            let mut options = CopyCsvOptions::default();
+            if let Some(d) = self.delimiter {
+                options.delimiter = d.to_string().as_str().into();
+            }
+            if let Some(n) = &self.null {
+                options.null_string = n.as_str().into();
+            }
+            CopyEncoder::new_csv(fields, options)
+        } else {
+            let mut options = CopyTextOptions::default();
+            if let Some(d) = self.delimiter {
+                options.delimiter = d.to_string().as_str().into();
+            }
+            if let Some(n) = &self.null {
+                options.null_string = n.as_str().into();
+            }
+            CopyEncoder::new_text(fields, options)
+        }
+    }
+
+    /// The header line, when asked for (CSV only, as in PostgreSQL).
+    pub fn header_line(&self, fields: &[FieldInfo]) -> Option<CopyData> {
+        if !(self.header && self.csv) {
+            return None;
+        }
+        let delimiter = self.delimiter.unwrap_or(',').to_string();
+        let names: Vec<String> = fields
+            .iter()
+            .map(|f| {
+                let name = f.name();
+                if name.contains(['"', '\n', '\r']) || name.contains(delimiter.as_str()) {
+                    format!("\"{}\"", name.replace('"', "\"\""))
+                } else {
+                    name.to_string()
+                }
+            })
+            .collect();
+        Some(CopyData::new(Bytes::from(format!(
+            "{}\n",
+            names.join(&delimiter)
+        ))))
+    }
+}
+
+fn unsupported_option(option: &impl std::fmt::Display) -> pgwire::error::PgWireError {
+    user_error(
+        SQLSTATE_FEATURE_NOT_SUPPORTED,
+        format!("COPY option {option} is not supported"),
+    )
+}

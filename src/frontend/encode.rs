@@ -1,0 +1,295 @@
+//! Query results on the wire: Arrow types to PostgreSQL types, rows to `DataRow` and `COPY`
+//! messages, in text or binary format.
+//!
+//! `arrow-pg` maps and encodes most types (integers, unsigned integers without overflow,
+//! floats, text, bytea, dates, times, timestamps with and without zone, intervals, lists as
+//! arrays, structs as composites). Two things are ours:
+//! * **numeric**: `arrow-pg` goes through `rust_decimal`, which holds 28 digits; MySQL
+//!   `DECIMAL(65,30)` arrives as `Decimal256`. [`Numeric`] encodes any `Decimal128`/`Decimal256`
+//!   exactly from Arrow's own decimal text, keeping the column's scale (`1.50` stays `1.50`).
+//! * **json**: text columns whose MySQL type is `json` (field metadata `mysql.type`) are
+//!   described as `json`, whose text and binary forms are both the document's text.
+//!
+//! # Invariant
+//! The fields a statement is described with ([`pg_fields`]) are the fields its rows are encoded
+//! with, so a `RowDescription` always matches the `DataRow`s after it.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{
+    DataType, Decimal128Type, Decimal256Type, DecimalType, Field, Int8Type, Schema,
+};
+use futures::{Stream, StreamExt};
+use pgwire::api::portal::Format;
+use pgwire::api::results::{CopyEncoder, DataRowEncoder, FieldInfo};
+use pgwire::api::Type;
+use pgwire::error::PgWireResult;
+use pgwire::types::format::FormatOptions;
+use pgwire::types::ToSqlText;
+use postgres_types::{to_sql_checked, IsNull, ToSql};
+
+/// Field metadata key holding a captured column's MySQL type.
+const MYSQL_TYPE_KEY: &str = "mysql.type";
+
+/// The PostgreSQL type a column is sent as.
+pub fn pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
+    match field.data_type() {
+        DataType::Decimal128(..) | DataType::Decimal256(..) => Ok(Type::NUMERIC),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+            if field
+                .metadata()
+                .get(MYSQL_TYPE_KEY)
+                .is_some_and(|t| t == "json") =>
+        {
+            Ok(Type::JSON)
+        }
+        _ => arrow_pg::datatypes::field_into_pg_type(field),
+    }
+}
+
+/// The row description of `schema` in `format`.
+pub fn pg_fields(
+    schema: &Schema,
+    format: &Format,
+    options: &Arc<FormatOptions>,
+) -> PgWireResult<Vec<FieldInfo>> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            Ok(FieldInfo::new(
+                f.name().clone(),
+                None,
+                None,
+                pg_type(f)?,
+                format.format_for(i),
+            )
+            .with_format_options(Arc::clone(options)))
+        })
+        .collect()
+}
+
+/// Something that takes encoded values one column at a time: a `DataRow` or a `COPY` line.
+pub trait RowSink: arrow_pg::encoder::Encoder {}
+impl RowSink for DataRowEncoder {}
+impl RowSink for CopyEncoder {}
+
+/// Encodes row `row` of `batch` into `sink`.
+pub fn encode_row<S: RowSink>(
+    sink: &mut S,
+    batch: &RecordBatch,
+    row: usize,
+    fields: &[FieldInfo],
+) -> PgWireResult<()> {
+    let schema = batch.schema_ref();
+    for (column, field) in fields.iter().enumerate() {
+        let array = batch.column(column);
+        match array.data_type() {
+            DataType::Decimal128(..) | DataType::Decimal256(..) => {
+                sink.encode_field(&Numeric::from_array(array, row), field)?
+            }
+            // Sent as int2 (PostgreSQL has no one-byte integer); arrow-pg would write one byte.
+            DataType::Int8 => {
+                let value = (!array.is_null(row))
+                    .then(|| i16::from(array.as_primitive::<Int8Type>().value(row)));
+                sink.encode_field(&value, field)?
+            }
+            _ => arrow_pg::encoder::encode_value(sink, array, row, schema.field(column), field)?,
+        }
+    }
+    Ok(())
+}
+
+/// The rows of a stream of batches as `DataRow`s.
+pub fn data_rows<S>(
+    batches: S,
+    fields: Arc<Vec<FieldInfo>>,
+) -> impl Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send
+where
+    S: Stream<Item = PgWireResult<RecordBatch>> + Send,
+{
+    batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<_>> = match batch {
+            Ok(batch) => {
+                let mut encoder = DataRowEncoder::new(Arc::clone(&fields));
+                (0..batch.num_rows())
+                    .map(|row| {
+                        encode_row(&mut encoder, &batch, row, &fields)?;
+                        Ok(encoder.take_row())
+                    })
+                    .collect()
+            }
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(rows)
+    })
+}
+
+/// The rows of a stream of batches as `COPY` data lines, from `encoder` (text or CSV).
+pub fn copy_rows<S>(
+    batches: S,
+    fields: Arc<Vec<FieldInfo>>,
+    mut encoder: CopyEncoder,
+) -> impl Stream<Item = PgWireResult<pgwire::messages::copy::CopyData>> + Send
+where
+    S: Stream<Item = PgWireResult<RecordBatch>> + Send,
+{
+    batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<_>> = match batch {
+            Ok(batch) => (0..batch.num_rows())
+                .map(|row| {
+                    encode_row(&mut encoder, &batch, row, &fields)?;
+                    Ok(encoder.take_copy())
+                })
+                .collect(),
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(rows)
+    })
+}
+
+/// An exact decimal value in Arrow's text form (`-12.50`), or NULL.
+#[derive(Debug)]
+pub struct Numeric(Option<String>);
+
+impl Numeric {
+    fn from_array(array: &ArrayRef, row: usize) -> Self {
+        if array.is_null(row) {
+            return Self(None);
+        }
+        Self(Some(match array.data_type() {
+            DataType::Decimal128(p, s) => {
+                let v = array.as_primitive::<Decimal128Type>().value(row);
+                Decimal128Type::format_decimal(v, *p, *s)
+            }
+            DataType::Decimal256(p, s) => {
+                let v = array.as_primitive::<Decimal256Type>().value(row);
+                Decimal256Type::format_decimal(v, *p, *s)
+            }
+            other => unreachable!("Numeric::from_array called on {other}"),
+        }))
+    }
+}
+
+impl ToSqlText for Numeric {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut BytesMut,
+        _format_options: &FormatOptions,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match &self.0 {
+            Some(text) => {
+                out.put_slice(text.as_bytes());
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+}
+
+impl ToSql for Numeric {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match &self.0 {
+            Some(text) => {
+                numeric_binary(text, out)?;
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+
+    to_sql_checked!();
+}
+
+/// Sign word of a negative `numeric` in the binary format.
+const NUMERIC_NEGATIVE: u16 = 0x4000;
+
+/// Writes decimal text (`-123.4500`) as PostgreSQL's binary `numeric`: base-10000 digits, the
+/// weight of the first one, the sign, and the display scale (the number of fraction digits).
+fn numeric_binary(text: &str, out: &mut BytesMut) -> Result<(), Box<dyn Error + Sync + Send>> {
+    let (negative, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    if !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return Err(format!("not a decimal: {text:?}").into());
+    }
+    let int = int.trim_start_matches('0');
+    // Align the integer part on the left and the fraction on the right to groups of four.
+    let int_padded = format!("{}{int}", "0".repeat((4 - int.len() % 4) % 4));
+    let frac_padded = format!("{frac}{}", "0".repeat((4 - frac.len() % 4) % 4));
+    let group = |s: &str| -> Vec<i16> {
+        s.as_bytes()
+            .chunks(4)
+            .map(|c| c.iter().fold(0i16, |acc, d| acc * 10 + i16::from(d - b'0')))
+            .collect()
+    };
+    let mut digits = group(&int_padded);
+    let mut weight = digits.len() as i16 - 1;
+    digits.extend(group(&frac_padded));
+    let leading = digits.iter().take_while(|&&d| d == 0).count();
+    digits.drain(..leading);
+    weight -= leading as i16;
+    while digits.last() == Some(&0) {
+        digits.pop();
+    }
+    let negative = negative && !digits.is_empty();
+    if digits.is_empty() {
+        weight = 0;
+    }
+    out.put_i16(digits.len() as i16);
+    out.put_i16(weight);
+    out.put_u16(if negative { NUMERIC_NEGATIVE } else { 0 });
+    out.put_u16(frac.len() as u16);
+    for d in digits {
+        out.put_i16(d);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binary(text: &str) -> Vec<i16> {
+        let mut out = BytesMut::new();
+        numeric_binary(text, &mut out).unwrap();
+        out.chunks(2)
+            .map(|c| i16::from_be_bytes([c[0], c[1]]))
+            .collect()
+    }
+
+    #[test]
+    fn numeric_binary_matches_postgresql() {
+        // ndigits, weight, sign, dscale, digits...
+        assert_eq!(binary("0"), [0, 0, 0, 0]);
+        assert_eq!(binary("0.00"), [0, 0, 0, 2]);
+        assert_eq!(binary("-0.00"), [0, 0, 0, 2]);
+        assert_eq!(binary("12345.678"), [3, 1, 0, 3, 1, 2345, 6780]);
+        assert_eq!(binary("-1.50"), [2, 0, 0x4000, 2, 1, 5000]);
+        assert_eq!(binary("0.0005"), [1, -1, 0, 4, 5]);
+        assert_eq!(binary("0.00000005"), [1, -2, 0, 8, 5]);
+        assert_eq!(binary("100000000"), [1, 2, 0, 0, 1]);
+        // 65 digits, 30 of them after the point: beyond rust_decimal, exact here.
+        let big = format!("{}.{}", "9".repeat(35), "9".repeat(30));
+        let encoded = binary(&big);
+        assert_eq!(&encoded[..4], [17, 8, 0, 30]);
+        assert_eq!(encoded[4], 999);
+        assert_eq!(encoded[encoded.len() - 1], 9900);
+        assert!(numeric_binary("1e5", &mut BytesMut::new()).is_err());
+    }
+}

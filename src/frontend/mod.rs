@@ -1,0 +1,34 @@
+//! The PostgreSQL front end: psql, drivers and BI tools query cdcfusion as if it were
+//! PostgreSQL.
+//!
+//! This module wires the parts together and holds no protocol logic itself:
+//! * `server`: the listener, the life of a connection (limit, idle sessions, cancellation,
+//!   graceful shutdown);
+//! * `auth`: the start-up exchange (connection slot, TLS requirement, database, password);
+//! * `tls`: the rustls acceptor of the configured certificate;
+//! * `query`: the simple and extended protocols, routing each statement (ours, session,
+//!   `COPY`, DataFusion) and running it through [`Engine::sql_with`](crate::engine::Engine::sql_with);
+//! * `session`: `SET`/`SHOW`/transaction statements and session functions;
+//! * `copy`: `COPY ... TO STDOUT`;
+//! * `catalog`: databases as catalogs, and each database's `pg_catalog`;
+//! * `encode`: Arrow to PostgreSQL types and wire formats;
+//! * `error`: SQLSTATEs of every error a client can see.
+//!
+//! The wire protocol itself is pgwire's; `pg_catalog` with the functions psql calls, and the
+//! PostgreSQL compatibility rewrites of catalog queries, are datafusion-pg-catalog's; Arrow to
+//! PostgreSQL encoding is arrow-pg's except for `numeric` and `json` (see `encode`).
+
+mod auth;
+mod catalog;
+mod copy;
+mod encode;
+mod error;
+mod query;
+mod server;
+mod session;
+mod tls;
+
+pub use catalog::DEFAULT_DATABASE;
+pub use error::FrontendError;
+pub use server::Server;
+pub use session::SERVER_VERSION;

@@ -1,0 +1,12 @@
+//! The PostgreSQL front end with real clients: the `psql` binary, tokio-postgres (extended
+//! protocol, binary formats, every type), psycopg (another language's driver), concurrent
+//! clients while the source ingests, and the server's limits.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod fixture;
+
+mod clients;
+mod psql;
+mod server;
+mod types;
