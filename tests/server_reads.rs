@@ -14,11 +14,6 @@ use cdcfusion::engine::Engine;
 use common::*;
 use mysql_async::prelude::Queryable;
 
-async fn rows(engine: &Engine, sql: &str) -> Vec<String> {
-    let batches: Vec<RecordBatch> = engine.sql(sql).await.unwrap().collect().await.unwrap();
-    batches.iter().flat_map(row_strings).collect()
-}
-
 async fn explain(engine: &Engine, sql: &str) -> String {
     let batches: Vec<RecordBatch> = engine
         .sql(&format!("EXPLAIN {sql}"))
@@ -82,7 +77,7 @@ async fn mysql_snapshot_runs_chunks_as_partitions_and_explains_them() {
     )
     .await
     .unwrap();
-    let got = rows(&engine, "SELECT note, id FROM mysql_snapshot('ra', 'reads_a.acct') WHERE id <= 3 OR id >= 39 ORDER BY id").await;
+    let got = query(&engine, "SELECT note, id FROM mysql_snapshot('ra', 'reads_a.acct') WHERE id <= 3 OR id >= 39 ORDER BY id").await;
     assert_eq!(
         got,
         [
@@ -149,7 +144,7 @@ async fn mysql_snapshot_is_one_position_under_concurrent_transfers() {
         })
     };
     for _ in 0..6 {
-        let got = rows(
+        let got = query(
             &engine,
             "SELECT count(*) AS n, sum(balance) AS total FROM mysql_snapshot('rb', 'reads_b.acct')",
         )
@@ -167,7 +162,7 @@ async fn mysql_snapshot_is_one_position_under_concurrent_transfers() {
         "reads ran while transfers committed ({transfers})"
     );
     // Quiet again: the read equals the captured current table row for row.
-    let source = rows(
+    let source = query(
         &engine,
         "SELECT * FROM mysql_snapshot('rb', 'reads_b.acct') ORDER BY id",
     )
@@ -196,7 +191,7 @@ async fn mysql_binlog_streams_the_tables_changes_from_a_position() {
     assert!(plan.contains("unbounded"), "{plan}");
     let query = {
         let engine = Arc::clone(&engine);
-        tokio::spawn(async move { rows(&engine, sql).await })
+        tokio::spawn(async move { query(&engine, sql).await })
     };
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(!query.is_finished(), "the stream waits for changes");

@@ -6,18 +6,12 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
 use cdcfusion::capture::{CaptureOptions, SnapshotMode};
 use cdcfusion::engine::Engine;
 use cdcfusion::source::connect::current_position;
 use cdcfusion::source::schema::Flavor;
 use common::*;
 use mysql_async::prelude::Queryable;
-
-async fn rows(engine: &Engine, sql: &str) -> Vec<String> {
-    let batches: Vec<RecordBatch> = engine.sql(sql).await.unwrap().collect().await.unwrap();
-    batches.iter().flat_map(row_strings).collect()
-}
 
 async fn setup(db: &str, source: &str) -> Engine {
     let mut conn = root_conn(server()).await;
@@ -59,11 +53,11 @@ async fn sync(engine: &Engine, source: &str) {
 async fn current_table_and_changelog_follow_the_source() {
     let engine = setup("views_a", "va").await;
     assert_eq!(
-        rows(&engine, "SELECT count(*) AS n FROM va.views_a.t").await,
+        query(&engine, "SELECT count(*) AS n FROM va.views_a.t").await,
         ["n=50"]
     );
     assert_eq!(
-        rows(&engine, "SELECT * FROM va.views_a.t WHERE id = 7").await,
+        query(&engine, "SELECT * FROM va.views_a.t WHERE id = 7").await,
         ["id=7 c=70 v=v7"]
     );
     let mut conn = root_conn(server()).await;
@@ -75,7 +69,7 @@ async fn current_table_and_changelog_follow_the_source() {
     .unwrap();
     sync(&engine, "va").await;
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT id, v FROM va.views_a.t WHERE id IN (7, 8, 9, 100, 101) ORDER BY id"
         )
@@ -83,17 +77,17 @@ async fn current_table_and_changelog_follow_the_source() {
         ["id=7 v=x", "id=100 v=new", "id=101 v=v9"]
     );
     assert_eq!(
-        rows(&engine, "SELECT count(*) AS n FROM va.views_a.t").await,
+        query(&engine, "SELECT count(*) AS n FROM va.views_a.t").await,
         ["n=50"]
     );
     // Every change of row 7, in source order, with its before image.
     assert_eq!(
-        rows(&engine, "SELECT _op, v, _before['v'] AS before FROM va.views_a.\"t$changelog\" WHERE id = 7 ORDER BY _position").await,
+        query(&engine, "SELECT _op, v, _before['v'] AS before FROM va.views_a.\"t$changelog\" WHERE id = 7 ORDER BY _position").await,
         ["_op=r v=v7 before=NULL", "_op=u v=x before=v7"]
     );
     // The key change is a delete of the old key and an insert of the new one.
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT _op, id FROM va.views_a.\"t$changelog\" WHERE _op <> 'r' ORDER BY _position"
         )
@@ -108,10 +102,10 @@ async fn current_table_and_changelog_follow_the_source() {
     );
     // Binlog-derived positions are unique, and replaying the changelog gives the table.
     assert_eq!(
-        rows(&engine, "SELECT count(*) - count(DISTINCT _position) AS dup FROM va.views_a.\"t$changelog\" WHERE _op <> 'r'").await,
+        query(&engine, "SELECT count(*) - count(DISTINCT _position) AS dup FROM va.views_a.\"t$changelog\" WHERE _op <> 'r'").await,
         ["dup=0"]
     );
-    let replay = rows(
+    let replay = query(
         &engine,
         "SELECT id, c, v FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY _position DESC) AS rn
            FROM va.views_a.\"t$changelog\") WHERE rn = 1 AND _op <> 'd' ORDER BY id",
@@ -119,17 +113,17 @@ async fn current_table_and_changelog_follow_the_source() {
     .await;
     assert_eq!(
         replay,
-        rows(&engine, "SELECT id, c, v FROM va.views_a.t ORDER BY id").await
+        query(&engine, "SELECT id, c, v FROM va.views_a.t ORDER BY id").await
     );
     // Position pruning still returns exactly the matching rows.
-    let first_change = rows(
+    let first_change = query(
         &engine,
         "SELECT min(_position) AS p FROM va.views_a.\"t$changelog\" WHERE _op <> 'r'",
     )
     .await;
     let p = first_change[0].trim_start_matches("p=");
     assert_eq!(
-        rows(
+        query(
             &engine,
             &format!(
                 "SELECT count(*) AS n FROM va.views_a.\"t$changelog\" WHERE _position >= '{p}'"
@@ -143,7 +137,7 @@ async fn current_table_and_changelog_follow_the_source() {
 #[tokio::test]
 async fn point_lookups_use_the_index() {
     let engine = setup("views_b", "vb").await;
-    let plan = rows(&engine, "EXPLAIN SELECT v FROM vb.views_b.t WHERE id = 42")
+    let plan = query(&engine, "EXPLAIN SELECT v FROM vb.views_b.t WHERE id = 42")
         .await
         .join("\n");
     assert!(
@@ -154,7 +148,7 @@ async fn point_lookups_use_the_index() {
         plan.contains("partition_sizes=[1]"),
         "the scan holds only the matching row:\n{plan}"
     );
-    let plan = rows(
+    let plan = query(
         &engine,
         "EXPLAIN SELECT v FROM vb.views_b.t WHERE id IN (1, 2, 3)",
     )
@@ -165,20 +159,20 @@ async fn point_lookups_use_the_index() {
         "{plan}"
     );
     // A non-key filter scans.
-    let plan = rows(&engine, "EXPLAIN SELECT v FROM vb.views_b.t WHERE c = 420")
+    let plan = query(&engine, "EXPLAIN SELECT v FROM vb.views_b.t WHERE c = 420")
         .await
         .join("\n");
     assert!(plan.contains("FilterExec"), "{plan}");
     assert_eq!(
-        rows(&engine, "SELECT v FROM vb.views_b.t WHERE id = 42").await,
+        query(&engine, "SELECT v FROM vb.views_b.t WHERE id = 42").await,
         ["v=v42"]
     );
     assert_eq!(
-        rows(&engine, "SELECT v FROM vb.views_b.t WHERE id = 4200").await,
+        query(&engine, "SELECT v FROM vb.views_b.t WHERE id = 4200").await,
         Vec::<String>::new()
     );
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT v FROM vb.views_b.t WHERE id = 42 AND c = 1"
         )
@@ -186,7 +180,7 @@ async fn point_lookups_use_the_index() {
         Vec::<String>::new()
     );
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT count(*) AS n FROM vb.views_b.t WHERE id IN (1, 2, 999)"
         )
@@ -220,7 +214,7 @@ async fn a_transaction_is_seen_whole_or_not_at_all() {
     let mut observed = std::collections::BTreeSet::new();
     let mut queries = 0;
     while !done.load(Ordering::Relaxed) || queries < 100 {
-        let r = rows(
+        let r = query(
             &engine,
             "SELECT sum(balance) AS total, min(balance) AS low FROM vc.views_c.acct",
         )
@@ -235,7 +229,7 @@ async fn a_transaction_is_seen_whole_or_not_at_all() {
     assert_eq!(writer.await.unwrap(), 200);
     sync(&engine, "vc").await;
     assert_eq!(
-        rows(&engine, "SELECT balance FROM vc.views_c.acct ORDER BY id").await,
+        query(&engine, "SELECT balance FROM vc.views_c.acct ORDER BY id").await,
         ["balance=-400", "balance=2400"]
     );
     assert!(
@@ -248,7 +242,7 @@ async fn a_transaction_is_seen_whole_or_not_at_all() {
 async fn status_tables_and_drop_source() {
     let engine = setup("views_d", "vd").await;
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT name, phase, consistent, error FROM cdc.sources"
         )
@@ -256,27 +250,27 @@ async fn status_tables_and_drop_source() {
         ["name=vd phase=streaming consistent=true error=NULL"]
     );
     assert_eq!(
-        rows(&engine, "SELECT \"table\", rows, chunks_done, chunks_total, keyless FROM cdc.tables ORDER BY \"table\"").await,
+        query(&engine, "SELECT \"table\", rows, chunks_done, chunks_total, keyless FROM cdc.tables ORDER BY \"table\"").await,
         [
             "table=acct rows=2 chunks_done=1 chunks_total=1 keyless=false",
             "table=t rows=50 chunks_done=4 chunks_total=4 keyless=false"
         ]
     );
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT count(*) AS n FROM vd.cdc.chunks WHERE state = 'done'"
         )
         .await,
         ["n=5"]
     );
-    assert!(rows(&engine, "SELECT url FROM cdc.sources").await[0].contains(":****@"));
+    assert!(query(&engine, "SELECT url FROM cdc.sources").await[0].contains(":****@"));
     // Lag: once the server's binlog end has been polled, nothing is pending.
     let lag =
         "SELECT lag_bytes, lag_seconds, server_position = position AS at_end FROM cdc.sources";
     let mut seen = Vec::new();
     for _ in 0..200 {
-        seen = rows(&engine, lag).await;
+        seen = query(&engine, lag).await;
         if seen == ["lag_bytes=0 lag_seconds=0.0 at_end=true"] {
             break;
         }
@@ -293,14 +287,14 @@ async fn status_tables_and_drop_source() {
         .clone()
         .unwrap();
     assert_eq!(
-        rows(
+        query(
             &engine,
             "SELECT s.position, count(*) AS n FROM cdc.sources s, vd.views_d.t GROUP BY s.position"
         )
         .await,
         [format!("position={published} n=50")]
     );
-    let tables = rows(&engine, "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'vd' AND table_schema = 'views_d' ORDER BY 1").await;
+    let tables = query(&engine, "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'vd' AND table_schema = 'views_d' ORDER BY 1").await;
     assert_eq!(
         tables,
         [
@@ -312,7 +306,7 @@ async fn status_tables_and_drop_source() {
     );
     engine.drop_source("vd").unwrap();
     assert!(engine.sql("SELECT * FROM vd.views_d.t").await.is_err());
-    assert!(rows(&engine, "SELECT name FROM cdc.sources")
+    assert!(query(&engine, "SELECT name FROM cdc.sources")
         .await
         .is_empty());
 }
@@ -337,7 +331,7 @@ async fn sources_are_created_shown_and_dropped_in_sql() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        rows(&engine, "SELECT id, v FROM shop.views_e.t ORDER BY id").await,
+        query(&engine, "SELECT id, v FROM shop.views_e.t ORDER BY id").await,
         ["id=1 v=1", "id=2 v=2"]
     );
     // Creating it again fails, unless IF NOT EXISTS.
@@ -347,7 +341,7 @@ async fn sources_are_created_shown_and_dropped_in_sql() {
         .sql(&create.replace("CREATE SOURCE", "CREATE SOURCE IF NOT EXISTS"))
         .await
         .unwrap();
-    let shown = rows(&engine, "SHOW SOURCES").await;
+    let shown = query(&engine, "SHOW SOURCES").await;
     assert_eq!(shown.len(), 1);
     assert!(
         shown[0].contains("name=shop") && shown[0].contains("cdc:****@"),
@@ -380,7 +374,7 @@ async fn changelog_tail_streams_changes_as_they_commit() {
     let query = {
         let engine = Arc::clone(&engine);
         tokio::spawn(async move {
-            rows(
+            query(
                 &engine,
                 "SELECT _op, id, v FROM changelog_tail('vf', 'views_f.t') WHERE _op <> 'r' LIMIT 3",
             )

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
-use arrow::row::OwnedRow;
+use arrow::row::{OwnedRow, Rows};
 
 use arrow::compute::concat_batches;
 
@@ -243,12 +243,8 @@ impl TableState {
                 row_index: *row_index,
                 sub,
             };
-            let old = before
-                .as_ref()
-                .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
-            let new = after
-                .as_ref()
-                .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+            let old = owned_pair(before.as_ref(), i);
+            let new = owned_pair(after.as_ref(), i);
             let meta = |op, key: &OwnedRow, position, before, after| ChangelogEvent {
                 op,
                 key: key.clone(),
@@ -341,12 +337,8 @@ impl TableState {
                 before,
                 after,
             };
-            let old = before
-                .as_ref()
-                .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
-            let new = after
-                .as_ref()
-                .map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+            let old = owned_pair(before.as_ref(), i);
+            let new = owned_pair(after.as_ref(), i);
             match (old, new) {
                 (Some((ok, orow)), Some((nk, nrow))) if ok == nk && !keyless => {
                     out.push(event(Op::Update, nk, position(0), Some(orow), Some(nrow)));
@@ -483,4 +475,9 @@ fn apply_streaming(
             }
         }
     }
+}
+
+/// Row `i` of an encoded image as owned `(key, row)`, when the batch has that image.
+fn owned_pair(encoded: Option<&(Rows, Rows)>, i: usize) -> Option<(OwnedRow, OwnedRow)> {
+    encoded.map(|(k, r)| (k.row(i).owned(), r.row(i).owned()))
 }

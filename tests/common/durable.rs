@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use arrow::array::RecordBatch;
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
 use cdcfusion::devserver::DevServer;
 use cdcfusion::engine::Engine;
@@ -12,17 +11,6 @@ use cdcfusion::source::position::{BinlogCoord, StartPosition};
 use cdcfusion::source::snapshot::select_batches;
 
 use super::*;
-
-pub async fn query(engine: &Engine, sql: &str) -> Vec<String> {
-    let batches: Vec<RecordBatch> = engine
-        .sql(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    batches.iter().flat_map(row_strings).collect()
-}
 
 /// The rows of `db.table` on the server, rendered like the engine renders them, sorted.
 pub async fn source_rows(

@@ -7,6 +7,7 @@ pub mod durable;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use arrow::array::RecordBatch;
 use cdcfusion::change::SourceTransaction;
 use cdcfusion::devserver::DevServer;
 use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
@@ -109,4 +110,16 @@ pub fn row_strings(batch: &arrow::array::RecordBatch) -> Vec<String> {
                 .join(" ")
         })
         .collect()
+}
+
+/// The rows a query on `engine` returns, one string per row (panics naming the query).
+pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String> {
+    let batches: Vec<RecordBatch> = engine
+        .sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    batches.iter().flat_map(row_strings).collect()
 }

@@ -417,8 +417,12 @@ impl SnapshotRun {
                 ))
             })?;
         let schema = &self.tables[t].schema;
-        let rows = concat_batches(&schema.arrow, batches)
-            .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?;
+        // A partition yields its chunk as one batch: take it rather than copy it.
+        let rows = match batches {
+            [one] => one.clone(),
+            _ => concat_batches(&schema.arrow, batches)
+                .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?,
+        };
         Ok(SnapshotChunk {
             table: t,
             index,
