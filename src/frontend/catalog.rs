@@ -69,6 +69,7 @@ impl PgCatalogs {
             EmptyContextProvider,
         )
         .map_err(|e| *e)?;
+        super::compat::install(engine.context());
         Ok(Self {
             static_tables: Arc::new(PgCatalogStaticTables::try_new()?),
             catalogs: Arc::clone(engine.context().state().catalog_list()),
@@ -163,11 +164,17 @@ impl CatalogInfo for DatabaseView {
     }
 
     async fn schema_names(&self, catalog: &str) -> Result<Option<Vec<String>>, DataFusionError> {
+        // `pg_catalog` is listed (as oid 11, which the crate's `pg_proc` and `pg_type` rows
+        // refer to, so `\df pg_catalog.*` finds them) but its tables are not: see
+        // `table_names`.
         Ok(self.current_catalog(catalog).map(|c| {
-            c.schema_names()
+            let mut names: Vec<String> = c
+                .schema_names()
                 .into_iter()
                 .filter(|s| s != PG_CATALOG)
-                .collect()
+                .collect();
+            names.push(PG_CATALOG.to_string());
+            names
         }))
     }
 
@@ -176,6 +183,10 @@ impl CatalogInfo for DatabaseView {
         catalog: &str,
         schema: &str,
     ) -> Result<Option<Vec<String>>, DataFusionError> {
+        // The catalog does not describe itself: `pg_class` lists the data's tables only.
+        if schema == PG_CATALOG {
+            return Ok(self.current_catalog(catalog).map(|_| Vec::new()));
+        }
         Ok(self
             .current_catalog(catalog)
             .and_then(|c| c.schema(schema))

@@ -11,6 +11,8 @@
 //! * `session`: `SET`/`SHOW`/transaction statements and session functions;
 //! * `copy`: `COPY ... TO STDOUT`;
 //! * `catalog`: databases as catalogs, and each database's `pg_catalog`;
+//! * `compat`: the catalog functions and the `ARRAY(subquery)` rewrite psql needs beyond
+//!   datafusion-pg-catalog;
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
 //! * `error`: SQLSTATEs of every error a client can see.
 //!
@@ -20,6 +22,7 @@
 
 mod auth;
 mod catalog;
+mod compat;
 mod copy;
 mod encode;
 mod error;

@@ -41,6 +41,7 @@ use pgwire::types::format::FormatOptions;
 use sqlparser::ast::Statement;
 
 use super::catalog::SessionCatalogs;
+use super::compat;
 use super::copy::CopyOut;
 use super::encode;
 use super::error::{canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL};
@@ -126,7 +127,7 @@ impl Parser {
                 "cannot insert multiple commands into a prepared statement",
             ));
         }
-        let Some(statement) = statements.pop() else {
+        let Some(statement) = statements.pop().map(compat::rewrite) else {
             return Ok(None);
         };
         if let Some(s) = SessionStatement::of(&statement) {

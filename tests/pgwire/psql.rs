@@ -31,6 +31,42 @@ async fn psql_meta_commands_describe_captured_tables() {
     for column in ["id", "customer", "amount", "integer", "text", "numeric"] {
         assert!(orders.contains(column), "{column} missing from:\n{orders}");
     }
+    let detailed = psql(&["-c", "\\d+ metadb.orders"]);
+    for word in ["Storage", "Description", "customer", "not null", "numeric"] {
+        assert!(detailed.contains(word), "{word} missing from:\n{detailed}");
+    }
+    let sized = psql(&["-c", "\\dt+ metadb.*"]);
+    assert!(
+        sized.contains("Size") && sized.contains("orders"),
+        "{sized}"
+    );
+    // \df lists no user-defined functions (psql leaves out pg_catalog's), \df+ neither.
+    for command in ["\\df", "\\df+"] {
+        let functions = psql(&["-c", command]);
+        assert!(
+            functions.contains("List of functions") && functions.contains("(0 rows)"),
+            "{command}: {functions}"
+        );
+    }
+    let builtin = psql(&["-c", "\\df pg_catalog.pg_size_pretty"]);
+    assert!(
+        builtin.contains("pg_size_pretty") && builtin.contains("| text"),
+        "{builtin}"
+    );
+    // The other listings a psql user reaches for run without errors.
+    for command in [
+        "\\l+",
+        "\\dn+",
+        "\\dT",
+        "\\du",
+        "\\dv cdc.*",
+        "\\d cdc.sources",
+    ] {
+        let out = psql(&["-c", command]);
+        assert!(!out.is_empty(), "{command} printed nothing");
+    }
+    let size = psql(&["-A", "-t", "-c", "SELECT pg_size_pretty(10485760)"]);
+    assert_eq!(size, "10 MB\n");
     // The data itself, through the database's default catalog.
     let rows = psql(&[
         "-A",

@@ -1,0 +1,564 @@
+//! What psql's meta-commands need beyond `datafusion-pg-catalog`: a rewrite of PostgreSQL's
+//! `ARRAY(subquery)` and the catalog functions the crate does not register.
+//!
+//! The functions answer what is true of cdcfusion, never invented data: every object is
+//! visible (one search path, no per-schema privileges), the session's user has every role it
+//! asks about, and nothing has a comment, a function definition or an on-disk size, so those
+//! are NULL (psql shows an empty cell). `pg_size_pretty` is PostgreSQL's own formatting.
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
+use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::common::ScalarValue;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    Volatility,
+};
+use datafusion::prelude::SessionContext;
+use sqlparser::ast::{
+    visit_expressions_mut, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, ObjectName, OrderByExpr, OrderByKind, Query, SelectItem, SetExpr,
+    Statement, Value,
+};
+
+/// Functions that are true of every object: each `pg_*_is_visible` (cdcfusion has one search
+/// path), and `pg_has_role` (no role hierarchy; the session's user holds what it asks for).
+const ALWAYS_TRUE: [&str; 13] = [
+    "pg_function_is_visible",
+    "pg_type_is_visible",
+    "pg_operator_is_visible",
+    "pg_opclass_is_visible",
+    "pg_opfamily_is_visible",
+    "pg_conversion_is_visible",
+    "pg_collation_is_visible",
+    "pg_statistics_obj_is_visible",
+    "pg_ts_config_is_visible",
+    "pg_ts_dict_is_visible",
+    "pg_ts_parser_is_visible",
+    "pg_ts_template_is_visible",
+    "pg_has_role",
+];
+
+/// Text functions with nothing to say here: no object has a comment, and the built-in
+/// functions listed in `pg_proc` have no SQL definition in cdcfusion.
+const NO_TEXT: [&str; 8] = [
+    "obj_description",
+    "col_description",
+    "shobj_description",
+    "pg_get_function_result",
+    "pg_get_function_arguments",
+    "pg_get_function_identity_arguments",
+    "pg_get_functiondef",
+    "pg_get_function_sqlbody",
+];
+
+/// Sizes on disk, which the in-memory current tables do not have.
+const NO_SIZE: [&str; 3] = ["pg_table_size", "pg_indexes_size", "pg_database_size"];
+
+/// Registers the functions of this module in `ctx`.
+pub fn install(ctx: &SessionContext) {
+    for name in ALWAYS_TRUE {
+        ctx.register_udf(constant(name, ScalarValue::Boolean(Some(true))));
+    }
+    for name in NO_TEXT {
+        ctx.register_udf(constant(name, ScalarValue::Utf8(None)));
+    }
+    for name in NO_SIZE {
+        ctx.register_udf(constant(name, ScalarValue::Int64(None)));
+    }
+    ctx.register_udf(ScalarUDF::new_from_impl(SizePretty::new()));
+}
+
+fn constant(name: &str, value: ScalarValue) -> ScalarUDF {
+    ScalarUDF::new_from_impl(Constant {
+        name: name.to_string(),
+        value,
+        signature: Signature::one_of(
+            (1..=3).map(TypeSignature::Any).collect(),
+            Volatility::Stable,
+        ),
+    })
+}
+
+/// A catalog function whose answer does not depend on its arguments (see the module docs).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Constant {
+    name: String,
+    value: ScalarValue,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Constant {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(self.value.data_type())
+    }
+    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(self.value.clone()))
+    }
+}
+
+/// `pg_size_pretty(bigint)`: a byte count in PostgreSQL's words.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct SizePretty {
+    signature: Signature,
+}
+
+impl SizePretty {
+    fn new() -> Self {
+        Self {
+            signature: Signature::uniform(1, vec![DataType::Int64], Volatility::Immutable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for SizePretty {
+    fn name(&self) -> &str {
+        "pg_size_pretty"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [arg] = args.args.as_slice() else {
+            return Err(DataFusionError::Plan(
+                "pg_size_pretty takes one argument".into(),
+            ));
+        };
+        let sizes = arg.to_array(args.number_rows)?;
+        let pretty: StringArray = sizes
+            .as_primitive::<Int64Type>()
+            .iter()
+            .map(|size| size.map(size_pretty))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(pretty) as ArrayRef))
+    }
+}
+
+/// PostgreSQL's `pg_size_pretty`: bytes below 10 kB, then the largest unit that keeps the
+/// number below 20480, rounded half away from zero.
+fn size_pretty(size: i64) -> String {
+    const LIMIT: i64 = 10 * 1024;
+    const LIMIT2: i64 = LIMIT * 2 - 1;
+    if size.abs() < LIMIT {
+        return format!("{size} bytes");
+    }
+    let half_rounded = |x: i64| (x + if x < 0 { -1 } else { 1 }) / 2;
+    // One extra bit is kept for rounding.
+    let mut half_units = size >> 9;
+    for unit in ["kB", "MB", "GB", "TB"] {
+        if half_units.abs() < LIMIT2 {
+            return format!("{} {unit}", half_rounded(half_units));
+        }
+        half_units >>= 10;
+    }
+    format!("{} PB", half_rounded(half_units))
+}
+
+/// Rewrites what DataFusion cannot plan into what it can, after datafusion-pg-catalog's rules.
+///
+/// * `ARRAY(SELECT e FROM ... ORDER BY o)` becomes the scalar subquery
+///   `(SELECT array_agg(e ORDER BY o) FROM ...)`, which DataFusion decorrelates when it refers
+///   to the outer query. Unlike PostgreSQL, an empty result gives NULL rather than `{}`. One
+///   shape stays out of reach: a subquery calling a function over the outer query's columns in
+///   its `FROM` (psql's `unnest(tc.reloptions)`, a lateral call). Over the catalog alone it
+///   becomes a NULL `text[]` (the catalog has no options to list); over user tables it is left
+///   for the planner to refuse by name.
+/// * Catalog columns PostgreSQL has and this catalog lacks or keeps as text (options and access
+///   privileges, which cdcfusion does not have) read as a NULL `text[]`, the type psql expects.
+/// * A scalar subquery over the catalog alone that is not aggregated (psql's
+///   `(SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)`) is wrapped in `max`:
+///   DataFusion only decorrelates aggregated subqueries, and over a unique oid the two agree.
+/// * `pg_get_function_result(p.oid)` over `pg_proc` reads the row's return type (`\df`).
+pub fn rewrite(mut statement: Statement) -> Statement {
+    let aliases = catalog_aliases(&statement);
+    let _ = visit_expressions_mut(&mut statement, |expr| {
+        if let Some(query) = array_subquery(expr) {
+            if is_lateral_catalog_call(query) {
+                *expr = null_text_array();
+            } else if let Some(q) = aggregated(query) {
+                *expr = Expr::Subquery(Box::new(q));
+            }
+        } else if let Some(result) = function_result(expr, &aliases) {
+            *expr = result;
+        } else if is_missing_column(expr, &aliases) {
+            *expr = null_text_array();
+        } else if let Expr::Subquery(query) = expr {
+            wrap_in_max(query);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    statement
+}
+
+/// `pg_get_function_result(p.oid)` over a `pg_proc` alias `p`, as the return type's name
+/// (`SETOF` before it for set-returning functions), from the row's own columns.
+fn function_result(expr: &Expr, aliases: &[(String, String)]) -> Option<Expr> {
+    let Expr::Function(Function {
+        name,
+        args: FunctionArguments::List(list),
+        ..
+    }) = expr
+    else {
+        return None;
+    };
+    if !ident_is(
+        name.0.last().and_then(|p| p.as_ident()),
+        "pg_get_function_result",
+    ) {
+        return None;
+    }
+    let [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::CompoundIdentifier(parts)))] =
+        list.args.as_slice()
+    else {
+        return None;
+    };
+    let [alias, column] = parts.as_slice() else {
+        return None;
+    };
+    let is_proc = aliases
+        .iter()
+        .any(|(a, t)| a.eq_ignore_ascii_case(&alias.value) && t == "pg_proc");
+    if !is_proc || !column.value.eq_ignore_ascii_case("oid") {
+        return None;
+    }
+    let column = |c: &str| Expr::CompoundIdentifier(vec![alias.clone(), Ident::new(c)]);
+    let sql = format!(
+        "CASE WHEN {set} THEN 'SETOF ' || format_type({ret}, NULL) ELSE format_type({ret}, NULL) END",
+        set = column("proretset"),
+        ret = column("prorettype"),
+    );
+    sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_expr())
+        .ok()
+}
+
+/// Columns of PostgreSQL's catalog that this one lacks or keeps as text, by table.
+const MISSING_COLUMNS: [(&str, &str); 4] = [
+    ("pg_class", "reloptions"),
+    ("pg_class", "relacl"),
+    ("pg_namespace", "nspacl"),
+    ("pg_proc", "proacl"),
+];
+
+fn null_text_array() -> Expr {
+    Expr::Cast {
+        kind: sqlparser::ast::CastKind::Cast,
+        expr: Box::new(Expr::Value(Value::Null.into())),
+        data_type: sqlparser::ast::DataType::Array(
+            sqlparser::ast::ArrayElemTypeDef::SquareBracket(
+                Box::new(sqlparser::ast::DataType::Text),
+                None,
+            ),
+        ),
+        array: false,
+        format: None,
+    }
+}
+
+/// Whether `name` is a catalog relation (`pg_catalog.x`, `information_schema.x`, `pg_x`).
+fn is_catalog_relation(name: &ObjectName) -> bool {
+    let parts: Vec<Option<&Ident>> = name.0.iter().map(|p| p.as_ident()).collect();
+    match parts.as_slice() {
+        [schema, _] => ident_is(*schema, "pg_catalog") || ident_is(*schema, "information_schema"),
+        [table] => table.is_some_and(|t| t.value.to_ascii_lowercase().starts_with("pg_")),
+        _ => false,
+    }
+}
+
+/// The aliases (or names) of the catalog tables `statement` reads, with the table each names.
+fn catalog_aliases(statement: &Statement) -> Vec<(String, String)> {
+    let mut aliases = Vec::new();
+    let _ = sqlparser::ast::Visit::visit(statement, &mut AliasCollector(&mut aliases));
+    aliases
+}
+
+struct AliasCollector<'a>(&'a mut Vec<(String, String)>);
+
+impl sqlparser::ast::Visitor for AliasCollector<'_> {
+    type Break = ();
+    fn pre_visit_table_factor(
+        &mut self,
+        factor: &sqlparser::ast::TableFactor,
+    ) -> ControlFlow<Self::Break> {
+        if let sqlparser::ast::TableFactor::Table { name, alias, .. } = factor {
+            if let Some(table) = name.0.last().and_then(|p| p.as_ident()) {
+                if is_catalog_relation(name) {
+                    let table = table.value.to_ascii_lowercase();
+                    let alias = alias
+                        .as_ref()
+                        .map_or(table.clone(), |a| a.name.value.to_ascii_lowercase());
+                    self.0.push((alias, table));
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Whether `expr` is `alias.column` for a catalog column this catalog lacks.
+fn is_missing_column(expr: &Expr, aliases: &[(String, String)]) -> bool {
+    let Expr::CompoundIdentifier(parts) = expr else {
+        return false;
+    };
+    let [alias, column] = parts.as_slice() else {
+        return false;
+    };
+    let (alias, column) = (
+        alias.value.to_ascii_lowercase(),
+        column.value.to_ascii_lowercase(),
+    );
+    aliases.iter().any(|(a, table)| {
+        *a == alias && MISSING_COLUMNS.contains(&(table.as_str(), column.as_str()))
+    })
+}
+
+/// Aggregate functions, to tell an aggregated subquery from one that is not.
+const AGGREGATES: [&str; 9] = [
+    "count",
+    "max",
+    "min",
+    "sum",
+    "avg",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+];
+
+/// Wraps the output of a catalog-only, unaggregated, unordered scalar subquery in `max`.
+fn wrap_in_max(query: &mut Query) {
+    if query.order_by.is_some() || query.limit_clause.is_some() || query.fetch.is_some() {
+        return;
+    }
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let grouped =
+        !matches!(&select.group_by, sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty());
+    let catalog_only = !select.from.is_empty()
+        && select.from.iter().all(|t| {
+            std::iter::once(&t.relation)
+                .chain(t.joins.iter().map(|j| &j.relation))
+                .all(|f| matches!(f, sqlparser::ast::TableFactor::Table { name, args: None, .. } if is_catalog_relation(name)))
+        });
+    if grouped || !catalog_only || select.having.is_some() {
+        return;
+    }
+    let [item] = select.projection.as_mut_slice() else {
+        return;
+    };
+    let value = match item {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return,
+    };
+    if let Expr::Function(f) = value {
+        let name = f.name.to_string().to_ascii_lowercase();
+        if AGGREGATES.iter().any(|a| name.ends_with(a)) {
+            return;
+        }
+    }
+    *value = call("max", value.clone(), Vec::new());
+}
+
+/// `name(arg [ORDER BY ...])`.
+fn call(name: &str, arg: Expr, order_by: Vec<OrderByExpr>) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))],
+            clauses: if order_by.is_empty() {
+                vec![]
+            } else {
+                vec![sqlparser::ast::FunctionArgumentClause::OrderBy(order_by)]
+            },
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// The query of an `ARRAY(subquery)` expression.
+fn array_subquery(expr: &Expr) -> Option<&Query> {
+    match expr {
+        Expr::Function(Function {
+            name,
+            args: FunctionArguments::Subquery(query),
+            ..
+        }) if name.0.len() == 1 && ident_is(name.0[0].as_ident(), "array") => Some(query),
+        _ => None,
+    }
+}
+
+fn ident_is(ident: Option<&Ident>, word: &str) -> bool {
+    ident.is_some_and(|i| i.value.eq_ignore_ascii_case(word))
+}
+
+/// `query` with its single output column folded into `array_agg`, keeping its order.
+fn aggregated(query: &Query) -> Option<Query> {
+    let mut query = query.clone();
+    let order_by = query.order_by.take();
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return None;
+    };
+    let [item] = select.projection.as_mut_slice() else {
+        return None;
+    };
+    let value = match item {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e.clone(),
+        _ => return None,
+    };
+    let mut clauses = Vec::new();
+    if let Some(order_by) = order_by {
+        let OrderByKind::Expressions(exprs) = order_by.kind else {
+            return None;
+        };
+        for e in exprs {
+            // `ORDER BY 1` names the output column, which is the aggregated value here.
+            let positional =
+                matches!(&e.expr, Expr::Value(v) if matches!(v.value, Value::Number(..)));
+            clauses.push(OrderByExpr {
+                expr: if positional { value.clone() } else { e.expr },
+                ..e
+            });
+        }
+    }
+    *item = SelectItem::UnnamedExpr(call("array_agg", value, clauses));
+    Some(query)
+}
+
+/// Whether `query` calls a table function in its `FROM` (a lateral call, as psql's
+/// `unnest(tc.reloptions) x`) and otherwise reads only the catalog.
+fn is_lateral_catalog_call(query: &Query) -> bool {
+    use sqlparser::ast::TableFactor;
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    let mut calls_function = false;
+    let mut catalog_only = true;
+    for table in &select.from {
+        let factors =
+            std::iter::once(&table.relation).chain(table.joins.iter().map(|j| &j.relation));
+        for factor in factors {
+            match factor {
+                TableFactor::Table { name, args, .. } => {
+                    let function = args.is_some();
+                    calls_function |= function;
+                    let unnest = name.0.len() == 1 && ident_is(name.0[0].as_ident(), "unnest");
+                    catalog_only &= is_catalog_relation(name) || (function && unnest);
+                }
+                TableFactor::Function { .. } | TableFactor::UNNEST { .. } => calls_function = true,
+                _ => catalog_only = false,
+            }
+        }
+    }
+    calls_function && catalog_only
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::parser::Parser;
+
+    fn rewritten(sql: &str) -> String {
+        let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
+        rewrite(statements.remove(0)).to_string()
+    }
+
+    #[test]
+    fn sizes_read_as_postgresql_prints_them() {
+        for (size, text) in [
+            (0, "0 bytes"),
+            (10239, "10239 bytes"),
+            (10240, "10 kB"),
+            (-10240, "-10 kB"),
+            (10_485_247, "10239 kB"),
+            (10_485_760, "10 MB"),
+            (1_610_612_736, "1536 MB"),
+            (i64::MAX, "8192 PB"),
+        ] {
+            assert_eq!(size_pretty(size), text, "{size}");
+        }
+    }
+
+    #[test]
+    fn array_subquery_becomes_an_ordered_aggregate() {
+        assert_eq!(
+            rewritten("SELECT array(SELECT b.rolname FROM pg_roles b WHERE b.oid = r.oid ORDER BY 1) FROM pg_roles r"),
+            "SELECT (SELECT array_agg(b.rolname ORDER BY b.rolname) FROM pg_roles b WHERE b.oid = r.oid) FROM pg_roles r"
+        );
+        assert_eq!(
+            rewritten("SELECT ARRAY(SELECT id FROM shop.orders) AS ids"),
+            "SELECT (SELECT array_agg(id) FROM shop.orders) AS ids"
+        );
+    }
+
+    #[test]
+    fn a_lateral_call_over_the_catalog_is_null_and_one_over_user_tables_is_kept() {
+        assert_eq!(
+            rewritten("SELECT array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c"),
+            "SELECT array_to_string(CAST(NULL AS TEXT[]) || CAST(NULL AS TEXT[]), ', ') FROM pg_catalog.pg_class c"
+        );
+        let kept = rewritten("SELECT array(SELECT x FROM unnest(o.tags) x JOIN shop.items i ON true) FROM shop.orders o");
+        assert!(kept.contains("array_agg"), "{kept}");
+    }
+
+    #[test]
+    fn catalog_scalar_subqueries_are_aggregated_and_user_ones_are_not() {
+        assert_eq!(
+            rewritten("SELECT 1 FROM pg_catalog.pg_type t WHERE (t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))"),
+            "SELECT 1 FROM pg_catalog.pg_type t WHERE (t.typrelid = 0 OR (SELECT max(c.relkind = 'c') FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))"
+        );
+        let user =
+            "SELECT (SELECT i.qty FROM shop.items AS i WHERE i.id = o.id) FROM shop.orders AS o";
+        assert_eq!(rewritten(user), user);
+        let ordered = "SELECT (SELECT c.relname FROM pg_catalog.pg_class AS c ORDER BY 1 LIMIT 1)";
+        assert_eq!(rewritten(ordered), ordered);
+    }
+
+    #[test]
+    fn missing_catalog_columns_read_as_null_arrays_only_on_catalog_tables() {
+        assert_eq!(
+            rewritten("SELECT n.nspname, array_to_string(n.nspacl, E'\\n') FROM pg_catalog.pg_namespace n"),
+            "SELECT n.nspname, array_to_string(CAST(NULL AS TEXT[]), E'\\n') FROM pg_catalog.pg_namespace n"
+        );
+        let user = "SELECT n.nspacl FROM shop.acls AS n";
+        assert_eq!(rewritten(user), user);
+    }
+
+    #[test]
+    fn a_function_result_is_read_from_its_pg_proc_row() {
+        assert_eq!(
+            rewritten("SELECT pg_get_function_result(p.oid) FROM pg_catalog.pg_proc p"),
+            "SELECT CASE WHEN p.proretset THEN 'SETOF ' || format_type(p.prorettype, NULL) ELSE format_type(p.prorettype, NULL) END FROM pg_catalog.pg_proc p"
+        );
+        let other = "SELECT pg_get_function_result(x.oid) FROM shop.orders x";
+        assert_eq!(rewritten(other), other);
+    }
+
+    #[test]
+    fn other_functions_are_untouched() {
+        assert_eq!(
+            rewritten("SELECT array_length(a, 1) FROM t"),
+            "SELECT array_length(a, 1) FROM t"
+        );
+    }
+}
