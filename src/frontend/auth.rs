@@ -1,10 +1,12 @@
 //! Who may connect: the start-up exchange of one connection.
 //!
 //! Before any password is asked for, the connection must hold a slot under the connection
-//! limit (`53300` otherwise), come over TLS when TLS is required (`28000`), and name a database
-//! that exists (`3D000`). Then the user's method runs: SCRAM-SHA-256 (the default) or md5
-//! through pgwire's handlers, or `trust` when configured explicitly. Passwords come from the
-//! config file's users and the one environment user.
+//! limit (`53300` otherwise) and come over TLS when TLS is required (`28000`). Then the user's
+//! method runs: SCRAM-SHA-256 (the default) or md5 through pgwire's handlers, or `trust` when
+//! configured explicitly. Passwords come from the config file's users and the one environment
+//! user. Only an authenticated client learns whether its database exists: as PostgreSQL does,
+//! an unknown database is answered with `AuthenticationOk` and then `3D000`, never before the
+//! password has been checked, so database (source) names cannot be probed.
 //!
 //! # Invariant
 //! A failed login is answered with `28P01` only after the configured delay, whether the user
@@ -14,7 +16,9 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use futures::Sink;
@@ -25,9 +29,12 @@ use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
     DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::{ClientInfo, PgWireConnectionState};
+use pgwire::api::{ClientInfo, PgWireConnectionState, SessionExtensions};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::startup::{Authentication, SecretKey};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, ProtocolVersion};
+use pgwire::tokio::tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio::sync::Mutex;
 
 use super::catalog::catalog_of_database;
@@ -139,6 +146,120 @@ pub struct Startup {
     conn: Arc<ConnState>,
     method: Mutex<Option<Method>>,
     user: Mutex<String>,
+    /// The database the start-up message named when it does not exist; refused once the
+    /// password has been checked.
+    unknown_database: Mutex<Option<String>>,
+}
+
+/// What the start-up checks let through.
+enum Admitted {
+    Session(SessionInfo),
+    UnknownDatabase { user: String, database: String },
+}
+
+/// A client that lets `AuthenticationOk` through and drops what follows it (parameters, key
+/// data, `ReadyForQuery`) when `cut` is set: the start-up of a session whose database does
+/// not exist, which ends with the `3D000` error instead.
+struct CutAfterAuthOk<'a, C> {
+    inner: &'a mut C,
+    cut: bool,
+    authenticated: bool,
+}
+
+impl<'a, C> CutAfterAuthOk<'a, C> {
+    fn new(inner: &'a mut C, cut: bool) -> Self {
+        Self {
+            inner,
+            cut,
+            authenticated: false,
+        }
+    }
+}
+
+impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for CutAfterAuthOk<'_, C> {
+    type Error = C::Error;
+
+    fn poll_ready(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut *self.inner).poll_ready(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: PgWireBackendMessage) -> Result<(), Self::Error> {
+        if self.cut && self.authenticated {
+            return Ok(());
+        }
+        if matches!(
+            item,
+            PgWireBackendMessage::Authentication(Authentication::Ok)
+        ) {
+            self.authenticated = true;
+        }
+        Pin::new(&mut *self.inner).start_send(item)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut *self.inner).poll_close(cx)
+    }
+}
+
+impl<C: ClientInfo> ClientInfo for CutAfterAuthOk<'_, C> {
+    fn socket_addr(&self) -> std::net::SocketAddr {
+        self.inner.socket_addr()
+    }
+    fn is_secure(&self) -> bool {
+        self.inner.is_secure()
+    }
+    fn protocol_version(&self) -> ProtocolVersion {
+        self.inner.protocol_version()
+    }
+    fn set_protocol_version(&mut self, version: ProtocolVersion) {
+        self.inner.set_protocol_version(version)
+    }
+    fn pid_and_secret_key(&self) -> (i32, SecretKey) {
+        self.inner.pid_and_secret_key()
+    }
+    fn set_pid_and_secret_key(&mut self, pid: i32, secret_key: SecretKey) {
+        self.inner.set_pid_and_secret_key(pid, secret_key)
+    }
+    fn state(&self) -> PgWireConnectionState {
+        self.inner.state()
+    }
+    fn set_state(&mut self, new_state: PgWireConnectionState) {
+        self.inner.set_state(new_state)
+    }
+    fn transaction_status(&self) -> TransactionStatus {
+        self.inner.transaction_status()
+    }
+    fn set_transaction_status(&mut self, new_status: TransactionStatus) {
+        self.inner.set_transaction_status(new_status)
+    }
+    fn metadata(&self) -> &HashMap<String, String> {
+        self.inner.metadata()
+    }
+    fn metadata_mut(&mut self) -> &mut HashMap<String, String> {
+        self.inner.metadata_mut()
+    }
+    fn session_extensions(&self) -> &SessionExtensions {
+        self.inner.session_extensions()
+    }
+    fn sni_server_name(&self) -> Option<&str> {
+        self.inner.sni_server_name()
+    }
+    fn client_certificates<'c>(&self) -> Option<&[CertificateDer<'c>]> {
+        self.inner.client_certificates()
+    }
 }
 
 impl Startup {
@@ -148,6 +269,7 @@ impl Startup {
             conn,
             method: Mutex::new(None),
             user: Mutex::new(String::new()),
+            unknown_database: Mutex::new(None),
         }
     }
 
@@ -156,7 +278,7 @@ impl Startup {
         &self,
         client: &C,
         parameters: &std::collections::BTreeMap<String, String>,
-    ) -> PgWireResult<SessionInfo> {
+    ) -> PgWireResult<Admitted> {
         if !self.conn.has_slot() {
             return Err(fatal_error(
                 SQLSTATE_TOO_MANY_CONNECTIONS,
@@ -178,16 +300,13 @@ impl Startup {
             .filter(|d| !d.is_empty())
             .cloned()
             .unwrap_or_else(|| user.clone());
-        let catalog = catalog_of_database(&self.shared.engine, &database).ok_or_else(|| {
-            fatal_error(
-                SQLSTATE_INVALID_CATALOG_NAME,
-                format!("database \"{database}\" does not exist"),
-            )
-        })?;
-        Ok(SessionInfo {
-            user,
-            database,
-            catalog,
+        Ok(match catalog_of_database(&self.shared.engine, &database) {
+            Some(catalog) => Admitted::Session(SessionInfo {
+                user,
+                database,
+                catalog,
+            }),
+            None => Admitted::UnknownDatabase { user, database },
         })
     }
 
@@ -247,23 +366,35 @@ impl StartupHandler for Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut method = self.method.lock().await;
+        let mut unknown_database = self.unknown_database.lock().await;
         if let PgWireFrontendMessage::Startup(startup) = &message {
-            let info = self.admit(client, &startup.parameters)?;
-            *self.user.lock().await = info.user.clone();
-            *method = self.method_for(&info.user);
-            self.conn.set_session(info);
+            let user = match self.admit(client, &startup.parameters)? {
+                Admitted::Session(info) => {
+                    let user = info.user.clone();
+                    self.conn.set_session(info);
+                    user
+                }
+                Admitted::UnknownDatabase { user, database } => {
+                    *unknown_database = Some(database);
+                    user
+                }
+            };
+            *self.user.lock().await = user.clone();
+            *method = self.method_for(&user);
             if method.is_none() {
                 // trust: no exchange at all.
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
                 let (pid, key) = self.shared.pid_generator.generate(client);
                 client.set_pid_and_secret_key(pid, key);
-                finish_authentication(client, self.shared.parameters.as_ref()).await?;
+                let mut client = CutAfterAuthOk::new(client, unknown_database.is_some());
+                finish_authentication(&mut client, self.shared.parameters.as_ref()).await?;
             }
         }
+        let mut cut = CutAfterAuthOk::new(client, unknown_database.is_some());
         let result = match method.as_ref() {
-            Some(Method::Scram(h)) => h.on_startup(client, message).await,
-            Some(Method::Md5(h)) => h.on_startup(client, message).await,
+            Some(Method::Scram(h)) => h.on_startup(&mut cut, message).await,
+            Some(Method::Md5(h)) => h.on_startup(&mut cut, message).await,
             None => Ok(()),
         };
         match result {
@@ -273,6 +404,12 @@ impl StartupHandler for Startup {
             Ok(()) => {}
         }
         if matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            if let Some(database) = unknown_database.as_ref() {
+                return Err(fatal_error(
+                    SQLSTATE_INVALID_CATALOG_NAME,
+                    format!("database \"{database}\" does not exist"),
+                ));
+            }
             // Settings are looked up by lower-case name (drivers send `DateStyle`, `TimeZone`).
             let metadata: Vec<(String, String)> = client.metadata().clone().into_iter().collect();
             let lowered = metadata

@@ -34,10 +34,15 @@ async fn scram_md5_and_failed_logins() {
         let error = f.client_as(user, password, "auth").await.unwrap_err();
         assert_eq!(sqlstate(&error), "28P01", "{user}: {error}");
     }
-    // An unknown database: 3D000; `postgres` always exists.
-    let error = f.client_as(USER, PASSWORD, "nodb").await.unwrap_err();
-    assert_eq!(sqlstate(&error), "3D000");
-    assert!(format!("{error:?}").contains("nodb"), "{error:?}");
+    // An unknown database: 3D000 once the password is right (md5 too); `postgres` always
+    // exists. Without the password it is an ordinary failed login, so names cannot be probed.
+    for (user, password) in [(USER, PASSWORD), (MD5_USER, MD5_PASSWORD)] {
+        let error = f.client_as(user, password, "nodb").await.unwrap_err();
+        assert_eq!(sqlstate(&error), "3D000", "{user}: {error}");
+        assert!(format!("{error:?}").contains("nodb"), "{error:?}");
+    }
+    let error = f.client_as(USER, "wrong", "nodb").await.unwrap_err();
+    assert_eq!(sqlstate(&error), "28P01", "{error}");
     let postgres = f.client_as(USER, PASSWORD, "postgres").await.unwrap();
     // From `postgres`, three-part names reach the source; status tables are at hand.
     let row = postgres
@@ -71,6 +76,8 @@ async fn trust_only_when_configured() {
     let client = f.client_as("anyone", "", "trusted").await.unwrap();
     let row = client.query_one("SELECT 1::BIGINT", &[]).await.unwrap();
     assert_eq!(row.get::<_, i64>(0), 1);
+    let error = f.client_as("anyone", "", "nodb").await.unwrap_err();
+    assert_eq!(sqlstate(&error), "3D000", "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
