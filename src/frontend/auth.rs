@@ -179,10 +179,7 @@ impl<'a, C> CutAfterAuthOk<'a, C> {
 impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for CutAfterAuthOk<'_, C> {
     type Error = C::Error;
 
-    fn poll_ready(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
+    fn poll_ready(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Pin::new(&mut *self.inner).poll_ready(cx)
     }
 
@@ -199,17 +196,11 @@ impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for CutAf
         Pin::new(&mut *self.inner).start_send(item)
     }
 
-    fn poll_flush(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Pin::new(&mut *self.inner).poll_flush(cx)
     }
 
-    fn poll_close(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Pin::new(&mut *self.inner).poll_close(cx)
     }
 }
@@ -279,6 +270,7 @@ impl Startup {
         client: &C,
         parameters: &std::collections::BTreeMap<String, String>,
     ) -> PgWireResult<Admitted> {
+        self.conn.set_secure(client.is_secure());
         if !self.conn.has_slot() {
             return Err(fatal_error(
                 SQLSTATE_TOO_MANY_CONNECTIONS,

@@ -26,6 +26,10 @@ pub const SQLSTATE_UNDEFINED_FUNCTION: &str = "42883";
 pub const SQLSTATE_INVALID_CATALOG_NAME: &str = "3D000";
 /// `query_canceled`: a cancel request or the statement timeout stopped the statement.
 pub const SQLSTATE_QUERY_CANCELED: &str = "57014";
+/// The server is shutting down.
+pub const SQLSTATE_ADMIN_SHUTDOWN: &str = "57P01";
+/// The session was idle for longer than `idle_session_timeout`.
+pub const SQLSTATE_IDLE_SESSION_TIMEOUT: &str = "57P05";
 /// `too_many_connections`.
 pub const SQLSTATE_TOO_MANY_CONNECTIONS: &str = "53300";
 /// `invalid_password`.

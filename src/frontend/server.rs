@@ -34,18 +34,19 @@ use pgwire::api::{
     ClientInfo, ErrorHandler, PgWireServerHandlers, PidSecretKeyGenerator,
     RandomPidSecretKeyGenerator,
 };
-use pgwire::error::PgWireError;
+use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::SecretKey;
 use pgwire::tokio::TlsAcceptor;
-use tokio::net::TcpListener;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Startup, Users};
 use super::catalog::PgCatalogs;
-use super::error::FrontendError;
+use super::error::{FrontendError, SQLSTATE_ADMIN_SHUTDOWN, SQLSTATE_IDLE_SESSION_TIMEOUT};
 use super::query::QueryHandler;
 use super::session;
 use crate::config::FrontendSettings;
@@ -95,6 +96,8 @@ pub struct ConnState {
     /// Statements and result streams alive now.
     running: AtomicUsize,
     last_active: Mutex<Instant>,
+    /// Whether the client negotiated TLS.
+    secure: std::sync::atomic::AtomicBool,
 }
 
 impl ConnState {
@@ -106,7 +109,17 @@ impl ConnState {
             current: Mutex::new(CancellationToken::new()),
             running: AtomicUsize::new(0),
             last_active: Mutex::new(Instant::now()),
+            secure: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Records that the client negotiated TLS.
+    pub fn set_secure(&self, secure: bool) {
+        self.secure.store(secure, Ordering::SeqCst);
+    }
+
+    fn is_secure(&self) -> bool {
+        self.secure.load(Ordering::SeqCst)
     }
 
     pub fn has_slot(&self) -> bool {
@@ -284,20 +297,38 @@ impl Server {
                             continue;
                         }
                     };
+                    // A second handle on the socket, to say why the server closes it (see
+                    // `farewell`); without one the connection is served all the same.
+                    let (socket, farewell_to) = match duplicate(socket) {
+                        Ok(pair) => pair,
+                        Err(e) => {
+                            tracing::warn!(%peer, error = %e, "accepting a connection failed");
+                            continue;
+                        }
+                    };
                     let slot = Arc::clone(&shared.slots).try_acquire_owned().ok();
                     let conn = Arc::new(ConnState::new(slot));
                     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
                     shared.connections.lock().expect("connections").insert(id, Arc::downgrade(&conn));
                     let handlers = Handlers { shared: Arc::clone(&shared), conn: Arc::clone(&conn) };
                     let serve = pgwire::tokio::process_socket(socket, tls.clone(), handlers);
-                    let watch = watch_connection(Arc::clone(&shared), conn, stopping.clone());
+                    let watch = watch_connection(Arc::clone(&shared), Arc::clone(&conn), stopping.clone());
                     let shared = Arc::clone(&shared);
                     connections.spawn(async move {
-                        tokio::select! {
-                            result = serve => if let Err(e) = result {
-                                tracing::debug!(%peer, error = %e, "connection ended with an error");
-                            },
-                            () = watch => {}
+                        let closed = tokio::select! {
+                            result = serve => {
+                                if let Err(e) = result {
+                                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                                }
+                                None
+                            }
+                            why = watch => Some(why),
+                        };
+                        // `serve` is gone, so nothing else writes to the socket now.
+                        if let (Some(why), Some(socket)) = (closed, farewell_to) {
+                            if !conn.is_secure() {
+                                farewell(socket, why).await;
+                            }
                         }
                         shared.connections.lock().expect("connections").remove(&id);
                     });
@@ -315,9 +346,63 @@ impl Server {
     }
 }
 
+/// Why the server closed a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Closed {
+    Idle,
+    Shutdown,
+}
+
+/// The socket and a second handle on it for [`farewell`] (`None` if it cannot be had).
+fn duplicate(socket: TcpStream) -> std::io::Result<(TcpStream, Option<TcpStream>)> {
+    let socket = socket.into_std()?;
+    let second = socket
+        .try_clone()
+        .and_then(TcpStream::from_std)
+        .map_err(|e| tracing::debug!(error = %e, "no second handle on a connection"))
+        .ok();
+    Ok((TcpStream::from_std(socket)?, second))
+}
+
+/// Tells the client why the server closed its connection, as PostgreSQL does: a `FATAL`
+/// error with `57P05` (idle session timeout) or `57P01` (shutdown). Only on plain connections:
+/// on TLS ones the bytes would have to go through the session's TLS state, which went with the
+/// connection, so those are closed without a word.
+async fn farewell(mut socket: TcpStream, why: Closed) {
+    use pgwire::messages::Message;
+    let (code, message) = match why {
+        Closed::Idle => (
+            SQLSTATE_IDLE_SESSION_TIMEOUT,
+            "terminating connection due to idle-session timeout",
+        ),
+        Closed::Shutdown => (
+            SQLSTATE_ADMIN_SHUTDOWN,
+            "terminating connection due to administrator command",
+        ),
+    };
+    let error = pgwire::messages::response::ErrorResponse::from(ErrorInfo::new(
+        "FATAL".into(),
+        code.into(),
+        message.into(),
+    ));
+    let mut buf = bytes::BytesMut::new();
+    if error.encode(&mut buf).is_ok() {
+        let write = async {
+            socket.write_all(&buf).await?;
+            socket.shutdown().await
+        };
+        // A client that stopped reading must not hold the server up.
+        let _ = tokio::time::timeout(WATCH_INTERVAL * 10, write).await;
+    }
+}
+
 /// Ends a connection when it has been idle too long, or when the server stops (at once when
 /// idle, after the grace period with its statement cancelled otherwise).
-async fn watch_connection(shared: Arc<Shared>, conn: Arc<ConnState>, stopping: CancellationToken) {
+async fn watch_connection(
+    shared: Arc<Shared>,
+    conn: Arc<ConnState>,
+    stopping: CancellationToken,
+) -> Closed {
     let idle_limit = shared.settings.idle_session_timeout;
     let mut stop_asked: Option<Instant> = None;
     loop {
@@ -328,19 +413,19 @@ async fn watch_connection(shared: Arc<Shared>, conn: Arc<ConnState>, stopping: C
         let busy = conn.is_busy();
         if let Some(asked) = stop_asked {
             if !busy {
-                return;
+                return Closed::Shutdown;
             }
             if asked.elapsed() >= shared.settings.shutdown_grace {
                 conn.cancel();
                 // Give the cancellation error a moment to reach the client.
                 if asked.elapsed() >= shared.settings.shutdown_grace + WATCH_INTERVAL * 10 {
-                    return;
+                    return Closed::Shutdown;
                 }
             }
         } else if let Some(limit) = idle_limit {
             if !busy && conn.idle_for() >= limit {
                 tracing::info!("closing a session idle for longer than idle_session_timeout");
-                return;
+                return Closed::Idle;
             }
         }
     }

@@ -136,6 +136,23 @@ impl Fixture {
         Ok(client)
     }
 
+    /// A client and its connection's end: the error the server closed it with, if any.
+    pub async fn client_watched(
+        &self,
+        database: &str,
+    ) -> (
+        tokio_postgres::Client,
+        tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+    ) {
+        let (client, connection) = tokio_postgres::connect(
+            &self.conninfo(USER, PASSWORD, database),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .unwrap();
+        (client, tokio::spawn(connection))
+    }
+
     /// Waits until the source has applied everything committed on the server so far.
     pub async fn sync(&self) {
         let (target, _) = current_position(&mut root_conn(server()).await, Flavor::MariaDb)

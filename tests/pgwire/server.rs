@@ -144,6 +144,15 @@ async fn connection_limit_and_idle_sessions() {
     .expect("idle sessions were never closed");
     let third = f.client("lim").await;
     third.simple_query("SELECT 1").await.unwrap();
+    drop(third);
+    // The client is told why: FATAL 57P05, as PostgreSQL closes an idle session.
+    let (_client, ended) = f.client_watched("lim").await;
+    let error = tokio::time::timeout(HANG_GUARD, ended)
+        .await
+        .expect("the idle session was never closed")
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(sqlstate(&error), "57P05", "{error}");
 }
 
 #[tokio::test]
@@ -193,7 +202,7 @@ async fn shutdown_cancels_running_queries_after_the_grace_period() {
     let mut settings = settings();
     settings.shutdown_grace = Duration::from_millis(200);
     let f = Fixture::start("pg_shutdown", "down", SETUP, settings).await;
-    let idle = f.client("down").await;
+    let (idle, idle_ended) = f.client_watched("down").await;
     let busy = f.client("down").await;
     let sql = endless(&f);
     let running = tokio::spawn(async move { busy.simple_query(&sql).await });
@@ -209,4 +218,11 @@ async fn shutdown_cancels_running_queries_after_the_grace_period() {
         assert_eq!(code.code(), "57014", "{error}");
     }
     assert!(idle.is_closed() || idle.simple_query("SELECT 1").await.is_err());
+    // The idle session was told why: FATAL 57P01.
+    let error = tokio::time::timeout(HANG_GUARD, idle_ended)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(sqlstate(&error), "57P01", "{error}");
 }
