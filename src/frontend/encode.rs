@@ -10,6 +10,10 @@
 //! * **json**: text columns whose MySQL type is `json` (field metadata `mysql.type`) are
 //!   described as `json`, whose text and binary forms are both the document's text.
 //!
+//! * **timestamptz** in text: shown in the session's `TimeZone` ([`in_time_zone`]) and written
+//!   as PostgreSQL writes it ([`TimestampTz`]): trailing fraction zeros dropped, and the offset's
+//!   minutes kept (`+05:45`), which `arrow-pg` drops.
+//!
 //! # Invariant
 //! The fields a statement is described with ([`pg_fields`]) are the fields its rows are encoded
 //! with, so a `RowDescription` always matches the `DataRow`s after it.
@@ -18,6 +22,7 @@ use std::error::Error;
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
+use chrono::{DateTime, FixedOffset};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{
     DataType, Decimal128Type, Decimal256Type, DecimalType, Field, Int8Type, Schema,
@@ -92,6 +97,9 @@ pub fn encode_row<S: RowSink>(
             DataType::Decimal128(..) | DataType::Decimal256(..) => {
                 sink.encode_field(&Numeric::from_array(array, row), field)?
             }
+            DataType::Timestamp(_, Some(_)) => {
+                sink.encode_field(&TimestampTz::from_array(array, row)?, field)?
+            }
             // Sent as int2 (PostgreSQL has no one-byte integer); arrow-pg would write one byte.
             DataType::Int8 => {
                 let value = (!array.is_null(row))
@@ -127,6 +135,37 @@ where
         };
         futures::stream::iter(rows)
     })
+}
+
+/// `batch` with its `timestamptz` columns shown in `zone` (an IANA name or an offset such as
+/// `+05:45`): only the columns' zone changes, not the instants.
+pub fn in_time_zone(batch: RecordBatch, zone: &Arc<str>) -> PgWireResult<RecordBatch> {
+    use datafusion::arrow::datatypes::{Field, Schema};
+    let schema = batch.schema();
+    let needs = |t: &DataType| matches!(t, DataType::Timestamp(_, Some(z)) if z != zone);
+    if !schema.fields().iter().any(|f| needs(f.data_type())) {
+        return Ok(batch);
+    }
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        match field.data_type() {
+            DataType::Timestamp(unit, Some(_)) if needs(field.data_type()) => {
+                let to = DataType::Timestamp(*unit, Some(Arc::clone(zone)));
+                columns.push(datafusion::arrow::compute::cast(column, &to).map_err(|e| {
+                    super::error::user_error(super::error::SQLSTATE_INTERNAL, e.to_string())
+                })?);
+                fields.push(Arc::new(Field::clone(field).with_data_type(to)));
+            }
+            _ => {
+                columns.push(Arc::clone(column));
+                fields.push(Arc::clone(field));
+            }
+        }
+    }
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    RecordBatch::try_new(schema, columns)
+        .map_err(|e| super::error::user_error(super::error::SQLSTATE_INTERNAL, e.to_string()))
 }
 
 /// The rows of a stream of batches as `COPY` data lines, from `encoder` (text or CSV).
@@ -214,6 +253,117 @@ impl ToSql for Numeric {
     to_sql_checked!();
 }
 
+/// A `timestamptz` value in its column's zone, or NULL.
+#[derive(Debug)]
+pub struct TimestampTz(Option<DateTime<FixedOffset>>);
+
+impl TimestampTz {
+    fn from_array(array: &ArrayRef, row: usize) -> PgWireResult<Self> {
+        use datafusion::arrow::array::timezone::Tz;
+        use datafusion::arrow::datatypes::{
+            TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+            TimestampSecondType,
+        };
+        let DataType::Timestamp(unit, Some(zone)) = array.data_type() else {
+            unreachable!("TimestampTz::from_array called on {}", array.data_type());
+        };
+        if array.is_null(row) {
+            return Ok(Self(None));
+        }
+        let micros = match unit {
+            TimeUnit::Second => array
+                .as_primitive::<TimestampSecondType>()
+                .value(row)
+                .checked_mul(1_000_000),
+            TimeUnit::Millisecond => array
+                .as_primitive::<TimestampMillisecondType>()
+                .value(row)
+                .checked_mul(1_000),
+            TimeUnit::Microsecond => {
+                Some(array.as_primitive::<TimestampMicrosecondType>().value(row))
+            }
+            TimeUnit::Nanosecond => Some(
+                array
+                    .as_primitive::<TimestampNanosecondType>()
+                    .value(row)
+                    .div_euclid(1_000),
+            ),
+        };
+        let out_of_range = || {
+            super::error::user_error(
+                super::error::SQLSTATE_DATETIME_FIELD_OVERFLOW,
+                "timestamp out of range",
+            )
+        };
+        let instant = micros
+            .and_then(DateTime::from_timestamp_micros)
+            .ok_or_else(out_of_range)?;
+        let zone: Tz = zone
+            .parse()
+            .map_err(|e: datafusion::arrow::error::ArrowError| {
+                super::error::user_error(super::error::SQLSTATE_INTERNAL, e.to_string())
+            })?;
+        Ok(Self(Some(instant.with_timezone(&zone).fixed_offset())))
+    }
+}
+
+/// `2024-02-29 12:00:00.5+05:45`: PostgreSQL's ISO output of a `timestamptz`.
+fn timestamptz_text(value: &DateTime<FixedOffset>) -> String {
+    use std::fmt::Write;
+    let mut text = value.format("%Y-%m-%d %H:%M:%S").to_string();
+    let micros = value.timestamp_subsec_micros();
+    if micros > 0 {
+        let fraction = format!("{micros:06}");
+        text.push('.');
+        text.push_str(fraction.trim_end_matches('0'));
+    }
+    let offset = value.offset().local_minus_utc();
+    let sign = if offset < 0 { '-' } else { '+' };
+    let offset = offset.unsigned_abs();
+    let _ = write!(text, "{sign}{:02}", offset / 3600);
+    if offset % 3600 != 0 {
+        let _ = write!(text, ":{:02}", offset % 3600 / 60);
+        if offset % 60 != 0 {
+            let _ = write!(text, ":{:02}", offset % 60);
+        }
+    }
+    text
+}
+
+impl ToSqlText for TimestampTz {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut BytesMut,
+        _format_options: &FormatOptions,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match &self.0 {
+            Some(value) => {
+                out.put_slice(timestamptz_text(value).as_bytes());
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+}
+
+impl ToSql for TimestampTz {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        // The binary form is the instant alone.
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TIMESTAMPTZ
+    }
+
+    to_sql_checked!();
+}
+
 /// Sign word of a negative `numeric` in the binary format.
 const NUMERIC_NEGATIVE: u16 = 0x4000;
 
@@ -264,6 +414,23 @@ fn numeric_binary(text: &str, out: &mut BytesMut) -> Result<(), Box<dyn Error + 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamptz_text_keeps_offset_minutes_and_drops_fraction_zeros() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap();
+        assert_eq!(
+            timestamptz_text(&at("2024-02-29T12:00:00.5+05:45")),
+            "2024-02-29 12:00:00.5+05:45"
+        );
+        assert_eq!(
+            timestamptz_text(&at("2024-02-29T12:00:00+00:00")),
+            "2024-02-29 12:00:00+00"
+        );
+        assert_eq!(
+            timestamptz_text(&at("1999-12-31T23:59:59.000001-03:30")),
+            "1999-12-31 23:59:59.000001-03:30"
+        );
+    }
 
     fn binary(text: &str) -> Vec<i16> {
         let mut out = BytesMut::new();

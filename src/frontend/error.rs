@@ -26,6 +26,8 @@ pub const SQLSTATE_UNDEFINED_FUNCTION: &str = "42883";
 pub const SQLSTATE_INVALID_CATALOG_NAME: &str = "3D000";
 /// `query_canceled`: a cancel request or the statement timeout stopped the statement.
 pub const SQLSTATE_QUERY_CANCELED: &str = "57014";
+/// `datetime_field_overflow`: a timestamp PostgreSQL cannot represent.
+pub const SQLSTATE_DATETIME_FIELD_OVERFLOW: &str = "22008";
 /// The server is shutting down.
 pub const SQLSTATE_ADMIN_SHUTDOWN: &str = "57P01";
 /// The session was idle for longer than `idle_session_timeout`.

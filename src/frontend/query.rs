@@ -240,7 +240,7 @@ impl Parser {
                 let header = copy.header_line(&fields);
                 let encoder = copy.encoder(Arc::clone(&fields));
                 let columns = fields.len();
-                let batches = execute(df, stop).await?;
+                let batches = execute(df, stop, session::time_zone(&metadata)).await?;
                 let lines = encode::copy_rows(batches, fields, encoder);
                 let lines = futures::stream::iter(header.map(Ok)).chain(lines);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, lines)))
@@ -254,7 +254,7 @@ impl Parser {
                 if planned.rows {
                     return Ok(Response::Query(rows(df, format, &metadata, stop).await?));
                 }
-                let batches: Vec<RecordBatch> = execute(df, stop)
+                let batches: Vec<RecordBatch> = execute(df, stop, session::time_zone(&metadata))
                     .await?
                     .collect::<Vec<_>>()
                     .await
@@ -320,9 +320,11 @@ fn ordered_params(params: HashMap<String, Option<DataType>>) -> Vec<Option<DataT
 }
 
 /// Starts executing `df`; the batches stop with an error when `stop` fires.
+/// `timestamptz` values come out in `zone` (see `encode::in_time_zone`).
 async fn execute(
     df: DataFrame,
     stop: Stop,
+    zone: Option<Arc<str>>,
 ) -> PgWireResult<impl Stream<Item = PgWireResult<RecordBatch>> + Send + 'static> {
     let stream: SendableRecordBatchStream = tokio::select! {
         biased;
@@ -330,21 +332,22 @@ async fn execute(
         stream = df.execute_stream() => stream.map_err(datafusion_error)?,
     };
     let stopped = stop.stopped();
-    Ok(futures::stream::unfold(
-        Some((stream, stopped, stop)),
-        |state| async move {
-            let (mut stream, mut stopped, stop) = state?;
-            tokio::select! {
-                biased;
-                why = &mut stopped => Some((Err(canceled(why == Stopped::TimedOut)), None)),
-                item = stream.next() => match item {
-                    Some(Ok(batch)) => Some((Ok(batch), Some((stream, stopped, stop)))),
-                    Some(Err(e)) => Some((Err(datafusion_error(e)), None)),
-                    None => None,
-                },
-            }
-        },
-    ))
+    let batches = futures::stream::unfold(Some((stream, stopped, stop)), |state| async move {
+        let (mut stream, mut stopped, stop) = state?;
+        tokio::select! {
+            biased;
+            why = &mut stopped => Some((Err(canceled(why == Stopped::TimedOut)), None)),
+            item = stream.next() => match item {
+                Some(Ok(batch)) => Some((Ok(batch), Some((stream, stopped, stop)))),
+                Some(Err(e)) => Some((Err(datafusion_error(e)), None)),
+                None => None,
+            },
+        }
+    });
+    Ok(batches.map(move |batch| match &zone {
+        Some(zone) => batch.and_then(|b| encode::in_time_zone(b, zone)),
+        None => batch,
+    }))
 }
 
 /// The rows of `df` in `format`.
@@ -356,7 +359,7 @@ async fn rows(
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(metadata));
     let fields = Arc::new(encode::pg_fields(df.schema().as_arrow(), format, &options)?);
-    let batches = execute(df, stop).await?;
+    let batches = execute(df, stop, session::time_zone(&metadata)).await?;
     Ok(QueryResponse::new(
         Arc::clone(&fields),
         encode::data_rows(batches, fields),

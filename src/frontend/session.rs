@@ -223,6 +223,16 @@ pub fn set(
             metadata.remove(name);
         }
         Some(value) => {
+            let value = if name == "timezone" {
+                valid_time_zone(&value).ok_or_else(|| {
+                    user_error(
+                        crate::sql::SQLSTATE_INVALID_PARAMETER_VALUE,
+                        format!("invalid value for parameter \"TimeZone\": \"{value}\""),
+                    )
+                })?
+            } else {
+                value
+            };
             if name == "statement_timeout" {
                 parse_duration_ms(&value).ok_or_else(|| {
                     user_error(
@@ -235,6 +245,27 @@ pub fn set(
         }
     }
     Ok(())
+}
+
+/// `zone` as Arrow names it, if it is a time zone: an IANA name (`Europe/Paris`, `UTC` in any
+/// case) or an offset (`+05:45`).
+fn valid_time_zone(zone: &str) -> Option<String> {
+    use datafusion::arrow::array::timezone::Tz;
+    let zone = if zone.eq_ignore_ascii_case("utc") || zone.eq_ignore_ascii_case("gmt") {
+        "UTC"
+    } else {
+        zone
+    };
+    zone.parse::<Tz>().ok().map(|_| zone.to_string())
+}
+
+/// The session's time zone for `timestamptz` values, when it is a valid one other than UTC.
+pub fn time_zone(metadata: &HashMap<String, String>) -> Option<Arc<str>> {
+    metadata
+        .get("timezone")
+        .and_then(|z| valid_time_zone(z))
+        .filter(|z| z != "UTC")
+        .map(Arc::from)
 }
 
 /// `42704` for a setting that does not exist.

@@ -130,7 +130,26 @@ async fn every_type_in_text_format() {
         "{tm}"
     );
     let ts = rows[0].get("ts").unwrap();
-    assert!(ts.starts_with("2024-02-29 12:00:00.5"), "{ts}");
+    assert_eq!(ts, "2024-02-29 12:00:00.5+00");
+    // In the session's time zone, offset minutes included, as PostgreSQL shows it.
+    client
+        .simple_query("SET TimeZone = 'Asia/Kathmandu'")
+        .await
+        .unwrap();
+    let shown = client
+        .simple_query("SELECT ts FROM pg_types_text.t WHERE id = 1")
+        .await
+        .unwrap();
+    let shown = shown.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(shown.as_deref(), Some("2024-02-29 17:45:00.5+05:45"));
+    let error = client
+        .simple_query("SET TimeZone = 'Mars/Olympus'")
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&error), "22023", "{error}");
     // The NULL row: every column but the key is NULL.
     for (column, _) in expected.iter().skip(1) {
         assert_eq!(
