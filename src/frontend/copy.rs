@@ -161,3 +161,35 @@ fn unsupported_option(option: &impl std::fmt::Display) -> pgwire::error::PgWireE
         format!("COPY option {option} is not supported"),
     )
 }
+
+/// The data lines of a `COPY` with the header line (if any) in front of the first one.
+///
+/// The header shares the first row's `CopyData` message because pgwire reports one row per
+/// message in the `COPY n` tag, and the header is not a row. With no rows the header goes
+/// alone, and the tag says `COPY 1` where PostgreSQL says `COPY 0`.
+pub fn with_header<S>(
+    header: Option<CopyData>,
+    lines: S,
+) -> impl futures::Stream<Item = pgwire::error::PgWireResult<CopyData>> + Send
+where
+    S: futures::Stream<Item = pgwire::error::PgWireResult<CopyData>> + Send,
+{
+    use futures::StreamExt;
+    let pending = std::sync::Arc::new(std::sync::Mutex::new(header));
+    let unsent = std::sync::Arc::clone(&pending);
+    let merged = lines.map(move |line| {
+        let header = pending.lock().expect("copy header").take();
+        match (header, line) {
+            (Some(header), Ok(line)) => {
+                let mut data = bytes::BytesMut::with_capacity(header.data.len() + line.data.len());
+                data.extend_from_slice(&header.data);
+                data.extend_from_slice(&line.data);
+                Ok(CopyData::new(data.freeze()))
+            }
+            (_, line) => line,
+        }
+    });
+    let rest = futures::stream::once(async move { unsent.lock().expect("copy header").take() })
+        .filter_map(|header| async move { header.map(Ok) });
+    merged.chain(rest)
+}

@@ -28,6 +28,8 @@ pub const SQLSTATE_INVALID_CATALOG_NAME: &str = "3D000";
 pub const SQLSTATE_QUERY_CANCELED: &str = "57014";
 /// `datetime_field_overflow`: a timestamp PostgreSQL cannot represent.
 pub const SQLSTATE_DATETIME_FIELD_OVERFLOW: &str = "22008";
+/// `in_failed_sql_transaction`: a statement after an error inside a transaction block.
+pub const SQLSTATE_IN_FAILED_TRANSACTION: &str = "25P02";
 /// The server is shutting down.
 pub const SQLSTATE_ADMIN_SHUTDOWN: &str = "57P01";
 /// The session was idle for longer than `idle_session_timeout`.

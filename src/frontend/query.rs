@@ -36,6 +36,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sqlparser::ast::Statement;
@@ -44,7 +45,10 @@ use super::catalog::SessionCatalogs;
 use super::compat;
 use super::copy::CopyOut;
 use super::encode;
-use super::error::{canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL};
+use super::error::{
+    canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL,
+    SQLSTATE_IN_FAILED_TRANSACTION,
+};
 use super::server::{ConnState, Shared, Stop, Stopped};
 use super::session::{self, SessionStatement};
 use crate::sql::{parse_cdc_statement, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR};
@@ -217,6 +221,19 @@ impl Parser {
         C::PortalStore: PortalStore,
     {
         let metadata = client.metadata().clone();
+        // As in PostgreSQL, a failed statement inside a transaction block makes the block
+        // refuse everything but its end, which then rolls back.
+        if client.transaction_status() == TransactionStatus::Error {
+            return match routed {
+                Routed::Session(SessionStatement::Commit | SessionStatement::Rollback) => {
+                    Ok(Response::TransactionEnd(Tag::new("ROLLBACK")))
+                }
+                _ => Err(user_error(
+                    SQLSTATE_IN_FAILED_TRANSACTION,
+                    "current transaction is aborted, commands ignored until end of transaction block",
+                )),
+            };
+        }
         match routed {
             Routed::Session(s) => run_session(client, s, format),
             Routed::Ours { text, tag, .. } => {
@@ -242,7 +259,7 @@ impl Parser {
                 let columns = fields.len();
                 let batches = execute(df, stop, session::time_zone(&metadata)).await?;
                 let lines = encode::copy_rows(batches, fields, encoder);
-                let lines = futures::stream::iter(header.map(Ok)).chain(lines);
+                let lines = super::copy::with_header(header, lines);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, lines)))
             }
             Routed::Query(planned) => {

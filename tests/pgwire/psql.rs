@@ -192,6 +192,17 @@ async fn psql_reports_errors_with_sqlstate_and_honours_on_error_stop() {
     );
     let out = String::from_utf8_lossy(&multi.stdout);
     assert!(!out.contains('3'), "{out}");
+    // An error inside a transaction block aborts it: 25P02 until its end, which rolls back.
+    let block = "BEGIN;\nSELECT nope;\nSELECT 'inside';\nCOMMIT;\nSELECT 'outside';\n";
+    let aborted = f.psql_script("errs", &["-A", "-t", "-v", "VERBOSITY=verbose"], block);
+    let out = String::from_utf8_lossy(&aborted.stdout);
+    let err = String::from_utf8_lossy(&aborted.stderr);
+    assert!(!out.contains("inside") && out.contains("outside"), "{out}");
+    assert!(err.contains("ERROR:  25P02:"), "{err}");
+    assert!(
+        out.contains("ROLLBACK"),
+        "COMMIT of an aborted block reports ROLLBACK: {out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,10 +216,12 @@ async fn psql_copy_writes_query_results() {
         csv.display()
     );
     let copy_text = format!("\\copy pg_copy.orders TO '{}'", text.display());
-    stdout_of(&f.psql(
+    let out = stdout_of(&f.psql(
         "cp",
         &["-v", "ON_ERROR_STOP=1", "-c", &copy_csv, "-c", &copy_text],
     ));
+    // The header is not a row: three rows each time.
+    assert_eq!(out, "COPY 3\nCOPY 3\n");
     assert_eq!(
         std::fs::read_to_string(&csv).unwrap(),
         "id,customer,amount\n1,ada,10.50\n2,grace,\n3,linus,7.25\n"
