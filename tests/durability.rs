@@ -113,26 +113,17 @@ async fn check(srv: &DevServer, engine: &Engine, source: &str, db: &str) {
 }
 
 /// One random transaction of 1–4 statements: inserts, updates of the key, of the chunk column
-/// and of other columns, deletes, and (with `bag`) rows of the keyless table.
-///
-/// The keyless table is written only once the source's snapshot is over: the snapshot of a
-/// keyless table under concurrent writes is not exact (a multiset has no key to version; see
-/// `docs/design.md`), and that is not what these tests are about.
+/// and of other columns, deletes, and rows of the keyless table (during its snapshot too).
 async fn random_transaction(
     conn: &mut mysql_async::Conn,
     db: &str,
     rng: &mut rand::rngs::StdRng,
     next_id: &mut i64,
-    bag: bool,
 ) {
     let mut tx = conn.start_transaction(Default::default()).await.unwrap();
     for _ in 0..rng.random_range(1..=4) {
         let id = rng.random_range(1..*next_id);
-        let pick = match rng.random_range(0..8) {
-            6 | 7 if !bag => 2,
-            other => other,
-        };
-        let sql = match pick {
+        let sql = match rng.random_range(0..8) {
             0 | 1 => {
                 *next_id += 1;
                 format!(
@@ -177,15 +168,13 @@ async fn writer(
     seed: u64,
     first_id: i64,
     stop: Arc<AtomicBool>,
-    bag: Arc<AtomicBool>,
 ) -> u64 {
     let mut conn = root_conn(srv).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut next_id = first_id;
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
-        let bag = bag.load(Ordering::Relaxed);
-        random_transaction(&mut conn, &db, &mut rng, &mut next_id, bag).await;
+        random_transaction(&mut conn, &db, &mut rng, &mut next_id).await;
         n += 1;
         tokio::time::sleep(Duration::from_millis(rng.random_range(1..8))).await;
     }
@@ -211,7 +200,7 @@ async fn a_restarted_engine_resumes_from_its_checkpoint_without_a_new_snapshot()
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut next_id = 1000;
     for _ in 0..60 {
-        random_transaction(&mut conn, db, &mut rng, &mut next_id, true).await;
+        random_transaction(&mut conn, db, &mut rng, &mut next_id).await;
     }
     let end = end_position(srv).await;
     engine.source("rs").unwrap().wait_for(&end).await.unwrap();
@@ -232,7 +221,7 @@ async fn a_restarted_engine_resumes_from_its_checkpoint_without_a_new_snapshot()
     drop(engine);
     // Changes while the engine is down are read from the binlog on restart.
     for _ in 0..40 {
-        random_transaction(&mut conn, db, &mut rng, &mut next_id, true).await;
+        random_transaction(&mut conn, db, &mut rng, &mut next_id).await;
     }
     let engine = open_caught_up(srv, dir.path(), "rs", options(100, 20)).await;
     let reads_after = query(
@@ -273,15 +262,7 @@ async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let no_bag = Arc::new(AtomicBool::new(false));
-    let writes = tokio::spawn(writer(
-        srv,
-        db.to_string(),
-        11,
-        10_000,
-        Arc::clone(&stop),
-        no_bag,
-    ));
+    let writes = tokio::spawn(writer(srv, db.to_string(), 11, 10_000, Arc::clone(&stop)));
     let done_sql = "SELECT \"table\", chunk, high FROM cdc.chunks WHERE state = 'done' ORDER BY \"table\", chunk";
     let before = tokio::time::timeout(HANG_GUARD, async {
         loop {
@@ -359,7 +340,7 @@ async fn damaged_state_files_are_refused_by_name() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     let mut next_id = 1000;
     for _ in 0..20 {
-        random_transaction(&mut conn, db, &mut rng, &mut next_id, true).await;
+        random_transaction(&mut conn, db, &mut rng, &mut next_id).await;
     }
     let end = end_position(srv).await;
     engine.source("cs").unwrap().wait_for(&end).await.unwrap();
@@ -501,15 +482,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     std::fs::write(&init, format!("{};\n", create_sql(srv, "crash", db))).unwrap();
     let log = dir.path().join("serve.log");
     let stop = Arc::new(AtomicBool::new(false));
-    let bag = Arc::new(AtomicBool::new(false));
-    let writes = tokio::spawn(writer(
-        srv,
-        db.to_string(),
-        seed,
-        10_000,
-        Arc::clone(&stop),
-        Arc::clone(&bag),
-    ));
+    let writes = tokio::spawn(writer(srv, db.to_string(), seed, 10_000, Arc::clone(&stop)));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
     for round in 0..rounds {
         let mut child = spawn_serve(&state, &init, &log);
@@ -521,8 +494,6 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
         let status = child.wait().unwrap();
         let newest = newest_manifest(&state);
         println!("round {round}: SIGKILL after {after} ms ({status}); newest checkpoint: {newest}");
-        // Past the snapshot: the keyless table may change too.
-        bag.store(newest != "none", Ordering::Relaxed);
     }
     stop.store(true, Ordering::Relaxed);
     let committed = writes.await.unwrap();

@@ -194,6 +194,14 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
             async move {
                 // The keyless table is one chunk (index 0): write inside its window too.
                 let keyless_window = chunk.table.table == "nokey" && chunk.index == 0;
+                // A copy added after LOW and before the read: the read sees it, so it must not
+                // be counted again from the binlog.
+                if point == HookPoint::AfterLow && keyless_window {
+                    let mut w = writer.lock().await;
+                    w.query_drop("INSERT INTO mode_keys.nokey VALUES (2, 'dup')")
+                        .await
+                        .unwrap();
+                }
                 if point == HookPoint::AfterSelect && (chunk.index == 1 || keyless_window) {
                     let mut w = writer.lock().await;
                     let t = &chunk.table.table;
@@ -233,7 +241,8 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
         // Undo the writes so that the next method starts from the same data.
         conn.query_drop(
             "UPDATE mode_keys.comp SET v = v - 100 WHERE a = 1; UPDATE mode_keys.str SET v = v - 100 WHERE k IN ('Key00', 'key09', 'KEY20');
-             DELETE FROM mode_keys.str WHERE k = 'kEy10x'; DELETE FROM mode_keys.nokey WHERE x = 1 LIMIT 1; INSERT INTO mode_keys.nokey VALUES (4, 'dup')",
+             DELETE FROM mode_keys.str WHERE k = 'kEy10x'; DELETE FROM mode_keys.nokey WHERE x = 1 LIMIT 1; INSERT INTO mode_keys.nokey VALUES (4, 'dup');
+             DELETE FROM mode_keys.nokey WHERE x = 2 LIMIT 1",
         )
         .await
         .unwrap();

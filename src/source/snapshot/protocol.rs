@@ -2,6 +2,15 @@
 //! window `(LOW, HIGH]` (watermarks), or a read inside a consistent snapshot (MariaDB, on
 //! request).
 //!
+//! Chunks of tables without a primary key take a third way under watermarks, a *locked read*:
+//! their rows are a multiset, and folding a window change the `SELECT` already saw would count
+//! it twice (a keyed row's full image can be applied again harmlessly; a copy cannot). The
+//! chunk is read with `LOCK IN SHARE MODE` inside a REPEATABLE READ transaction and HIGH is
+//! taken while the locks are held: every transaction that changed those rows before the read
+//! committed (and so reached the binlog, which comes first) before it, and every later one
+//! waits for the read's transaction to end, after HIGH. The window is empty (LOW = HIGH).
+//! Writers to that table wait for the duration of the chunk's read.
+//!
 //! # Invariant
 //! [`SnapshotRun::read_chunk`] returns the table's state at the chunk's HIGH within its range,
 //! and records that HIGH (and LOW) for the run; see `incremental` for why each step is there.
@@ -14,7 +23,9 @@ use mysql_async::Conn;
 use super::incremental::{
     ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, SnapshotRun,
 };
-use super::select::{select_batches, visibility_barrier, DEFAULT_BATCH_ROWS};
+use super::select::{
+    select_batches, select_batches_locked, visibility_barrier, DEFAULT_BATCH_ROWS,
+};
 use super::window::{normalize, WindowFeed};
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::current_position;
@@ -22,6 +33,10 @@ use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::{BinlogCoord, StartPosition};
 use crate::source::schema::TableId;
 use std::sync::Arc;
+
+/// How long a keyless table's locked read waits for a writer's row locks: long-open
+/// transactions must end for it to see a committed state.
+const LOCKED_READ_WAIT_SECONDS: u32 = 60;
 
 impl SnapshotRun {
     async fn feed(&self) -> SourceResult<&WindowFeed> {
@@ -85,6 +100,9 @@ impl SnapshotRun {
         };
         let (low, high, scanned) = if self.consistent {
             self.read_consistent(&mut conn, t, index, predicate.as_deref(), params)
+                .await?
+        } else if table.codec.keyless() {
+            self.read_locked(&mut conn, t, index, predicate.as_deref(), params)
                 .await?
         } else {
             let feed = self.feed().await?;
@@ -198,6 +216,53 @@ impl SnapshotRun {
             feed.release(&low);
         }
         Ok((low, high, scanned))
+    }
+
+    /// The locked read of a keyless table's chunk (see the module docs). The hooks after LOW
+    /// run once the locks are gone, so a test's writes at those points cannot wait on them.
+    async fn read_locked(
+        &self,
+        conn: &mut Conn,
+        t: usize,
+        index: usize,
+        predicate: Option<&str>,
+        params: Vec<mysql_async::Value>,
+    ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
+        let schema = &self.tables[t].schema;
+        let ctx = |what: &str| {
+            format!(
+                "{what} (a locked read of {}, which has no primary key)",
+                schema.id
+            )
+        };
+        self.hook(HookPoint::BeforeLow, t, index).await;
+        conn.query_drop(format!(
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+             SET SESSION innodb_lock_wait_timeout = {LOCKED_READ_WAIT_SECONDS};
+             START TRANSACTION"
+        ))
+        .await
+        .map_err(|e| SourceError::from_mysql(ctx("starting the transaction"), e))?;
+        let read = async {
+            let scanned =
+                select_batches_locked(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await?;
+            let (high, _) = current_position(conn, self.info.flavor).await?;
+            Ok::<_, SourceError>((high, scanned))
+        }
+        .await;
+        // Ends the transaction (and frees the locks) whatever happened.
+        let ended = conn.query_drop("COMMIT").await;
+        let (high, scanned) = read?;
+        ended.map_err(|e| SourceError::from_mysql(ctx("ending the transaction"), e))?;
+        for point in [
+            HookPoint::AfterLow,
+            HookPoint::AfterSelect,
+            HookPoint::BeforeHigh,
+            HookPoint::AfterHigh,
+        ] {
+            self.hook(point, t, index).await;
+        }
+        Ok((high.clone(), high, scanned))
     }
 
     async fn read_consistent(

@@ -163,6 +163,30 @@ pub async fn select_batches(
     params: Vec<Value>,
     batch_rows: usize,
 ) -> SourceResult<Vec<RecordBatch>> {
+    select(conn, schema, predicate, params, batch_rows, false).await
+}
+
+/// [`select_batches`] as a locking read (`LOCK IN SHARE MODE`): inside a transaction it reads
+/// the newest committed rows and keeps them (and, under REPEATABLE READ, the gaps between
+/// them) from changing until the transaction ends.
+pub async fn select_batches_locked(
+    conn: &mut Conn,
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    params: Vec<Value>,
+    batch_rows: usize,
+) -> SourceResult<Vec<RecordBatch>> {
+    select(conn, schema, predicate, params, batch_rows, true).await
+}
+
+async fn select(
+    conn: &mut Conn,
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    params: Vec<Value>,
+    batch_rows: usize,
+    lock: bool,
+) -> SourceResult<Vec<RecordBatch>> {
     let mut sql = format!(
         "SELECT {} FROM {}",
         SelectReader::select_list(schema),
@@ -171,6 +195,9 @@ pub async fn select_batches(
     if let Some(p) = predicate {
         sql.push_str(" WHERE ");
         sql.push_str(p);
+    }
+    if lock {
+        sql.push_str(" LOCK IN SHARE MODE");
     }
     let ctx = || format!("reading {}", schema.id);
     let mut result = conn
