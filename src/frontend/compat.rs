@@ -182,6 +182,7 @@ fn size_pretty(size: i64) -> String {
 ///   DataFusion only decorrelates aggregated subqueries, and over a unique oid the two agree.
 /// * `pg_get_function_result(p.oid)` over `pg_proc` reads the row's return type (`\df`).
 pub fn rewrite(mut statement: Statement) -> Statement {
+    name_output_columns(&mut statement);
     let aliases = catalog_aliases(&statement);
     let _ = visit_expressions_mut(&mut statement, |expr| {
         if let Some(query) = array_subquery(expr) {
@@ -200,6 +201,73 @@ pub fn rewrite(mut statement: Statement) -> Statement {
         ControlFlow::<()>::Continue(())
     });
     statement
+}
+
+/// Names a query's unnamed output columns as PostgreSQL does, where DataFusion would name them
+/// after the whole expression: a function call after the function (`count(*)` is `count`), a
+/// `CASE` `case`, a cast after what it casts, anything else computed `?column?`. Clients read
+/// columns by these names (`row["count"]`). Only the outermost `SELECT` list is named, and a
+/// name another output column already has is left alone (DataFusion needs them unique).
+fn name_output_columns(statement: &mut Statement) {
+    let Statement::Query(query) = statement else {
+        return;
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let taken: Vec<String> = select
+        .projection
+        .iter()
+        .filter_map(|item| match item {
+            SelectItem::ExprWithAlias { alias, .. } => Some(alias.value.clone()),
+            SelectItem::UnnamedExpr(Expr::Identifier(i)) => Some(i.value.clone()),
+            SelectItem::UnnamedExpr(Expr::CompoundIdentifier(parts)) => {
+                parts.last().map(|i| i.value.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    let mut named: Vec<String> = Vec::new();
+    for item in &mut select.projection {
+        let SelectItem::UnnamedExpr(expr) = item else {
+            continue;
+        };
+        let Some(name) = postgres_column_name(expr) else {
+            continue;
+        };
+        if taken.contains(&name) || named.contains(&name) {
+            continue;
+        }
+        named.push(name.clone());
+        *item = SelectItem::ExprWithAlias {
+            expr: expr.clone(),
+            alias: Ident::with_quote('"', name),
+        };
+    }
+}
+
+/// PostgreSQL's name for an unnamed output column computed by `expr`; `None` for a column
+/// reference, which keeps its own name.
+fn postgres_column_name(expr: &Expr) -> Option<String> {
+    match expr {
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) => None,
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| p.as_ident())
+            .map(|i| i.value.to_ascii_lowercase()),
+        Expr::Nested(inner) => postgres_column_name(inner),
+        Expr::Cast { expr, .. } => match expr.as_ref() {
+            Expr::Identifier(i) => Some(i.value.clone()),
+            Expr::CompoundIdentifier(parts) => parts.last().map(|i| i.value.clone()),
+            other => postgres_column_name(other),
+        },
+        Expr::Case { .. } => Some("case".into()),
+        Expr::Exists { .. } => Some("exists".into()),
+        Expr::Subquery(_) => None,
+        _ => Some("?column?".into()),
+    }
 }
 
 /// `pg_get_function_result(p.oid)` over a `pg_proc` alias `p`, as the return type's name
@@ -503,7 +571,7 @@ mod tests {
     fn array_subquery_becomes_an_ordered_aggregate() {
         assert_eq!(
             rewritten("SELECT array(SELECT b.rolname FROM pg_roles b WHERE b.oid = r.oid ORDER BY 1) FROM pg_roles r"),
-            "SELECT (SELECT array_agg(b.rolname ORDER BY b.rolname) FROM pg_roles b WHERE b.oid = r.oid) FROM pg_roles r"
+            "SELECT (SELECT array_agg(b.rolname ORDER BY b.rolname) FROM pg_roles b WHERE b.oid = r.oid) AS \"array\" FROM pg_roles r"
         );
         assert_eq!(
             rewritten("SELECT ARRAY(SELECT id FROM shop.orders) AS ids"),
@@ -515,7 +583,7 @@ mod tests {
     fn a_lateral_call_over_the_catalog_is_null_and_one_over_user_tables_is_kept() {
         assert_eq!(
             rewritten("SELECT array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ') FROM pg_catalog.pg_class c"),
-            "SELECT array_to_string(CAST(NULL AS TEXT[]) || CAST(NULL AS TEXT[]), ', ') FROM pg_catalog.pg_class c"
+            "SELECT array_to_string(CAST(NULL AS TEXT[]) || CAST(NULL AS TEXT[]), ', ') AS \"array_to_string\" FROM pg_catalog.pg_class c"
         );
         let kept = rewritten("SELECT array(SELECT x FROM unnest(o.tags) x JOIN shop.items i ON true) FROM shop.orders o");
         assert!(kept.contains("array_agg"), "{kept}");
@@ -524,8 +592,8 @@ mod tests {
     #[test]
     fn catalog_scalar_subqueries_are_aggregated_and_user_ones_are_not() {
         assert_eq!(
-            rewritten("SELECT 1 FROM pg_catalog.pg_type t WHERE (t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))"),
-            "SELECT 1 FROM pg_catalog.pg_type t WHERE (t.typrelid = 0 OR (SELECT max(c.relkind = 'c') FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))"
+            rewritten("SELECT 1 AS one FROM pg_catalog.pg_type t WHERE (t.typrelid = 0 OR (SELECT c.relkind = 'c' FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))"),
+            "SELECT 1 AS one FROM pg_catalog.pg_type t WHERE (t.typrelid = 0 OR (SELECT max(c.relkind = 'c') FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid))"
         );
         let user =
             "SELECT (SELECT i.qty FROM shop.items AS i WHERE i.id = o.id) FROM shop.orders AS o";
@@ -538,7 +606,7 @@ mod tests {
     fn missing_catalog_columns_read_as_null_arrays_only_on_catalog_tables() {
         assert_eq!(
             rewritten("SELECT n.nspname, array_to_string(n.nspacl, E'\\n') FROM pg_catalog.pg_namespace n"),
-            "SELECT n.nspname, array_to_string(CAST(NULL AS TEXT[]), E'\\n') FROM pg_catalog.pg_namespace n"
+            "SELECT n.nspname, array_to_string(CAST(NULL AS TEXT[]), E'\\n') AS \"array_to_string\" FROM pg_catalog.pg_namespace n"
         );
         let user = "SELECT n.nspacl FROM shop.acls AS n";
         assert_eq!(rewritten(user), user);
@@ -548,17 +616,34 @@ mod tests {
     fn a_function_result_is_read_from_its_pg_proc_row() {
         assert_eq!(
             rewritten("SELECT pg_get_function_result(p.oid) FROM pg_catalog.pg_proc p"),
-            "SELECT CASE WHEN p.proretset THEN 'SETOF ' || format_type(p.prorettype, NULL) ELSE format_type(p.prorettype, NULL) END FROM pg_catalog.pg_proc p"
+            "SELECT CASE WHEN p.proretset THEN 'SETOF ' || format_type(p.prorettype, NULL) ELSE format_type(p.prorettype, NULL) END AS \"pg_get_function_result\" FROM pg_catalog.pg_proc p"
         );
-        let other = "SELECT pg_get_function_result(x.oid) FROM shop.orders x";
+        let other = "SELECT pg_get_function_result(x.oid) AS r FROM shop.orders x";
         assert_eq!(rewritten(other), other);
+    }
+
+    #[test]
+    fn output_columns_are_named_as_postgresql_names_them() {
+        assert_eq!(
+            rewritten("SELECT count(*), 1 + 1, id, o.status, max(x) AS m, pg_catalog.version(), CASE WHEN true THEN 1 END, amount::TEXT FROM shop.orders o"),
+            "SELECT count(*) AS \"count\", 1 + 1 AS \"?column?\", id, o.status, max(x) AS m, pg_catalog.version() AS \"version\", CASE WHEN true THEN 1 END AS \"case\", amount::TEXT AS \"amount\" FROM shop.orders o"
+        );
+        // A name that would repeat stays DataFusion's (output names must be unique there).
+        assert_eq!(
+            rewritten("SELECT count(*), count(id), 1, 2 FROM t"),
+            "SELECT count(*) AS \"count\", count(id), 1 AS \"?column?\", 2 FROM t"
+        );
+        assert_eq!(
+            rewritten("SELECT sum(x) AS count, count(*) FROM t"),
+            "SELECT sum(x) AS count, count(*) FROM t"
+        );
     }
 
     #[test]
     fn other_functions_are_untouched() {
         assert_eq!(
-            rewritten("SELECT array_length(a, 1) FROM t"),
-            "SELECT array_length(a, 1) FROM t"
+            rewritten("SELECT array_length(a, 1) AS n FROM t"),
+            "SELECT array_length(a, 1) AS n FROM t"
         );
     }
 }

@@ -65,6 +65,13 @@ async fn psql_meta_commands_describe_captured_tables() {
         let out = psql(&["-c", command]);
         assert!(!out.is_empty(), "{command} printed nothing");
     }
+    // Computed columns are named as PostgreSQL names them.
+    let named = psql(&[
+        "-A",
+        "-c",
+        "SELECT count(*), max(amount), 1 + 1, id::TEXT FROM metadb.orders GROUP BY id ORDER BY id LIMIT 1",
+    ]);
+    assert!(named.starts_with("count|max|?column?|id\n"), "{named}");
     let size = psql(&["-A", "-t", "-c", "SELECT pg_size_pretty(10485760)"]);
     assert_eq!(size, "10 MB\n");
     // The data itself, through the database's default catalog.
