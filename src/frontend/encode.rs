@@ -321,9 +321,9 @@ fn timestamptz_text(value: &DateTime<FixedOffset>) -> String {
     let sign = if offset < 0 { '-' } else { '+' };
     let offset = offset.unsigned_abs();
     let _ = write!(text, "{sign}{:02}", offset / 3600);
-    if offset % 3600 != 0 {
+    if !offset.is_multiple_of(3600) {
         let _ = write!(text, ":{:02}", offset % 3600 / 60);
-        if offset % 60 != 0 {
+        if !offset.is_multiple_of(60) {
             let _ = write!(text, ":{:02}", offset % 60);
         }
     }

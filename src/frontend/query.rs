@@ -376,7 +376,7 @@ async fn rows(
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(metadata));
     let fields = Arc::new(encode::pg_fields(df.schema().as_arrow(), format, &options)?);
-    let batches = execute(df, stop, session::time_zone(&metadata)).await?;
+    let batches = execute(df, stop, session::time_zone(metadata)).await?;
     Ok(QueryResponse::new(
         Arc::clone(&fields),
         encode::data_rows(batches, fields),
