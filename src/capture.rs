@@ -290,24 +290,7 @@ impl Capture {
         position: BinlogCoord,
         progress: Arc<Progress>,
     ) -> SourceResult<Self> {
-        let mut conn = connect.connect().await?;
-        let logs: Vec<mysql_async::Row> = conn
-            .query("SHOW BINARY LOGS")
-            .await
-            .map_err(|e| SourceError::from_mysql("listing the binlogs", e))?;
-        let files: Vec<String> = logs.iter().filter_map(|r| r.get(0)).collect();
-        if !files.iter().any(|f| *f == *position.file) {
-            return Err(SourceError::BinlogUnavailable {
-                needed: position.to_string(),
-                message: format!(
-                    "the server has only binlogs {} to {} (the one needed was purged); \
-                     re-snapshot with ALTER SOURCE ... RESNAPSHOT",
-                    files.first().map_or("(none)", String::as_str),
-                    files.last().map_or("(none)", String::as_str),
-                ),
-            });
-        }
-        drop(conn);
+        Self::check_binlog(&connect, &position).await?;
         let index = tables
             .iter()
             .enumerate()
@@ -333,6 +316,49 @@ impl Capture {
             progress,
             resume_from: Some(position),
         })
+    }
+
+    /// Fails with [`SourceError::BinlogUnavailable`] unless the server still has the binlog
+    /// file of `position`.
+    pub async fn check_binlog(
+        connect: &ConnectOptions,
+        position: &BinlogCoord,
+    ) -> SourceResult<()> {
+        let mut conn = connect.connect().await?;
+        let logs: Vec<mysql_async::Row> = conn
+            .query("SHOW BINARY LOGS")
+            .await
+            .map_err(|e| SourceError::from_mysql("listing the binlogs", e))?;
+        let files: Vec<String> = logs.iter().filter_map(|r| r.get(0)).collect();
+        if files.iter().any(|f| *f == *position.file) {
+            return Ok(());
+        }
+        Err(SourceError::BinlogUnavailable {
+            needed: position.to_string(),
+            message: format!(
+                "the server has only binlogs {} to {} (the one needed was purged); \
+                 re-snapshot with ALTER SOURCE ... RESNAPSHOT",
+                files.first().map_or("(none)", String::as_str),
+                files.last().map_or("(none)", String::as_str),
+            ),
+        })
+    }
+
+    /// Puts `state` in place of table `table`'s state and returns the one it replaces.
+    pub fn replace_state(&mut self, table: usize, state: TableState) -> TableState {
+        std::mem::replace(&mut self.states[table], state)
+    }
+
+    /// Takes the states out of a capture (one that has finished, e.g. `SnapshotOnly`).
+    pub fn into_states(self) -> Vec<TableState> {
+        self.states
+    }
+
+    /// Whether `tx` is one a resumed capture must drop: its checkpoint already holds it.
+    fn held_already(&self, tx: &SourceTransaction) -> bool {
+        self.resume_from
+            .as_ref()
+            .is_some_and(|from| tx.start < *from)
     }
 
     fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
@@ -374,11 +400,7 @@ impl Capture {
                     None => return Ok(None),
                 },
             };
-            if self
-                .resume_from
-                .as_ref()
-                .is_some_and(|from| tx.start < *from)
-            {
+            if self.held_already(&tx) {
                 tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
                 continue;
             }
@@ -420,6 +442,9 @@ impl Capture {
                 if tx.start >= *target {
                     self.pending = Some(tx);
                     return Ok(());
+                }
+                if self.held_already(&tx) {
+                    continue;
                 }
                 out.extend(self.apply(&tx)?);
                 self.progress.set_position(tx.end.clone());

@@ -1,7 +1,8 @@
 //! Durability against trouble on the server side, each test on a private server of its own
-//! (they purge binlogs and restart the server): a purged binlog stops a resumed source with a
-//! definite error until `ALTER SOURCE ... RESNAPSHOT` repairs it, and server restarts under
-//! load are retried without losing or doubling a change.
+//! (they purge binlogs, restart the server, change rows behind the binlog's back): a purged
+//! binlog stops a resumed source with a definite error until `ALTER SOURCE ... RESNAPSHOT`
+//! repairs it, server restarts under load are retried without losing or doubling a change,
+//! and `RESNAPSHOT TABLE` repairs one table under load without touching the others.
 
 mod common;
 
@@ -155,6 +156,24 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     );
     let count = format!("SELECT count(*) AS n FROM p.{db}.\"t$changelog\"");
     let before: usize = query(&engine, &count).await[0][2..].parse().unwrap();
+    // One table cannot be repaired alone: the others would need the purged binlog.
+    let err = engine
+        .sql(&format!("ALTER SOURCE p RESNAPSHOT TABLE {db}.t"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&durable.to_string()),
+        "names the position: {err}"
+    );
+    assert!(
+        err.contains("use ALTER SOURCE p RESNAPSHOT,"),
+        "points to the whole-source repair: {err}"
+    );
+    assert_eq!(
+        query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
+        ["n=200"]
+    );
     engine.sql("ALTER SOURCE p RESNAPSHOT").await.unwrap();
     engine.wait_ready("p").await.unwrap();
     caught_up(&srv, &engine, "p").await;
@@ -260,4 +279,227 @@ async fn server_restarts_under_load_lose_and_double_nothing() {
     caught_up(&srv, &engine, "r").await;
     assert_eq!(engine.source("r").unwrap().status().error, None);
     check(&srv, &engine, "r", db).await;
+}
+
+/// Two tables of 200 rows each.
+async fn setup_two(srv: &DevServer, db: &str) {
+    let mut conn = root_conn(srv).await;
+    fresh_db(&mut conn, db).await;
+    for table in ["t", "u"] {
+        conn.query_drop(format!(
+            "CREATE TABLE {db}.{table} (id INT PRIMARY KEY, v VARCHAR(32), n INT);
+             INSERT INTO {db}.{table} SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_200;"
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+/// Logged single-row writes on both tables until `stop`, away from the rows the test changes
+/// behind the binlog's back (ids up to 40 and 501 to 504): updates of ids 100 to 200, inserts
+/// from 2000 on, deletes of the inserted ones.
+async fn writer_on_both(url: String, db: String, stop: Arc<AtomicBool>, commits: Arc<AtomicU64>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut conn = mysql_async::Conn::from_url(url.as_str()).await.unwrap();
+    let mut next_id = 2000;
+    while !stop.load(Ordering::Relaxed) {
+        let table = if rng.random_bool(0.5) { "t" } else { "u" };
+        let sql = match rng.random_range(0..3) {
+            0 => {
+                next_id += 1;
+                format!("INSERT INTO {db}.{table} VALUES ({next_id}, 'w', 0)")
+            }
+            1 => format!(
+                "UPDATE {db}.{table} SET n = n + 1 WHERE id = {}",
+                rng.random_range(100..=200)
+            ),
+            _ => format!(
+                "DELETE FROM {db}.{table} WHERE id = {}",
+                rng.random_range(2000..=next_id)
+            ),
+        };
+        conn.query_drop(&sql).await.unwrap();
+        commits.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The changelog entries of `table` that are not binlog changes (`_tx` 0): snapshot reads and
+/// re-snapshot differences.
+async fn non_binlog_entries(engine: &Engine, db: &str, table: &str) -> Vec<Entry> {
+    engine_changelog(engine, "s", db, table, "id, v, n")
+        .await
+        .into_iter()
+        .filter(|e| e.tx == 0)
+        .collect()
+}
+
+async fn check_both(srv: &DevServer, engine: &Engine, db: &str) {
+    let end = end_position(srv).await;
+    let from = engine
+        .source("s")
+        .unwrap()
+        .status()
+        .consistent_from
+        .unwrap();
+    for table in ["t", "u"] {
+        check_table(srv, engine, "s", db, table, "id, v, n", true, &from, &end).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resnapshot_table_repairs_one_table_and_leaves_the_others_alone() {
+    let srv = own_server().await;
+    let db = "retable_db";
+    setup_two(&srv, db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().to_str().unwrap();
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SOURCE s FROM MYSQL '{}' WITH (tables = '{db}.*', chunk_size = 50, server_id = 78)",
+            srv.cdc_url()
+        ))
+        .await
+        .unwrap();
+    engine.wait_ready("s").await.unwrap();
+    let mut conn = root_conn(&srv).await;
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET n = n + 1 WHERE id BETWEEN 150 AND 160; DELETE FROM {db}.u WHERE id = 199"
+    ))
+    .await
+    .unwrap();
+    caught_up(&srv, &engine, "s").await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    // While the engine is down, 9 rows of t change without reaching the binlog: 3 updates,
+    // 2 deletes, 4 inserts (and one update that is undone again).
+    conn.query_drop(format!(
+        "SET sql_log_bin = 0;
+         UPDATE {db}.t SET v = 'hidden' WHERE id IN (20, 21, 22);
+         DELETE FROM {db}.t WHERE id IN (30, 31);
+         INSERT INTO {db}.t VALUES (501, 'new', 1), (502, 'new', 2), (503, 'new', 3), (504, 'new', 4);
+         UPDATE {db}.t SET v = 'x' WHERE id = 40;
+         UPDATE {db}.t SET v = 'v40' WHERE id = 40;
+         SET sql_log_bin = 1;"
+    ))
+    .await
+    .unwrap();
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine.wait_ready("s").await.unwrap();
+    caught_up(&srv, &engine, "s").await;
+    let mut shown = query(&engine, &format!("SELECT * FROM s.{db}.t")).await;
+    shown.sort();
+    assert_ne!(
+        shown,
+        source_rows(&srv, &engine, "s", "t").await,
+        "the unlogged changes are not in the engine's t yet"
+    );
+    let t_before = non_binlog_entries(&engine, db, "t").await;
+    let u_before = non_binlog_entries(&engine, db, "u").await;
+
+    // Unknown tables are named; nothing is stopped.
+    let err = engine
+        .sql("ALTER SOURCE s RESNAPSHOT TABLE retable_db.nope")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("retable_db.nope"), "{err}");
+    assert_eq!(engine.source("s").unwrap().status().error, None);
+
+    // RESNAPSHOT TABLE while both tables are written to.
+    let stop = Arc::new(AtomicBool::new(false));
+    let commits = Arc::new(AtomicU64::new(0));
+    let writer = tokio::spawn(writer_on_both(
+        srv.root_url(),
+        db.to_string(),
+        Arc::clone(&stop),
+        Arc::clone(&commits),
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let during = commits.load(Ordering::Relaxed);
+    engine
+        .sql(&format!("ALTER SOURCE s RESNAPSHOT TABLE {db}.t"))
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("s"))
+        .await
+        .expect("the re-snapshot hangs")
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    assert!(
+        commits.load(Ordering::Relaxed) > during,
+        "writes went on during the re-snapshot"
+    );
+    caught_up(&srv, &engine, "s").await;
+    // Both tables equal the source; both changelogs are exactly the binlog's history (no
+    // binlog change of either table lost or doubled) and replay to the source's rows.
+    check_both(&srv, &engine, db).await;
+    // t gained exactly the 9 rows the binlog did not carry, each at its own position; u
+    // gained nothing.
+    let t_after = non_binlog_entries(&engine, db, "t").await;
+    let added: Vec<&Entry> = t_after.iter().filter(|e| !t_before.contains(e)).collect();
+    let mut ops: Vec<&str> = added.iter().map(|e| e.op.as_str()).collect();
+    ops.sort();
+    assert_eq!(
+        ops,
+        ["c", "c", "c", "c", "d", "d", "u", "u", "u"],
+        "{added:?}"
+    );
+    let positions: std::collections::HashSet<&str> =
+        t_after.iter().map(|e| e.position.as_str()).collect();
+    let previous: std::collections::HashSet<&str> =
+        t_before.iter().map(|e| e.position.as_str()).collect();
+    assert_eq!(
+        added
+            .iter()
+            .filter(|e| !previous.contains(e.position.as_str()))
+            .count(),
+        9,
+        "the new entries' positions are new"
+    );
+    assert!(
+        positions.len() >= previous.len() + 9,
+        "positions are distinct"
+    );
+    assert_eq!(non_binlog_entries(&engine, db, "u").await, u_before);
+
+    // Nothing changed since: a second RESNAPSHOT TABLE appends nothing.
+    engine
+        .sql(&format!("ALTER SOURCE s RESNAPSHOT TABLE {db}.t"))
+        .await
+        .unwrap();
+    engine.wait_ready("s").await.unwrap();
+    caught_up(&srv, &engine, "s").await;
+    assert_eq!(non_binlog_entries(&engine, db, "t").await, t_after);
+
+    // A restart resumes from the checkpoint after the repair: same changelogs, same rows.
+    let logs_before: Vec<Vec<Entry>> = {
+        let mut v = Vec::new();
+        for table in ["t", "u"] {
+            v.push(engine_changelog(&engine, "s", db, table, "id, v, n").await);
+        }
+        v
+    };
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine.wait_ready("s").await.unwrap();
+    caught_up(&srv, &engine, "s").await;
+    for (table, before) in ["t", "u"].iter().zip(&logs_before) {
+        let mut after = engine_changelog(&engine, "s", db, table, "id, v, n").await;
+        let mut before = before.clone();
+        after.sort();
+        before.sort();
+        assert_eq!(after, before, "{table}: the restart changed the changelog");
+    }
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET n = 0 WHERE id = 501; DELETE FROM {db}.u WHERE id = 1"
+    ))
+    .await
+    .unwrap();
+    caught_up(&srv, &engine, "s").await;
+    check_both(&srv, &engine, db).await;
 }

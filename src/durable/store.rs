@@ -14,8 +14,19 @@
 //! staging file and renames or hard-links it into place). [`Store::create`] is
 //! create-if-absent: it fails if the object exists, which is what makes a manifest's commit
 //! atomic and fences a second writer.
+//!
+//! # Durability of a local directory
+//! `object_store` does not `fsync`, so a file it wrote may still be in the page cache when a
+//! manifest naming it reaches the disk, and a power failure could then leave a manifest whose
+//! files are empty or missing. Every write to a local directory therefore returns only after
+//! the file and its directory (and, once, each directory above it up to the store's root) are
+//! synced. A manifest is written after the files it names, so they are on disk before it is,
+//! and it is on disk itself before its checkpoint is reported. Deletes are not synced: a lost
+//! delete leaves garbage, which the next checkpoint removes again.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -84,6 +95,13 @@ pub enum StoreError {
     /// A file the state needs is missing.
     #[error("state file {path} is missing")]
     Missing { path: String },
+    /// A file written to a local directory could not be synced to disk.
+    #[error("cannot sync state file {path} to disk: {source}")]
+    Sync {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Options of the store: `object_store` configuration keys for remote stores
@@ -95,6 +113,41 @@ pub type StoreOptions = Vec<(String, String)>;
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     location: String,
+    /// Set for a local directory, whose writes are synced (see the module docs).
+    local: Option<Arc<LocalSync>>,
+}
+
+/// What a local directory's writes sync.
+#[derive(Debug)]
+struct LocalSync {
+    root: PathBuf,
+    /// Directories whose own entry in their parent is already synced: a new file needs only
+    /// its directory synced, a new directory also its parent.
+    synced: Mutex<HashSet<PathBuf>>,
+}
+
+impl LocalSync {
+    /// Syncs the file at `path` (relative to the root), its directory, and every directory up
+    /// to the root not synced before.
+    fn sync(&self, path: &str) -> std::io::Result<()> {
+        let sync_dir = |d: &std::path::Path| std::fs::File::open(d)?.sync_all();
+        let file = self.root.join(path);
+        std::fs::File::open(&file)?.sync_all()?;
+        // The file is a new entry in its directory.
+        let mut dir = file.parent().unwrap_or(&self.root);
+        sync_dir(dir)?;
+        // A directory made for it is a new entry in its parent, and so on up.
+        while dir != self.root && !self.synced.lock().expect("synced").contains(dir) {
+            let parent = dir.parent().unwrap_or(&self.root);
+            sync_dir(parent)?;
+            self.synced
+                .lock()
+                .expect("synced")
+                .insert(dir.to_path_buf());
+            dir = parent;
+        }
+        Ok(())
+    }
 }
 
 impl Store {
@@ -121,11 +174,16 @@ impl Store {
             return Err(err("a local directory takes no store options".into()));
         }
         std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-        let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
+        let root = std::fs::canonicalize(dir).map_err(|e| err(e.to_string()))?;
+        let fs = object_store::local::LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| err(e.to_string()))?;
         Ok(Self {
             inner: Arc::new(fs),
             location: location.to_string(),
+            local: Some(Arc::new(LocalSync {
+                root,
+                synced: Mutex::new(HashSet::new()),
+            })),
         })
     }
 
@@ -134,6 +192,7 @@ impl Store {
         Self {
             inner: Arc::new(object_store::memory::InMemory::new()),
             location: "memory://".into(),
+            local: None,
         }
     }
 
@@ -184,7 +243,10 @@ impl Store {
             .put_opts(&Path::from(path), PutPayload::from(framed), options)
             .await
         {
-            Ok(_) => Ok(file),
+            Ok(_) => {
+                self.sync(path).await?;
+                Ok(file)
+            }
             Err(object_store::Error::AlreadyExists { .. }) => Err(StoreError::Exists {
                 path: self.describe(path),
             }),
@@ -193,6 +255,22 @@ impl Store {
                 source,
             }),
         }
+    }
+
+    /// Makes a file just written to a local directory durable (see the module docs).
+    async fn sync(&self, path: &str) -> Result<(), StoreError> {
+        let Some(local) = &self.local else {
+            return Ok(());
+        };
+        let local = Arc::clone(local);
+        let relative = path.to_string();
+        let result = tokio::task::spawn_blocking(move || local.sync(&relative))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        result.map_err(|e| StoreError::Sync {
+            path: self.describe(path),
+            source: e,
+        })
     }
 
     /// Reads and checks the file at `path`; returns its payload.
@@ -306,12 +384,13 @@ fn open_s3(location: &str, options: &StoreOptions) -> Result<Store, String> {
     Ok(Store {
         inner,
         location: location.to_string(),
+        local: None,
     })
 }
 
 #[cfg(not(feature = "s3"))]
 fn open_s3(_: &str, _: &StoreOptions) -> Result<Store, String> {
-    Err("this build has no S3 support; rebuild with `--features s3`".into())
+    Err("this build has no S3 support (it was built with `--no-default-features`); rebuild with the `s3` feature".into())
 }
 
 fn frame(kind: FileKind, payload: &[u8]) -> Vec<u8> {
@@ -423,6 +502,31 @@ mod tests {
         // Missing.
         let err = store.read("nope", FileKind::Segment).await.unwrap_err();
         assert!(matches!(err, StoreError::Missing { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn local_writes_sync_every_new_directory_up_to_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().to_str().unwrap(), &Vec::new()).unwrap();
+        store
+            .write("s/1/tables/0/seg.arrow", FileKind::Segment, b"x")
+            .await
+            .unwrap();
+        store
+            .create("s/1/manifests/1.manifest", FileKind::Manifest, b"m")
+            .await
+            .unwrap();
+        let local = store.local.as_ref().expect("a local directory");
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let mut synced: Vec<PathBuf> = local.synced.lock().unwrap().iter().cloned().collect();
+        synced.sort();
+        let expected: Vec<PathBuf> = ["s", "s/1", "s/1/manifests", "s/1/tables", "s/1/tables/0"]
+            .iter()
+            .map(|d| root.join(d))
+            .collect();
+        assert_eq!(synced, expected);
+        // A file that is not there (the write went elsewhere) cannot be synced.
+        assert!(local.sync("s/1/nothing.arrow").is_err());
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@
 
 mod durable;
 mod functions;
+mod resnapshot;
 pub mod source;
 mod status;
 mod task;
@@ -66,6 +67,10 @@ pub enum EngineError {
     Sql(#[from] SqlError),
     #[error("{0} is not supported yet")]
     NotSupported(&'static str),
+    #[error("source \"{name}\" does not capture table {table}")]
+    NoSuchTable { name: String, table: String },
+    #[error("RESNAPSHOT TABLE cannot repair source \"{name}\": {reason}; use ALTER SOURCE {name} RESNAPSHOT, which reads every table again")]
+    CannotResnapshotTable { name: String, reason: String },
     #[error(transparent)]
     Durable(#[from] DurableError),
 }
@@ -345,12 +350,11 @@ impl Engine {
             }
             CdcStatement::AlterSource(alter) => {
                 let AlterSourceAction::Resnapshot { table } = alter.action;
-                if table.is_some() {
-                    return Err(EngineError::NotSupported(
-                        "RESNAPSHOT TABLE (RESNAPSHOT re-reads every table of the source)",
-                    ));
+                let source = self.source(&alter.name)?;
+                match table {
+                    Some(table) => source.resnapshot_table(&table).await?,
+                    None => source.resnapshot().await,
                 }
-                self.source(&alter.name)?.resnapshot().await;
                 Ok(self.ctx.read_empty()?)
             }
         }

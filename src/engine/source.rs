@@ -24,14 +24,14 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::task::{checkpoint_loop, run, Mode, Task};
-use crate::capture::CaptureOptions;
+use super::EngineError;
+use crate::capture::{Capture, CaptureOptions};
 use crate::durable::{Checkpointer, DurableError};
 use crate::provider::{Published, SourceVersion};
 use crate::source::connect::{current_position, ConnectOptions};
-use crate::source::error::SourceResult;
+use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::BinlogCoord;
-use crate::source::schema::Flavor;
-use crate::source::schema::TableSchema;
+use crate::source::schema::{Flavor, TableId, TableSchema};
 use crate::source::snapshot::incremental::Progress;
 
 /// What a source's status shows.
@@ -187,6 +187,53 @@ impl RunningSource {
         self.status.lock().expect("status").error = None;
         let task = tokio::spawn(run(self.shared.clone(), Mode::Resnapshot));
         *self.task.lock().expect("task") = Some(task);
+    }
+
+    /// `ALTER SOURCE ... RESNAPSHOT TABLE db.t`: reads one table again and repairs its state
+    /// without touching the others' (see `engine::resnapshot`); returns once the new capture
+    /// task runs (see [`Self::wait_ready`]). Refused, with the capture left as it is, for a
+    /// table the source does not capture, a source with nothing published yet, and a source
+    /// whose binlog at its published position was purged (only `RESNAPSHOT` repairs that).
+    pub async fn resnapshot_table(&self, table: &TableId) -> Result<(), EngineError> {
+        let _restarting = self.restarting.lock().await;
+        let tables = self.status().tables;
+        let index =
+            tables
+                .iter()
+                .position(|t| t.id == *table)
+                .ok_or_else(|| EngineError::NoSuchTable {
+                    name: self.name.clone(),
+                    table: table.to_string(),
+                })?;
+        let refuse = |reason: String| EngineError::CannotResnapshotTable {
+            name: self.name.clone(),
+            reason,
+        };
+        let position = self
+            .published
+            .load()
+            .position
+            .clone()
+            .ok_or_else(|| refuse("it has published no state yet".into()))?;
+        match Capture::check_binlog(&self.shared.connect, &position).await {
+            Ok(()) => {}
+            Err(SourceError::BinlogUnavailable { needed, .. }) => {
+                let reason = format!("the other tables need the binlog from {needed} on");
+                return Err(refuse(reason + ", which the server no longer has"));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let old = self.task.lock().expect("task").take();
+        if let Some(old) = old {
+            old.abort();
+            // Wait until it is gone: it must not publish after the new task read the state.
+            let _ = old.await;
+        }
+        let _ = self.shared.ready.send(false);
+        self.status.lock().expect("status").error = None;
+        let task = tokio::spawn(run(self.shared.clone(), Mode::ResnapshotTable(index)));
+        *self.task.lock().expect("task") = Some(task);
+        Ok(())
     }
 
     /// Writes a checkpoint of the published version now (a clean stop); `Ok(None)` when the

@@ -8,10 +8,8 @@
 //! * *Recovered*: a durable source with a checkpoint loads it (`durable::recover`), publishes
 //!   it at once (so a source whose binlog was purged still answers queries with its last
 //!   state) and resumes the binlog at the checkpoint's position ([`Capture::resume`]).
-//! * *Re-snapshot* (`ALTER SOURCE ... RESNAPSHOT`): a fresh snapshot replaces the published
-//!   state; the changelog keeps its history and gains only the entries that turn the old state
-//!   into the new one (`state::diff`), so unchanged rows are not repeated. A source that has
-//!   published nothing (its checkpoint is damaged) starts over as if new.
+//! * *Re-snapshot* (`ALTER SOURCE ... RESNAPSHOT [TABLE db.t]`): see `engine::resnapshot`. A
+//!   source that has published nothing (its checkpoint is damaged) starts over as if new.
 //!
 //! Then every source transaction is appended to the changelogs and published as a new version.
 
@@ -22,8 +20,9 @@ use arrow::array::AsArray;
 use arrow::datatypes::UInt64Type;
 use tokio::sync::watch;
 
+use super::resnapshot::{resnapshot, resnapshot_table};
 use super::source::SourceStatus;
-use crate::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use crate::capture::{Capture, CaptureOptions, TableChange};
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
 use crate::provider::{Published, SourceVersion};
@@ -33,11 +32,10 @@ use crate::source::position::BinlogCoord;
 use crate::source::schema::TableId;
 use crate::source::snapshot::incremental::Progress;
 use crate::state::changelog::{changelog_batch, Changelog};
-use crate::state::diff::diff;
 
 /// Why a capture task stopped.
 #[derive(Debug, thiserror::Error)]
-enum Stop {
+pub(super) enum Stop {
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -50,6 +48,8 @@ pub(crate) enum Mode {
     /// Resume from the newest checkpoint if there is one, else snapshot.
     Start,
     Resnapshot,
+    /// Re-read the table at this index of the source's tables; see `engine::resnapshot`.
+    ResnapshotTable(usize),
 }
 
 /// What a capture task shares with its source; cloned for each task the source runs.
@@ -105,7 +105,7 @@ pub(crate) async fn checkpoint_loop(
 /// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
 /// gets the next number in order.
 #[derive(Debug, Default)]
-struct TxNumbers {
+pub(super) struct TxNumbers {
     next: u64,
     last: Option<BinlogCoord>,
 }
@@ -123,7 +123,7 @@ impl TxNumbers {
     }
 
     /// Numbering that continues after the `_tx` values already in `changelogs`.
-    fn after(changelogs: &[Changelog]) -> Self {
+    pub(super) fn after(changelogs: &[Changelog]) -> Self {
         let next = changelogs
             .iter()
             .flat_map(|l| l.segments())
@@ -138,12 +138,12 @@ impl TxNumbers {
 }
 
 /// A started capture with its changelogs and the end of its hand-off.
-struct Started {
-    capture: Capture,
-    changelogs: Vec<Changelog>,
+pub(super) struct Started {
+    pub capture: Capture,
+    pub changelogs: Vec<Changelog>,
     /// `None` for a stream-only source started from a GTID set (no file position yet).
-    consistent_from: Option<BinlogCoord>,
-    numbers: TxNumbers,
+    pub consistent_from: Option<BinlogCoord>,
+    pub numbers: TxNumbers,
 }
 
 async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
@@ -161,6 +161,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         Mode::Resnapshot if previous.position.is_some() => resnapshot(task, &previous).await?,
         // Nothing to compare with (the checkpoint could not be loaded): start over.
         Mode::Resnapshot => fresh(task, mode).await?,
+        Mode::ResnapshotTable(t) => resnapshot_table(task, &previous, t).await?,
         Mode::Start => match checkpointer {
             Some(c) => match c.newest().await? {
                 Some(manifest) => recover(task, c, manifest).await?,
@@ -262,7 +263,7 @@ async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
 
 /// Where the hand-off ended (a stream-only source: where it started, when that is a file
 /// position).
-fn handoff_end(progress: &Progress) -> Option<BinlogCoord> {
+pub(super) fn handoff_end(progress: &Progress) -> Option<BinlogCoord> {
     progress.report().position
 }
 
@@ -340,62 +341,8 @@ async fn recover(
     })
 }
 
-/// Snapshots again and appends only the differences to the published state.
-async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
-    let old_ids: Vec<TableId> = task
-        .status
-        .lock()
-        .expect("status")
-        .tables
-        .iter()
-        .map(|t| t.id.clone())
-        .collect();
-    let mut options = task.options.clone();
-    options.mode = SnapshotMode::Initial;
-    let (capture, _) =
-        Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
-            .await?;
-    let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
-    if ids != old_ids {
-        return Err(SourceError::Config(format!(
-            "the source's tables changed ({old_ids:?} before, {ids:?} now); drop and create the source instead"
-        ))
-        .into());
-    }
-    let end = handoff_end(&task.progress)
-        .ok_or_else(|| SourceError::Config("the re-snapshot ended without a position".into()))?;
-    let mut changelogs = previous.changelogs.clone();
-    let mut numbers = TxNumbers::after(&changelogs);
-    let mut changes = Vec::new();
-    for (t, table) in capture.tables().iter().enumerate() {
-        let fail = |e: arrow::error::ArrowError| {
-            SourceError::Config(format!("comparing the new snapshot of {}: {e}", table.id))
-        };
-        let old = previous.tables[t].scan_all().map_err(fail)?;
-        let new = capture.state(t).to_batch().map_err(fail)?;
-        let events = diff(capture.state(t).codec(), &old, &[new], &end).map_err(fail)?;
-        tracing::info!(table = %table.id, changes = events.len(), "re-snapshot compared");
-        changes.extend(
-            events
-                .into_iter()
-                .map(|event| TableChange { table: t, event }),
-        );
-    }
-    append(&capture, &mut changelogs, &changes, &mut numbers)?;
-    if let Some(c) = &task.checkpointer {
-        c.set_consistent_from(end.clone()).await;
-    }
-    task.status.lock().expect("status").error = None;
-    Ok(Started {
-        capture,
-        changelogs,
-        consistent_from: Some(end),
-        numbers,
-    })
-}
-
 /// Appends changes to the changelogs, one segment per table.
-fn append(
+pub(super) fn append(
     capture: &Capture,
     changelogs: &mut [Changelog],
     changes: &[TableChange],

@@ -116,6 +116,9 @@ fn engine_sqlstate(error: &EngineError) -> &'static str {
         // invalid_name
         EngineError::BadName(..) => "42602",
         EngineError::NotSupported(_) => crate::sql::SQLSTATE_FEATURE_NOT_SUPPORTED,
+        EngineError::NoSuchTable { .. } => SQLSTATE_UNDEFINED_TABLE,
+        // object_not_in_prerequisite_state: the source must be repaired another way.
+        EngineError::CannotResnapshotTable { .. } => "55000",
         EngineError::DataFusion(e) => datafusion_sqlstate(e),
         // connection_exception: the MySQL server could not be reached or refused us.
         EngineError::Source(_) | EngineError::SourceFailed { .. } => "08000",

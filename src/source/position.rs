@@ -117,6 +117,26 @@ impl fmt::Display for ChangePosition {
     }
 }
 
+impl FromStr for ChangePosition {
+    type Err = PositionParseError;
+
+    /// Parses what `Display` writes: `file:offset:event:row:sub`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || PositionParseError(format!("expected file:offset:event:row:sub, got {s:?}"));
+        let mut parts = s.rsplitn(4, ':');
+        let sub = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let row_index = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let event_index = parts.next().and_then(|p| p.parse().ok()).ok_or_else(bad)?;
+        let tx = parts.next().ok_or_else(bad)?.parse()?;
+        Ok(Self {
+            tx,
+            event_index,
+            row_index,
+            sub,
+        })
+    }
+}
+
 /// One transaction identifier.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Gtid {
@@ -399,6 +419,15 @@ mod tests {
             row_index: row,
             sub: 0,
         }
+    }
+
+    #[test]
+    fn change_positions_read_back_what_they_write() {
+        let mut p = pos("my:host-bin.000012", 123456, 7, 42);
+        p.sub = 1;
+        assert_eq!(p.to_string().parse::<ChangePosition>().unwrap(), p);
+        assert!("binlog.000001:4:0:0".parse::<ChangePosition>().is_err());
+        assert!("binlog.000001:4:0:x:0".parse::<ChangePosition>().is_err());
     }
 
     #[test]

@@ -121,6 +121,18 @@ impl CurrentTable {
         })
     }
 
+    /// The table as `snapshot` holds it, to go on changing from there (a capture restarted
+    /// from a published version). O(1): the base and the persistent overlay are shared, and
+    /// neither is ever changed in place.
+    pub fn from_snapshot(snapshot: &TableSnapshot) -> Self {
+        Self {
+            codec: Arc::clone(&snapshot.codec),
+            base: Arc::clone(&snapshot.base),
+            overlay: snapshot.overlay.clone(),
+            len: snapshot.len,
+        }
+    }
+
     pub fn schema(&self) -> &Arc<TableSchema> {
         self.codec.schema()
     }

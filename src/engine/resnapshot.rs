@@ -1,0 +1,230 @@
+//! Re-snapshots: `ALTER SOURCE ... RESNAPSHOT` (every table) and `RESNAPSHOT TABLE db.t` (one),
+//! each run as the start of a new capture task in place of the stopped one.
+//!
+//! # Invariant
+//! The changelog keeps its history and gains only the entries that turn the old state of a
+//! table into its newly read state (`state::diff`): a row that is the same in both gets no
+//! entry. Every published version holds every table at one binlog position.
+//!
+//! # Every table
+//! A fresh snapshot replaces the published state; the diff entries sit at the new hand-off's
+//! end. This is the repair for a purged binlog, so nothing of the old stream is needed.
+//!
+//! # One table
+//! The published version holds every table at one position `P` (the stopped task published
+//! whole transactions only). Its tables become the states of a capture again (O(1) each, they
+//! share the published structures). Table `T` is read on its own with the snapshot machinery
+//! (a `SnapshotOnly` capture, as `mysql_snapshot` does), which gives `T`'s rows at exactly one
+//! position `H >= P` (its largest HIGH). The capture then resumes the binlog at `P` for every
+//! table, the old `T` included, and stops before the first transaction that starts at or after
+//! `H`: every table, the old `T` too, is now at `H`, and the changelogs got the binlog's
+//! changes in between as usual. Only then is the old `T` swapped for the new one, with the
+//! entries between the two (exactly the rows the binlog did not bring, e.g. written with
+//! `sql_log_bin=0`) appended to `T`'s changelog at `H`, and one version at `H` is published.
+//! Until then queries keep the version at `P`, so no version mixes positions, and the
+//! checkpoint loop (which writes published versions) never sees a half-done re-snapshot: a
+//! crash before `H` is published resumes from `P` with the old `T`.
+//!
+//! The diff entries' positions are `(H, event 0, row i)`: after every change of a transaction
+//! before `H`, before every change of the transaction at `H` (binlog rows have an event index
+//! of 1 or more), and numbered past any entry of `T`'s changelog already at `(H, event 0)`
+//! (snapshot rows, or an earlier re-snapshot at the same position), so each is unique.
+//!
+//! The other tables' binlog at `P` must still be on the server; if it was purged only the
+//! whole-source re-snapshot can repair the source, and the statement says so before it stops
+//! anything (`RunningSource::resnapshot_table`).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+
+use super::task::{append, handoff_end, Started, Stop, Task, TxNumbers};
+use crate::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use crate::provider::SourceVersion;
+use crate::source::error::SourceError;
+use crate::source::position::{BinlogCoord, ChangePosition};
+use crate::source::schema::TableId;
+use crate::source::snapshot::incremental::{plan_snapshot, Progress};
+use crate::state::changelog::{Changelog, POSITION_COLUMN};
+use crate::state::current::CurrentTable;
+use crate::state::diff::diff;
+use crate::state::merge::{ChangelogEvent, TableState};
+
+/// The ids of the tables the source captures now (its status).
+fn source_ids(task: &Task) -> Vec<TableId> {
+    task.status
+        .lock()
+        .expect("status")
+        .tables
+        .iter()
+        .map(|t| t.id.clone())
+        .collect()
+}
+
+/// Snapshots every table again and appends only the differences to the published state.
+pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
+    let old_ids = source_ids(task);
+    let mut options = task.options.clone();
+    options.mode = SnapshotMode::Initial;
+    let (capture, _) =
+        Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
+            .await?;
+    let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
+    if ids != old_ids {
+        return Err(SourceError::Config(format!(
+            "the source's tables changed ({old_ids:?} before, {ids:?} now); drop and create the source instead"
+        ))
+        .into());
+    }
+    let end = handoff_end(&task.progress)
+        .ok_or_else(|| SourceError::Config("the re-snapshot ended without a position".into()))?;
+    let mut changelogs = previous.changelogs.clone();
+    let mut numbers = TxNumbers::after(&changelogs);
+    let mut changes = Vec::new();
+    for (t, table) in capture.tables().iter().enumerate() {
+        let fail = |e: arrow::error::ArrowError| {
+            SourceError::Config(format!("comparing the new snapshot of {}: {e}", table.id))
+        };
+        let old = previous.tables[t].scan_all().map_err(fail)?;
+        let new = capture.state(t).to_batch().map_err(fail)?;
+        let events = diff(capture.state(t).codec(), &old, &[new], &end).map_err(fail)?;
+        tracing::info!(table = %table.id, changes = events.len(), "re-snapshot compared");
+        changes.extend(
+            events
+                .into_iter()
+                .map(|event| TableChange { table: t, event }),
+        );
+    }
+    append(&capture, &mut changelogs, &changes, &mut numbers)?;
+    if let Some(c) = &task.checkpointer {
+        c.set_consistent_from(end.clone()).await;
+    }
+    task.status.lock().expect("status").error = None;
+    Ok(Started {
+        capture,
+        changelogs,
+        consistent_from: Some(end),
+        numbers,
+    })
+}
+
+/// Reads table `t` again and repairs its state in place; see the module docs.
+pub(super) async fn resnapshot_table(
+    task: &Task,
+    previous: &SourceVersion,
+    t: usize,
+) -> Result<Started, Stop> {
+    let config = |m: String| Stop::from(SourceError::Config(m));
+    let from = previous.position.clone().ok_or_else(|| {
+        config("the source has published no state yet; RESNAPSHOT TABLE needs one".into())
+    })?;
+    let (old_schemas, consistent_from) = {
+        let s = task.status.lock().expect("status");
+        (s.tables.clone(), s.consistent_from.clone())
+    };
+    let ids: Vec<TableId> = old_schemas.iter().map(|t| t.id.clone()).collect();
+    let (info, tables) = Capture::resolve_tables(&task.connect, &ids).await?;
+    if let Some((old, _)) = old_schemas
+        .iter()
+        .zip(&tables)
+        .find(|(old, new)| old.columns != new.columns)
+    {
+        return Err(config(format!(
+            "the columns of {} changed since the source captured it; drop and create the source instead",
+            old.id
+        )));
+    }
+    // Fail before reading anything when the other tables cannot go on from `from`.
+    Capture::check_binlog(&task.connect, &from).await?;
+    let table = Arc::clone(&tables[t]);
+    tracing::info!(table = %table.id, from = %from, "re-snapshot of one table started");
+    // Its own progress: the source's keeps describing the source, which is still streaming.
+    let read_progress = Arc::new(Progress::default());
+    let run = plan_snapshot(
+        &task.connect,
+        &info,
+        std::slice::from_ref(&table),
+        &task.options.snapshot,
+        Arc::clone(&read_progress),
+    )
+    .await?;
+    let mut read_options = CaptureOptions::new(table.id.to_string(), SnapshotMode::SnapshotOnly);
+    read_options.server_id = task.options.server_id;
+    read_options.snapshot = task.options.snapshot.clone();
+    let (read, _) = Capture::start_planned(
+        task.connect.clone(),
+        read_options,
+        info.clone(),
+        vec![Arc::clone(&table)],
+        Some(run),
+        Arc::clone(&read_progress),
+    )
+    .await?;
+    let at = read_progress.report().position.ok_or_else(|| {
+        config(format!(
+            "the re-read of {} ended without a position",
+            table.id
+        ))
+    })?;
+    let new_state = read.into_states().pop().expect("one table was read");
+    let states = previous
+        .tables
+        .iter()
+        .map(|snap| TableState::from_current(CurrentTable::from_snapshot(snap)))
+        .collect();
+    let mut capture = Capture::resume(
+        task.connect.clone(),
+        &task.options,
+        info,
+        tables,
+        states,
+        from,
+        Arc::clone(&task.progress),
+    )
+    .await?;
+    let mut changelogs = previous.changelogs.clone();
+    let mut numbers = TxNumbers::after(&changelogs);
+    let caught_up = capture.catch_up_to(&at).await?;
+    append(&capture, &mut changelogs, &caught_up, &mut numbers)?;
+    let old_state = capture.replace_state(t, new_state);
+    let fail = |e: arrow::error::ArrowError| {
+        config(format!("comparing the new snapshot of {}: {e}", table.id))
+    };
+    let old = old_state.to_batch().map_err(fail)?;
+    let new = capture.state(t).to_batch().map_err(fail)?;
+    let mut events = diff(capture.state(t).codec(), &[old], &[new], &at).map_err(fail)?;
+    number_after(&mut events, &changelogs[t], &at);
+    tracing::info!(table = %table.id, at = %at, changes = events.len(), "re-snapshot of one table compared");
+    let changes: Vec<TableChange> = events
+        .into_iter()
+        .map(|event| TableChange { table: t, event })
+        .collect();
+    append(&capture, &mut changelogs, &changes, &mut numbers)?;
+    // Every table now reflects exactly the transactions before `at`.
+    task.progress.set_position(at);
+    task.status.lock().expect("status").error = None;
+    Ok(Started {
+        capture,
+        changelogs,
+        consistent_from,
+        numbers,
+    })
+}
+
+/// Gives `events` (all at `(at, event 0)`) distinct row indexes, after any entry `log` already
+/// holds at `(at, event 0)`.
+fn number_after(events: &mut [ChangelogEvent], log: &Changelog, at: &BinlogCoord) {
+    let first = last_position(log)
+        .filter(|p| p.tx == *at && p.event_index == 0)
+        .map_or(0, |p| p.row_index + 1);
+    for (i, event) in events.iter_mut().enumerate() {
+        event.position.row_index = first + i as u32;
+    }
+}
+
+/// The position of the last entry of `log`: entries are appended in position order.
+fn last_position(log: &Changelog) -> Option<ChangePosition> {
+    let segment = log.segments().filter(|s| s.batch.num_rows() > 0).last()?;
+    let positions = segment.batch.column(POSITION_COLUMN).as_string::<i32>();
+    positions.value(positions.len() - 1).parse().ok()
+}

@@ -1,0 +1,275 @@
+//! The state store on an S3-compatible object store (the default `s3` feature), against a live one: a
+//! private moto server (installed from PyPI into the test build directory) on a free port of
+//! 127.0.0.1, stopped at the end. A source checkpoints to `s3://bucket/prefix`, an engine
+//! opened again on the same location resumes exactly (current table and changelog), the
+//! store's create-if-absent holds on S3, and a damaged object is refused by name.
+#![cfg(feature = "s3")]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
+use cdcfusion::durable::store::{FileKind, StoreError};
+use cdcfusion::durable::{DurableOptions, Store, StoreOptions};
+use cdcfusion::engine::{Engine, EngineOptions};
+use cdcfusion::source::connect::current_position;
+use cdcfusion::source::schema::Flavor;
+use common::durable::*;
+use common::*;
+use mysql_async::prelude::Queryable;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStoreExt, PutPayload};
+
+const BUCKET: &str = "cdcstate";
+
+/// Installs moto's server into the test build directory once; returns its `PYTHONPATH`.
+fn moto_path() -> String {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pydeps-moto");
+    if !dir.join("moto").join("server.py").exists() {
+        let status = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("--target")
+            .arg(&dir)
+            .arg("moto[server]>=5,<6")
+            .status()
+            .expect("python3 with pip is needed for the S3 test");
+        assert!(status.success(), "pip install moto failed");
+    }
+    dir.display().to_string()
+}
+
+/// A moto server on a free port of 127.0.0.1, killed when dropped.
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Self {
+        let path = moto_path();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p"])
+            .arg(port.to_string())
+            .env("PYTHONPATH", path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs moto");
+        let moto = Self { child, port };
+        let started = std::time::Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < HANG_GUARD, "moto does not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        moto
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Creates a bucket (moto takes an unsigned `PUT /bucket`).
+    fn create_bucket(&self, name: &str) {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        write!(
+            conn,
+            "PUT /{name} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.port
+        )
+        .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    /// The options that point the state store at this server.
+    fn options(&self) -> StoreOptions {
+        [
+            ("aws_endpoint", self.endpoint()),
+            ("aws_allow_http", "true".into()),
+            ("aws_access_key_id", "test".into()),
+            ("aws_secret_access_key", "test".into()),
+            ("aws_region", "us-east-1".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn engine_options(moto: &Moto) -> EngineOptions {
+    EngineOptions {
+        durable: DurableOptions {
+            checkpoint_interval: Duration::from_millis(50),
+            state_snapshot_min_changes: 20,
+        },
+        store: moto.options(),
+    }
+}
+
+async fn caught_up(engine: &Engine) {
+    let end = current_position(&mut root_conn(server()).await, Flavor::MariaDb)
+        .await
+        .unwrap()
+        .0;
+    tokio::time::timeout(HANG_GUARD, engine.source("s3s").unwrap().wait_for(&end))
+        .await
+        .expect("catching up hangs")
+        .unwrap();
+}
+
+async fn check(engine: &Engine, db: &str) {
+    let srv = server();
+    let end = current_position(&mut root_conn(srv).await, Flavor::MariaDb)
+        .await
+        .unwrap()
+        .0;
+    let from = engine
+        .source("s3s")
+        .unwrap()
+        .status()
+        .consistent_from
+        .unwrap();
+    check_table(srv, engine, "s3s", db, "t", "id, v, n", true, &from, &end).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
+    moto.create_bucket(BUCKET);
+    let location = format!("s3://{BUCKET}/engines/one");
+    let srv = server();
+    let db = "s3_db";
+    let mut conn = root_conn(srv).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(32), n INT);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_300;"
+    ))
+    .await
+    .unwrap();
+    let engine = Engine::open(&location, engine_options(&moto))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SOURCE s3s FROM MYSQL '{}' WITH (tables = '{db}.t', chunk_size = 64, server_id = {})",
+            srv.cdc_url(),
+            next_server_id()
+        ))
+        .await
+        .unwrap();
+    engine.wait_ready("s3s").await.unwrap();
+    for i in 0..30 {
+        conn.query_drop(format!(
+            "UPDATE {db}.t SET n = n + 1 WHERE id = {}; DELETE FROM {db}.t WHERE id = {};
+             INSERT INTO {db}.t VALUES ({}, 'new', {i})",
+            i + 1,
+            i + 100,
+            1000 + i
+        ))
+        .await
+        .unwrap();
+    }
+    caught_up(&engine).await;
+    engine.shutdown().await.unwrap();
+    let before = engine_changelog(&engine, "s3s", db, "t", "id, v, n").await;
+    drop(engine);
+
+    // The files are on the store, under the prefix.
+    let store = Store::open(&location, &moto.options()).unwrap();
+    let catalog = load_catalog(&store).await.unwrap();
+    let id = catalog.sources[0].id.clone();
+    let manifest = load_newest_manifest(&store, &id).await.unwrap().unwrap();
+    assert!(manifest.files().count() >= 2, "{manifest:?}");
+    // Create-if-absent holds on S3: a manifest cannot be committed twice.
+    let newest = store
+        .list(&format!("sources/{id}/manifests"))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let err = store
+        .create(&newest, FileKind::Manifest, b"{}")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Exists { .. }), "{err}");
+
+    // While the engine is down, more changes; the restart reads them from the binlog.
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET v = 'later' WHERE id <= 5; DELETE FROM {db}.t WHERE id = 200"
+    ))
+    .await
+    .unwrap();
+    let engine = Engine::open(&location, engine_options(&moto))
+        .await
+        .unwrap();
+    engine.wait_ready("s3s").await.unwrap();
+    caught_up(&engine).await;
+    check(&engine, db).await;
+    let mut after = engine_changelog(&engine, "s3s", db, "t", "id, v, n").await;
+    after.sort();
+    assert!(
+        before.iter().all(|e| after.binary_search(e).is_ok()),
+        "the changelog before the restart is kept exactly"
+    );
+    assert_eq!(
+        after.len(),
+        before.len() + 6,
+        "5 updates and 1 delete since"
+    );
+    engine.shutdown().await.unwrap();
+    drop(engine);
+
+    // A damaged object (one bit of the newest manifest's state file) is refused by name.
+    let manifest = load_newest_manifest(&store, &id).await.unwrap().unwrap();
+    let victim = manifest.tables[0].state.file.path.clone();
+    let mut raw = AmazonS3Builder::new().with_bucket_name(BUCKET);
+    for (k, v) in moto.options() {
+        raw = raw.with_config(k.parse().unwrap(), v);
+    }
+    let raw = raw.build().unwrap();
+    let object = ObjectPath::from(format!("engines/one/{victim}"));
+    let mut bytes = raw
+        .get(&object)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    raw.put(&object, PutPayload::from(bytes)).await.unwrap();
+    let engine = Engine::open(&location, engine_options(&moto))
+        .await
+        .unwrap();
+    let err = engine.wait_ready("s3s").await.unwrap_err().to_string();
+    let name = victim.rsplit('/').next().unwrap();
+    assert!(err.contains(name), "names the object: {err}");
+    assert!(err.contains("corrupt"), "{err}");
+}
