@@ -104,6 +104,19 @@ impl SourceError {
         matches!(self, SourceError::Transient { .. })
     }
 
+    /// The server's error code behind this error, if the server answered with one.
+    pub fn server_code(&self) -> Option<u16> {
+        match self {
+            SourceError::Transient { source, .. } | SourceError::Query { source, .. } => {
+                match source {
+                    mysql_async::Error::Server(e) => Some(e.code),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// Classifies a driver error: I/O failures and server shutdowns are transient; server
     /// errors about credentials, privileges and missing binlogs are definite.
     pub fn from_mysql(context: impl Into<String>, err: mysql_async::Error) -> Self {

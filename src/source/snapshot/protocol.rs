@@ -24,7 +24,8 @@ use super::incremental::{
     ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, SnapshotRun,
 };
 use super::select::{
-    select_batches, select_batches_locked, visibility_barrier, DEFAULT_BATCH_ROWS,
+    is_lock_conflict, select_batches, select_batches_locked, visibility_barrier, Backoff,
+    DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
@@ -34,9 +35,9 @@ use crate::source::position::{BinlogCoord, StartPosition};
 use crate::source::schema::TableId;
 use std::sync::Arc;
 
-/// How long a keyless table's locked read waits for a writer's row locks: long-open
+/// How long a keyless table's locked read keeps trying to get its rows' locks: long-open
 /// transactions must end for it to see a committed state.
-const LOCKED_READ_WAIT_SECONDS: u32 = 60;
+const LOCKED_READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl SnapshotRun {
     async fn feed(&self) -> SourceResult<&WindowFeed> {
@@ -189,7 +190,8 @@ impl SnapshotRun {
             feed.release(&pin);
         }
         self.hook(HookPoint::AfterLow, t, index).await;
-        let barrier = visibility_barrier(conn, schema, predicate, params.clone()).await;
+        let barrier =
+            visibility_barrier(conn, schema, self.info.flavor, predicate, params.clone()).await;
         if let Err(e) = barrier {
             feed.release(&low);
             return Err(e);
@@ -236,24 +238,47 @@ impl SnapshotRun {
             )
         };
         self.hook(HookPoint::BeforeLow, t, index).await;
-        conn.query_drop(format!(
-            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ;
-             SET SESSION innodb_lock_wait_timeout = {LOCKED_READ_WAIT_SECONDS};
-             START TRANSACTION"
-        ))
-        .await
-        .map_err(|e| SourceError::from_mysql(ctx("starting the transaction"), e))?;
-        let read = async {
-            let scanned =
-                select_batches_locked(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await?;
-            let (high, _) = current_position(conn, self.info.flavor).await?;
-            Ok::<_, SourceError>((high, scanned))
-        }
-        .await;
-        // Ends the transaction (and frees the locks) whatever happened.
-        let ended = conn.query_drop("COMMIT").await;
-        let (high, scanned) = read?;
-        ended.map_err(|e| SourceError::from_mysql(ctx("ending the transaction"), e))?;
+        conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .await
+            .map_err(|e| SourceError::from_mysql(ctx("setting the isolation level"), e))?;
+        // The read never waits for a lock (so it cannot take part in a deadlock with the
+        // application's transactions): on a conflict it lets go of everything and tries again.
+        let deadline = std::time::Instant::now() + LOCKED_READ_BUDGET;
+        let mut backoff = Backoff::new();
+        let (high, scanned) = loop {
+            conn.query_drop("START TRANSACTION")
+                .await
+                .map_err(|e| SourceError::from_mysql(ctx("starting the transaction"), e))?;
+            let read = async {
+                let scanned = select_batches_locked(
+                    conn,
+                    schema,
+                    self.info.flavor,
+                    predicate,
+                    params.clone(),
+                    DEFAULT_BATCH_ROWS,
+                )
+                .await?;
+                let (high, _) = current_position(conn, self.info.flavor).await?;
+                Ok::<_, SourceError>((high, scanned))
+            }
+            .await;
+            // Ends the transaction (and frees the locks) whatever happened.
+            let ended = conn.query_drop("COMMIT").await;
+            match read {
+                Ok(done) => {
+                    ended.map_err(|e| SourceError::from_mysql(ctx("ending the transaction"), e))?;
+                    break done;
+                }
+                Err(e)
+                    if e.server_code().is_some_and(is_lock_conflict)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    backoff.pause().await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         for point in [
             HookPoint::AfterLow,
             HookPoint::AfterSelect,

@@ -18,7 +18,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::schema::{quote_ident, TableSchema};
+use crate::source::schema::{quote_ident, Flavor, TableSchema};
+use std::time::{Duration, Instant};
 use crate::source::types::{
     bit_value, parse_decimal_text, time_to_micros, ColumnBuilder, ColumnKind,
 };
@@ -103,24 +104,69 @@ impl<'a> SelectReader<'a> {
     }
 }
 
-/// How long the visibility barrier waits for one row lock, in seconds (the server's minimum).
-const BARRIER_LOCK_WAIT_SECONDS: u32 = 1;
+/// How long the visibility barrier keeps trying before it goes on (see [`visibility_barrier`]).
+const BARRIER_BUDGET: Duration = Duration::from_secs(1);
+
+/// The clause of a locking read that never waits for a lock: it fails at once instead.
+///
+/// A locking read that waits while it holds the shared locks of the rows it already read can
+/// close a cycle with an application transaction (which holds one row of the range and wants
+/// another the read holds), and InnoDB then aborts the transaction with fewer locks, usually
+/// the application's. A read that never waits is never in a cycle: the capture backs off and
+/// reads again instead, and applications only ever wait for it briefly.
+pub fn nowait_share_lock(flavor: Flavor) -> &'static str {
+    match flavor {
+        // MySQL 8 takes NOWAIT only with FOR SHARE; MariaDB 10 knows only LOCK IN SHARE MODE.
+        Flavor::MySql => " FOR SHARE NOWAIT",
+        Flavor::MariaDb => " LOCK IN SHARE MODE NOWAIT",
+    }
+}
+
+/// Whether `code` says a `NOWAIT` read met a lock (MariaDB reports a lock wait timeout, MySQL
+/// `ER_LOCK_NOWAIT`), or that the read was chosen as a deadlock victim.
+pub fn is_lock_conflict(code: u16) -> bool {
+    matches!(code, 1205 | 1213 | 3572)
+}
+
+/// Backs off between attempts at a locking read: 2 ms, doubling, at most 50 ms.
+#[derive(Debug)]
+pub struct Backoff(Duration);
+
+impl Backoff {
+    pub fn new() -> Self {
+        Self(Duration::from_millis(2))
+    }
+
+    pub async fn pause(&mut self) {
+        tokio::time::sleep(self.0).await;
+        self.0 = (self.0 * 2).min(Duration::from_millis(50));
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// Waits until every transaction that wrote rows of the range and is already in the binlog is
 /// visible to a new read view.
 ///
 /// A transaction is written to the binlog (and may be sent to replicas and counted by `SHOW
-/// MASTER STATUS`) before InnoDB commits it; until then it keeps its row locks. A locking read
-/// of the range waits for those locks, so once it returns every such transaction has committed
-/// and the chunk's fresh `SELECT` sees it. The shared locks last only for this statement.
+/// MASTER STATUS`) before InnoDB commits it; until then it keeps its row locks. Once a locking
+/// read of the range gets every lock, every such transaction has committed and the chunk's
+/// fresh `SELECT` sees it. The read never waits for a lock ([`nowait_share_lock`]): it is
+/// repeated with a short back-off until it passes, and its shared locks last only for the
+/// statement.
 ///
 /// A transaction that is still open (not in the binlog, so not this barrier's concern) also
-/// holds locks, possibly for long. The barrier therefore waits at most a second for a lock and
-/// then goes on: a transaction already in the binlog finishes its commit within milliseconds, so
-/// after that wait it is visible too. Returns whether the barrier passed without such a wait.
+/// holds locks, possibly for long. The barrier therefore tries for at most a second and then
+/// goes on: a transaction already in the binlog finishes its commit within milliseconds, so
+/// after that it is visible too. Returns whether the barrier passed within that time.
 pub async fn visibility_barrier(
     conn: &mut Conn,
     schema: &TableSchema,
+    flavor: Flavor,
     predicate: Option<&str>,
     params: Vec<Value>,
 ) -> SourceResult<bool> {
@@ -130,28 +176,29 @@ pub async fn visibility_barrier(
             schema.id
         )
     };
-    conn.query_drop(format!(
-        "SET SESSION innodb_lock_wait_timeout = {BARRIER_LOCK_WAIT_SECONDS}"
-    ))
-    .await
-    .map_err(|e| SourceError::from_mysql(ctx(), e))?;
     let mut sql = format!("SELECT COUNT(*) FROM {}", schema.id.quoted());
     if let Some(p) = predicate {
         sql.push_str(" WHERE ");
         sql.push_str(p);
     }
-    sql.push_str(" LOCK IN SHARE MODE");
-    match conn
-        .exec_drop(sql.as_str(), mysql_async::Params::Positional(params))
-        .await
-    {
-        Ok(()) => Ok(true),
-        // Lock wait timeout, or chosen as a deadlock victim: a long-open transaction.
-        Err(mysql_async::Error::Server(e)) if e.code == 1205 || e.code == 1213 => {
-            tracing::debug!(table = %schema.id, code = e.code, "visibility barrier waited for a long-open transaction");
-            Ok(false)
+    sql.push_str(nowait_share_lock(flavor));
+    let deadline = Instant::now() + BARRIER_BUDGET;
+    let mut backoff = Backoff::new();
+    loop {
+        match conn
+            .exec_drop(sql.as_str(), mysql_async::Params::Positional(params.clone()))
+            .await
+        {
+            Ok(()) => return Ok(true),
+            Err(mysql_async::Error::Server(e)) if is_lock_conflict(e.code) => {
+                if Instant::now() >= deadline {
+                    tracing::debug!(table = %schema.id, code = e.code, "visibility barrier gave up on a long-open transaction");
+                    return Ok(false);
+                }
+                backoff.pause().await;
+            }
+            Err(e) => return Err(SourceError::from_mysql(ctx(), e)),
         }
-        Err(e) => Err(SourceError::from_mysql(ctx(), e)),
     }
 }
 
@@ -163,20 +210,24 @@ pub async fn select_batches(
     params: Vec<Value>,
     batch_rows: usize,
 ) -> SourceResult<Vec<RecordBatch>> {
-    select(conn, schema, predicate, params, batch_rows, false).await
+    select(conn, schema, predicate, params, batch_rows, None).await
 }
 
 /// [`select_batches`] as a locking read (`LOCK IN SHARE MODE`): inside a transaction it reads
 /// the newest committed rows and keeps them (and, under REPEATABLE READ, the gaps between
 /// them) from changing until the transaction ends.
+/// The read fails at once with a lock conflict ([`is_lock_conflict`]) rather than wait for a
+/// row another transaction holds (see [`nowait_share_lock`]).
 pub async fn select_batches_locked(
     conn: &mut Conn,
     schema: &TableSchema,
+    flavor: Flavor,
     predicate: Option<&str>,
     params: Vec<Value>,
     batch_rows: usize,
 ) -> SourceResult<Vec<RecordBatch>> {
-    select(conn, schema, predicate, params, batch_rows, true).await
+    let lock = nowait_share_lock(flavor);
+    select(conn, schema, predicate, params, batch_rows, Some(lock)).await
 }
 
 async fn select(
@@ -185,7 +236,7 @@ async fn select(
     predicate: Option<&str>,
     params: Vec<Value>,
     batch_rows: usize,
-    lock: bool,
+    lock: Option<&str>,
 ) -> SourceResult<Vec<RecordBatch>> {
     let mut sql = format!(
         "SELECT {} FROM {}",
@@ -196,8 +247,8 @@ async fn select(
         sql.push_str(" WHERE ");
         sql.push_str(p);
     }
-    if lock {
-        sql.push_str(" LOCK IN SHARE MODE");
+    if let Some(lock) = lock {
+        sql.push_str(lock);
     }
     let ctx = || format!("reading {}", schema.id);
     let mut result = conn
