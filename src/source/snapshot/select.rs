@@ -19,10 +19,10 @@ use mysql_async::{Conn, Value};
 
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::{quote_ident, Flavor, TableSchema};
-use std::time::{Duration, Instant};
 use crate::source::types::{
     bit_value, parse_decimal_text, time_to_micros, ColumnBuilder, ColumnKind,
 };
+use std::time::{Duration, Instant};
 
 /// Rows per Arrow batch produced by a `SELECT`.
 pub const DEFAULT_BATCH_ROWS: usize = 8192;
@@ -186,7 +186,10 @@ pub async fn visibility_barrier(
     let mut backoff = Backoff::new();
     loop {
         match conn
-            .exec_drop(sql.as_str(), mysql_async::Params::Positional(params.clone()))
+            .exec_drop(
+                sql.as_str(),
+                mysql_async::Params::Positional(params.clone()),
+            )
             .await
         {
             Ok(()) => return Ok(true),
