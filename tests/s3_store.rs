@@ -9,7 +9,6 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -28,26 +27,9 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 const BUCKET: &str = "cdcstate";
 
-/// Installs moto's server into the test build directory once; returns its `PYTHONPATH`.
+/// moto's server, installed into the test build directory once; returns its `PYTHONPATH`.
 fn moto_path() -> String {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pydeps-moto");
-    if !dir.join("moto").join("server.py").exists() {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg("--target")
-            .arg(&dir)
-            .arg("moto[server]>=5,<6")
-            .status()
-            .expect("python3 with pip is needed for the S3 test");
-        assert!(status.success(), "pip install moto failed");
-    }
-    dir.display().to_string()
+    common::pip_install("pydeps-moto", "moto/server.py", "moto[server]>=5,<6")
 }
 
 /// A moto server on a free port of 127.0.0.1, killed when dropped.
@@ -72,10 +54,12 @@ impl Moto {
             .stderr(Stdio::null())
             .spawn()
             .expect("python3 runs moto");
-        let moto = Self { child, port };
-        let started = std::time::Instant::now();
+        let mut moto = Self { child, port };
+        // Until it listens, or fails: a moto that exits is an error, not a wait.
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(started.elapsed() < HANG_GUARD, "moto does not start");
+            if let Some(status) = moto.child.try_wait().unwrap() {
+                panic!("moto exited before listening ({status})");
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
         moto

@@ -221,13 +221,18 @@ impl ToSqlText for Numeric {
         out: &mut BytesMut,
         _format_options: &FormatOptions,
     ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
-        match &self.0 {
-            Some(text) => {
-                out.put_slice(text.as_bytes());
-                Ok(IsNull::No)
-            }
-            None => Ok(IsNull::Yes),
+        Ok(put_text(self.0.as_deref(), out))
+    }
+}
+
+/// Writes a value's text form, or says it is NULL.
+fn put_text(text: Option<&str>, out: &mut BytesMut) -> IsNull {
+    match text {
+        Some(text) => {
+            out.put_slice(text.as_bytes());
+            IsNull::No
         }
+        None => IsNull::Yes,
     }
 }
 
@@ -337,13 +342,10 @@ impl ToSqlText for TimestampTz {
         out: &mut BytesMut,
         _format_options: &FormatOptions,
     ) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
-        match &self.0 {
-            Some(value) => {
-                out.put_slice(timestamptz_text(value).as_bytes());
-                Ok(IsNull::No)
-            }
-            None => Ok(IsNull::Yes),
-        }
+        Ok(put_text(
+            self.0.as_ref().map(timestamptz_text).as_deref(),
+            out,
+        ))
     }
 }
 

@@ -8,11 +8,13 @@
 //! `bytea_output`, `extra_float_digits`). Settings not given at start-up have the defaults of
 //! [`DEFAULTS`]. Only names PostgreSQL clients use are accepted (plus `prefix.name` custom
 //! settings, as in PostgreSQL); any other is `42704`, and a bad value of a setting we act on
-//! (`statement_timeout`) is `22023`.
+//! (`statement_timeout`, `TimeZone`) is `22023`.
 //!
 //! # Transactions
 //! Data is read-only and every statement reads its own pinned version, so transaction
-//! statements only move the transaction status clients see; they never fail.
+//! statements only move the transaction status clients see; they never fail. As in
+//! PostgreSQL, an error inside a block makes the block refuse other statements (`25P02`)
+//! until its end (`query` enforces it).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -123,3 +123,27 @@ pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String>
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     batches.iter().flat_map(row_strings).collect()
 }
+
+/// Installs a Python package from PyPI into `dir` under the test build directory, once (when
+/// `marker`, a path inside `dir`, is missing); returns `dir` for `PYTHONPATH`.
+#[allow(dead_code)] // Not every test binary runs Python clients.
+pub fn pip_install(dir: &str, marker: &str, requirement: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    if !dir.join(marker).exists() {
+        let status = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg("--target")
+            .arg(&dir)
+            .arg(requirement)
+            .status()
+            .unwrap_or_else(|e| panic!("python3 with pip is needed to install {requirement}: {e}"));
+        assert!(status.success(), "pip install {requirement} failed");
+    }
+    dir.display().to_string()
+}

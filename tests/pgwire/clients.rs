@@ -156,26 +156,9 @@ async fn catalog_queries_of_bi_tools_succeed() {
     );
 }
 
-/// Installs psycopg 3 into the test build directory once; returns its `PYTHONPATH`.
+/// psycopg 3, installed into the test build directory once; returns its `PYTHONPATH`.
 fn psycopg_path() -> String {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pydeps");
-    if !dir.join("psycopg").exists() {
-        let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg("--target")
-            .arg(&dir)
-            .arg("psycopg>=3.1,<4")
-            .status()
-            .expect("python3 with pip is needed for the psycopg test");
-        assert!(status.success(), "pip install psycopg failed");
-    }
-    dir.display().to_string()
+    crate::common::pip_install("pydeps", "psycopg", "psycopg>=3.1,<4")
 }
 
 const PSYCOPG_SCRIPT: &str = r#"

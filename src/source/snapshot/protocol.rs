@@ -24,8 +24,7 @@ use super::incremental::{
     ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, SnapshotRun,
 };
 use super::select::{
-    is_lock_conflict, select_batches, select_batches_locked, visibility_barrier, Backoff,
-    DEFAULT_BATCH_ROWS,
+    select_batches, select_batches_locked, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
@@ -243,8 +242,7 @@ impl SnapshotRun {
             .map_err(|e| SourceError::from_mysql(ctx("setting the isolation level"), e))?;
         // The read never waits for a lock (so it cannot take part in a deadlock with the
         // application's transactions): on a conflict it lets go of everything and tries again.
-        let deadline = std::time::Instant::now() + LOCKED_READ_BUDGET;
-        let mut backoff = Backoff::new();
+        let mut retry = LockRetry::within(LOCKED_READ_BUDGET);
         let (high, scanned) = loop {
             conn.query_drop("START TRANSACTION")
                 .await
@@ -270,13 +268,11 @@ impl SnapshotRun {
                     ended.map_err(|e| SourceError::from_mysql(ctx("ending the transaction"), e))?;
                     break done;
                 }
-                Err(e)
-                    if e.server_code().is_some_and(is_lock_conflict)
-                        && std::time::Instant::now() < deadline =>
-                {
-                    backoff.pause().await;
+                Err(e) => {
+                    if !retry.again(e.server_code()).await {
+                        return Err(e);
+                    }
                 }
-                Err(e) => return Err(e),
             }
         };
         for point in [

@@ -10,7 +10,9 @@
 //! converts text of every column character set to UTF-8 before it reaches us.
 //!
 //! The chunked, watermarked snapshot builds on [`SelectReader`]: it only adds the range
-//! predicate and the LOW/HIGH protocol around it.
+//! predicate and the LOW/HIGH protocol around it. Its locking reads (the visibility barrier,
+//! keyless chunks) never wait for a lock ([`nowait_share_lock`], [`LockRetry`]), so the capture
+//! can never be in a deadlock with, and get InnoDB to abort, an application's transaction.
 
 use arrow::array::RecordBatch;
 use futures::StreamExt;
@@ -124,28 +126,35 @@ pub fn nowait_share_lock(flavor: Flavor) -> &'static str {
 
 /// Whether `code` says a `NOWAIT` read met a lock (MariaDB reports a lock wait timeout, MySQL
 /// `ER_LOCK_NOWAIT`), or that the read was chosen as a deadlock victim.
-pub fn is_lock_conflict(code: u16) -> bool {
+fn is_lock_conflict(code: u16) -> bool {
     matches!(code, 1205 | 1213 | 3572)
 }
 
-/// Backs off between attempts at a locking read: 2 ms, doubling, at most 50 ms.
+/// Retries of a `NOWAIT` locking read that met a lock: a back-off of 2 ms, doubling to at most
+/// 50 ms, within a time budget.
 #[derive(Debug)]
-pub struct Backoff(Duration);
-
-impl Backoff {
-    pub fn new() -> Self {
-        Self(Duration::from_millis(2))
-    }
-
-    pub async fn pause(&mut self) {
-        tokio::time::sleep(self.0).await;
-        self.0 = (self.0 * 2).min(Duration::from_millis(50));
-    }
+pub struct LockRetry {
+    deadline: Instant,
+    pause: Duration,
 }
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Self::new()
+impl LockRetry {
+    pub fn within(budget: Duration) -> Self {
+        Self {
+            deadline: Instant::now() + budget,
+            pause: Duration::from_millis(2),
+        }
+    }
+
+    /// Whether a read that failed with `code` (`None`: not a server error) is tried again;
+    /// after the back-off when it is.
+    pub async fn again(&mut self, code: Option<u16>) -> bool {
+        if !code.is_some_and(is_lock_conflict) || Instant::now() >= self.deadline {
+            return false;
+        }
+        tokio::time::sleep(self.pause).await;
+        self.pause = (self.pause * 2).min(Duration::from_millis(50));
+        true
     }
 }
 
@@ -182,8 +191,7 @@ pub async fn visibility_barrier(
         sql.push_str(p);
     }
     sql.push_str(nowait_share_lock(flavor));
-    let deadline = Instant::now() + BARRIER_BUDGET;
-    let mut backoff = Backoff::new();
+    let mut retry = LockRetry::within(BARRIER_BUDGET);
     loop {
         match conn
             .exec_drop(
@@ -194,11 +202,10 @@ pub async fn visibility_barrier(
         {
             Ok(()) => return Ok(true),
             Err(mysql_async::Error::Server(e)) if is_lock_conflict(e.code) => {
-                if Instant::now() >= deadline {
+                if !retry.again(Some(e.code)).await {
                     tracing::debug!(table = %schema.id, code = e.code, "visibility barrier gave up on a long-open transaction");
                     return Ok(false);
                 }
-                backoff.pause().await;
             }
             Err(e) => return Err(SourceError::from_mysql(ctx(), e)),
         }
