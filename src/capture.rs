@@ -38,6 +38,7 @@ use mysql_async::prelude::Queryable;
 use crate::change::SourceTransaction;
 use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::{preflight, ConnectOptions, ServerInfo};
+use crate::source::ddl::touched_tables;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::{BinlogCoord, StartPosition};
 use crate::source::schema::{list_tables, load_table_schema, TableId, TableSchema};
@@ -64,6 +65,8 @@ pub struct CaptureOptions {
     pub snapshot: SnapshotOptions,
     /// Replica server id of the stream (the snapshot's window reader uses its own).
     pub server_id: u32,
+    /// Publish the chunks of the initial snapshot as they finish (`engine::partial`).
+    pub visible_during_snapshot: bool,
 }
 
 impl CaptureOptions {
@@ -73,6 +76,7 @@ impl CaptureOptions {
             mode,
             snapshot: SnapshotOptions::default(),
             server_id: 5400,
+            visible_during_snapshot: false,
         }
     }
 }
@@ -82,6 +86,33 @@ impl CaptureOptions {
 pub struct TableChange {
     pub table: usize,
     pub event: ChangelogEvent,
+}
+
+/// A table whose capture stopped: a statement changed it outside row events (a DDL the
+/// engine does not follow yet), or its rows stopped matching its schema. Its state and
+/// changelog end at `position`; later changes of it are not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableStop {
+    /// Index into [`Capture::tables`].
+    pub table: usize,
+    pub reason: String,
+    /// Where the transaction that stopped it starts.
+    pub position: BinlogCoord,
+}
+
+/// The captured tables the binlog readers still decode.
+type Stopped = Arc<std::sync::RwLock<std::collections::BTreeSet<TableId>>>;
+
+/// Decodes rows of the captured tables that have not stopped.
+fn live_tables(ids: Vec<TableId>, stopped: &Stopped) -> TableFilter {
+    let stopped = Arc::clone(stopped);
+    Arc::new(move |t: &TableId| {
+        ids.contains(t)
+            && !stopped
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(t)
+    })
 }
 
 /// A running capture; see the module docs.
@@ -98,6 +129,10 @@ pub struct Capture {
     /// A resumed capture drops every transaction that starts before this position: the
     /// checkpoint it resumed from already holds them.
     resume_from: Option<BinlogCoord>,
+    /// Tables whose capture stopped; the readers' filter skips their rows.
+    stopped: Stopped,
+    /// Stops not yet taken by [`Capture::take_stops`].
+    new_stops: Vec<TableStop>,
 }
 
 impl Capture {
@@ -153,7 +188,8 @@ impl Capture {
             .collect::<Result<_, _>>()
             .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
         let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
-        let only_captured: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
+        let stopped = Stopped::default();
+        let only_captured = live_tables(ids, &stopped);
         let mut capture = Capture {
             info,
             tables,
@@ -163,6 +199,8 @@ impl Capture {
             pending: None,
             progress,
             resume_from: None,
+            stopped,
+            new_stops: Vec::new(),
         };
         let open_reader = |start| {
             BinlogReader::open(
@@ -297,7 +335,8 @@ impl Capture {
             .map(|(i, t)| (t.id.clone(), i))
             .collect();
         let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
-        let only_captured: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
+        let stopped = Stopped::default();
+        let only_captured = live_tables(ids, &stopped);
         let reader = BinlogReader::open(
             connect,
             BinlogReaderOptions::new(options.server_id, StartPosition::Coord(position.clone()))
@@ -315,6 +354,8 @@ impl Capture {
             pending: None,
             progress,
             resume_from: Some(position),
+            stopped,
+            new_stops: Vec::new(),
         })
     }
 
@@ -362,17 +403,39 @@ impl Capture {
     }
 
     fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
+        for ddl in &tx.ddl {
+            let touched = touched_tables(ddl, |id| self.index.contains_key(id));
+            for id in touched {
+                let Some(&t) = self.index.get(&id) else {
+                    continue;
+                };
+                let statement: String = ddl.statement.chars().take(200).collect();
+                self.stop_table(
+                    t,
+                    format!(
+                        "the statement `{statement}` changed it outside row events, and the engine does not follow DDL yet"
+                    ),
+                    tx.start.clone(),
+                );
+            }
+        }
         let mut out = Vec::new();
         for batch in &tx.changes {
             let Some(&t) = self.index.get(&batch.table.id) else {
                 continue;
             };
+            if self.is_stopped(t) {
+                continue;
+            }
+            self.progress.set_working_on(Some(&batch.table.id));
+            crate::failpoint::hit("capture.apply");
             if batch.table.columns != self.tables[t].columns {
-                return Err(SourceError::SchemaMismatch {
-                    table: batch.table.id.to_string(),
-                    at: tx.start.clone(),
-                    detail: "the table's schema changed after its snapshot; re-create the capture to pick up the new schema".into(),
-                });
+                self.stop_table(
+                    t,
+                    "its columns changed after its snapshot, and the engine does not follow schema changes yet".into(),
+                    tx.start.clone(),
+                );
+                continue;
             }
             let mut events = Vec::new();
             self.states[t]
@@ -386,7 +449,39 @@ impl Capture {
                     .map(|event| TableChange { table: t, event }),
             );
         }
+        self.progress.set_working_on(None);
         Ok(out)
+    }
+
+    /// Stops capturing table `t` from `position` on: its rows are no longer read (see
+    /// [`TableStop`]). A table stops once; the first reason is kept.
+    pub fn stop_table(&mut self, t: usize, reason: String, position: BinlogCoord) {
+        let id = self.tables[t].id.clone();
+        let newly = self
+            .stopped
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone());
+        if newly {
+            tracing::warn!(table = %id, at = %position, %reason, "capture of the table stopped");
+            self.new_stops.push(TableStop {
+                table: t,
+                reason,
+                position,
+            });
+        }
+    }
+
+    pub fn is_stopped(&self, t: usize) -> bool {
+        self.stopped
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&self.tables[t].id)
+    }
+
+    /// The tables stopped since the last call.
+    pub fn take_stops(&mut self) -> Vec<TableStop> {
+        std::mem::take(&mut self.new_stops)
     }
 
     /// The changelog of the next transaction, with the transaction; `None` once a

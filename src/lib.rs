@@ -17,6 +17,8 @@
 //! * [`change`]: the typed change events both paths produce: Arrow batches of before/after
 //!   images grouped into source transactions, each change with a totally ordered position.
 //! * [`sql`]: the statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `SHOW SOURCES`, ...
+//! * [`failpoint`]: named points where tests make the engine fail on purpose (no crate
+//!   imports, so every stage may use it).
 //! * [`devserver`]: a private MariaDB server with binlog enabled, started on its own port and
 //!   data directory, used by the test suite, the demo and the benchmarks.
 #![deny(clippy::clone_on_ref_ptr)]
@@ -29,6 +31,7 @@ pub mod config;
 pub mod devserver;
 pub mod durable;
 pub mod engine;
+pub mod failpoint;
 pub mod frontend;
 pub mod provider;
 pub mod source;

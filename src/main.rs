@@ -78,6 +78,10 @@ enum Command {
         /// least a quarter of its rows) [default: 100000]
         #[arg(long)]
         state_snapshot_min_changes: Option<u64>,
+        /// Exit (non-zero) when an init statement fails or an init source stops before its
+        /// first consistent state, instead of serving it as failed.
+        #[arg(long)]
+        fail_fast: bool,
     },
     /// Print the change stream of a MySQL/MariaDB server.
     Capture {
@@ -131,6 +135,7 @@ async fn main() -> Result<()> {
             config,
             checkpoint_interval,
             state_snapshot_min_changes,
+            fail_fast,
         } => {
             let flags = FlagSettings {
                 listen,
@@ -140,7 +145,11 @@ async fn main() -> Result<()> {
                 checkpoint_interval,
                 state_snapshot_min_changes,
             };
-            serve(Settings::resolve(flags, |k| std::env::var(k).ok())?).await
+            serve(
+                Settings::resolve(flags, |k| std::env::var(k).ok())?,
+                fail_fast,
+            )
+            .await
         }
         Command::Capture {
             url,
@@ -218,7 +227,7 @@ impl Drop for StateLock {
     }
 }
 
-async fn serve(settings: Settings) -> Result<()> {
+async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
     let _lock = match &settings.state_dir {
         Some(dir) => Some(StateLock::acquire(dir)?),
         None => None,
@@ -240,37 +249,8 @@ async fn serve(settings: Settings) -> Result<()> {
         None => Engine::new(),
     };
     let engine = Arc::new(engine);
-    let mut created = engine.source_names();
-    for file in &settings.init {
-        let text =
-            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-        let statements =
-            split_statements(&text).with_context(|| format!("in {}", file.display()))?;
-        for statement in &statements {
-            if let Ok(Some(CdcStatement::CreateSource(c))) = parse_cdc_statement(statement) {
-                created.push(c.name.clone());
-            }
-            engine
-                .sql(statement)
-                .await
-                .with_context(|| format!("in {}: {statement}", file.display()))?
-                .collect()
-                .await?;
-        }
-        tracing::info!(file = %file.display(), statements = statements.len(), "init file run");
-    }
-    created.sort();
-    created.dedup();
-    for name in &created {
-        // A source that fails (a purged binlog, a damaged checkpoint) says why in cdc.sources
-        // and waits for ALTER SOURCE ... RESNAPSHOT; the others keep running.
-        if let Err(e) = engine.wait_ready(name).await {
-            tracing::error!(source = %name, error = %e, "source stopped");
-            continue;
-        }
-        let position = engine.source(name)?.published.load().position.clone();
-        tracing::info!(source = %name, position = ?position.map(|p| p.to_string()), "source ready");
-    }
+    // The front end is up before any init source is ready, so cdc.sources can be watched from
+    // the first second; the init files run beside it.
     let server = Server::bind(
         Arc::clone(&engine),
         settings.listen,
@@ -282,13 +262,73 @@ async fn serve(settings: Settings) -> Result<()> {
         tls = settings.frontend.tls.is_some(),
         "engine running; the PostgreSQL front end is listening"
     );
+    let init = run_init(Arc::clone(&engine), settings.init.clone(), fail_fast);
     let status = log_status(Arc::clone(&engine));
+    let init = async {
+        init.await?;
+        // Done: keep serving.
+        std::future::pending::<Result<()>>().await
+    };
     tokio::select! {
         () = server.run(stop_signal()) => {}
         result = status => result?,
+        result = init => result?,
     }
     engine.shutdown().await?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Runs the init files in order. A failing statement is logged and the next one runs; a
+/// source that stops before its first consistent state is shown failed in `cdc.sources`
+/// (`CREATE SOURCE` here does not wait for the server: a source whose server is down is
+/// created and shows why it cannot start). With `fail_fast` either is an error.
+async fn run_init(engine: Arc<Engine>, files: Vec<PathBuf>, fail_fast: bool) -> Result<()> {
+    let mut created = engine.source_names();
+    for file in &files {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        let statements =
+            split_statements(&text).with_context(|| format!("in {}", file.display()))?;
+        for statement in &statements {
+            let result = match parse_cdc_statement(statement) {
+                Ok(Some(CdcStatement::CreateSource(mut c))) => {
+                    created.push(c.name.clone());
+                    c.options.validate = false;
+                    engine.run_statement(CdcStatement::CreateSource(c)).await
+                }
+                _ => match engine.sql(statement).await {
+                    Ok(df) => df.collect().await.map(drop).map_err(Into::into),
+                    Err(e) => Err(e),
+                },
+            };
+            if let Err(e) = result {
+                if fail_fast {
+                    return Err(e).with_context(|| format!("in {}: {statement}", file.display()));
+                }
+                tracing::error!(file = %file.display(), %statement, error = %e, "init statement failed");
+            }
+        }
+        tracing::info!(file = %file.display(), statements = statements.len(), "init file run");
+    }
+    created.sort();
+    created.dedup();
+    for name in &created {
+        let Ok(source) = engine.source(name) else {
+            continue;
+        };
+        if let Err(e) = source.wait_ready().await {
+            if fail_fast {
+                anyhow::bail!("source {name} stopped: {e}");
+            }
+            // A source that fails (a purged binlog, a damaged checkpoint, a server that is
+            // down) says why in cdc.sources and waits for repair; the others keep running.
+            tracing::error!(source = %name, error = %e, "source stopped");
+            continue;
+        }
+        let position = source.published.load().position.clone();
+        tracing::info!(source = %name, position = ?position.map(|p| p.to_string()), "source ready");
+    }
     Ok(())
 }
 

@@ -49,11 +49,12 @@ async fn serve_runs_init_files_and_stops_on_interrupt() {
         }
     });
     let seen = tokio::task::spawn_blocking(move || {
-        let mut seen = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
         while let Ok(line) = rx.recv_timeout(HANG_GUARD) {
-            let done = line.contains("engine running");
             seen.push(line);
-            if done {
+            let running = seen.iter().any(|l| l.contains("engine running"));
+            let ready = seen.iter().any(|l| l.contains("source ready"));
+            if running && ready {
                 break;
             }
         }
@@ -93,4 +94,135 @@ async fn serve_runs_init_files_and_stops_on_interrupt() {
         .unwrap();
     assert!(status.success(), "{status}");
     assert!(!lock.exists(), "the lock is released on exit");
+}
+
+/// The log lines of a child process, read on a thread (a closed pipe would fail its writes).
+fn log_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Reads log lines until one contains `what`; returns it.
+async fn wait_for_line(
+    rx: std::sync::mpsc::Receiver<String>,
+    what: &'static str,
+) -> (String, std::sync::mpsc::Receiver<String>) {
+    tokio::task::spawn_blocking(move || {
+        let mut seen = Vec::new();
+        while let Ok(line) = rx.recv_timeout(HANG_GUARD) {
+            if line.contains(what) {
+                return (line, rx);
+            }
+            seen.push(line);
+        }
+        panic!("no line with {what:?}: {seen:#?}");
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = dir.path().join("init.sql");
+    let bad = server().cdc_url().replacen(":cdc-secret@", ":wrong@", 1);
+    std::fs::write(
+        &init,
+        format!(
+            "CREATE SOURCE broken FROM MYSQL '{bad}' WITH (server_id = {});\nSELECT no_such_column FROM nowhere;\n",
+            next_server_id()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--init"])
+        .arg(&init)
+        .env("RUST_LOG", "cdcfusion=info")
+        .env("NO_COLOR", "1")
+        .env("CDCFUSION_USER", "u")
+        .env("CDCFUSION_PASSWORD", "p")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = log_lines(&mut child);
+    let (line, rx) = wait_for_line(rx, "engine running").await;
+    // Without colour codes, whatever the log format does with a pipe.
+    let mut line = line;
+    while let Some(start) = line.find('\u{1b}') {
+        let end = line[start..]
+            .find('m')
+            .map_or(line.len(), |e| start + e + 1);
+        line.replace_range(start..end, "");
+    }
+    let port = line
+        .split("listen=127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("no port in {line}"))
+        .to_string();
+    // The source's failure is shown, and the engine keeps serving.
+    let (_, _rx) = wait_for_line(rx, "source stopped").await;
+    let out = Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "u",
+            "-d",
+            "broken",
+            "-XAt",
+            "-c",
+        ])
+        .env("PGPASSWORD", "p")
+        .arg("SELECT state, error_sqlstate FROM cdc.sources WHERE name = 'broken'")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "failed|28000",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(child.try_wait().unwrap().is_none(), "serve exited");
+    Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+
+    // With --fail-fast a source that cannot start ends the engine with an error.
+    std::fs::write(
+        &init,
+        format!(
+            "CREATE SOURCE broken FROM MYSQL '{bad}' WITH (server_id = {});\n",
+            next_server_id()
+        ),
+    )
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--fail-fast", "--init"])
+            .arg(&init)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("source broken stopped"), "{stderr}");
 }

@@ -34,7 +34,7 @@ use rand::Rng;
 use super::ipc;
 use super::manifest::{
     commit_json, load_newest_manifest, manifest_dir, numbered, numbered_path, source_dir, Manifest,
-    ManifestError, SegmentRef, StateRef, TableManifest, MANIFEST_EXT,
+    ManifestError, SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
 };
 use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
 use crate::provider::SourceVersion;
@@ -94,6 +94,23 @@ pub enum DurableError {
     Resume { manifest: String, message: String },
 }
 
+impl DurableError {
+    /// The SQLSTATE a client is given: a damaged file is data corruption, a checkpoint that
+    /// cannot continue on this server needs repair, anything else is an I/O error.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            // data_corrupted
+            DurableError::Store(StoreError::Corrupt { .. }) | DurableError::Decode { .. } => {
+                "XX001"
+            }
+            // object_not_in_prerequisite_state
+            DurableError::Resume { .. } => "55000",
+            // io_error
+            _ => "58030",
+        }
+    }
+}
+
 /// What the last commit left, for the next checkpoint.
 #[derive(Debug)]
 struct Committed {
@@ -149,6 +166,13 @@ impl Checkpointer {
     /// Starts checkpointing a source whose first version is published: `persisted[t]`
     /// changelog segments of table `t` are already in files named by `manifest`. Does nothing
     /// when already armed (a recovered source is armed before it resumes).
+    /// Forgets the committed checkpoints' layout, so the next [`Checkpointer::arm`] starts a
+    /// new one (a source started over with other tables or columns); older files become
+    /// garbage once the next manifest is committed.
+    pub async fn reset(&self) {
+        *self.state.lock().await = None;
+    }
+
     pub async fn arm(
         &self,
         tables: Vec<Arc<TableSchema>>,
@@ -271,6 +295,10 @@ impl Checkpointer {
                 table: schema.id.table.clone(),
                 state,
                 segments,
+                stopped: version.stopped.get(&t).map(|s| StopRecord {
+                    reason: s.reason.clone(),
+                    position: s.position.to_string(),
+                }),
             });
         }
         let manifest = Manifest {

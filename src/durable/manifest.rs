@@ -46,6 +46,18 @@ pub struct TableManifest {
     pub state: StateRef,
     /// Its changelog, in order; segments after `state.seq` are replayed onto the state.
     pub segments: Vec<SegmentRef>,
+    /// Set when its capture stopped (a DDL the engine does not follow): the state and the
+    /// changelog end there, and a restart keeps the table stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<StopRecord>,
+}
+
+/// Why and where a table's capture stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopRecord {
+    pub reason: String,
+    /// `file:offset` of the transaction that stopped it.
+    pub position: String,
 }
 
 /// A table's rows as of one checkpoint.

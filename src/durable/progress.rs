@@ -169,7 +169,10 @@ impl ProgressJournal {
         tables: &[Arc<TableSchema>],
         plan: &[PlannedChunk],
     ) -> Result<(), DurableError> {
-        *self.tables.lock().expect("tables") = tables.to_vec();
+        *self
+            .tables
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tables.to_vec();
         let mut last = self.last.lock().await;
         let next = ProgressFile {
             format: super::store::FORMAT_VERSION,
@@ -196,7 +199,12 @@ impl ProgressJournal {
     }
 
     async fn record_done(&self, chunk: &SnapshotChunk) -> Result<(), DurableError> {
-        let schema = Arc::clone(&self.tables.lock().expect("tables")[chunk.table]);
+        let schema = Arc::clone(
+            &self
+                .tables
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)[chunk.table],
+        );
         let bytes =
             ipc::encode(&schema.arrow, std::slice::from_ref(&chunk.rows)).map_err(|source| {
                 DurableError::Encode {

@@ -11,8 +11,11 @@
 use std::sync::Arc;
 
 use super::{Engine, EngineError, EngineOptions, RunningSource};
+use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, Durability, DurableError, Store};
+use crate::source::connect::ConnectOptions;
+use crate::source::error::SourceError;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource};
 
 impl Engine {
@@ -60,10 +63,15 @@ impl Engine {
         Ok(())
     }
 
-    /// `CREATE SOURCE`: on a durable engine the catalog is committed first, so a source that
+    /// `CREATE SOURCE`: checked against the server first (unless `validate = false`); on a
+    /// durable engine the catalog is committed first, so a source that
     /// runs is always one a restart brings back.
     pub(super) async fn create(&self, create: &CreateSource) -> Result<(), EngineError> {
         let options = create.options.to_capture_options()?;
+        self.check_name(&create.name)?;
+        if create.options.validate {
+            validate(create.url.expose(), &options).await?;
+        }
         let Some(durable) = &self.durable else {
             return self.start_source(
                 &create.name,
@@ -118,5 +126,32 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// How long `CREATE SOURCE` waits for the server while it checks it.
+pub const VALIDATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The checks a capture makes at start-up (connection, credentials, binlog settings,
+/// privileges, tables matching the patterns), made before `CREATE SOURCE` answers, within
+/// [`VALIDATE_TIMEOUT`]; a failure is the statement's error, with the fix it names.
+async fn validate(url: &str, options: &CaptureOptions) -> Result<(), EngineError> {
+    let mut connect = ConnectOptions::from_url(url)?;
+    connect.max_attempts = 2;
+    let checks = Capture::matching_tables(&connect, &options.tables);
+    match tokio::time::timeout(VALIDATE_TIMEOUT, checks).await {
+        Ok(result) => {
+            result?;
+            Ok(())
+        }
+        Err(_) => Err(SourceError::Unreachable {
+            address: connect.address(),
+            attempts: 1,
+            last_error: format!(
+                "no answer within {} s; check the host and port, or create the source anyway WITH (validate = false)",
+                VALIDATE_TIMEOUT.as_secs()
+            ),
+        }
+        .into()),
     }
 }

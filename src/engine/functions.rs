@@ -157,7 +157,11 @@ impl SourceFunction {
             .sources
             .upgrade()
             .ok_or_else(|| DataFusionError::Plan("the engine is gone".into()))?;
-        let running = sources.read().expect("sources").get(name).cloned();
+        let running = sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned();
         running.ok_or_else(|| DataFusionError::Plan(format!("source \"{name}\" does not exist")))
     }
 }

@@ -15,6 +15,7 @@
 
 mod durable;
 mod functions;
+mod partial;
 mod resnapshot;
 pub mod source;
 mod status;
@@ -100,7 +101,7 @@ impl std::fmt::Debug for Engine {
                 &self
                     .sources
                     .read()
-                    .expect("sources")
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .keys()
                     .collect::<Vec<_>>(),
             )
@@ -124,7 +125,7 @@ impl Engine {
     pub fn source_names(&self) -> Vec<String> {
         self.sources
             .read()
-            .expect("sources")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .keys()
             .cloned()
             .collect()
@@ -196,7 +197,12 @@ impl Engine {
                 "it is the engine's default catalog",
             ));
         }
-        if self.sources.read().expect("sources").contains_key(name) {
+        if self
+            .sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(name)
+        {
             return Err(EngineError::SourceExists(name.to_string()));
         }
         Ok(())
@@ -211,7 +217,10 @@ impl Engine {
         checkpointer: Option<Arc<Checkpointer>>,
     ) -> Result<(), EngineError> {
         self.check_name(name)?;
-        let mut sources = self.sources.write().expect("sources");
+        let mut sources = self
+            .sources
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if sources.contains_key(name) {
             return Err(EngineError::SourceExists(name.to_string()));
         }
@@ -242,7 +251,7 @@ impl Engine {
     pub fn source(&self, name: &str) -> Result<Arc<RunningSource>, EngineError> {
         self.sources
             .read()
-            .expect("sources")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(name)
             .cloned()
             .ok_or_else(|| EngineError::NoSuchSource(name.to_string()))
@@ -250,7 +259,11 @@ impl Engine {
 
     /// Stops and removes source `name`.
     pub fn drop_source(&self, name: &str) -> Result<(), EngineError> {
-        let removed = self.sources.write().expect("sources").remove(name);
+        let removed = self
+            .sources
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
         match removed {
             Some(_) => Ok(()),
             None => Err(EngineError::NoSuchSource(name.to_string())),
@@ -275,13 +288,22 @@ impl Engine {
             return self.execute(statement).await;
         }
         let pinned = {
-            let sources = self.sources.read().expect("sources");
+            let sources = self
+                .sources
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
         };
         let mut state = session(self.ctx.state());
         state.config_mut().set_extension(Arc::new(pinned));
         let ctx = SessionContext::new_with_state(state);
         Ok(ctx.sql(sql).await?)
+    }
+
+    /// Runs one of cdcfusion's own statements, already parsed (and possibly adjusted, e.g.
+    /// an init file's `CREATE SOURCE` with validation deferred to the source itself).
+    pub async fn run_statement(&self, statement: CdcStatement) -> Result<(), EngineError> {
+        self.execute(statement).await.map(drop)
     }
 
     /// The name of the engine's default catalog (where `cdc` and registered tables live).
@@ -311,7 +333,7 @@ impl Engine {
                 let sources: Vec<Arc<RunningSource>> = self
                     .sources
                     .read()
-                    .expect("sources")
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .values()
                     .cloned()
                     .collect();
@@ -390,14 +412,24 @@ impl CatalogProviderList for EngineCatalogs {
     fn catalog_names(&self) -> Vec<String> {
         let mut names = self.others.catalog_names();
         if let Some(sources) = self.sources.upgrade() {
-            names.extend(sources.read().expect("sources").keys().cloned());
+            names.extend(
+                sources
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .keys()
+                    .cloned(),
+            );
         }
         names
     }
 
     fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
         let sources = self.sources.upgrade()?;
-        let source = sources.read().expect("sources").get(name).cloned();
+        let source = sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned();
         match source {
             Some(source) => Some(Arc::new(SourceCatalog {
                 source,
@@ -489,19 +521,20 @@ impl SchemaProvider for SourceSchema {
         let name = &self.source.name;
         Ok(Some(if changelog {
             let schema = crate::state::changelog::changelog_schema(&tables[index].arrow);
-            Arc::new(ChangelogProvider::new(
-                name,
-                self.published(),
-                index,
-                schema,
-            ))
+            Arc::new(
+                ChangelogProvider::new(name, self.published(), index, schema)
+                    .guarded(Arc::clone(&self.source.health), tables[index].id.clone()),
+            )
         } else {
-            Arc::new(CurrentTableProvider::new(
-                name,
-                self.published(),
-                index,
-                Arc::clone(&tables[index]),
-            ))
+            Arc::new(
+                CurrentTableProvider::new(
+                    name,
+                    self.published(),
+                    index,
+                    Arc::clone(&tables[index]),
+                )
+                .guarded(Arc::clone(&self.source.health)),
+            )
         }))
     }
 

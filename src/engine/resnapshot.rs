@@ -8,7 +8,10 @@
 //!
 //! # Every table
 //! A fresh snapshot replaces the published state; the diff entries sit at the new hand-off's
-//! end. This is the repair for a purged binlog, so nothing of the old stream is needed.
+//! end. This is the repair for a purged binlog, so nothing of the old stream is needed. When
+//! the source's tables or their columns changed (a table stopped by DDL), the old changelogs
+//! cannot hold the new rows: the source starts over as if created now, its history included,
+//! and its checkpoints start a new layout.
 //!
 //! # One table
 //! The published version holds every table at one position `P` (the stopped task published
@@ -34,45 +37,61 @@
 //! whole-source re-snapshot can repair the source, and the statement says so before it stops
 //! anything (`RunningSource::resnapshot_table`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
 
-use super::task::{append, handoff_end, Started, Stop, Task, TxNumbers};
+use super::task::{append, fresh, handoff_end, Mode, Started, Stop, Task, TxNumbers};
 use crate::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
 use crate::provider::SourceVersion;
 use crate::source::error::SourceError;
 use crate::source::position::{BinlogCoord, ChangePosition};
-use crate::source::schema::TableId;
+use crate::source::schema::{TableId, TableSchema};
 use crate::source::snapshot::incremental::{plan_snapshot, Progress};
 use crate::state::changelog::{Changelog, POSITION_COLUMN};
 use crate::state::current::CurrentTable;
 use crate::state::diff::diff;
 use crate::state::merge::{ChangelogEvent, TableState};
 
-/// The ids of the tables the source captures now (its status).
-fn source_ids(task: &Task) -> Vec<TableId> {
+/// The schemas of the tables the source captures now (its status).
+fn previous_schemas(task: &Task) -> Vec<Arc<TableSchema>> {
     task.status
         .lock()
-        .expect("status")
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .tables
-        .iter()
-        .map(|t| t.id.clone())
-        .collect()
+        .clone()
 }
 
 /// Snapshots every table again and appends only the differences to the published state.
 pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
-    let old_ids = source_ids(task);
+    let old = previous_schemas(task);
+    let (_, now) = Capture::matching_tables(&task.connect, &task.options.tables).await?;
+    let same = old.len() == now.len()
+        && old
+            .iter()
+            .zip(&now)
+            .all(|(o, n)| o.id == n.id && o.columns == n.columns);
+    if !same {
+        // The old changelogs cannot hold other tables or columns (schema evolution is not
+        // followed yet): the source starts over, history included, as if created now.
+        let ids = |t: &[Arc<TableSchema>]| t.iter().map(|t| t.id.to_string()).collect::<Vec<_>>();
+        tracing::warn!(before = ?ids(&old), now = ?ids(&now), "tables or columns changed: the re-snapshot starts the source over");
+        if let Some(c) = &task.checkpointer {
+            c.reset().await;
+        }
+        return fresh(task, Mode::Resnapshot).await;
+    }
     let mut options = task.options.clone();
     options.mode = SnapshotMode::Initial;
     let (capture, _) =
         Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
             .await?;
+    let old_ids: Vec<TableId> = old.iter().map(|t| t.id.clone()).collect();
     let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
     if ids != old_ids {
         return Err(SourceError::Config(format!(
-            "the source's tables changed ({old_ids:?} before, {ids:?} now); drop and create the source instead"
+            "the source's tables changed during the re-snapshot ({old_ids:?} before, {ids:?} now); run ALTER SOURCE ... RESNAPSHOT again"
         ))
         .into());
     }
@@ -99,12 +118,16 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
     if let Some(c) = &task.checkpointer {
         c.set_consistent_from(end.clone()).await;
     }
-    task.status.lock().expect("status").error = None;
+    task.status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .error = None;
     Ok(Started {
         capture,
         changelogs,
         consistent_from: Some(end),
         numbers,
+        stopped: BTreeMap::new(),
     })
 }
 
@@ -119,7 +142,10 @@ pub(super) async fn resnapshot_table(
         config("the source has published no state yet; RESNAPSHOT TABLE needs one".into())
     })?;
     let (old_schemas, consistent_from) = {
-        let s = task.status.lock().expect("status");
+        let s = task
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         (s.tables.clone(), s.consistent_from.clone())
     };
     let ids: Vec<TableId> = old_schemas.iter().map(|t| t.id.clone()).collect();
@@ -182,6 +208,13 @@ pub(super) async fn resnapshot_table(
         Arc::clone(&task.progress),
     )
     .await?;
+    // The other stopped tables stay stopped: the stream must not apply their rows.
+    let mut stopped = (*previous.stopped).clone();
+    stopped.remove(&t);
+    for stop in stopped.values() {
+        capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
+    }
+    let _ = capture.take_stops();
     let mut changelogs = previous.changelogs.clone();
     let mut numbers = TxNumbers::after(&changelogs);
     let caught_up = capture.catch_up_to(&at).await?;
@@ -202,12 +235,16 @@ pub(super) async fn resnapshot_table(
     append(&capture, &mut changelogs, &changes, &mut numbers)?;
     // Every table now reflects exactly the transactions before `at`.
     task.progress.set_position(at);
-    task.status.lock().expect("status").error = None;
+    task.status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .error = None;
     Ok(Started {
         capture,
         changelogs,
         consistent_from,
         numbers,
+        stopped,
     })
 }
 

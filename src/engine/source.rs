@@ -18,15 +18,18 @@
 //! published version stays queryable. Transient errors are retried inside the capture. A failed
 //! checkpoint is shown in the status and retried at the next interval.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use futures::FutureExt;
 use tokio::sync::watch;
 
-use super::task::{checkpoint_loop, run, Mode, Task};
+use super::task::{checkpoint_loop, fail, panicked, run, Mode, Task};
 use super::EngineError;
 use crate::capture::{Capture, CaptureOptions};
 use crate::durable::{Checkpointer, DurableError};
+use crate::provider::health::SharedHealth;
 use crate::provider::{Published, SourceVersion};
 use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::{SourceError, SourceResult};
@@ -93,6 +96,8 @@ pub struct RunningSource {
     pub versions: watch::Receiver<u64>,
     pub progress: Arc<Progress>,
     pub status: Arc<Mutex<SourceStatus>>,
+    /// The fault that stopped the source, checked by every scan of its tables.
+    pub health: SharedHealth,
     /// Becomes true when the first version (the end of the hand-off) is published, or the
     /// capture fails.
     ready: watch::Receiver<bool>,
@@ -109,7 +114,12 @@ pub struct RunningSource {
 
 impl Drop for RunningSource {
     fn drop(&mut self) {
-        if let Some(task) = self.task.lock().expect("task").take() {
+        if let Some(task) = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
             task.abort();
         }
         self.poller.abort();
@@ -135,12 +145,20 @@ impl RunningSource {
         let status = Arc::new(Mutex::new(SourceStatus::default()));
         let (ready_tx, ready) = watch::channel(false);
         let (versions_tx, versions) = watch::channel(0u64);
-        let poller = tokio::spawn(poll_server(connect.clone(), Arc::clone(&status)));
+        let health = SharedHealth::default();
+        let poller = tokio::spawn(poll_server(
+            name.to_string(),
+            connect.clone(),
+            Arc::clone(&status),
+            Arc::clone(&health),
+        ));
         let checkpoints = checkpointer.as_ref().map(|c| {
             tokio::spawn(checkpoint_loop(
+                name.to_string(),
                 Arc::clone(c),
                 Arc::clone(&published),
                 Arc::clone(&status),
+                Arc::clone(&health),
             ))
         });
         let shared = Task {
@@ -152,6 +170,7 @@ impl RunningSource {
             ready: Arc::new(ready_tx),
             versions: Arc::new(versions_tx),
             checkpointer: checkpointer.clone(),
+            health: Arc::clone(&health),
         };
         let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {
@@ -162,6 +181,7 @@ impl RunningSource {
             versions,
             progress,
             status,
+            health,
             ready,
             checkpointer,
             shared,
@@ -177,16 +197,27 @@ impl RunningSource {
     /// `engine::task`); returns once the new capture task runs (see [`Self::wait_ready`]).
     pub async fn resnapshot(&self) {
         let _restarting = self.restarting.lock().await;
-        let old = self.task.lock().expect("task").take();
+        let old = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(old) = old {
             old.abort();
             // Wait until it is gone: it must not publish after the new task read the state.
             let _ = old.await;
         }
         let _ = self.shared.ready.send(false);
-        self.status.lock().expect("status").error = None;
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .error = None;
+        self.health.clear_source();
         let task = tokio::spawn(run(self.shared.clone(), Mode::Resnapshot));
-        *self.task.lock().expect("task") = Some(task);
+        *self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
     }
 
     /// `ALTER SOURCE ... RESNAPSHOT TABLE db.t`: reads one table again and repairs its state
@@ -215,6 +246,15 @@ impl RunningSource {
             .position
             .clone()
             .ok_or_else(|| refuse("it has published no state yet".into()))?;
+        // A table whose columns changed cannot keep its changelog (schema changes are not
+        // followed yet): only reading the whole source again under the new columns repairs it.
+        let (_, now) =
+            Capture::resolve_tables(&self.shared.connect, std::slice::from_ref(table)).await?;
+        if now.first().map(|t| &t.columns) != Some(&tables[index].columns) {
+            return Err(refuse(format!(
+                "the columns of {table} changed since it was captured"
+            )));
+        }
         match Capture::check_binlog(&self.shared.connect, &position).await {
             Ok(()) => {}
             Err(SourceError::BinlogUnavailable { needed, .. }) => {
@@ -223,16 +263,27 @@ impl RunningSource {
             }
             Err(e) => return Err(e.into()),
         }
-        let old = self.task.lock().expect("task").take();
+        let old = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(old) = old {
             old.abort();
             // Wait until it is gone: it must not publish after the new task read the state.
             let _ = old.await;
         }
         let _ = self.shared.ready.send(false);
-        self.status.lock().expect("status").error = None;
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .error = None;
+        self.health.clear_source();
         let task = tokio::spawn(run(self.shared.clone(), Mode::ResnapshotTable(index)));
-        *self.task.lock().expect("task") = Some(task);
+        *self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
         Ok(())
     }
 
@@ -244,7 +295,10 @@ impl RunningSource {
         };
         let position = c.checkpoint(&self.published.load_full()).await?;
         if let Some(p) = &position {
-            self.status.lock().expect("status").durable_position = Some(p.clone());
+            self.status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .durable_position = Some(p.clone());
         }
         Ok(position)
     }
@@ -254,7 +308,13 @@ impl RunningSource {
     pub async fn wait_ready(&self) -> Result<(), String> {
         let mut ready = self.ready.clone();
         let _ = ready.wait_for(|r| *r).await;
-        match self.status.lock().expect("status").error.clone() {
+        match self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .error
+            .clone()
+        {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -264,7 +324,13 @@ impl RunningSource {
     /// from the server), or the capture failed.
     pub async fn wait_for(&self, target: &BinlogCoord) -> Result<(), String> {
         loop {
-            if let Some(e) = self.status.lock().expect("status").error.clone() {
+            if let Some(e) = self
+                .status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .error
+                .clone()
+            {
                 return Err(e);
             }
             if self
@@ -291,31 +357,54 @@ impl RunningSource {
     }
 
     pub fn status(&self) -> SourceStatus {
-        self.status.lock().expect("status").clone()
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
 /// Reads the server's binlog end every [`SERVER_POLL`] for the lag columns; a failed read
-/// leaves the last value (the capture reports connection errors itself).
-async fn poll_server(connect: ConnectOptions, status: Arc<Mutex<SourceStatus>>) {
-    let mut conn = None;
-    loop {
-        if conn.is_none() {
-            conn = connect.connect().await.ok();
-        }
-        let flavor = if status.lock().expect("status").flavor == "MySql" {
-            Flavor::MySql
-        } else {
-            Flavor::MariaDb
-        };
-        if let Some(c) = conn.as_mut() {
-            match current_position(c, flavor).await {
-                Ok((position, _)) => {
-                    status.lock().expect("status").server_position = Some(position)
-                }
-                Err(_) => conn = None,
+/// leaves the last value (the capture reports connection errors itself). A panic here fails
+/// the source: its lag could no longer be shown.
+async fn poll_server(
+    name: String,
+    connect: ConnectOptions,
+    status: Arc<Mutex<SourceStatus>>,
+    health: SharedHealth,
+) {
+    let poll = AssertUnwindSafe(async {
+        let mut conn = None;
+        loop {
+            crate::failpoint::hit_in("poller", &name);
+            if conn.is_none() {
+                conn = connect.connect().await.ok();
             }
+            let flavor = if status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .flavor
+                == "MySql"
+            {
+                Flavor::MySql
+            } else {
+                Flavor::MariaDb
+            };
+            if let Some(c) = conn.as_mut() {
+                match current_position(c, flavor).await {
+                    Ok((position, _)) => {
+                        status
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .server_position = Some(position)
+                    }
+                    Err(_) => conn = None,
+                }
+            }
+            tokio::time::sleep(SERVER_POLL).await;
         }
-        tokio::time::sleep(SERVER_POLL).await;
+    });
+    if let Err(panic) = poll.catch_unwind().await {
+        fail(&status, &health, panicked("server poll", panic.as_ref()));
     }
 }

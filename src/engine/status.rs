@@ -9,7 +9,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{
+    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    UInt64Array,
+};
 use arrow::datatypes::SchemaRef;
 use arrow::datatypes::{Field, Schema};
 use async_trait::async_trait;
@@ -45,6 +48,12 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::Streaming => "streaming",
         Phase::Done => "done",
     }
+}
+
+/// Microseconds since the epoch.
+fn micros(at: std::time::SystemTime) -> i64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 fn text(v: Vec<Option<String>>) -> ArrayRef {
@@ -91,7 +100,12 @@ impl TableProvider for StatusTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let sources: Vec<Arc<RunningSource>> = match self.sources.upgrade() {
-            Some(s) => s.read().expect("sources").values().cloned().collect(),
+            Some(s) => s
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect(),
             None => Vec::new(),
         };
         let batch = build(self.name, &sources, Some(state))?;
@@ -133,7 +147,8 @@ fn build(
     };
     match name {
         "sources" => {
-            let mut cols: [Vec<Option<String>>; 11] = Default::default();
+            let mut cols: [Vec<Option<String>>; 15] = Default::default();
+            let mut error_at = Vec::new();
             let mut consistent = Vec::new();
             let mut txs = Vec::new();
             let (mut lag_s, mut lag_b, mut server_pos) = (vec![], vec![], vec![]);
@@ -152,19 +167,38 @@ fn build(
                 cols[8].push(status.durable_position.as_ref().map(ToString::to_string));
                 cols[9].push(status.consistent_from.as_ref().map(ToString::to_string));
                 cols[10].push(status.checkpoint_error.clone());
+                let fault = s.health.source_fault();
+                // `failed`: capture stopped and the tables refuse queries (see `health`).
+                let state = if fault.is_some() { "failed" } else { "running" };
+                cols[11].push(Some(state.to_string()));
+                cols[12].push(fault.as_ref().map(|f| f.sqlstate.to_string()));
+                cols[13].push(
+                    fault
+                        .as_ref()
+                        .and_then(|f| f.position.as_ref())
+                        .map(ToString::to_string),
+                );
+                cols[14].push(
+                    fault
+                        .as_ref()
+                        .and_then(|f| f.table.as_ref())
+                        .map(ToString::to_string),
+                );
+                error_at.push(fault.as_ref().map(|f| micros(f.at)));
                 consistent.push(Some(version.consistent));
                 lag_s.push(status.lag_seconds(version.position.as_ref()));
                 lag_b.push(status.lag_bytes(version.position.as_ref()));
                 server_pos.push(status.server_position.as_ref().map(ToString::to_string));
                 txs.push(status.transactions);
             }
-            let [name, flavor, version, phase, published, live, error, url, durable, consistent_from, checkpoint_error] =
+            let [name, flavor, version, phase, published, live, error, url, durable, consistent_from, checkpoint_error, state, error_sqlstate, error_position, error_table] =
                 cols;
             table(vec![
                 ("name", text(name)),
                 ("flavor", text(flavor)),
                 ("server_version", text(version)),
                 ("phase", text(phase)),
+                ("state", text(state)),
                 ("position", text(published)),
                 ("live_position", text(live)),
                 ("durable_position", text(durable)),
@@ -175,13 +209,21 @@ fn build(
                 ("consistent", Arc::new(BooleanArray::from(consistent))),
                 ("transactions", Arc::new(UInt64Array::from(txs))),
                 ("error", text(error)),
+                ("error_sqlstate", text(error_sqlstate)),
+                ("error_position", text(error_position)),
+                ("error_table", text(error_table)),
+                (
+                    "error_at",
+                    Arc::new(TimestampMicrosecondArray::from(error_at).with_timezone("UTC")),
+                ),
                 ("checkpoint_error", text(checkpoint_error)),
                 ("url", text(url)),
             ])
         }
         "tables" => {
-            let mut cols: [Vec<Option<String>>; 6] = Default::default();
+            let mut cols: [Vec<Option<String>>; 8] = Default::default();
             let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
+            let mut complete = Vec::new();
             for s in sources {
                 let report = s.progress.report();
                 let version = version(s);
@@ -206,20 +248,34 @@ fn build(
                     );
                     total.push(chunks.len() as u64);
                     keyless.push(t.primary_key.is_empty());
+                    // False while the rows are the chunks done so far of a running snapshot.
+                    complete.push(version.consistent);
+                    let stop = version.stopped.get(&i);
+                    let fault = s.health.fault_of(&t.id, stop);
+                    let state = match (&fault, stop) {
+                        (None, _) => "capturing",
+                        (Some(_), Some(_)) => "stopped",
+                        (Some(_), None) => "failed",
+                    };
+                    cols[6].push(Some(state.to_string()));
+                    cols[7].push(fault.map(|f| f.describe()));
                 }
             }
-            let [source, db, name, phase, low, high] = cols;
+            let [source, db, name, phase, low, high, state, error] = cols;
             table(vec![
                 ("source", text(source)),
                 ("db", text(db)),
                 ("table", text(name)),
                 ("phase", text(phase)),
+                ("state", text(state)),
+                ("error", text(error)),
                 ("rows", Arc::new(UInt64Array::from(rows))),
                 ("chunks_done", Arc::new(UInt64Array::from(done))),
                 ("chunks_total", Arc::new(UInt64Array::from(total))),
                 ("snapshot_min_high", text(low)),
                 ("snapshot_max_high", text(high)),
                 ("keyless", Arc::new(BooleanArray::from(keyless))),
+                ("complete", Arc::new(BooleanArray::from(complete))),
             ])
         }
         "chunks" => {

@@ -16,15 +16,20 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use std::panic::AssertUnwindSafe;
+
 use arrow::array::AsArray;
 use arrow::datatypes::UInt64Type;
+use futures::FutureExt;
 use tokio::sync::watch;
 
+use super::partial::PartialView;
 use super::resnapshot::{resnapshot, resnapshot_table};
 use super::source::SourceStatus;
-use crate::capture::{Capture, CaptureOptions, TableChange};
+use crate::capture::{Capture, CaptureOptions, TableChange, TableStop};
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
+use crate::provider::health::{Fault, Health, SharedHealth, SQLSTATE_INTERNAL};
 use crate::provider::{Published, SourceVersion};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
@@ -63,22 +68,69 @@ pub(crate) struct Task {
     pub ready: Arc<watch::Sender<bool>>,
     pub versions: Arc<watch::Sender<u64>>,
     pub checkpointer: Option<Arc<Checkpointer>>,
+    pub health: SharedHealth,
 }
 
 pub(crate) async fn run(task: Task, mode: Mode) {
-    let result = capture_loop(&task, mode).await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "source stopped");
-        task.status.lock().expect("status").error = Some(e.to_string());
+    // Anything that escapes the capture, a panic included, becomes the source's failed state:
+    // the source stops, its tables refuse queries (see `provider::health`), the others go on.
+    let outcome = AssertUnwindSafe(capture_loop(&task, mode))
+        .catch_unwind()
+        .await;
+    let fault = match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(stop)) => Some(stop.fault()),
+        Err(panic) => Some(panicked("capture", panic.as_ref())),
+    };
+    if let Some(fault) = fault {
+        let fault = Fault {
+            position: fault.position.or_else(|| task.progress.report().position),
+            table: fault.table.or_else(|| task.progress.working_on()),
+            ..fault
+        };
+        fail(&task.status, &task.health, fault);
     }
     let _ = task.ready.send(true);
 }
 
-/// Writes a checkpoint of the latest published version every interval (and when woken).
+/// The fault of a caught panic in one of a source's tasks.
+pub(super) fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Fault {
+    let message = crate::failpoint::panic_message(payload);
+    Fault::new(
+        SQLSTATE_INTERNAL,
+        format!("the {what} task failed unexpectedly ({message}); capture stopped"),
+    )
+}
+
+/// Records that the source stopped: its status and its health (which the scans check).
+pub(super) fn fail(status: &Mutex<SourceStatus>, health: &Health, fault: Fault) {
+    tracing::error!(error = %fault.describe(), sqlstate = fault.sqlstate, "source stopped");
+    status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .error = Some(fault.describe());
+    health.fail_source(fault);
+}
+
+impl Stop {
+    /// The fault a stopped capture leaves, with the SQLSTATE its tables answer with.
+    fn fault(&self) -> Fault {
+        let sqlstate = match self {
+            Stop::Source(e) => e.sqlstate(),
+            Stop::State(e) => e.sqlstate(),
+        };
+        Fault::new(sqlstate, self.to_string())
+    }
+}
+
+/// Writes a checkpoint of the latest published version every interval (and when woken). A
+/// panic while checkpointing fails the source: its state could no longer be made durable.
 pub(crate) async fn checkpoint_loop(
+    name: String,
     checkpointer: Arc<Checkpointer>,
     published: Published,
     status: Arc<Mutex<SourceStatus>>,
+    health: SharedHealth,
 ) {
     loop {
         tokio::select! {
@@ -86,8 +138,24 @@ pub(crate) async fn checkpoint_loop(
             _ = checkpointer.wake.notified() => {}
         }
         let version = published.load_full();
-        let result = checkpointer.checkpoint(&version).await;
-        let mut s = status.lock().expect("status");
+        let result = AssertUnwindSafe(async {
+            crate::failpoint::hit_in("checkpoint", &name);
+            checkpointer.checkpoint(&version).await
+        })
+        .catch_unwind()
+        .await;
+        let result = match result {
+            Ok(result) => result,
+            Err(panic) => {
+                let fault =
+                    panicked("checkpoint", panic.as_ref()).at_position(version.position.clone());
+                fail(&status, &health, fault);
+                return;
+            }
+        };
+        let mut s = status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match result {
             Ok(Some(position)) => {
                 s.durable_position = Some(position);
@@ -144,6 +212,9 @@ pub(super) struct Started {
     /// `None` for a stream-only source started from a GTID set (no file position yet).
     pub consistent_from: Option<BinlogCoord>,
     pub numbers: TxNumbers,
+    /// Tables already stopped when the capture starts (kept from a checkpoint or from the
+    /// version a re-snapshot starts from); the capture skips their rows.
+    pub stopped: BTreeMap<usize, TableStop>,
 }
 
 async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
@@ -175,9 +246,19 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         mut changelogs,
         consistent_from,
         mut numbers,
+        mut stopped,
     } = started;
+    for stop in stopped.values() {
+        capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
+    }
+    for stop in capture.take_stops() {
+        stopped.entry(stop.table).or_insert(stop);
+    }
+    let mut published_stops = Arc::new(stopped.clone());
     {
-        let mut s = status.lock().expect("status");
+        let mut s = status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.tables = capture.tables().to_vec();
         s.server_version = capture.server().version.clone();
         s.flavor = format!("{:?}", capture.server().flavor);
@@ -193,6 +274,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         consistent: true,
         tables,
         changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
+        stopped: Arc::clone(&published_stops),
     }));
     if let Some(c) = checkpointer {
         let persisted = vec![0; changelogs.len()];
@@ -205,6 +287,13 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     versions.send_modify(|v| *v += 1);
     while let Some((tx, changes)) = capture.next().await? {
         append(&capture, &mut changelogs, &changes, &mut numbers)?;
+        let stops = capture.take_stops();
+        if !stops.is_empty() {
+            for stop in stops {
+                stopped.entry(stop.table).or_insert(stop);
+            }
+            published_stops = Arc::new(stopped.clone());
+        }
         let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
         let previous = published.load_full();
         let mut version = SourceVersion {
@@ -212,6 +301,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             consistent: true,
             tables: previous.tables.clone(),
             changelogs: previous.changelogs.clone(),
+            stopped: Arc::clone(&published_stops),
         };
         for t in touched {
             version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
@@ -223,7 +313,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         published.store(Arc::new(version));
         versions.send_modify(|v| *v += 1);
         {
-            let mut s = status.lock().expect("status");
+            let mut s = status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             s.transactions += 1;
             s.last_commit_ts_micros = Some(tx.commit_ts_micros);
         }
@@ -232,7 +324,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
 }
 
 /// Snapshots from the start, or from the chunks a durable source's journal kept.
-async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
+pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
     let mut options = task.options.clone();
     if let Some(c) = &task.checkpointer {
         if mode == Mode::Resnapshot {
@@ -242,6 +334,12 @@ async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
         let (journal, resume) = ProgressJournal::open(c.store().clone(), c.id(), &tables).await?;
         options.snapshot.journal = Some(Arc::new(journal));
         options.snapshot.resume = resume;
+    }
+    if mode == Mode::Start && options.visible_during_snapshot {
+        options.snapshot.observer = Some(Arc::new(PartialView::new(
+            Arc::clone(&task.published),
+            Arc::clone(&task.status),
+        )));
     }
     let (capture, handoff) =
         Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
@@ -258,6 +356,7 @@ async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
         capture,
         changelogs,
         numbers,
+        stopped: BTreeMap::new(),
     })
 }
 
@@ -280,6 +379,24 @@ async fn recover(
         .collect();
     let (info, tables) = Capture::resolve_tables(&task.connect, &ids).await?;
     let mut recovered = recover::load(checkpointer.store(), &manifest, &tables).await?;
+    // Tables whose capture had stopped stay stopped: their state ends where they stopped.
+    let mut stopped = BTreeMap::new();
+    for (t, entry) in manifest.tables.iter().enumerate() {
+        if let Some(record) = &entry.stopped {
+            let position = record.position.parse::<BinlogCoord>().map_err(|e| {
+                SourceError::Config(format!("checkpoint {}: stop position: {e}", manifest.seq))
+            })?;
+            stopped.insert(
+                t,
+                TableStop {
+                    table: t,
+                    reason: record.reason.clone(),
+                    position,
+                },
+            );
+        }
+    }
+    let published_stops = Arc::new(stopped.clone());
     tracing::info!(seq = manifest.seq, position = %recovered.position, "resuming from a checkpoint");
     let mut snapshots = Vec::with_capacity(tables.len());
     for (state, table) in recovered.states.iter_mut().zip(&tables) {
@@ -298,9 +415,13 @@ async fn recover(
             .iter()
             .map(Changelog::snapshot)
             .collect(),
+        stopped: published_stops,
     }));
     {
-        let mut s = task.status.lock().expect("status");
+        let mut s = task
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         s.tables = tables.clone();
         s.consistent_from = Some(recovered.consistent_from.clone());
         s.durable_position = Some(recovered.position.clone());
@@ -338,6 +459,7 @@ async fn recover(
         changelogs: recovered.changelogs,
         consistent_from: Some(recovered.consistent_from),
         numbers,
+        stopped,
     })
 }
 

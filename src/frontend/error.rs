@@ -14,6 +14,7 @@ use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::engine::EngineError;
+use crate::provider::health::TableUnavailable;
 use crate::sql::SqlError;
 
 /// `undefined_table`.
@@ -120,23 +121,10 @@ fn engine_sqlstate(error: &EngineError) -> &'static str {
         // object_not_in_prerequisite_state: the source must be repaired another way.
         EngineError::CannotResnapshotTable { .. } => "55000",
         EngineError::DataFusion(e) => datafusion_sqlstate(e),
-        // connection_exception: the MySQL server could not be reached or refused us.
-        EngineError::Source(_) | EngineError::SourceFailed { .. } => "08000",
-        EngineError::Durable(e) => durable_sqlstate(e),
-    }
-}
-
-/// State-store failures: a damaged file is data corruption; anything else an I/O error.
-fn durable_sqlstate(error: &crate::durable::DurableError) -> &'static str {
-    use crate::durable::checkpoint::DurableError as D;
-    use crate::durable::store::StoreError as S;
-    match error {
-        // data_corrupted
-        D::Store(S::Corrupt { .. }) | D::Decode { .. } => "XX001",
-        // object_not_in_prerequisite_state: the checkpoint cannot continue on this server.
-        D::Resume { .. } => "55000",
-        // io_error
-        _ => "58030",
+        EngineError::Source(e) => e.sqlstate(),
+        // connection_exception: the source stopped before it was ready.
+        EngineError::SourceFailed { .. } => "08000",
+        EngineError::Durable(e) => e.sqlstate(),
     }
 }
 
@@ -165,10 +153,15 @@ pub fn datafusion_sqlstate(error: &DataFusionError) -> &'static str {
             ArrowError::ArithmeticOverflow(_) => "22003",
             _ => SQLSTATE_INTERNAL,
         },
-        DataFusionError::External(e) => match e.downcast_ref::<SqlError>() {
-            Some(e) => e.sqlstate(),
-            None => SQLSTATE_INTERNAL,
-        },
+        DataFusionError::External(e) => {
+            if let Some(e) = e.downcast_ref::<SqlError>() {
+                e.sqlstate()
+            } else if let Some(e) = e.downcast_ref::<TableUnavailable>() {
+                e.sqlstate()
+            } else {
+                SQLSTATE_INTERNAL
+            }
+        }
         _ => SQLSTATE_INTERNAL,
     }
 }

@@ -28,14 +28,14 @@ use datafusion::common::ParamValues;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::{FunctionRegistry, SendableRecordBatchStream};
 use datafusion::prelude::DataFrame;
-use futures::{Sink, Stream, StreamExt};
+use futures::{Sink, SinkExt, Stream, StreamExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
@@ -51,6 +51,7 @@ use super::error::{
 };
 use super::server::{ConnState, Shared, Stop, Stopped};
 use super::session::{self, SessionStatement};
+use crate::provider::health::ReadPolicy;
 use crate::sql::{parse_cdc_statement, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR};
 
 /// A statement, routed (see the module docs).
@@ -166,6 +167,7 @@ impl Parser {
             .for_catalog(&info.catalog)
             .map_err(datafusion_error)?;
         let settings: HashMap<String, String> = session::all(metadata).into_iter().collect();
+        let policy = ReadPolicy::new(session::stale_reads(metadata));
         Ok(move |state: SessionState| {
             let catalogs = Arc::new(SessionCatalogs {
                 inner: Arc::clone(state.catalog_list()),
@@ -181,6 +183,7 @@ impl Parser {
                 datafusion_pg_catalog::pg_catalog::create_current_database_udf(&info.database),
             ));
             let _ = state.register_udf(Arc::new(session::current_setting_udf(settings)));
+            state.config_mut().set_extension(Arc::new(policy));
             state
         })
     }
@@ -217,8 +220,10 @@ impl Parser {
         format: &Format,
     ) -> PgWireResult<Response>
     where
-        C: ClientInfo + ClientPortalStore + Unpin + Send + Sync,
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let metadata = client.metadata().clone();
         // As in PostgreSQL, a failed statement inside a transaction block makes the block
@@ -257,7 +262,9 @@ impl Parser {
                 let header = copy.header_line(&fields);
                 let encoder = copy.encoder(Arc::clone(&fields));
                 let columns = fields.len();
+                let policy = read_policy(&df);
                 let batches = execute(df, stop, session::time_zone(&metadata)).await?;
+                warn_stale(client, policy).await?;
                 let lines = encode::copy_rows(batches, fields, encoder);
                 let lines = super::copy::with_header(header, lines);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, lines)))
@@ -268,8 +275,11 @@ impl Parser {
                 if let Some(params) = params {
                     df = df.with_param_values(params).map_err(datafusion_error)?;
                 }
+                let policy = read_policy(&df);
                 if planned.rows {
-                    return Ok(Response::Query(rows(df, format, &metadata, stop).await?));
+                    let response = rows(df, format, &metadata, stop).await?;
+                    warn_stale(client, policy).await?;
+                    return Ok(Response::Query(response));
                 }
                 let batches: Vec<RecordBatch> = execute(df, stop, session::time_zone(&metadata))
                     .await?
@@ -320,6 +330,33 @@ impl Parser {
         }
     }
 }
+
+/// The read policy a statement was planned with (it collects the stale-read warnings).
+fn read_policy(df: &DataFrame) -> Option<Arc<ReadPolicy>> {
+    df.task_ctx().session_config().get_extension::<ReadPolicy>()
+}
+
+/// Tells the client, with a WARNING notice each, which stopped tables the statement read
+/// stale (only a session with `cdcfusion.stale_reads` on reads them at all).
+async fn warn_stale<C>(client: &mut C, policy: Option<Arc<ReadPolicy>>) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let Some(policy) = policy else {
+        return Ok(());
+    };
+    for warning in policy.take_warnings() {
+        let notice = ErrorInfo::new("WARNING".into(), SQLSTATE_STALE_READ.into(), warning);
+        client
+            .feed(PgWireBackendMessage::NoticeResponse(notice.into()))
+            .await?;
+    }
+    Ok(())
+}
+
+/// `warning` class `01`: the result reflects a table whose capture has stopped.
+const SQLSTATE_STALE_READ: &str = "01000";
 
 /// `$1`, `$2`, ... in order, with their inferred types.
 fn ordered_params(params: HashMap<String, Option<DataType>>) -> Vec<Option<DataType>> {

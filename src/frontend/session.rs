@@ -41,10 +41,22 @@ pub fn version_string() -> String {
     )
 }
 
+/// The session setting that lets queries read tables whose capture stopped.
+pub const STALE_READS: &str = "cdcfusion.stale_reads";
+
+/// Whether the session reads stale state of stopped tables (`SET cdcfusion.stale_reads = on`).
+pub fn stale_reads(metadata: &HashMap<String, String>) -> bool {
+    get(metadata, STALE_READS)
+        .and_then(|v| crate::provider::health::parse_bool(&v))
+        .unwrap_or(false)
+}
+
 /// Settings every session has, with their defaults.
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("application_name", ""),
     ("bytea_output", "hex"),
+    // Serve the last state of tables whose capture stopped, with a warning (`provider::health`).
+    (STALE_READS, "off"),
     ("client_encoding", "UTF8"),
     ("client_min_messages", "notice"),
     ("datestyle", "ISO, MDY"),
@@ -235,6 +247,14 @@ pub fn set(
             } else {
                 value
             };
+            if name == STALE_READS && crate::provider::health::parse_bool(&value).is_none() {
+                return Err(user_error(
+                    crate::sql::SQLSTATE_INVALID_PARAMETER_VALUE,
+                    format!(
+                        "parameter \"{STALE_READS}\" requires a Boolean value, not \"{value}\""
+                    ),
+                ));
+            }
             if name == "statement_timeout" {
                 parse_duration_ms(&value).ok_or_else(|| {
                     user_error(

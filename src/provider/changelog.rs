@@ -15,7 +15,9 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{memory_scan, version_for, Published};
+use super::health::SharedHealth;
+use super::{memory_scan, version_for, Published, CHANGELOG_SUFFIX};
+use crate::source::schema::TableId;
 use crate::state::changelog::ChangelogSegment;
 
 /// The changelog of table `index` of a source.
@@ -25,6 +27,8 @@ pub struct ChangelogProvider {
     published: Published,
     index: usize,
     schema: SchemaRef,
+    /// Refuses scans of a table whose capture stopped (see `health`).
+    guard: Option<(SharedHealth, TableId)>,
 }
 
 impl ChangelogProvider {
@@ -34,7 +38,14 @@ impl ChangelogProvider {
             published,
             index,
             schema,
+            guard: None,
         }
+    }
+
+    /// Scans check `health` for `table` first.
+    pub fn guarded(mut self, health: SharedHealth, table: TableId) -> Self {
+        self.guard = Some((health, table));
+        self
     }
 }
 
@@ -146,6 +157,11 @@ impl TableProvider for ChangelogProvider {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let version = version_for(state, &self.source, &self.published);
+        if let Some((health, table)) = &self.guard {
+            let shown = format!("{}.\"{}{CHANGELOG_SUFFIX}\"", table.db, table.table);
+            let stop = version.stopped.get(&self.index);
+            health.check(state, &self.source, table, &shown, stop)?;
+        }
         let bounds: Vec<Bound> = filters.iter().filter_map(bound).collect();
         let batches = version
             .changelogs

@@ -18,6 +18,7 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::health::SharedHealth;
 use super::{memory_scan, version_for, Published};
 use crate::source::schema::TableSchema;
 use crate::state::current::KeyBytes;
@@ -29,6 +30,8 @@ pub struct CurrentTableProvider {
     published: Published,
     index: usize,
     table: Arc<TableSchema>,
+    /// Refuses scans of a table whose capture stopped (see `health`).
+    health: Option<SharedHealth>,
 }
 
 impl CurrentTableProvider {
@@ -38,7 +41,14 @@ impl CurrentTableProvider {
             published,
             index,
             table,
+            health: None,
         }
+    }
+
+    /// Scans check `health` first.
+    pub fn guarded(mut self, health: SharedHealth) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// The primary-key column when it is a single column.
@@ -128,6 +138,11 @@ impl TableProvider for CurrentTableProvider {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let version = version_for(state, &self.source, &self.published);
+        if let Some(health) = &self.health {
+            let stop = version.stopped.get(&self.index);
+            let shown = self.table.id.to_string();
+            health.check(state, &self.source, &self.table.id, &shown, stop)?;
+        }
         let Some(snap) = version.tables.get(self.index) else {
             return memory_scan(&[vec![]], self.schema(), projection, limit);
         };

@@ -11,6 +11,8 @@
 //!   lookup, limit and row-count statistics;
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
 //!   position and commit time;
+//! * [`health`]: the faults that stopped a source or table; scans of a stopped table fail
+//!   unless the session reads stale state;
 //! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table')`, for pipelines
 //!   and subscriptions;
 //! * [`mysql`]: reads straight from the source's server, `mysql_snapshot` (a consistent chunked
@@ -18,15 +20,17 @@
 
 pub mod changelog;
 pub mod current;
+pub mod health;
 pub mod mysql;
 pub mod tail;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use datafusion::catalog::Session;
 
+use crate::capture::TableStop;
 use crate::source::position::BinlogCoord;
 use crate::state::changelog::Changelog;
 use crate::state::current::TableSnapshot;
@@ -61,6 +65,9 @@ pub struct SourceVersion {
     pub consistent: bool,
     pub tables: Vec<TableSnapshot>,
     pub changelogs: Vec<Changelog>,
+    /// Tables whose capture stopped at or before `position` (by index): their snapshot and
+    /// changelog end where it stopped, and scans refuse them (see [`health`]).
+    pub stopped: Arc<BTreeMap<usize, TableStop>>,
 }
 
 /// The latest published version of a source.

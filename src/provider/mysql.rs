@@ -196,7 +196,12 @@ impl DisplayAs for ConsistentReadExec {
             f,
             "ConsistentReadExec: table={table}, aligns chunks to max(HIGH) by binlog catch-up"
         )?;
-        if let Some(position) = self.position.lock().expect("position").as_ref() {
+        if let Some(position) = self
+            .position
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
             write!(f, ", position={position}")?;
         }
         Ok(())
@@ -275,7 +280,9 @@ impl ExecutionPlan for ConsistentReadExec {
                     .map_err(external)?;
             let at = capture.progress().report().position;
             let table = capture.snapshot_table(0, at.clone()).map_err(external)?;
-            *position.lock().expect("position") = at;
+            *position
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
             let batches = table.scan_all()?;
             let batches = batches
                 .into_iter()

@@ -96,9 +96,41 @@ pub enum SourceError {
     /// Invalid configuration (URL, position, option).
     #[error("invalid source configuration: {0}")]
     Config(String),
+    /// The engine itself failed (a task panicked): a bug to report, not a server problem.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl SourceError {
+    /// The SQLSTATE a client is given for this error (and a stopped source's queries).
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            // connection_exception: the server could not be reached.
+            SourceError::Transient { .. } | SourceError::Unreachable { .. } => "08006",
+            // invalid_authorization_specification
+            SourceError::AccessDenied { .. } => "28000",
+            // insufficient_privilege
+            SourceError::MissingPrivileges { .. } => "42501",
+            // object_not_in_prerequisite_state: the server or the table must change first.
+            SourceError::BadSetting { .. }
+            | SourceError::BinlogUnavailable { .. }
+            | SourceError::PartialRowImage { .. }
+            | SourceError::SchemaMismatch { .. } => "55000",
+            // feature_not_supported
+            SourceError::UnsupportedType { .. } => "0A000",
+            // data_corrupted
+            SourceError::Decode { .. } | SourceError::Checksum { .. } => "XX001",
+            // undefined_table
+            SourceError::NoSuchTable(_) => "42P01",
+            // invalid_parameter_value
+            SourceError::Config(_) => "22023",
+            // system_error: a query the capture needs failed.
+            SourceError::Query { .. } => "58000",
+            // internal_error
+            SourceError::Internal(_) => "XX000",
+        }
+    }
+
     /// Whether retrying (with backoff) can make progress.
     pub fn is_transient(&self) -> bool {
         matches!(self, SourceError::Transient { .. })

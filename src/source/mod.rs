@@ -4,6 +4,7 @@
 //! * [`connect`]: connections, retries and the start-up checks that make exact capture possible;
 //! * [`position`]: binlog coordinates, change positions and GTIDs of both flavours;
 //! * [`schema`] and [`types`]: table schemas and the one Arrow value of each column type;
+//! * [`ddl`]: which tables a statement in the binlog changed outside row events;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
 //! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
 //!   lock-free incremental snapshot built on them.
@@ -12,6 +13,7 @@
 
 pub mod binlog;
 pub mod connect;
+pub mod ddl;
 pub mod error;
 pub mod position;
 pub mod schema;

@@ -55,11 +55,13 @@ pub enum SourceOption {
     SnapshotMode,
     StartPosition,
     ServerId,
+    Validate,
+    VisibleDuringSnapshot,
 }
 
 impl SourceOption {
     /// Every option, in the order of the SQL reference and of rendering.
-    pub const ALL: [SourceOption; 7] = [
+    pub const ALL: [SourceOption; 9] = [
         SourceOption::Tables,
         SourceOption::ChunkSize,
         SourceOption::Parallelism,
@@ -67,6 +69,8 @@ impl SourceOption {
         SourceOption::SnapshotMode,
         SourceOption::StartPosition,
         SourceOption::ServerId,
+        SourceOption::Validate,
+        SourceOption::VisibleDuringSnapshot,
     ];
 
     /// The option's name in SQL.
@@ -79,6 +83,8 @@ impl SourceOption {
             SourceOption::SnapshotMode => "snapshot_mode",
             SourceOption::StartPosition => "start_position",
             SourceOption::ServerId => "server_id",
+            SourceOption::Validate => "validate",
+            SourceOption::VisibleDuringSnapshot => "visible_during_snapshot",
         }
     }
 
@@ -118,6 +124,11 @@ pub struct SourceOptions {
     /// `server_id`: the replica id of the stream, `1..=`[`MAX_SERVER_ID`]; the snapshot's window
     /// reader uses `server_id + 1`.
     pub server_id: u32,
+    /// `validate`: whether `CREATE SOURCE` checks the server (connection, credentials,
+    /// privileges, binlog settings, matching tables) before it answers.
+    pub validate: bool,
+    /// `visible_during_snapshot`: the initial snapshot's chunks are queryable as they finish.
+    pub visible_during_snapshot: bool,
 }
 
 impl Default for SourceOptions {
@@ -130,6 +141,8 @@ impl Default for SourceOptions {
             chunk_keys: BTreeMap::new(),
             mode: capture.mode,
             server_id: capture.server_id,
+            validate: true,
+            visible_during_snapshot: false,
         }
     }
 }
@@ -164,6 +177,10 @@ impl SourceOptions {
                 SourceOption::SnapshotMode => mode = value.check(ModeName::parse)?,
                 SourceOption::StartPosition => start = Some(value.check(parse_start)?),
                 SourceOption::ServerId => out.server_id = value.integer_in(1..=MAX_SERVER_ID)?,
+                SourceOption::Validate => out.validate = value.boolean()?,
+                SourceOption::VisibleDuringSnapshot => {
+                    out.visible_during_snapshot = value.boolean()?;
+                }
             }
         }
         out.mode = match (mode, start) {
@@ -244,6 +261,7 @@ impl SourceOptions {
         self.check_chunk_key_tables(None)?;
         let mut capture = CaptureOptions::new(patterns, self.mode.clone());
         capture.server_id = self.server_id;
+        capture.visible_during_snapshot = self.visible_during_snapshot;
         capture.snapshot.chunk_size = self.chunk_size;
         capture.snapshot.parallelism = self.parallelism;
         capture.snapshot.chunk_keys = self.chunk_keys.clone().into_iter().collect();
@@ -278,6 +296,11 @@ impl SourceOptions {
                 _ => None,
             },
             SourceOption::ServerId => Some(self.server_id.to_string()),
+            // Shown only when turned off: the default keeps rendered statements as they were.
+            SourceOption::Validate => (!self.validate).then(|| "false".to_string()),
+            SourceOption::VisibleDuringSnapshot => {
+                self.visible_during_snapshot.then(|| "true".to_string())
+            }
         }
     }
 }

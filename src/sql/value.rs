@@ -67,6 +67,31 @@ impl Literal<'_> {
         parse(self.string()?).map_err(|m| self.invalid(m))
     }
 
+    /// `true`/`false` (bare or quoted), or PostgreSQL's other spellings (`on`, `off`, ...).
+    pub fn boolean(&self) -> Result<bool, SqlError> {
+        let text = match &self.item.value {
+            Expr::Value(ValueWithSpan {
+                value: Value::Boolean(b),
+                ..
+            }) => return Ok(*b),
+            Expr::Identifier(ident) => ident.value.clone(),
+            Expr::Value(ValueWithSpan {
+                value: Value::SingleQuotedString(s),
+                ..
+            }) => s.clone(),
+            other => {
+                return Err(
+                    self.invalid(format!("expected true or false, found {}", describe(other)))
+                )
+            }
+        };
+        match text.to_ascii_lowercase().as_str() {
+            "true" | "on" | "yes" | "1" => Ok(true),
+            "false" | "off" | "no" | "0" => Ok(false),
+            _ => Err(self.invalid(format!("expected true or false, found {text}"))),
+        }
+    }
+
     /// An integer number literal within `range`, returned as the target integer type.
     pub fn integer_in<T: TryFrom<u64>>(&self, range: RangeInclusive<u64>) -> Result<T, SqlError> {
         let (negative, inner) = match &self.item.value {

@@ -97,6 +97,9 @@ pub struct SnapshotOptions {
     pub window_server_id: u32,
     pub journal: Option<Arc<dyn SnapshotJournal>>,
     pub resume: Option<SnapshotResume>,
+    /// Told the plan and every chunk as it is done, like the journal (e.g. to show the chunks
+    /// done so far to queries while the snapshot runs).
+    pub observer: Option<Arc<dyn SnapshotJournal>>,
 }
 
 impl Default for SnapshotOptions {
@@ -110,6 +113,7 @@ impl Default for SnapshotOptions {
             window_server_id: 5401,
             journal: None,
             resume: None,
+            observer: None,
         }
     }
 }
@@ -123,6 +127,7 @@ impl std::fmt::Debug for SnapshotOptions {
             .field("method", &self.method)
             .field("hook", &self.hook.is_some())
             .field("journal", &self.journal)
+            .field("observer", &self.observer)
             .field("resume", &self.resume.as_ref().map(|r| r.done.len()))
             .finish()
     }
@@ -241,30 +246,36 @@ pub async fn plan_snapshot(
         });
     }
     drop(conn);
+    let plan: Vec<PlannedChunk> = planned
+        .iter()
+        .enumerate()
+        .flat_map(|(t, p): (usize, &PlannedTable)| {
+            p.ranges
+                .iter()
+                .enumerate()
+                .map(move |(index, range)| PlannedChunk {
+                    table: t,
+                    index,
+                    key: p.key.unwrap_or(0),
+                    range: range.clone(),
+                })
+        })
+        .collect();
     let done: Vec<SnapshotChunk> = match resume {
         Some(r) => r.done.clone(),
         None => {
             if let Some(journal) = &options.journal {
-                let plan: Vec<PlannedChunk> = planned
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(t, p): (usize, &PlannedTable)| {
-                        p.ranges
-                            .iter()
-                            .enumerate()
-                            .map(move |(index, range)| PlannedChunk {
-                                table: t,
-                                index,
-                                key: p.key.unwrap_or(0),
-                                range: range.clone(),
-                            })
-                    })
-                    .collect();
                 journal.planned(tables, &plan).await;
             }
             Vec::new()
         }
     };
+    if let Some(observer) = &options.observer {
+        observer.planned(tables, &plan).await;
+        for chunk in &done {
+            observer.done(chunk).await;
+        }
+    }
     if !done.is_empty() {
         tracing::info!(done = done.len(), "resuming an interrupted snapshot");
     }
@@ -367,7 +378,12 @@ impl SnapshotRun {
         let plans: Vec<Arc<SnapshotExec>> = (0..self.tables.len())
             .map(|t| Arc::new(SnapshotExec::new(Arc::clone(self), t)))
             .collect();
-        let done = std::mem::take(&mut *self.done.lock().expect("done"));
+        let done = std::mem::take(
+            &mut *self
+                .done
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
         let parts: Vec<(usize, usize)> = self
             .tables
             .iter()
@@ -387,12 +403,18 @@ impl SnapshotRun {
                     if let Some(journal) = &self.options.journal {
                         journal.done(&chunk).await;
                     }
+                    if let Some(observer) = &self.options.observer {
+                        observer.done(&chunk).await;
+                    }
                     Ok::<_, SourceError>(chunk)
                 }
             })
             .buffer_unordered(self.options.parallelism.max(1))
             .try_collect()
             .await?;
+        if let Some(feed) = self.feed.get() {
+            feed.check()?;
+        }
         chunks.extend(done);
         chunks.sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
         Ok(chunks)
@@ -405,10 +427,11 @@ impl SnapshotRun {
         index: usize,
         batches: &[RecordBatch],
     ) -> SourceResult<SnapshotChunk> {
+        crate::failpoint::hit("snapshot.chunk");
         let outcome = self
             .outcomes
             .lock()
-            .expect("outcomes")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&(t, index))
             .ok_or_else(|| {
                 SourceError::Config(format!(

@@ -68,6 +68,8 @@ pub struct ProgressReport {
 pub struct Progress {
     started: Instant,
     state: Mutex<ProgressReport>,
+    /// The table whose changes are being applied, so a failure can name it.
+    working_on: Mutex<Option<TableId>>,
 }
 
 impl Default for Progress {
@@ -85,25 +87,68 @@ impl Default for Progress {
                 keyless_tables: Vec::new(),
                 chunks: Vec::new(),
             }),
+            working_on: Mutex::new(None),
         }
     }
 }
 
 impl Progress {
     pub fn report(&self) -> ProgressReport {
-        self.state.lock().expect("progress").clone()
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn set_phase(&self, phase: Phase) {
-        self.state.lock().expect("progress").phase = phase;
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .phase = phase;
     }
 
     pub fn set_position(&self, position: BinlogCoord) {
-        self.state.lock().expect("progress").position = Some(position);
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .position = Some(position);
+    }
+
+    /// Notes the table being worked on (`None` between tables).
+    pub fn set_working_on(&self, table: Option<&TableId>) {
+        let mut w = self
+            .working_on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if w.as_ref() != table {
+            *w = table.cloned();
+        }
+    }
+
+    /// The table a failure happened in: the one being applied, else a chunk being read.
+    pub fn working_on(&self) -> Option<TableId> {
+        let w = self
+            .working_on
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        w.or_else(|| {
+            let s = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.chunks
+                .iter()
+                .find(|c| c.state == ChunkState::Running)
+                .map(|c| c.table.clone())
+        })
     }
 
     pub(super) fn update(&self, f: impl FnOnce(&mut ProgressReport)) {
-        let mut s = self.state.lock().expect("progress");
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut s);
         s.chunks_total = s.chunks.len();
         s.chunks_done = s

@@ -136,14 +136,17 @@ impl SnapshotRun {
             c.high = Some(high.clone());
         });
         tracing::debug!(table = %schema.id, chunk = index, range = %range.describe(), %low, %high, rows = n, window_changes, "chunk done");
-        self.outcomes.lock().expect("outcomes").insert(
-            (t, index),
-            ChunkOutcome {
-                low,
-                high,
-                window_changes,
-            },
-        );
+        self.outcomes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                (t, index),
+                ChunkOutcome {
+                    low,
+                    high,
+                    window_changes,
+                },
+            );
         Ok(rows)
     }
 

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::DataType;
 use arrow::row::OwnedRow;
+use futures::FutureExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use tokio::sync::watch;
@@ -42,6 +43,23 @@ use crate::source::types::{arrow_to_mysql, ColumnKind};
 enum FeedStatus {
     Reading(Option<BinlogCoord>),
     Failed(String),
+    /// The reader's task panicked: a bug, not a server problem.
+    Panicked(String),
+}
+
+impl FeedStatus {
+    /// The error a chunk gets from a feed that stopped.
+    fn error(&self) -> Option<SourceError> {
+        match self {
+            FeedStatus::Reading(_) => None,
+            FeedStatus::Failed(e) => Some(SourceError::Config(format!(
+                "the snapshot's binlog reader failed: {e}"
+            ))),
+            FeedStatus::Panicked(e) => Some(SourceError::Internal(format!(
+                "the snapshot's window reader failed unexpectedly ({e})"
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -71,12 +89,15 @@ impl WindowFeed {
         let buffer = Arc::new(Mutex::new(Buffer::default()));
         let (tx, status) = watch::channel(FeedStatus::Reading(None));
         let shared = Arc::clone(&buffer);
-        let task = tokio::spawn(async move {
+        let tx = Arc::new(tx);
+        let feed = Arc::clone(&tx);
+        let read = async move {
             loop {
+                crate::failpoint::hit("window.feed");
                 match reader.step().await {
                     Ok(Some(t)) => shared
                         .lock()
-                        .expect("feed buffer")
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .txs
                         .push_back(Arc::new(t)),
                     Ok(None) => {}
@@ -86,7 +107,9 @@ impl WindowFeed {
                     }
                 }
                 if let Some(reached) = reader.idle_position() {
-                    let mut buf = shared.lock().expect("feed buffer");
+                    let mut buf = shared
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     // Nothing before the smallest running LOW (or, with none running, before
                     // what has been read: a later LOW is at or after it) is needed any more.
                     let keep_from = buf
@@ -107,6 +130,15 @@ impl WindowFeed {
                         _ => false,
                     });
                 }
+            }
+        };
+        // A panic in the reader fails the feed (and so the chunks waiting on it) instead of
+        // leaving them waiting on a window that will never come.
+        let task = tokio::spawn(async move {
+            if let Err(panic) = std::panic::AssertUnwindSafe(read).catch_unwind().await {
+                let message = crate::failpoint::panic_message(panic.as_ref());
+                tracing::error!(%message, "the snapshot's window reader panicked");
+                let _ = feed.send(FeedStatus::Panicked(message));
             }
         });
         Self {
@@ -135,7 +167,7 @@ impl WindowFeed {
         *self
             .buffer
             .lock()
-            .expect("feed buffer")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .lows
             .entry(low.clone())
             .or_default() += 1;
@@ -143,12 +175,24 @@ impl WindowFeed {
 
     /// Releases a LOW taken with [`WindowFeed::hold`].
     pub fn release(&self, low: &BinlogCoord) {
-        let mut buf = self.buffer.lock().expect("feed buffer");
+        let mut buf = self
+            .buffer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(n) = buf.lows.get_mut(low) {
             *n -= 1;
             if *n == 0 {
                 buf.lows.remove(low);
             }
+        }
+    }
+
+    /// Fails once the feed has failed, even when no chunk needs a window from it any more: a
+    /// reader that stopped is a snapshot that cannot be trusted to go on.
+    pub fn check(&self) -> SourceResult<()> {
+        match self.status.borrow().error() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -163,17 +207,18 @@ impl WindowFeed {
             .wait_for(|s| match s {
                 FeedStatus::Reading(Some(r)) => r >= high,
                 FeedStatus::Reading(None) => false,
-                FeedStatus::Failed(_) => true,
+                FeedStatus::Failed(_) | FeedStatus::Panicked(_) => true,
             })
             .await
             .map_err(|_| SourceError::Config("the snapshot's binlog reader stopped".into()))?
             .clone();
-        if let FeedStatus::Failed(e) = reached {
-            return Err(SourceError::Config(format!(
-                "the snapshot's binlog reader failed: {e}"
-            )));
+        if let Some(e) = reached.error() {
+            return Err(e);
         }
-        let buf = self.buffer.lock().expect("feed buffer");
+        let buf = self
+            .buffer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         Ok(buf
             .txs
             .iter()

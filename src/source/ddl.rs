@@ -1,0 +1,285 @@
+//! Which tables a statement logged in the binlog changes outside row events.
+//!
+//! # Invariant
+//! A statement the binlog carries as a query event (DDL, or DML logged as a statement) can
+//! change a table's rows or columns without a single row event: `TRUNCATE`, `DROP`, `RENAME`,
+//! `ALTER TABLE`, a statement-format `DELETE`. [`touched_tables`] names every table such a
+//! statement may have changed; the only statements it clears are those known to change
+//! neither rows nor columns (secondary indexes, table maintenance, privileges). A statement it
+//! cannot parse is judged by the table names it contains, so an unknown statement can make
+//! capture stop a table it did not change, but never leave a changed table unnoticed.
+
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    visit_relations, AlterTableOperation, ObjectName, ObjectType, RenameTableNameKind, Statement,
+    TableConstraint, TableObject,
+};
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+use crate::change::Ddl;
+use crate::source::schema::TableId;
+
+/// The tables `ddl` may have changed, among those `captured` accepts; see the module docs.
+pub fn touched_tables(ddl: &Ddl, captured: impl Fn(&TableId) -> bool) -> BTreeSet<TableId> {
+    let names = match Parser::parse_sql(&MySqlDialect {}, &ddl.statement) {
+        Ok(statements) => statements.iter().flat_map(changed_names).collect(),
+        Err(_) => mentioned_names(&ddl.statement),
+    };
+    names
+        .into_iter()
+        .filter_map(|parts| resolve(&parts, &ddl.db))
+        .filter(|id| captured(id))
+        .collect()
+}
+
+/// The names of the tables a parsed statement may change (unqualified parts as written).
+fn changed_names(statement: &Statement) -> Vec<Vec<String>> {
+    let parts = |n: &ObjectName| -> Vec<String> {
+        n.0.iter()
+            .filter_map(|p| p.as_ident().map(|i| i.value.clone()))
+            .collect()
+    };
+    match statement {
+        Statement::AlterTable(alter) => {
+            if alter.operations.iter().all(keeps_rows_and_columns) {
+                return Vec::new();
+            }
+            let mut out = vec![parts(&alter.name)];
+            for op in &alter.operations {
+                if let AlterTableOperation::RenameTable {
+                    table_name: RenameTableNameKind::To(n) | RenameTableNameKind::As(n),
+                } = op
+                {
+                    out.push(parts(n));
+                }
+            }
+            out
+        }
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            names,
+            temporary: false,
+            ..
+        } => names.iter().map(parts).collect(),
+        Statement::Truncate(t) => t.table_names.iter().map(|t| parts(&t.name)).collect(),
+        Statement::RenameTable(renames) => renames
+            .iter()
+            .flat_map(|r| [parts(&r.old_name), parts(&r.new_name)])
+            .collect(),
+        // Statement-logged DML changes its target, not the tables it reads.
+        Statement::Insert(insert) => match &insert.table {
+            TableObject::TableName(n) => vec![parts(n)],
+            _ => Vec::new(),
+        },
+        // A table created under a captured name is another table than the one captured.
+        Statement::CreateTable(c) if !c.temporary => vec![parts(&c.name)],
+        // Statements that change neither rows nor columns.
+        Statement::CreateIndex(_)
+        | Statement::Drop {
+            object_type: ObjectType::Index,
+            ..
+        }
+        | Statement::Drop {
+            temporary: true, ..
+        }
+        | Statement::CreateTable(_)
+        | Statement::Analyze(_)
+        | Statement::OptimizeTable { .. }
+        | Statement::Grant(_)
+        | Statement::Revoke(_)
+        | Statement::Flush { .. }
+        | Statement::Set(_)
+        | Statement::Use(_)
+        | Statement::CreateUser(_)
+        | Statement::Drop {
+            object_type: ObjectType::User | ObjectType::Role | ObjectType::View,
+            ..
+        }
+        | Statement::CreateView(_) => Vec::new(),
+        // Anything else that names a table (statement-format DML, `LOAD DATA`, vendor DDL)
+        // may have changed it.
+        other => {
+            let mut out = Vec::new();
+            let _ = visit_relations(other, |n| {
+                out.push(parts(n));
+                ControlFlow::<()>::Continue(())
+            });
+            out
+        }
+    }
+}
+
+/// `ALTER TABLE` operations that leave every row and column as it is.
+fn keeps_rows_and_columns(op: &AlterTableOperation) -> bool {
+    match op {
+        AlterTableOperation::AddConstraint { constraint, .. } => {
+            !matches!(constraint, TableConstraint::PrimaryKey(_))
+        }
+        AlterTableOperation::DropIndex { .. }
+        | AlterTableOperation::DropForeignKey { .. }
+        | AlterTableOperation::Algorithm { .. }
+        | AlterTableOperation::Lock { .. }
+        | AlterTableOperation::AutoIncrement { .. } => true,
+        _ => false,
+    }
+}
+
+/// Every identifier and `a.b` pair in a statement that does not parse.
+fn mentioned_names(statement: &str) -> Vec<Vec<String>> {
+    let Ok(tokens) = Tokenizer::new(&MySqlDialect {}, statement).tokenize() else {
+        // Not even tokens: judge by the words between non-identifier characters.
+        return statement
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '.'))
+            .filter(|w| !w.is_empty())
+            .map(|w| w.split('.').map(str::to_string).collect())
+            .collect();
+    };
+    let words: Vec<Option<String>> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .map(|t| match t {
+            Token::Word(w) => Some(w.value.clone()),
+            Token::Period => Some(".".into()),
+            _ => None,
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        let Some(w) = w.as_deref().filter(|w| *w != ".") else {
+            continue;
+        };
+        out.push(vec![w.to_string()]);
+        if let (Some(Some(dot)), Some(Some(next))) = (words.get(i + 1), words.get(i + 2)) {
+            if dot == "." && next != "." {
+                out.push(vec![w.to_string(), next.clone()]);
+            }
+        }
+    }
+    out
+}
+
+/// `db.table` of a name as written, unqualified names in the statement's default database.
+fn resolve(parts: &[String], default_db: &str) -> Option<TableId> {
+    match parts {
+        [table] if !default_db.is_empty() => Some(TableId::new(default_db, table.as_str())),
+        [.., db, table] => Some(TableId::new(db.as_str(), table.as_str())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touched(statement: &str) -> Vec<String> {
+        let ddl = Ddl {
+            db: "shop".into(),
+            statement: statement.into(),
+        };
+        let captured = |t: &TableId| {
+            t.db == "shop"
+                && ["orders", "items", "orders_old", "orders_new", "orders2"]
+                    .contains(&t.table.as_str())
+        };
+        touched_tables(&ddl, captured)
+            .into_iter()
+            .map(|t| t.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn statements_that_change_rows_or_columns_name_their_tables() {
+        assert_eq!(touched("TRUNCATE TABLE orders"), ["shop.orders"]);
+        assert_eq!(touched("TRUNCATE orders"), ["shop.orders"]);
+        assert_eq!(
+            touched("DROP TABLE IF EXISTS `orders`, shop.items"),
+            ["shop.items", "shop.orders"]
+        );
+        assert_eq!(
+            touched("RENAME TABLE orders TO orders_old, orders_new TO orders"),
+            ["shop.orders", "shop.orders_new", "shop.orders_old"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders ADD COLUMN note TEXT"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders DROP COLUMN note"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders RENAME COLUMN a TO b"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders MODIFY amount BIGINT"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders DROP PRIMARY KEY, ADD PRIMARY KEY (id, x)"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders RENAME TO orders2"),
+            ["shop.orders", "shop.orders2"]
+        );
+        assert_eq!(
+            touched("ALTER TABLE orders TRUNCATE PARTITION p0"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("CREATE TABLE orders (id INT PRIMARY KEY)"),
+            ["shop.orders"]
+        );
+        assert_eq!(touched("DELETE FROM orders WHERE id < 10"), ["shop.orders"]);
+        assert_eq!(
+            touched("INSERT INTO other.t SELECT * FROM orders"),
+            Vec::<String>::new()
+        );
+        assert_eq!(touched("UPDATE shop.orders SET x = 1"), ["shop.orders"]);
+    }
+
+    #[test]
+    fn statements_that_keep_rows_and_columns_name_nothing() {
+        for s in [
+            "CREATE INDEX i ON orders (amount)",
+            "DROP INDEX i ON orders",
+            "ALTER TABLE orders ADD INDEX i (amount)",
+            "ALTER TABLE orders DROP INDEX i",
+            "ANALYZE TABLE orders",
+            "GRANT SELECT ON shop.orders TO 'x'@'%'",
+            "DROP TEMPORARY TABLE orders",
+            "CREATE TEMPORARY TABLE orders (id INT)",
+            "TRUNCATE TABLE ignored",
+            "DROP TABLE other.orders",
+        ] {
+            assert_eq!(touched(s), Vec::<String>::new(), "{s}");
+        }
+    }
+
+    #[test]
+    fn an_unparsed_statement_is_judged_by_the_names_it_contains() {
+        assert_eq!(
+            touched("ALTER ONLINE TABLE orders FROBNICATE"),
+            ["shop.orders"]
+        );
+        assert_eq!(
+            touched("OPTIMIZE NO_WRITE_TO_BINLOG WEIRD `shop`.`items` x"),
+            ["shop.items"]
+        );
+        let no_db = Ddl {
+            db: String::new(),
+            statement: "TRUNCATE orders".into(),
+        };
+        assert!(touched_tables(&no_db, |_| true).is_empty());
+        let other_db = Ddl {
+            db: "other".into(),
+            statement: "ALTER ONLINE TABLE orders FROBNICATE".into(),
+        };
+        assert!(touched_tables(&other_db, |t| t.db == "shop").is_empty());
+    }
+}

@@ -1,0 +1,439 @@
+//! Failures are visible and contained: a panic in any of a source's tasks fails only that
+//! source (shown in `cdc.sources`, its tables refuse queries), a DDL the engine does not follow
+//! stops only its table until it is re-snapshotted, and `CREATE SOURCE` checks the server
+//! before it answers.
+//!
+//! Failpoints are process-wide, so this file is its own test binary and its tests take turns.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cdcfusion::engine::{Engine, EngineError};
+use cdcfusion::failpoint;
+use cdcfusion::provider::health::{ReadPolicy, TableUnavailable};
+use cdcfusion::source::connect::current_position;
+use cdcfusion::source::schema::Flavor;
+use common::*;
+use datafusion::error::DataFusionError;
+use mysql_async::prelude::Queryable;
+use tokio::sync::Mutex;
+
+/// Failpoints are global: one test at a time.
+static TURN: Mutex<()> = Mutex::const_new(());
+
+fn create(name: &str, db: &str) -> String {
+    format!(
+        "CREATE SOURCE {name} FROM MYSQL '{}' WITH (tables = '{db}.*', chunk_size = 4, server_id = {})",
+        server().cdc_url(),
+        next_server_id()
+    )
+}
+
+async fn table_db(db: &str) {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_20;
+         CREATE TABLE {db}.u (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.u SELECT seq, seq FROM {db}.seq_1_to_10;"
+    ))
+    .await
+    .unwrap();
+}
+
+async fn exec(engine: &Engine, sql: &str) -> Result<(), EngineError> {
+    engine.sql(sql).await?.collect().await?;
+    Ok(())
+}
+
+/// Waits until the engine has applied everything the server has written.
+async fn sync(engine: &Engine, source: &str) {
+    let (target, _) = current_position(&mut root_conn(server()).await, Flavor::MariaDb)
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.source(source).unwrap().wait_for(&target))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// Waits until `cdc.sources` shows `source` failed; returns its state, SQLSTATE, error,
+/// position and table columns.
+async fn failed(engine: &Engine, source: &str) -> String {
+    let sql = format!(
+        "SELECT state, error_sqlstate, error, error_position IS NOT NULL AS has_position, error_table, error_at IS NOT NULL AS has_time FROM cdc.sources WHERE name = '{source}'"
+    );
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let rows = query(engine, &sql).await;
+        if rows.iter().any(|r| r.starts_with("state=failed")) {
+            return rows.join("\n");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{source} never failed: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The typed refusal of a scan of a stopped table.
+async fn refusal(engine: &Engine, sql: &str) -> TableUnavailable {
+    let error = match engine.sql(sql).await {
+        Ok(df) => match df.collect().await {
+            Ok(rows) => panic!("{sql} answered {rows:?}"),
+            Err(e) => e,
+        },
+        Err(EngineError::DataFusion(e)) => e,
+        Err(e) => panic!("{sql}: {e}"),
+    };
+    match error.find_root() {
+        DataFusionError::External(e) => e
+            .downcast_ref::<TableUnavailable>()
+            .unwrap_or_else(|| panic!("{sql}: {e}"))
+            .clone(),
+        other => panic!("{sql}: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_in_any_task_fails_only_its_source() {
+    let _turn = TURN.lock().await;
+    let state = tempfile::tempdir().unwrap();
+    let mut options = cdcfusion::engine::EngineOptions::default();
+    options.durable.checkpoint_interval = Duration::from_millis(100);
+    let engine = Engine::open(state.path().to_str().unwrap(), options)
+        .await
+        .unwrap();
+    table_db("fail_ok").await;
+    exec(&engine, &create("healthy", "fail_ok")).await.unwrap();
+    engine.wait_ready("healthy").await.unwrap();
+    let mut conn = root_conn(server()).await;
+
+    // Each kind of task: where the panic is injected, and what starts the failing source.
+    for (point, scoped) in [
+        ("snapshot.chunk", false),
+        ("window.feed", false),
+        ("capture.apply", false),
+        ("checkpoint", true),
+        ("poller", true),
+    ] {
+        let name = format!("f_{}", point.replace('.', "_"));
+        let db = format!("fail_{}", point.replace('.', "_"));
+        table_db(&db).await;
+        let scope = scoped.then_some(name.as_str());
+        if point != "capture.apply" {
+            failpoint::arm(point, scope, 0);
+        }
+        exec(&engine, &create(&name, &db)).await.unwrap();
+        if point == "capture.apply" {
+            engine.wait_ready(&name).await.unwrap();
+            failpoint::arm(point, None, 0);
+            conn.query_drop(format!("UPDATE {db}.t SET v = v + 1 WHERE id = 3"))
+                .await
+                .unwrap();
+        }
+        let status = failed(&engine, &name).await;
+        assert!(!failpoint::is_armed(point, scope), "{point} never fired");
+        failpoint::disarm_all();
+        assert!(status.contains("error_sqlstate=XX000"), "{point}: {status}");
+        assert!(status.contains(point), "{point}: {status}");
+        assert!(status.contains("has_time=true"), "{point}: {status}");
+        match point {
+            // A chunk being read names its table; the stream names the table and position.
+            "snapshot.chunk" => assert!(status.contains(&format!("error_table={db}.")), "{status}"),
+            "capture.apply" => {
+                assert!(status.contains(&format!("error_table={db}.t")), "{status}");
+                assert!(status.contains("has_position=true"), "{status}");
+            }
+            _ => {}
+        }
+        // Its tables refuse queries (once it has any), naming the cause.
+        if !matches!(point, "snapshot.chunk" | "window.feed") {
+            let ready = tokio::time::timeout(HANG_GUARD, engine.wait_ready(&name)).await;
+            assert!(ready.expect("hand-off").is_err(), "{point}: not failed");
+            let e = refusal(&engine, &format!("SELECT * FROM {name}.{db}.t")).await;
+            assert_eq!(e.sqlstate(), "XX000", "{e}");
+            assert!(e.to_string().contains(point), "{e}");
+        }
+        // The healthy source goes on.
+        conn.query_drop(format!(
+            "INSERT INTO fail_ok.t VALUES ({}, 0)",
+            100 + name.len()
+        ))
+        .await
+        .unwrap();
+        sync(&engine, "healthy").await;
+        let healthy = query(
+            &engine,
+            "SELECT state, error FROM cdc.sources WHERE name = 'healthy'",
+        )
+        .await;
+        assert_eq!(healthy, ["state=running error=NULL"], "after {point}");
+        let n = query(&engine, "SELECT count(*) AS n FROM healthy.fail_ok.t").await;
+        assert_ne!(
+            n,
+            ["n=20"],
+            "the healthy source stopped following after {point}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ddl_stops_its_table_until_it_is_read_again() {
+    let _turn = TURN.lock().await;
+    let db = "fail_ddl";
+    table_db(db).await;
+    let engine = Engine::new();
+    exec(&engine, &create("d", db)).await.unwrap();
+    engine.wait_ready("d").await.unwrap();
+    let mut conn = root_conn(server()).await;
+
+    // TRUNCATE deletes rows without row events: the table stops, the other one goes on.
+    conn.query_drop(format!("TRUNCATE TABLE {db}.t"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.t VALUES (1, 1)"))
+        .await
+        .unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.u VALUES (11, 11)"))
+        .await
+        .unwrap();
+    sync(&engine, "d").await;
+    let e = refusal(&engine, &format!("SELECT * FROM d.{db}.t")).await;
+    assert_eq!(e.sqlstate(), "55000", "{e}");
+    let text = e.to_string();
+    assert!(text.contains("TRUNCATE"), "{text}");
+    assert!(text.contains(&format!("RESNAPSHOT TABLE {db}.t")), "{text}");
+    let e = refusal(&engine, &format!("SELECT * FROM d.{db}.\"t$changelog\"")).await;
+    assert_eq!(e.sqlstate(), "55000", "{e}");
+    assert_eq!(
+        query(&engine, &format!("SELECT count(*) AS n FROM d.{db}.u")).await,
+        ["n=11"]
+    );
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT \"table\", state FROM cdc.tables WHERE source = 'd' ORDER BY 1"
+        )
+        .await,
+        ["table=t state=stopped", "table=u state=capturing"]
+    );
+    // A session that opts in reads the last state, and is warned.
+    let policy = ReadPolicy::new(true);
+    let stale = Arc::new(policy.clone());
+    let rows = engine
+        .sql_with(
+            &format!("SELECT count(*) AS n FROM d.{db}.t"),
+            move |mut s| {
+                s.config_mut().set_extension(stale);
+                s
+            },
+        )
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.iter().flat_map(row_strings).collect::<Vec<_>>(),
+        ["n=20"]
+    );
+    let warnings = policy.take_warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("TRUNCATE"), "{warnings:?}");
+
+    // RESNAPSHOT TABLE repairs it: equal to the server again, and capturing.
+    exec(&engine, &format!("ALTER SOURCE d RESNAPSHOT TABLE {db}.t"))
+        .await
+        .unwrap();
+    engine.wait_ready("d").await.unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.t VALUES (2, 2)"))
+        .await
+        .unwrap();
+    sync(&engine, "d").await;
+    assert_eq!(
+        query(&engine, &format!("SELECT id, v FROM d.{db}.t ORDER BY id")).await,
+        ["id=1 v=1", "id=2 v=2"]
+    );
+
+    // A column change stops the table; RESNAPSHOT TABLE cannot keep its changelog, so it
+    // points to RESNAPSHOT, which reads the source again under the new columns.
+    conn.query_drop(format!(
+        "ALTER TABLE {db}.u ADD COLUMN note VARCHAR(8) DEFAULT 'x'"
+    ))
+    .await
+    .unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.u VALUES (12, 12, 'y')"))
+        .await
+        .unwrap();
+    sync(&engine, "d").await;
+    let e = refusal(&engine, &format!("SELECT * FROM d.{db}.u")).await;
+    assert!(e.to_string().contains("ALTER TABLE"), "{e}");
+    let refused = exec(&engine, &format!("ALTER SOURCE d RESNAPSHOT TABLE {db}.u"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("RESNAPSHOT"), "{refused}");
+    exec(&engine, "ALTER SOURCE d RESNAPSHOT").await.unwrap();
+    engine.wait_ready("d").await.unwrap();
+    sync(&engine, "d").await;
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT id, v, note FROM d.{db}.u WHERE id >= 11 ORDER BY id")
+        )
+        .await,
+        ["id=11 v=11 note=x", "id=12 v=12 note=y"]
+    );
+    assert_eq!(
+        query(&engine, &format!("SELECT count(*) AS n FROM d.{db}.t")).await,
+        ["n=2"]
+    );
+
+    // RENAME takes the table away under its name: it stops too.
+    conn.query_drop(format!("RENAME TABLE {db}.t TO {db}.t_old"))
+        .await
+        .unwrap();
+    sync(&engine, "d").await;
+    let e = refusal(&engine, &format!("SELECT * FROM d.{db}.t")).await;
+    assert!(e.to_string().contains("RENAME"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_source_checks_the_server_before_it_answers() {
+    let _turn = TURN.lock().await;
+    let engine = Engine::new();
+    let url = server().cdc_url();
+    // Wrong password: the statement fails and names the user.
+    let bad = url.replacen(":cdc-secret@", ":wrong@", 1);
+    assert_ne!(bad, url, "the dev server's URL changed shape");
+    let e = exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL '{bad}' WITH (server_id = {})",
+            next_server_id()
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("credentials"), "{e}");
+    assert!(engine.source("s").is_err(), "a refused source was created");
+    // No table matches.
+    let e = exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL '{url}' WITH (tables = 'no_such_db.*', server_id = {})",
+            next_server_id()
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("no table matches"), "{e}");
+    // An address that accepts connections and never answers: bounded, and the fix named.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let silent_url = format!("mysql://cdc:x@127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let e = exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL '{silent_url}' WITH (server_id = {})",
+            next_server_id()
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert!(started.elapsed() < HANG_GUARD, "validation was not bounded");
+    assert!(e.to_string().contains("validate = false"), "{e}");
+    // Deferred: created at once, and shown failed once its capture tries.
+    exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL '{bad}' WITH (validate = false, server_id = {})",
+            next_server_id()
+        ),
+    )
+    .await
+    .unwrap();
+    let status = failed(&engine, "s").await;
+    assert!(status.contains("error_sqlstate=28000"), "{status}");
+    held.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_are_queryable_during_the_snapshot_when_asked_for() {
+    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+    use cdcfusion::source::snapshot::incremental::{HookPoint, SnapshotHook};
+    let _turn = TURN.lock().await;
+    let db = "fail_visible";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_40;"
+    ))
+    .await
+    .unwrap();
+    // The last chunk waits until the test has looked at the partial table.
+    let (release, released) = tokio::sync::watch::channel(false);
+    let hook: SnapshotHook = Arc::new(move |point, chunk| {
+        let mut released = released.clone();
+        Box::pin(async move {
+            if point == HookPoint::BeforeLow && chunk.index == 3 {
+                let _ = released.wait_for(|r| *r).await;
+            }
+        })
+    });
+    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+    options.server_id = next_server_id();
+    options.snapshot.window_server_id = next_server_id();
+    options.snapshot.chunk_size = 10;
+    options.snapshot.parallelism = 1;
+    options.snapshot.hook = Some(hook);
+    options.visible_during_snapshot = true;
+    let engine = Engine::new();
+    engine
+        .create_source("vis", &server().cdc_url(), options)
+        .unwrap();
+    // Listed from the start, with the chunks done so far, marked incomplete.
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let rows = query(
+            &engine,
+            "SELECT rows, chunks_done, complete FROM cdc.tables WHERE source = 'vis'",
+        )
+        .await;
+        if rows == ["rows=30 chunks_done=3 complete=false"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT count(*) AS n, max(id) AS m FROM vis.{db}.t")
+        )
+        .await,
+        ["n=30 m=30"]
+    );
+    release.send(true).unwrap();
+    engine.wait_ready("vis").await.unwrap();
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT rows, complete FROM cdc.tables WHERE source = 'vis'"
+        )
+        .await,
+        ["rows=40 complete=true"]
+    );
+}
