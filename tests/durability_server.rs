@@ -149,13 +149,22 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     assert!(err.contains("RESNAPSHOT"), "offers the repair: {err}");
     let shown = query(&engine, "SELECT error, durable_position FROM cdc.sources").await;
     assert!(shown[0].contains("no longer available"), "{shown:?}");
-    // The last durable state stays queryable, at its position.
+    // The last durable state is not served as if it were current (55000, the repair named)...
+    let refused = match engine
+        .sql(&format!("SELECT count(*) AS n FROM p.{db}.t"))
+        .await
+    {
+        Ok(df) => df.collect().await.unwrap_err().to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(refused.contains("ALTER SOURCE p RESNAPSHOT"), "{refused}");
+    // ...but stays readable, at its position, to a session that asks for stale state.
     assert_eq!(
-        query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
+        stale_query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
         ["n=200"]
     );
     let count = format!("SELECT count(*) AS n FROM p.{db}.\"t$changelog\"");
-    let before: usize = query(&engine, &count).await[0][2..].parse().unwrap();
+    let before: usize = stale_query(&engine, &count).await[0][2..].parse().unwrap();
     // One table cannot be repaired alone: the others would need the purged binlog.
     let err = engine
         .sql(&format!("ALTER SOURCE p RESNAPSHOT TABLE {db}.t"))
@@ -171,7 +180,7 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
         "points to the whole-source repair: {err}"
     );
     assert_eq!(
-        query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
+        stale_query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
         ["n=200"]
     );
     engine.sql("ALTER SOURCE p RESNAPSHOT").await.unwrap();
@@ -198,6 +207,22 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     engine.wait_ready("p").await.unwrap();
     caught_up(&srv, &engine, "p").await;
     check(&srv, &engine, "p", db).await;
+}
+
+/// The rows of a query in a session that reads the last state of stopped tables.
+async fn stale_query(engine: &Engine, sql: &str) -> Vec<String> {
+    let policy = std::sync::Arc::new(cdcfusion::provider::health::ReadPolicy::new(true));
+    let batches = engine
+        .sql_with(sql, move |mut state| {
+            state.config_mut().set_extension(policy);
+            state
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    batches.iter().flat_map(row_strings).collect()
 }
 
 /// Random single-row transactions until `stop`, reconnecting when the server goes away; counts

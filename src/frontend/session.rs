@@ -156,6 +156,8 @@ impl SessionStatement {
                     "transaction isolation level" => {
                         Self::Show(Some("transaction_isolation".into()))
                     }
+                    // The parser drops the dot of a custom setting (`SHOW prefix.name`).
+                    _ if variable.len() == 2 => Self::Show(Some(name.replace(' ', "."))),
                     _ => Self::Show(Some(name)),
                 }
             }

@@ -241,3 +241,49 @@ async fn psql_copy_writes_query_results() {
     lines.sort();
     assert_eq!(lines, ["1\tada\t10.50", "2\tgrace\t\\N", "3\tlinus\t7.25"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psql_is_refused_a_stopped_table_unless_it_reads_stale_state() {
+    use crate::common::*;
+    use mysql_async::prelude::Queryable;
+    let f = Fixture::start("pg_stopped", "stopped", SETUP, settings()).await;
+    let mut conn = root_conn(server()).await;
+    conn.query_drop("TRUNCATE TABLE pg_stopped.orders")
+        .await
+        .unwrap();
+    f.sync().await;
+    let verbose = ["-A", "-t", "-v", "VERBOSITY=verbose"];
+    let refused = f.psql_script(
+        "stopped",
+        &verbose,
+        "SELECT count(*) FROM pg_stopped.orders;\n",
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("ERROR:  55000:"), "{err}");
+    assert!(err.contains("TRUNCATE"), "{err}");
+    // The other table is still served, without a warning.
+    let other = f.psql_script(
+        "stopped",
+        &verbose,
+        "SELECT tier FROM pg_stopped.customers;\n",
+    );
+    assert_eq!(String::from_utf8_lossy(&other.stdout).trim(), "gold");
+    assert!(
+        other.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&other.stderr)
+    );
+    // Opted in: the last state, with a warning on every query.
+    let script = "SET cdcfusion.stale_reads = on;\nSELECT count(*) FROM pg_stopped.orders;\nSELECT count(*) FROM pg_stopped.orders;\nSHOW cdcfusion.stale_reads;\n";
+    let stale = f.psql_script("stopped", &verbose, script);
+    let out = String::from_utf8_lossy(&stale.stdout);
+    let err = String::from_utf8_lossy(&stale.stderr);
+    assert_eq!(out.lines().filter(|l| *l == "3").count(), 2, "{out}");
+    assert!(out.contains("on"), "{out}");
+    assert_eq!(err.matches("WARNING:  01000:").count(), 2, "{err}");
+    assert!(err.contains("TRUNCATE"), "{err}");
+    let bad = f.psql_script("stopped", &verbose, "SET cdcfusion.stale_reads = maybe;\n");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("ERROR:  22023:"), "{err}");
+    f.shutdown().await;
+}
