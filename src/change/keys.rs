@@ -56,12 +56,31 @@ impl RowCodec {
     }
 
     /// The keys and full rows of every row of `batch`.
+    ///
+    /// A NULL in a primary-key column is an error: MySQL keys are never NULL, so it is a value
+    /// with no Arrow form (a zero or invalid date), and distinct such values (`0000-00-00`,
+    /// `2024-00-00`) would share one key and overwrite each other.
     pub fn encode(&self, batch: &RecordBatch) -> Result<(Rows, Rows), ArrowError> {
         let key_cols: Vec<ArrayRef> = self
             .key_columns
             .iter()
             .map(|i| Arc::clone(batch.column(*i)))
             .collect();
+        if !self.keyless() {
+            if let Some((i, _)) = self
+                .key_columns
+                .iter()
+                .zip(&key_cols)
+                .find(|(_, c)| c.null_count() > 0)
+            {
+                let column = self.schema.columns.get(*i).map_or("?", |c| c.name.as_str());
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "primary key column {column} of {} holds a value with no Arrow form \
+                     (a zero or invalid date, read as NULL), so its row cannot be keyed",
+                    self.schema.id
+                )));
+            }
+        }
         Ok((
             self.key.convert_columns(&key_cols)?,
             self.full.convert_columns(batch.columns())?,
@@ -85,5 +104,67 @@ impl RowCodec {
     ) -> Result<RecordBatch, ArrowError> {
         let columns = self.full.convert_rows(rows.into_iter().map(|r| r.row()))?;
         RecordBatch::try_new(Arc::clone(&self.schema.arrow), columns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::schema::{ColumnSpec, TableId};
+    use crate::source::types::ColumnKind;
+    use arrow::array::{Date32Array, Int32Array};
+
+    fn codec(primary_key: Vec<usize>) -> RowCodec {
+        let columns = vec![
+            ColumnSpec {
+                name: "d".into(),
+                kind: ColumnKind::Date,
+                nullable: false,
+            },
+            ColumnSpec {
+                name: "v".into(),
+                kind: ColumnKind::Int {
+                    bits: 32,
+                    unsigned: false,
+                },
+                nullable: false,
+            },
+        ];
+        let schema = TableSchema::new(TableId::new("db", "t"), columns, primary_key);
+        RowCodec::new(Arc::new(schema)).unwrap()
+    }
+
+    fn batch(codec: &RowCodec, dates: Vec<Option<i32>>) -> RecordBatch {
+        let n = dates.len() as i32;
+        RecordBatch::try_new(
+            Arc::clone(&codec.schema().arrow),
+            vec![
+                Arc::new(Date32Array::from(dates)),
+                Arc::new(Int32Array::from_iter_values(0..n)),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_zero_date_in_a_primary_key_is_an_error_naming_the_column() {
+        let keyed = codec(vec![0]);
+        assert!(keyed.encode(&batch(&keyed, vec![Some(1), Some(2)])).is_ok());
+        let err = keyed
+            .encode(&batch(&keyed, vec![Some(1), None]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("primary key column d of db.t"), "{err}");
+    }
+
+    #[test]
+    fn zero_dates_outside_the_key_are_plain_nulls() {
+        for pk in [vec![1], vec![]] {
+            let codec = codec(pk);
+            let (keys, rows) = codec.encode(&batch(&codec, vec![None, None])).unwrap();
+            assert_eq!(keys.num_rows(), 2);
+            let back = codec.decode([&rows.row(0).owned()]).unwrap();
+            assert_eq!(back.column(0).null_count(), 1);
+        }
     }
 }

@@ -60,6 +60,15 @@ pub enum SourceError {
         column: String,
         detail: String,
     },
+    /// A value read by `SELECT` that has no Arrow form or contradicts the schema (e.g. a NULL
+    /// in a NOT NULL column, a date MySQL cannot store).
+    #[error("cannot read column {column} of {table} in {row}: {detail}")]
+    BadValue {
+        table: String,
+        column: String,
+        row: String,
+        detail: String,
+    },
     /// The table map of a rows event disagrees with every schema we can find for the table.
     #[error("schema of {table} at {at} does not match its binlog table map: {detail}")]
     SchemaMismatch {

@@ -189,11 +189,13 @@ pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Op
         let is_json = json_columns
             .iter()
             .any(|c| c.eq_ignore_ascii_case(&col.name));
-        let kind = kind_from_info(col, is_json).map_err(|detail| SourceError::UnsupportedType {
-            table: id.to_string(),
-            column: col.name.clone(),
-            detail,
-        })?;
+        let kind = kind_from_info(col, is_json)
+            .and_then(|kind| kind.check().map(|()| kind))
+            .map_err(|detail| SourceError::UnsupportedType {
+                table: id.to_string(),
+                column: col.name.clone(),
+                detail,
+            })?;
         columns.push(ColumnSpec {
             name: col.name.clone(),
             kind,
@@ -297,7 +299,11 @@ pub fn parse_labels(column_type: &str) -> Result<Vec<String>, String> {
     let open = column_type
         .find('(')
         .ok_or_else(|| format!("no label list in {column_type:?}"))?;
-    let body = &column_type[open + 1..column_type.rfind(')').unwrap_or(column_type.len())];
+    let close = column_type
+        .rfind(')')
+        .filter(|close| *close > open)
+        .ok_or_else(|| format!("unclosed label list in {column_type:?}"))?;
+    let body = &column_type[open + 1..close];
     let mut labels = Vec::new();
     let mut chars = body.chars().peekable();
     loop {
@@ -342,6 +348,8 @@ mod tests {
         );
         assert_eq!(parse_labels("set('')").unwrap(), vec![""]);
         assert!(parse_labels("enum('a").is_err());
+        assert!(parse_labels("enum)('a'").is_err());
+        assert!(parse_labels("enum('a'").is_err());
     }
 
     #[test]

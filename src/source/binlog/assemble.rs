@@ -73,16 +73,27 @@ struct OpenBatch {
 }
 
 impl OpenBatch {
-    fn finish(mut self) -> ChangeBatch {
-        let before = self.before.as_mut().map(|b| self.decoder.finish(b));
-        let after = self.after.as_mut().map(|b| self.decoder.finish(b));
-        ChangeBatch {
+    /// The batch of the rows decoded so far; `at` is the transaction's start, for errors.
+    fn finish(mut self, at: &BinlogCoord) -> SourceResult<ChangeBatch> {
+        let decoder = &self.decoder;
+        let mut finish = |b: &mut Vec<ColumnBuilder>| {
+            decoder.finish(b).map_err(|detail| {
+                decode_err(
+                    &format!("rows of {} in the transaction", decoder.schema.id),
+                    at,
+                    &detail,
+                )
+            })
+        };
+        let before = self.before.as_mut().map(&mut finish).transpose()?;
+        let after = self.after.as_mut().map(&mut finish).transpose()?;
+        Ok(ChangeBatch {
             table: Arc::clone(&self.decoder.schema),
             op: self.op,
             before,
             after,
             index: self.index,
-        }
+        })
     }
 }
 
@@ -115,10 +126,11 @@ impl TxBuilder {
         }
     }
 
-    fn flush(&mut self) {
+    fn flush(&mut self) -> SourceResult<()> {
         if let Some(open) = self.open.take() {
-            self.batches.push(open.finish());
+            self.batches.push(open.finish(&self.start)?);
         }
+        Ok(())
     }
 }
 
@@ -249,23 +261,24 @@ impl Assembler {
 
         match type_raw {
             mariadb::GTID => {
-                let data = event.data();
-                if data.len() < 13 {
+                // Sequence number (8 bytes LE), domain id (4 bytes LE), flags (1 byte).
+                let &[s0, s1, s2, s3, s4, s5, s6, s7, d0, d1, d2, d3, flags, ..] = event.data()
+                else {
                     return Err(decode_err(
                         "MariaDB GTID event",
                         &at,
                         "shorter than 13 bytes",
                     ));
-                }
-                let seq = u64::from_le_bytes(data[0..8].try_into().expect("8 bytes"));
-                let domain = u32::from_le_bytes(data[8..12].try_into().expect("4 bytes"));
+                };
+                let seq = u64::from_le_bytes([s0, s1, s2, s3, s4, s5, s6, s7]);
+                let domain = u32::from_le_bytes([d0, d1, d2, d3]);
                 let gtid = Gtid::MariaDb {
                     domain,
                     server: header.server_id(),
                     seq,
                 };
                 let mut tx = TxBuilder::new(at, Some(gtid));
-                tx.standalone = data[12] & mariadb::FL_STANDALONE != 0;
+                tx.standalone = flags & mariadb::FL_STANDALONE != 0;
                 self.tx = Some(tx);
                 return Ok(None);
             }
@@ -340,7 +353,7 @@ impl Assembler {
                     return Ok(None);
                 }
                 if upper == "COMMIT" || upper == "ROLLBACK" || upper.starts_with("XA COMMIT") {
-                    return Ok(self.finish_tx(header.timestamp()));
+                    return self.finish_tx(header.timestamp());
                 }
                 if upper.starts_with("SAVEPOINT")
                     || upper.starts_with("ROLLBACK TO")
@@ -361,9 +374,9 @@ impl Assembler {
                     db: q.schema().into_owned(),
                     statement: stmt.to_string(),
                 });
-                Ok(self.finish_tx(header.timestamp()))
+                self.finish_tx(header.timestamp())
             }
-            EventData::XidEvent(_) => Ok(self.finish_tx(header.timestamp())),
+            EventData::XidEvent(_) => self.finish_tx(header.timestamp()),
             EventData::TableMapEvent(tme) => {
                 self.table_map(&tme, &at, meta).await?;
                 Ok(None)
@@ -378,11 +391,11 @@ impl Assembler {
                         .tx
                         .as_ref()
                         .is_some_and(|t| !t.in_begin && t.gtid.is_none());
-                Ok(if autocommit {
+                if autocommit {
                     self.finish_tx(header.timestamp())
                 } else {
-                    None
-                })
+                    Ok(None)
+                }
             }
             EventData::PreGaWriteRowsEvent(_)
             | EventData::PreGaUpdateRowsEvent(_)
@@ -448,22 +461,24 @@ impl Assembler {
         Arc::clone(&self.file)
     }
 
-    fn finish_tx(&mut self, header_ts: u32) -> Option<SourceTransaction> {
-        let mut tx = self.tx.take()?;
-        tx.flush();
+    fn finish_tx(&mut self, header_ts: u32) -> SourceResult<Option<SourceTransaction>> {
+        let Some(mut tx) = self.tx.take() else {
+            return Ok(None);
+        };
+        tx.flush()?;
         let end = BinlogCoord::new(Arc::clone(&self.file), self.next_offset);
         self.resume = StartPosition::Coord(end.clone());
         if let Some(g) = &tx.gtid {
             self.executed.add(g);
         }
-        Some(SourceTransaction {
+        Ok(Some(SourceTransaction {
             start: tx.start,
             end,
             gtid: tx.gtid,
             commit_ts_micros: tx.commit_ts_micros.unwrap_or(header_ts as i64 * 1_000_000),
             changes: tx.batches,
             ddl: tx.ddl,
-        })
+        }))
     }
 
     async fn table_map(
@@ -570,23 +585,26 @@ impl Assembler {
             o.table_id == table_id && o.op == op && o.index.len() < MAX_BATCH_ROWS
         });
         if !reuse {
-            tx.flush();
-            let cols = &decoder.schema.columns;
+            tx.flush()?;
+        }
+        let open = tx.open.get_or_insert_with(|| {
             let make = || {
-                cols.iter()
+                decoder
+                    .schema
+                    .columns
+                    .iter()
                     .map(|c| ColumnBuilder::new(&c.kind, BUILDER_CAPACITY))
                     .collect::<Vec<_>>()
             };
-            tx.open = Some(OpenBatch {
+            OpenBatch {
                 table_id,
                 decoder: Arc::clone(&decoder),
                 op,
                 before: matches!(op, Op::Update | Op::Delete).then(make),
                 after: matches!(op, Op::Update | Op::Insert).then(make),
                 index: Vec::new(),
-            });
-        }
-        let open = tx.open.as_mut().expect("set above");
+            }
+        });
         // Column bitmaps as LSB-first bytes, as they are on the wire.
         let bitmap = |bits: &bitvec::slice::BitSlice<u8>| -> Vec<u8> {
             let mut out = vec![0u8; bits.len().div_ceil(8)];

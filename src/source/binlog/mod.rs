@@ -6,12 +6,14 @@
 //! * [`assemble`]: events into transactions with positions, DDL and skipped events;
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
 //! * [`wire`]: each column's layout in a row image and its value decoding;
+//! * [`decimal`]: MySQL's binary `DECIMAL` into an unscaled integer;
 //! * [`mysql_json`]: MySQL's binary JSON into the text MySQL itself prints.
 //!
 //! mysql_async registers as a replica and frames events; mysql_common parses headers, table
 //! maps and rows-event headers; the row bytes are ours (see `rows` for why).
 
 pub mod assemble;
+mod decimal;
 pub mod exec;
 pub mod mysql_json;
 pub mod reader;

@@ -332,11 +332,12 @@ impl BinlogReader {
 
     async fn step_inner(&mut self) -> SourceResult<Option<SourceTransaction>> {
         {
-            if self.stream.is_none() {
-                self.stream = Some(self.open_stream().await?);
-            }
+            let stream = match self.stream.take() {
+                Some(stream) => stream,
+                None => self.open_stream().await?,
+            };
+            let stream = self.stream.insert(stream);
             let silence = self.options.heartbeat * 3;
-            let stream = self.stream.as_mut().expect("opened above");
             let item = match tokio::time::timeout(silence, stream.next()).await {
                 Ok(item) => item,
                 Err(_) => {

@@ -10,6 +10,9 @@
 //! * A row is only decoded with a schema whose column count, column types and (when the table
 //!   map carries them, `binlog_row_metadata=FULL`) column names match the table map. A table map
 //!   that matches no schema is a [`SourceError::SchemaMismatch`], never a misaligned decode.
+//! * A value that does not fit its field (a NULL in a `NOT NULL` column, a date MySQL cannot
+//!   store, bytes beyond the image) is a [`SourceError::Decode`] naming the table, column, row
+//!   and event position, never a panic.
 //! * Only full images are accepted: a rows event whose column bitmap leaves a column out is a
 //!   [`SourceError::PartialRowImage`], because the snapshot normalisation and the per-key merge
 //!   need every column of every before and after image.
@@ -24,7 +27,7 @@ use mysql_async::consts::ColumnType;
 
 use super::wire::{decode_value, Cursor, Wire};
 use crate::source::schema::{ColumnSpec, TableId, TableSchema};
-use crate::source::types::{Charset, ColumnBuilder, ColumnKind};
+use crate::source::types::{finish_batch, Charset, ColumnBuilder, ColumnKind};
 
 /// Collation id → character set, read from the server's `information_schema.COLLATIONS`.
 pub type CollationMap = HashMap<u16, Option<Charset>>;
@@ -300,6 +303,7 @@ impl TableDecoder {
                 Wire::Geometry { .. } => ColumnKind::Geometry,
                 Wire::Vector { .. } => ColumnKind::Vector,
             };
+            kind.check().map_err(|e| format!("column {name}: {e}"))?;
             columns.push(ColumnSpec {
                 name,
                 kind,
@@ -337,15 +341,29 @@ impl TableDecoder {
                 )));
             }
         }
+        for builders in [before.as_deref(), after.as_deref()].into_iter().flatten() {
+            if builders.len() != n {
+                return Err(RowsError::Value(format!(
+                    "{} builders for {n} columns",
+                    builders.len()
+                )));
+            }
+        }
         let mut cur = Cursor::new(data);
         let mut scratch = String::new();
         let mut rows = 0;
+        let at_row = |rows: usize, e: RowsError| match e {
+            RowsError::Value(msg) => RowsError::Value(format!("row {rows}: {msg}")),
+            other => other,
+        };
         while !cur.at_end() {
             if let Some(b) = before.as_deref_mut() {
-                self.decode_image(&mut cur, b, &mut scratch)?;
+                self.decode_image(&mut cur, b, &mut scratch)
+                    .map_err(|e| at_row(rows, e))?;
             }
             if let Some(a) = after.as_deref_mut() {
-                self.decode_image(&mut cur, a, &mut scratch)?;
+                self.decode_image(&mut cur, a, &mut scratch)
+                    .map_err(|e| at_row(rows, e))?;
             }
             rows += 1;
         }
@@ -360,16 +378,30 @@ impl TableDecoder {
     ) -> Result<(), RowsError> {
         let n = self.wires.len();
         let nulls = cur.take(n.div_ceil(8))?;
-        for (i, (wire, builder)) in self.wires.iter().zip(builders.iter_mut()).enumerate() {
+        let fields = self.schema.arrow.fields();
+        // `new` made one wire per schema column, and the schema has one field per column.
+        for (i, ((wire, builder), col)) in self
+            .wires
+            .iter()
+            .zip(builders.iter_mut())
+            .zip(&self.schema.columns)
+            .enumerate()
+        {
+            // `nulls` holds n.div_ceil(8) bytes and i < n.
             if nulls[i / 8] & (1 << (i % 8)) != 0 {
+                if !fields[i].is_nullable() {
+                    // A NULL in a NOT NULL column: an image written before the column became
+                    // NOT NULL, decoded with today's schema.
+                    return Err(RowsError::Value(format!(
+                        "column {} is NOT NULL in the schema but NULL in the row image",
+                        col.name
+                    )));
+                }
                 builder.append_null();
                 continue;
             }
-            let kind = &self.schema.columns[i].kind;
-            decode_value(*wire, kind, cur, builder, scratch).map_err(|e| match e {
-                RowsError::Value(msg) => {
-                    RowsError::Value(format!("column {}: {msg}", self.schema.columns[i].name))
-                }
+            decode_value(*wire, &col.kind, cur, builder, scratch).map_err(|e| match e {
+                RowsError::Value(msg) => RowsError::Value(format!("column {}: {msg}", col.name)),
                 other => other,
             })?;
         }
@@ -377,10 +409,8 @@ impl TableDecoder {
     }
 
     /// Finishes builders into a batch of this table's schema.
-    pub fn finish(&self, builders: &mut [ColumnBuilder]) -> RecordBatch {
-        let columns = builders.iter_mut().map(ColumnBuilder::finish).collect();
-        RecordBatch::try_new(Arc::clone(&self.schema.arrow), columns)
-            .expect("builders are created from the same schema")
+    pub fn finish(&self, builders: &mut [ColumnBuilder]) -> Result<RecordBatch, String> {
+        finish_batch(&self.schema.arrow, builders).map_err(|e| e.to_string())
     }
 }
 

@@ -5,10 +5,10 @@
 //! bounds-checked: malformed or truncated images are errors, never panics or misreads.
 //! Conversions that must agree with the snapshot path go through [`ColumnBuilder`].
 
-use arrow::datatypes::i256;
 use mysql_async::binlog::events::TableMapEvent;
 use mysql_async::consts::ColumnType;
 
+use super::decimal::{read_decimal, Unscaled};
 use super::mysql_json;
 use super::rows::RowsError;
 use crate::source::types::{
@@ -302,7 +302,7 @@ pub(super) fn decode_value(
                 (a / 100 % 100) as u32,
                 (a % 100) as u32,
                 0,
-            ))?
+            )?)?
         }
         Wire::Time2 { fsp } => b.append_time_micros(read_time2(cur, fsp)?)?,
         Wire::DateTimeOld => {
@@ -319,7 +319,11 @@ pub(super) fn decode_value(
             )?
         }
         Wire::DateTime2 { fsp } => {
-            let packed = cur.uint_be(5)? as i64 - 0x80_0000_0000;
+            // DATETIME2 is never negative: its sign bit is always set on the wire.
+            let packed = (cur.uint_be(5)? as i64)
+                .checked_sub(0x80_0000_0000)
+                .filter(|p| *p >= 0)
+                .ok_or_else(|| RowsError::Value("negative DATETIME2 value".into()))?;
             let frac = read_frac(cur, fsp)?;
             let ymd = packed >> 17;
             let ym = ymd >> 5;
@@ -445,131 +449,15 @@ fn read_time2(cur: &mut Cursor<'_>, fsp: u8) -> Result<i64, RowsError> {
         ((hms >> 6) % (1 << 6)) as u32,
         (hms % (1 << 6)) as u32,
         (a % (1 << 24)) as u32,
-    ))
-}
-
-/// Bytes used by a group of 0–9 decimal digits in MySQL's binary DECIMAL.
-const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
-/// Digits per full 4-byte group.
-const DIGITS_PER_GROUP: usize = 9;
-
-/// MySQL's binary DECIMAL: integer and fraction digits in big-endian groups of nine, the sign
-/// in the inverted top bit, negative numbers stored bitwise inverted. Returns the unscaled
-/// value (exactly `scale` fraction digits).
-fn read_decimal(cur: &mut Cursor<'_>, precision: u8, scale: u8) -> Result<Unscaled, RowsError> {
-    let wide = precision > DECIMAL128_DIGITS;
-    let (precision, scale) = (precision as usize, scale as usize);
-    if scale > precision {
-        return Err(RowsError::Value(format!(
-            "DECIMAL({precision},{scale}) is invalid"
-        )));
-    }
-    let intg = precision - scale;
-    let (intg0, intg0x) = (intg / DIGITS_PER_GROUP, intg % DIGITS_PER_GROUP);
-    let (frac0, frac0x) = (scale / DIGITS_PER_GROUP, scale % DIGITS_PER_GROUP);
-    let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
-    let raw = cur.take(size)?;
-    if raw.is_empty() {
-        return Ok(Unscaled::Narrow(0));
-    }
-    let negative = raw[0] & 0x80 == 0;
-    let mask = if negative { 0xff } else { 0 };
-    let mut buf = [0u8; 32];
-    let bytes = &mut buf[..size];
-    for (dst, src) in bytes.iter_mut().zip(raw) {
-        *dst = src ^ mask;
-    }
-    bytes[0] ^= 0x80;
-    // Digit groups, most significant first: a partial group, full groups of nine, a partial
-    // group. Each is checked to hold no more digits than it may.
-    let mut pos = 0;
-    let mut next = |len: usize, digits: usize| -> Result<u64, String> {
-        let g = bytes[pos..pos + len]
-            .iter()
-            .fold(0u64, |a, b| (a << 8) | *b as u64);
-        pos += len;
-        if g >= POW10[digits] {
-            return Err(format!("DECIMAL group {g} exceeds {digits} digits"));
-        }
-        Ok(g)
-    };
-    let layout = std::iter::once((DIG2BYTES[intg0x], intg0x))
-        .chain(std::iter::repeat_n((4, DIGITS_PER_GROUP), intg0 + frac0))
-        .chain(std::iter::once((DIG2BYTES[frac0x], frac0x)))
-        .filter(|(_, digits)| *digits > 0);
-    // Up to 38 digits fit i128 arithmetic, which is much cheaper than i256.
-    Ok(if wide {
-        let mut v = i256::ZERO;
-        for (len, digits) in layout {
-            let g = next(len, digits)?;
-            v = v
-                .wrapping_mul(i256::from_i128(POW10[digits] as i128))
-                .wrapping_add(i256::from_i128(g as i128));
-        }
-        Unscaled::Wide(if negative { v.wrapping_neg() } else { v })
-    } else {
-        let mut v: i128 = 0;
-        for (len, digits) in layout {
-            let g = next(len, digits)?;
-            v = v * POW10[digits] as i128 + g as i128;
-        }
-        Unscaled::Narrow(if negative { -v } else { v })
-    })
-}
-
-/// Powers of ten up to one DECIMAL digit group.
-const POW10: [u64; 10] = [
-    1,
-    10,
-    100,
-    1_000,
-    10_000,
-    100_000,
-    1_000_000,
-    10_000_000,
-    100_000_000,
-    1_000_000_000,
-];
-
-/// Precision up to which DECIMAL values fit Arrow's `Decimal128`.
-const DECIMAL128_DIGITS: u8 = 38;
-
-/// An unscaled DECIMAL value, narrow when its precision allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Unscaled {
-    Narrow(i128),
-    Wide(i256),
-}
-
-impl std::fmt::Display for Unscaled {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unscaled::Narrow(v) => write!(f, "{v}"),
-            Unscaled::Wide(v) => write!(f, "{v}"),
-        }
-    }
+    )?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn dec(bytes: &[u8], p: u8, s: u8) -> String {
-        let mut c = Cursor {
-            data: bytes,
-            pos: 0,
-        };
-        read_decimal(&mut c, p, s).unwrap().to_string()
-    }
-
-    #[test]
-    fn binary_decimal_decodes_positive_and_negative() {
-        // DECIMAL(10,4) 1234.5678 and -1234.5678, as MySQL's decimal2bin writes them.
-        assert_eq!(dec(&[0x80, 0x04, 0xd2, 0x16, 0x2e], 10, 4), "12345678");
-        assert_eq!(dec(&[0x7f, 0xfb, 0x2d, 0xe9, 0xd1], 10, 4), "-12345678");
-        // DECIMAL(5,0) 0
-        assert_eq!(dec(&[0x80, 0x00, 0x00], 5, 0), "0");
-    }
+    use arrow::array::{Array, ArrayRef, AsArray};
+    use arrow::datatypes::UInt64Type;
+    use std::sync::Arc;
 
     #[test]
     fn time2_handles_negative_fractions() {
@@ -606,5 +494,68 @@ mod tests {
             pos: 0,
         };
         assert!(c.uint_le(4).is_err());
+    }
+
+    /// Decodes one value of `wire` into a fresh builder of `kind`.
+    fn decode_one(wire: Wire, kind: &ColumnKind, bytes: &[u8]) -> Result<ArrayRef, RowsError> {
+        let mut b = ColumnBuilder::new(kind, 1);
+        let mut c = Cursor::new(bytes);
+        decode_value(wire, kind, &mut c, &mut b, &mut String::new())?;
+        Ok(b.finish()?)
+    }
+
+    #[test]
+    fn zero_and_impossible_temporal_images() {
+        // DATE: day | month << 5 | year << 9, 3 bytes little-endian.
+        let date = |y: u32, m: u32, d: u32| {
+            let v = d | m << 5 | y << 9;
+            decode_one(Wire::Date, &ColumnKind::Date, &v.to_le_bytes()[..3])
+        };
+        assert_eq!(date(0, 0, 0).unwrap().null_count(), 1);
+        assert_eq!(date(2024, 2, 0).unwrap().null_count(), 1);
+        assert_eq!(date(2024, 2, 31).unwrap().null_count(), 1);
+        assert_eq!(date(2024, 2, 29).unwrap().null_count(), 0);
+        assert!(date(2024, 13, 1).is_err());
+        assert!(date(12_000, 1, 1).is_err());
+        // DATETIME2 of all zero bits but the sign: the zero datetime.
+        let kind = ColumnKind::DateTime { fsp: 0 };
+        let zero = decode_one(Wire::DateTime2 { fsp: 0 }, &kind, &[0x80, 0, 0, 0, 0]).unwrap();
+        assert_eq!(zero.null_count(), 1);
+        assert!(decode_one(Wire::DateTime2 { fsp: 0 }, &kind, &[0x7f, 0, 0, 0, 0]).is_err());
+        // TIMESTAMP2 of 0 seconds is the zero timestamp; a fraction of 10^6 µs is corrupt.
+        let kind = ColumnKind::Timestamp { fsp: 6 };
+        let wire = Wire::Timestamp2 { fsp: 6 };
+        let zero = decode_one(wire, &kind, &[0, 0, 0, 0, 0, 0, 0]).unwrap();
+        assert_eq!(zero.null_count(), 1);
+        assert!(decode_one(wire, &kind, &[0, 0, 0, 1, 0x0f, 0x42, 0x40]).is_err());
+        // TIME2 hours beyond 838 are corrupt.
+        let v = 0x80_0000u32 + (900 << 12);
+        let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
+        let kind = ColumnKind::Time { fsp: 0 };
+        assert!(decode_one(Wire::Time2 { fsp: 0 }, &kind, &bytes).is_err());
+    }
+
+    #[test]
+    fn enum_and_set_extremes() {
+        let labels: Arc<[String]> = (0..300).map(|i| format!("v{i}")).collect();
+        let kind = ColumnKind::Enum { labels };
+        let wire = Wire::Enum { pack: 2 };
+        let text = |a: ArrayRef| a.as_string::<i32>().value(0).to_string();
+        // Index 0 is the '' MySQL stores for an invalid value; 300 is the last label.
+        assert_eq!(text(decode_one(wire, &kind, &[0, 0]).unwrap()), "");
+        assert_eq!(text(decode_one(wire, &kind, &[44, 1]).unwrap()), "v299");
+        assert!(decode_one(wire, &kind, &[45, 1]).is_err());
+        let labels: Arc<[String]> = (0..64).map(|i| format!("s{i}")).collect();
+        let all = labels.join(",");
+        let kind = ColumnKind::Set { labels };
+        let got = decode_one(Wire::Set { pack: 8 }, &kind, &[0xff; 8]).unwrap();
+        assert_eq!(text(got), all);
+        // BIT(64) all ones.
+        let got = decode_one(
+            Wire::Bit { bits: 64 },
+            &ColumnKind::Bit { bits: 64 },
+            &[0xff; 8],
+        );
+        assert_eq!(got.unwrap().as_primitive::<UInt64Type>().value(0), u64::MAX);
     }
 }

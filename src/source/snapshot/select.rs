@@ -22,7 +22,7 @@ use mysql_async::{Conn, Value};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::{quote_ident, Flavor, TableSchema};
 use crate::source::types::{
-    bit_value, parse_decimal_text, time_to_micros, ColumnBuilder, ColumnKind,
+    bit_value, finish_batch, parse_decimal_text, time_to_micros, ColumnBuilder, ColumnKind,
 };
 use std::time::{Duration, Instant};
 
@@ -60,9 +60,10 @@ impl<'a> SelectReader<'a> {
             .join(", ")
     }
 
-    /// Appends one result row.
+    /// Appends one result row; a value that does not convert is an error naming the table,
+    /// the column and the row's primary key.
     pub fn push_row(&mut self, row: mysql_async::Row) -> SourceResult<()> {
-        let values = row.unwrap();
+        let values = row.unwrap_raw();
         if values.len() != self.builders.len() {
             return Err(SourceError::Config(format!(
                 "SELECT of {} returned {} columns, the schema has {}",
@@ -71,14 +72,26 @@ impl<'a> SelectReader<'a> {
                 self.builders.len()
             )));
         }
-        for (i, value) in values.into_iter().enumerate() {
-            let col = &self.schema.columns[i];
-            append_value(&col.kind, value, &mut self.builders[i]).map_err(|detail| {
-                SourceError::UnsupportedType {
-                    table: self.schema.id.to_string(),
-                    column: col.name.clone(),
-                    detail,
+        let fields = self.schema.arrow.fields();
+        // One builder and one field per schema column, and `values` has as many (checked).
+        for (i, ((value, col), builder)) in values
+            .iter()
+            .zip(&self.schema.columns)
+            .zip(&mut self.builders)
+            .enumerate()
+        {
+            let appended = match value {
+                None => Err("the driver returned no value".to_string()),
+                Some(Value::NULL) if !fields[i].is_nullable() => {
+                    Err("NULL in a NOT NULL column".to_string())
                 }
+                Some(value) => append_value(&col.kind, value, builder),
+            };
+            appended.map_err(|detail| SourceError::BadValue {
+                table: self.schema.id.to_string(),
+                column: col.name.clone(),
+                row: describe_key(self.schema, &values, self.rows),
+                detail,
             })?;
         }
         self.rows += 1;
@@ -94,15 +107,35 @@ impl<'a> SelectReader<'a> {
     }
 
     /// Finishes the rows appended so far into a batch; the reader can go on.
-    pub fn finish(&mut self) -> RecordBatch {
+    pub fn finish(&mut self) -> SourceResult<RecordBatch> {
         self.rows = 0;
-        let columns = self
-            .builders
-            .iter_mut()
-            .map(ColumnBuilder::finish)
-            .collect();
-        RecordBatch::try_new(std::sync::Arc::clone(&self.schema.arrow), columns)
-            .expect("builders are created from the same schema")
+        finish_batch(&self.schema.arrow, &mut self.builders).map_err(|e| SourceError::BadValue {
+            table: self.schema.id.to_string(),
+            column: e.column,
+            row: "a batch of rows".into(),
+            detail: e.detail,
+        })
+    }
+}
+
+/// Names a `SELECT` row for an error: its primary key values, or its ordinal in the batch.
+fn describe_key(schema: &TableSchema, values: &[Option<Value>], ordinal: usize) -> String {
+    let key: Vec<String> = schema
+        .primary_key
+        .iter()
+        .filter_map(|&k| {
+            let value = values.get(k)?.as_ref()?;
+            Some(format!(
+                "{}={}",
+                schema.columns.get(k)?.name,
+                value.as_sql(false)
+            ))
+        })
+        .collect();
+    if key.is_empty() {
+        format!("row {ordinal} of the batch")
+    } else {
+        format!("the row with {}", key.join(", "))
     }
 }
 
@@ -277,90 +310,91 @@ async fn select(
     while let Some(row) = stream.next().await {
         reader.push_row(row.map_err(|e| SourceError::from_mysql(ctx(), e))?)?;
         if reader.len() >= batch_rows {
-            batches.push(reader.finish());
+            batches.push(reader.finish()?);
         }
     }
     if !reader.is_empty() || batches.is_empty() {
-        batches.push(reader.finish());
+        batches.push(reader.finish()?);
     }
     Ok(batches)
 }
 
-fn bytes_of(value: Value) -> Result<Vec<u8>, String> {
+fn bytes_of(value: &Value) -> Result<&[u8], String> {
     match value {
         Value::Bytes(b) => Ok(b),
         other => Err(format!("expected bytes, got {other:?}")),
     }
 }
 
-fn append_value(kind: &ColumnKind, value: Value, b: &mut ColumnBuilder) -> Result<(), String> {
-    if value == Value::NULL {
+/// Appends one non-NULL value (NULLs are appended here too, for nullable fields).
+fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Result<(), String> {
+    if *value == Value::NULL {
         b.append_null();
         return Ok(());
     }
     match kind {
-        ColumnKind::Int { .. } | ColumnKind::Year => match value {
+        ColumnKind::Int { .. } | ColumnKind::Year => match *value {
             Value::Int(v) => b.append_i64(v),
             Value::UInt(v) => b.append_u64(v),
-            Value::Bytes(t) => {
-                let t = String::from_utf8_lossy(&t);
+            Value::Bytes(ref t) => {
+                let t = String::from_utf8_lossy(t);
                 match t.parse::<i64>() {
                     Ok(v) => b.append_i64(v),
                     Err(_) => b.append_u64(t.parse().map_err(|_| format!("bad integer {t:?}"))?),
                 }
             }
-            other => Err(format!("integer column got {other:?}")),
+            ref other => Err(format!("integer column got {other:?}")),
         },
-        ColumnKind::Float => match value {
+        ColumnKind::Float => match *value {
             Value::Float(v) => b.append_f32(v),
             Value::Double(v) => b.append_f32(v as f32),
-            other => Err(format!("float column got {other:?}")),
+            ref other => Err(format!("float column got {other:?}")),
         },
-        ColumnKind::Double => match value {
+        ColumnKind::Double => match *value {
             Value::Double(v) => b.append_f64(v),
             Value::Float(v) => b.append_f64(v as f64),
-            other => Err(format!("double column got {other:?}")),
+            ref other => Err(format!("double column got {other:?}")),
         },
         ColumnKind::Decimal { scale, .. } => {
-            let text = bytes_of(value)?;
-            let text = std::str::from_utf8(&text).map_err(|e| e.to_string())?;
+            let text = std::str::from_utf8(bytes_of(value)?).map_err(|e| e.to_string())?;
             b.append_decimal(parse_decimal_text(text, *scale)?)
         }
-        ColumnKind::Date => match value {
+        ColumnKind::Date => match *value {
             Value::Date(y, m, d, ..) => b.append_date(y as u32, m as u32, d as u32),
-            other => Err(format!("date column got {other:?}")),
+            ref other => Err(format!("date column got {other:?}")),
         },
-        ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => match value {
+        ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => match *value {
             Value::Date(y, mo, d, h, mi, s, us) => b.append_datetime(
                 y as u32, mo as u32, d as u32, h as u32, mi as u32, s as u32, us,
             ),
-            other => Err(format!("datetime column got {other:?}")),
+            ref other => Err(format!("datetime column got {other:?}")),
         },
-        ColumnKind::Time { .. } => match value {
-            Value::Time(neg, days, h, m, s, us) => b.append_time_micros(time_to_micros(
-                neg,
-                days * 24 + h as u32,
-                m as u32,
-                s as u32,
-                us,
-            )),
-            other => Err(format!("time column got {other:?}")),
+        ColumnKind::Time { .. } => match *value {
+            Value::Time(neg, days, h, m, s, us) => {
+                let hours = days
+                    .checked_mul(24)
+                    .and_then(|d| d.checked_add(h as u32))
+                    .ok_or_else(|| format!("time of {days} days is outside MySQL's TIME range"))?;
+                b.append_time_micros(time_to_micros(neg, hours, m as u32, s as u32, us)?)
+            }
+            ref other => Err(format!("time column got {other:?}")),
         },
         // The server converts every text column to the connection's utf8mb4.
         ColumnKind::Text { .. }
         | ColumnKind::Json
         | ColumnKind::Enum { .. }
         | ColumnKind::Set { .. } => {
-            let bytes = bytes_of(value)?;
-            b.append_str(std::str::from_utf8(&bytes).map_err(|e| e.to_string())?)
+            b.append_str(std::str::from_utf8(bytes_of(value)?).map_err(|e| e.to_string())?)
         }
-        ColumnKind::Binary { pad_to } => b.append_bytes(&bytes_of(value)?, *pad_to),
-        ColumnKind::Geometry | ColumnKind::Vector => b.append_bytes(&bytes_of(value)?, None),
-        ColumnKind::Bit { .. } => match value {
-            Value::Bytes(bytes) => b.append_u64(bit_value(&bytes)?),
+        ColumnKind::Binary { pad_to } => b.append_bytes(bytes_of(value)?, *pad_to),
+        ColumnKind::Geometry | ColumnKind::Vector => b.append_bytes(bytes_of(value)?, None),
+        ColumnKind::Bit { .. } => match *value {
+            Value::Bytes(ref bytes) => b.append_u64(bit_value(bytes)?),
             Value::UInt(v) => b.append_u64(v),
-            Value::Int(v) => b.append_u64(v as u64),
-            other => Err(format!("bit column got {other:?}")),
+            Value::Int(v) => {
+                b.append_u64(u64::try_from(v).map_err(|_| format!("negative BIT value {v}"))?)
+            }
+            ref other => Err(format!("bit column got {other:?}")),
         },
     }
 }

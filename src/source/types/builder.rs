@@ -8,10 +8,12 @@ use std::sync::Arc;
 use arrow::array::{
     ArrayRef, BinaryBuilder, Date32Builder, Decimal128Builder, Decimal256Builder,
     DurationMicrosecondBuilder, Float32Builder, Float64Builder, Int16Builder, Int32Builder,
-    Int64Builder, Int8Builder, StringBuilder, TimestampMicrosecondBuilder, UInt16Builder,
-    UInt32Builder, UInt64Builder, UInt8Builder,
+    Int64Builder, Int8Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
+    UInt16Builder, UInt32Builder, UInt64Builder, UInt8Builder,
 };
-use arrow::datatypes::{i256, DataType};
+use arrow::datatypes::{
+    i256, DataType, Decimal128Type, Decimal256Type, DecimalType, Field, SchemaRef,
+};
 
 use super::{date_to_days, datetime_to_micros, ColumnKind, MICROS};
 
@@ -154,8 +156,15 @@ impl ColumnBuilder {
     #[inline]
     pub fn append_decimal128(&mut self, unscaled: i128) -> Result<(), String> {
         match self {
-            ColumnBuilder::Decimal128(b, ..) => b.append_value(unscaled),
-            ColumnBuilder::Decimal256(b, ..) => b.append_value(i256::from_i128(unscaled)),
+            ColumnBuilder::Decimal128(b, p, _) => {
+                check_precision(
+                    Decimal128Type::is_valid_decimal_precision(unscaled, *p),
+                    *p,
+                    unscaled,
+                )?;
+                b.append_value(unscaled)
+            }
+            ColumnBuilder::Decimal256(..) => return self.append_decimal(i256::from_i128(unscaled)),
             other => return Err(format!("decimal value for a {other:?} column")),
         }
         Ok(())
@@ -165,12 +174,21 @@ impl ColumnBuilder {
     #[inline]
     pub fn append_decimal(&mut self, unscaled: i256) -> Result<(), String> {
         match self {
-            ColumnBuilder::Decimal128(b, ..) => b.append_value(
-                unscaled
-                    .to_i128()
-                    .ok_or_else(|| format!("decimal {unscaled} exceeds 128 bits"))?,
-            ),
-            ColumnBuilder::Decimal256(b, ..) => b.append_value(unscaled),
+            ColumnBuilder::Decimal128(..) => {
+                return self.append_decimal128(
+                    unscaled
+                        .to_i128()
+                        .ok_or_else(|| format!("decimal {unscaled} exceeds 128 bits"))?,
+                )
+            }
+            ColumnBuilder::Decimal256(b, p, _) => {
+                check_precision(
+                    Decimal256Type::is_valid_decimal_precision(unscaled, *p),
+                    *p,
+                    unscaled,
+                )?;
+                b.append_value(unscaled)
+            }
             other => return Err(format!("decimal value for a {other:?} column")),
         }
         Ok(())
@@ -180,7 +198,7 @@ impl ColumnBuilder {
     #[inline]
     pub fn append_date(&mut self, y: u32, m: u32, d: u32) -> Result<(), String> {
         match self {
-            ColumnBuilder::Date32(b) => b.append_option(date_to_days(y, m, d)),
+            ColumnBuilder::Date32(b) => b.append_option(date_to_days(y, m, d)?),
             other => return Err(format!("date value for a {other:?} column")),
         }
         Ok(())
@@ -201,7 +219,7 @@ impl ColumnBuilder {
     ) -> Result<(), String> {
         match self {
             ColumnBuilder::Timestamp(b) | ColumnBuilder::TimestampUtc(b) => {
-                b.append_option(datetime_to_micros(y, mo, d, h, mi, s, us))
+                b.append_option(datetime_to_micros(y, mo, d, h, mi, s, us)?)
             }
             other => return Err(format!("datetime value for a {other:?} column")),
         }
@@ -211,6 +229,11 @@ impl ColumnBuilder {
     /// Appends a `TIMESTAMP` given as seconds since the epoch; 0 is MySQL's zero timestamp.
     #[inline]
     pub fn append_epoch(&mut self, seconds: u32, micros: u32) -> Result<(), String> {
+        if micros as i64 >= MICROS {
+            return Err(format!(
+                "timestamp fraction {micros} exceeds a second of microseconds"
+            ));
+        }
         match self {
             ColumnBuilder::TimestampUtc(b) => {
                 if seconds == 0 && micros == 0 {
@@ -261,10 +284,12 @@ impl ColumnBuilder {
         Ok(())
     }
 
-    /// Finishes the column into an array (the builder is reset and reusable).
-    pub fn finish(&mut self) -> ArrayRef {
+    /// Finishes the column into an array (the builder is reset and reusable); an error when the
+    /// column's DECIMAL precision and scale have no Arrow form.
+    pub fn finish(&mut self) -> Result<ArrayRef, String> {
         use ColumnBuilder as B;
-        match self {
+        let bad_decimal = |e: arrow::error::ArrowError| e.to_string();
+        Ok(match self {
             B::Int8(b) => Arc::new(b.finish()),
             B::Int16(b) => Arc::new(b.finish()),
             B::Int32(b) => Arc::new(b.finish()),
@@ -278,12 +303,12 @@ impl ColumnBuilder {
             B::Decimal128(b, p, s) => Arc::new(
                 b.finish()
                     .with_precision_and_scale(*p, *s)
-                    .expect("precision and scale were validated when the kind was built"),
+                    .map_err(bad_decimal)?,
             ),
             B::Decimal256(b, p, s) => Arc::new(
                 b.finish()
                     .with_precision_and_scale(*p, *s)
-                    .expect("precision and scale were validated when the kind was built"),
+                    .map_err(bad_decimal)?,
             ),
             B::Date32(b) => Arc::new(b.finish()),
             B::Duration(b) => Arc::new(b.finish()),
@@ -291,6 +316,148 @@ impl ColumnBuilder {
             B::TimestampUtc(b) => Arc::new(b.finish().with_timezone("UTC")),
             B::Utf8(b) => Arc::new(b.finish()),
             B::Binary(b) => Arc::new(b.finish()),
+        })
+    }
+}
+
+/// An error unless an unscaled decimal fits the column's precision (a value read from a
+/// corrupt image or text could otherwise make an invalid Arrow array).
+fn check_precision(
+    valid: bool,
+    precision: u8,
+    unscaled: impl std::fmt::Display,
+) -> Result<(), String> {
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "decimal {unscaled} (unscaled) has more than {precision} digits"
+        ))
+    }
+}
+
+/// Why builders did not make a batch: the column, and what is wrong with its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishError {
+    pub column: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for FinishError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "column {}: {}", self.column, self.detail)
+    }
+}
+
+/// Finishes one builder per field of `schema` into a batch; an error names the column whose
+/// values do not fit its field (a NULL in a non-nullable field, a type or precision mismatch).
+pub fn finish_batch(
+    schema: &SchemaRef,
+    builders: &mut [ColumnBuilder],
+) -> Result<RecordBatch, FinishError> {
+    let fail = |f: &Field, detail: String| FinishError {
+        column: f.name().clone(),
+        detail,
+    };
+    if builders.len() != schema.fields().len() {
+        return Err(FinishError {
+            column: "*".into(),
+            detail: format!(
+                "{} builders for {} fields",
+                builders.len(),
+                schema.fields().len()
+            ),
+        });
+    }
+    let mut columns = Vec::with_capacity(builders.len());
+    for (b, f) in builders.iter_mut().zip(schema.fields()) {
+        let array = b.finish().map_err(|e| fail(f, e))?;
+        if array.data_type() != f.data_type() {
+            let built = array.data_type();
+            return Err(fail(
+                f,
+                format!("built as {built}, the field is {}", f.data_type()),
+            ));
         }
+        if !f.is_nullable() && array.null_count() > 0 {
+            return Err(fail(f, "NULL in a non-nullable field".into()));
+        }
+        columns.push(array);
+    }
+    RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| FinishError {
+        column: "*".into(),
+        detail: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{Date32Type, Schema};
+
+    #[test]
+    fn zero_dates_are_null_and_impossible_ones_errors() {
+        let mut b = ColumnBuilder::new(&ColumnKind::Date, 4);
+        b.append_date(0, 0, 0).unwrap();
+        b.append_date(2024, 2, 0).unwrap();
+        b.append_date(2024, 2, 29).unwrap();
+        assert!(b.append_date(2024, 13, 1).is_err());
+        let a = b.finish().unwrap();
+        let a = a.as_primitive::<Date32Type>();
+        assert_eq!((a.len(), a.null_count()), (3, 2));
+        assert_eq!(a.value(2), 19782);
+        let mut ts = ColumnBuilder::new(&ColumnKind::Timestamp { fsp: 6 }, 2);
+        ts.append_epoch(0, 0).unwrap();
+        ts.append_epoch(0, 1).unwrap();
+        assert!(ts.append_epoch(1, 1_000_000).is_err());
+        assert_eq!(ts.finish().unwrap().null_count(), 1);
+    }
+
+    #[test]
+    fn decimals_beyond_their_precision_are_errors() {
+        let mut b = ColumnBuilder::new(
+            &ColumnKind::Decimal {
+                precision: 5,
+                scale: 2,
+            },
+            2,
+        );
+        b.append_decimal128(99_999).unwrap();
+        b.append_decimal128(-99_999).unwrap();
+        assert!(b.append_decimal128(100_000).is_err());
+        assert!(b.append_decimal(i256::from_i128(100_000)).is_err());
+        let mut wide = ColumnBuilder::new(
+            &ColumnKind::Decimal {
+                precision: 65,
+                scale: 30,
+            },
+            1,
+        );
+        let max = i256::from_string(&"9".repeat(65)).unwrap();
+        wide.append_decimal(max).unwrap();
+        assert!(wide.append_decimal(max.wrapping_add(i256::ONE)).is_err());
+        assert_eq!(wide.finish().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn finishing_a_null_into_a_non_nullable_field_names_the_column() {
+        let kind = ColumnKind::Int {
+            bits: 8,
+            unsigned: true,
+        };
+        let schema = Arc::new(Schema::new(vec![kind.field("tiny", false)]));
+        let mut builders = vec![ColumnBuilder::new(&kind, 1)];
+        builders[0].append_u64(255).unwrap();
+        assert!(builders[0].append_u64(256).is_err());
+        assert_eq!(finish_batch(&schema, &mut builders).unwrap().num_rows(), 1);
+        builders[0].append_null();
+        let err = finish_batch(&schema, &mut builders).unwrap_err();
+        assert_eq!(err.column, "tiny");
+        // A NOT NULL DATE column's field is nullable: its zero dates fit.
+        let schema = Arc::new(Schema::new(vec![ColumnKind::Date.field("d", false)]));
+        let mut builders = vec![ColumnBuilder::new(&ColumnKind::Date, 1)];
+        builders[0].append_date(0, 0, 0).unwrap();
+        assert_eq!(finish_batch(&schema, &mut builders).unwrap().num_rows(), 1);
     }
 }

@@ -9,37 +9,47 @@
 //!
 //! | MySQL | Arrow |
 //! |---|---|
-//! | `TINYINT`…`BIGINT` (signed / `UNSIGNED`) | `Int8`…`Int64` / `UInt8`…`UInt64` (`MEDIUMINT` → 32 bits) |
+//! | `TINYINT`…`BIGINT` (signed / `UNSIGNED`, `ZEROFILL`) | `Int8`…`Int64` / `UInt8`…`UInt64` (`MEDIUMINT` → 32 bits) |
 //! | `DECIMAL(p,s)` | `Decimal128(p,s)` for p ≤ 38, else `Decimal256(p,s)` |
-//! | `FLOAT` / `DOUBLE` | `Float32` / `Float64` |
-//! | `DATE` | `Date32`; zero or partly zero dates are NULL |
-//! | `TIME(fsp)` | `Duration(µs)`: signed, may exceed 24 hours |
-//! | `DATETIME(fsp)` | `Timestamp(µs)` without zone (wall clock); zero dates are NULL |
+//! | `FLOAT` / `DOUBLE` | `Float32` / `Float64`, bit for bit (denormals included) |
+//! | `DATE` | `Date32`; dates with no calendar meaning are NULL |
+//! | `TIME(fsp)` | `Duration(µs)`: signed, up to ±838:59:59.999999 |
+//! | `DATETIME(fsp)` | `Timestamp(µs)` without zone (wall clock); dates with no calendar meaning are NULL |
 //! | `TIMESTAMP(fsp)` | `Timestamp(µs, "UTC")` (an instant); the zero timestamp is NULL |
 //! | `YEAR` | `Int16` (0 for the zero year) |
 //! | `CHAR`/`VARCHAR`/`TEXT`, `ENUM`, `SET`, `JSON` | `Utf8` (labels for `ENUM`/`SET`, JSON text) |
 //! | `BINARY`/`VARBINARY`/`BLOB`, `GEOMETRY`, `VECTOR` | `Binary` |
 //! | `BIT(n)` | `UInt64` |
 //!
+//! "No calendar meaning": zero dates (`0000-00-00`), partly zero dates (`2024-02-00`) and
+//! days past the end of their month (`2024-02-31`, stored under `ALLOW_INVALID_DATES`). They
+//! have no Arrow value, so `DATE`, `DATETIME` and `TIMESTAMP` fields are always nullable, even
+//! for `NOT NULL` columns: the Arrow schema of a table never depends on the rows it holds.
+//!
 //! Each field carries the column's MySQL type in its metadata under [`MYSQL_TYPE_KEY`], so later
 //! stages (e.g. the PostgreSQL front end) can tell JSON from text.
 
 mod builder;
+mod temporal;
 
 use std::sync::Arc;
 
 use arrow::datatypes::{i256, DataType, Field, TimeUnit};
 
-pub use builder::ColumnBuilder;
+pub use builder::{finish_batch, ColumnBuilder, FinishError};
+pub(crate) use temporal::MICROS;
+pub use temporal::{civil_from_days, date_to_days, datetime_to_micros, time_to_micros};
 
 /// Field metadata key holding the column's MySQL type (`bigint unsigned`, `json`, ...).
 pub const MYSQL_TYPE_KEY: &str = "mysql.type";
 
+/// Largest DECIMAL precision MySQL and MariaDB allow.
+const MAX_DECIMAL_PRECISION: u8 = 65;
+/// Largest DECIMAL scale (MariaDB's; MySQL allows 30).
+const MAX_DECIMAL_SCALE: u8 = 38;
+
 /// Largest DECIMAL precision that fits Arrow's `Decimal128`.
 const DECIMAL128_MAX_PRECISION: u8 = 38;
-
-/// Microseconds per second.
-pub(crate) const MICROS: i64 = 1_000_000;
 
 /// The character set a text column's bytes are in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,61 +199,51 @@ impl ColumnKind {
         }
     }
 
-    /// The Arrow field for a column of this kind.
+    /// An error when the kind's parameters are outside what MySQL allows (and so would make an
+    /// invalid Arrow type or a misread value): DECIMAL precision 1-65 with a scale of at most
+    /// 38 and the precision, fractional seconds 0-6, `BIT` 1-64 bits, at most 64 `SET` labels.
+    pub fn check(&self) -> Result<(), String> {
+        let ok = match self {
+            ColumnKind::Decimal { precision, scale } => {
+                (1..=MAX_DECIMAL_PRECISION).contains(precision)
+                    && *scale <= MAX_DECIMAL_SCALE
+                    && scale <= precision
+            }
+            ColumnKind::Time { fsp }
+            | ColumnKind::DateTime { fsp }
+            | ColumnKind::Timestamp { fsp } => *fsp <= 6,
+            ColumnKind::Bit { bits } => (1..=64).contains(bits),
+            ColumnKind::Set { labels } => labels.len() <= 64,
+            _ => true,
+        };
+        match (ok, self) {
+            (true, _) => Ok(()),
+            (false, ColumnKind::Set { labels }) => {
+                Err(format!("a SET of {} members (at most 64)", labels.len()))
+            }
+            (false, kind) => Err(format!("{} is not a valid MySQL type", kind.mysql_type())),
+        }
+    }
+
+    /// Whether columns of this kind hold values that have no Arrow value and are read as NULL
+    /// even when the column is `NOT NULL` (zero and invalid dates, the zero timestamp).
+    pub fn has_unrepresentable_values(&self) -> bool {
+        matches!(
+            self,
+            ColumnKind::Date | ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. }
+        )
+    }
+
+    /// The Arrow field for a column of this kind; nullable when the column is, and always for
+    /// the kinds that read some values as NULL ([`Self::has_unrepresentable_values`]), so that
+    /// the schema does not depend on the data.
     pub fn field(&self, name: &str, nullable: bool) -> Field {
+        let nullable = nullable || self.has_unrepresentable_values();
         Field::new(name, self.data_type(), nullable).with_metadata(
             [(MYSQL_TYPE_KEY.to_string(), self.mysql_type())]
                 .into_iter()
                 .collect(),
         )
-    }
-}
-
-/// Days from 1970-01-01 to the given civil date (proleptic Gregorian).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = m as i64;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// A MySQL date as days since the epoch; `None` for zero or partly zero dates, which have no
-/// calendar meaning (both read paths turn them into NULL).
-pub fn date_to_days(year: u32, month: u32, day: u32) -> Option<i32> {
-    if month == 0 || day == 0 || month > 12 || day > 31 {
-        return None;
-    }
-    Some(days_from_civil(year as i64, month, day) as i32)
-}
-
-/// A MySQL date and time of day as microseconds since the epoch (no zone applied).
-pub fn datetime_to_micros(
-    year: u32,
-    month: u32,
-    day: u32,
-    hour: u32,
-    minute: u32,
-    second: u32,
-    micros: u32,
-) -> Option<i64> {
-    let days = date_to_days(year, month, day)? as i64;
-    Some(
-        ((days * 24 + hour as i64) * 60 + minute as i64) * 60 * MICROS
-            + second as i64 * MICROS
-            + micros as i64,
-    )
-}
-
-/// A MySQL `TIME` as signed microseconds.
-pub fn time_to_micros(negative: bool, hours: u32, minutes: u32, seconds: u32, micros: u32) -> i64 {
-    let v = ((hours as i64 * 60 + minutes as i64) * 60 + seconds as i64) * MICROS + micros as i64;
-    if negative {
-        -v
-    } else {
-        v
     }
 }
 
@@ -325,7 +325,8 @@ pub fn bit_value(bytes: &[u8]) -> Result<u64, String> {
 /// Appends the labels of the bits set in `mask`, comma-separated, as MySQL prints a `SET`.
 pub fn set_labels(labels: &[String], mask: u64, out: &mut String) -> Result<(), String> {
     out.clear();
-    for (i, label) in labels.iter().enumerate() {
+    // A SET has at most 64 members; more labels (a corrupt definition) take no bit.
+    for (i, label) in labels.iter().take(64).enumerate() {
         if mask & (1u64 << i) != 0 {
             if !out.is_empty() {
                 out.push(',');
@@ -345,20 +346,6 @@ pub fn set_labels(labels: &[String], mask: u64, out: &mut String) -> Result<(), 
         ));
     }
     Ok(())
-}
-
-/// The civil date of a day count since 1970-01-01 (inverse of [`date_to_days`]).
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    (y, m, d)
 }
 
 /// The value at `row` of a column of our canonical types as a MySQL parameter, for sending a
@@ -408,12 +395,12 @@ pub fn arrow_to_mysql(array: &dyn arrow::array::Array, row: usize) -> mysql_asyn
                 civil_from_days(array.as_primitive::<t::Date32Type>().value(row) as i64);
             Value::Date(y as u16, m as u8, d as u8, 0, 0, 0, 0)
         }
-        DataType::Timestamp(_, _) => datetime(
+        DataType::Timestamp(t::TimeUnit::Microsecond, _) => datetime(
             array
                 .as_primitive::<t::TimestampMicrosecondType>()
                 .value(row),
         ),
-        DataType::Duration(_) => {
+        DataType::Duration(t::TimeUnit::Microsecond) => {
             let v = array
                 .as_primitive::<t::DurationMicrosecondType>()
                 .value(row);
@@ -443,30 +430,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn civil_from_days_inverts_days_from_civil() {
-        for (y, m, d) in [
-            (1970, 1, 1),
-            (2000, 2, 29),
-            (1, 1, 1),
-            (9999, 12, 31),
-            (1969, 12, 31),
-        ] {
-            let days = date_to_days(y as u32, m, d).unwrap() as i64;
-            assert_eq!(civil_from_days(days), (y, m, d));
-        }
-    }
-
-    #[test]
-    fn civil_dates_match_known_epoch_days() {
-        assert_eq!(date_to_days(1970, 1, 1), Some(0));
-        assert_eq!(date_to_days(2000, 3, 1), Some(11017));
-        assert_eq!(date_to_days(1, 1, 1), Some(-719162));
-        assert_eq!(date_to_days(9999, 12, 31), Some(2932896));
-        assert_eq!(date_to_days(0, 0, 0), None);
-        assert_eq!(date_to_days(2020, 0, 5), None);
-    }
-
-    #[test]
     fn decimal_text_scales_exactly() {
         assert_eq!(
             parse_decimal_text("-12.5", 3).unwrap(),
@@ -493,11 +456,69 @@ mod tests {
     }
 
     #[test]
+    fn a_set_of_64_members_and_bit_64_all_ones() {
+        let labels: Vec<String> = (0..64).map(|i| format!("m{i}")).collect();
+        let mut out = String::new();
+        set_labels(&labels, u64::MAX, &mut out).unwrap();
+        assert_eq!(out, labels.join(","));
+        set_labels(&labels, 0, &mut out).unwrap();
+        assert_eq!(out, "");
+        // More labels than a SET can have never shift past bit 63.
+        let too_many: Vec<String> = (0..70).map(|i| format!("m{i}")).collect();
+        set_labels(&too_many, 1 << 63, &mut out).unwrap();
+        assert_eq!(out, "m63");
+        assert!(bit_value(&[0xff; 9]).is_err());
+        assert_eq!(bit_value(&[]).unwrap(), 0);
+    }
+
+    #[test]
+    fn kinds_outside_mysql_limits_are_refused() {
+        let dec = |precision, scale| ColumnKind::Decimal { precision, scale };
+        assert!(dec(65, 30).check().is_ok());
+        assert!(dec(1, 0).check().is_ok());
+        assert!(dec(0, 0).check().is_err());
+        assert!(dec(66, 0).check().is_err());
+        assert!(dec(10, 11).check().is_err());
+        assert!(ColumnKind::Bit { bits: 65 }.check().is_err());
+        assert!(ColumnKind::Time { fsp: 7 }.check().is_err());
+        let labels: Arc<[String]> = (0..65).map(|i| i.to_string()).collect();
+        assert!(ColumnKind::Set { labels }.check().is_err());
+    }
+
+    #[test]
+    fn temporal_fields_are_always_nullable() {
+        for kind in [
+            ColumnKind::Date,
+            ColumnKind::DateTime { fsp: 6 },
+            ColumnKind::Timestamp { fsp: 0 },
+        ] {
+            assert!(kind.field("c", false).is_nullable(), "{kind:?}");
+        }
+        for kind in [
+            ColumnKind::Time { fsp: 6 },
+            ColumnKind::Year,
+            ColumnKind::Bit { bits: 1 },
+        ] {
+            assert!(!kind.field("c", false).is_nullable(), "{kind:?}");
+            assert!(kind.field("c", true).is_nullable(), "{kind:?}");
+        }
+    }
+
+    #[test]
     fn latin1_is_cp1252() {
         let mut s = String::new();
         assert_eq!(
             decode_text(Charset::Latin1, b"caf\xe9 \x80", &mut s).unwrap(),
             "café €"
         );
+        // 0x80-0x9F: Windows-1252 letters, and C1 controls for its five undefined bytes.
+        let high: Vec<u8> = (0x80..=0x9f).collect();
+        let text = decode_text(Charset::Latin1, &high, &mut s)
+            .unwrap()
+            .to_string();
+        assert_eq!(text.chars().count(), 32);
+        assert!(text.starts_with("€\u{81}‚ƒ"));
+        assert!(text.ends_with("œ\u{9d}žŸ"));
+        assert!(decode_text(Charset::Utf8, b"\xff", &mut s).is_err());
     }
 }

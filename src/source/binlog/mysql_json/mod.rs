@@ -150,6 +150,20 @@ impl<'a> Decoder<'a, '_> {
         }
     }
 
+    /// `N` bytes at `pos` as an array, bounded like [`Self::take`].
+    fn take_array<const N: usize>(
+        &self,
+        pos: usize,
+        end: usize,
+        what: &str,
+    ) -> Result<[u8; N], JsonDecodeError> {
+        let mut out = [0u8; N];
+        for (o, b) in out.iter_mut().zip(self.take(pos, N, end, what)?) {
+            *o = *b;
+        }
+        Ok(out)
+    }
+
     fn uint(&self, pos: usize, n: usize, end: usize, what: &str) -> Result<u64, JsonDecodeError> {
         let b = self.take(pos, n, end, what)?;
         Ok(b.iter()
@@ -285,33 +299,36 @@ impl<'a> Decoder<'a, '_> {
                 other => return Err(self.err(pos, format_args!("unknown literal 0x{other:02x}"))),
             },
             TYPE_INT16 => {
-                let b = self.take(pos, 2, end, "int16")?;
-                push_display(self.out, i16::from_le_bytes([b[0], b[1]]));
+                push_display(
+                    self.out,
+                    i16::from_le_bytes(self.take_array(pos, end, "int16")?),
+                );
             }
             TYPE_UINT16 => {
-                let b = self.take(pos, 2, end, "uint16")?;
-                push_display(self.out, u16::from_le_bytes([b[0], b[1]]));
+                push_display(
+                    self.out,
+                    u16::from_le_bytes(self.take_array(pos, end, "uint16")?),
+                );
             }
             TYPE_INT32 => {
-                let b = self.take(pos, 4, end, "int32")?;
-                push_display(self.out, i32::from_le_bytes(b.try_into().expect("4 bytes")));
+                let b = self.take_array(pos, end, "int32")?;
+                push_display(self.out, i32::from_le_bytes(b));
             }
             TYPE_UINT32 => {
-                let b = self.take(pos, 4, end, "uint32")?;
-                push_display(self.out, u32::from_le_bytes(b.try_into().expect("4 bytes")));
+                let b = self.take_array(pos, end, "uint32")?;
+                push_display(self.out, u32::from_le_bytes(b));
             }
             TYPE_INT64 => {
-                let b = self.take(pos, 8, end, "int64")?;
-                push_display(self.out, i64::from_le_bytes(b.try_into().expect("8 bytes")));
+                let b = self.take_array(pos, end, "int64")?;
+                push_display(self.out, i64::from_le_bytes(b));
             }
             TYPE_UINT64 => {
-                let b = self.take(pos, 8, end, "uint64")?;
-                push_display(self.out, u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                let b = self.take_array(pos, end, "uint64")?;
+                push_display(self.out, u64::from_le_bytes(b));
             }
             TYPE_DOUBLE => {
                 // float8store: IEEE 754 little-endian on every platform.
-                let b = self.take(pos, 8, end, "double")?;
-                let d = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+                let d = f64::from_le_bytes(self.take_array(pos, end, "double")?);
                 if !d.is_finite() {
                     // MySQL never stores NaN or infinities (its printer asserts on them).
                     return Err(self.err(pos, "double is NaN or infinite"));
