@@ -129,6 +129,8 @@ impl SourceError {
             SourceError::UnsupportedType { .. } => "0A000",
             // data_corrupted
             SourceError::Decode { .. } | SourceError::Checksum { .. } => "XX001",
+            // data_exception: a stored value the engine cannot read exactly.
+            SourceError::BadValue { .. } => "22000",
             // undefined_table
             SourceError::NoSuchTable(_) => "42P01",
             // invalid_parameter_value
