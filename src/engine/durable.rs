@@ -53,7 +53,7 @@ impl Engine {
         let sources: Vec<Arc<RunningSource>> = self
             .sources
             .read()
-            .expect("sources")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
             .cloned()
             .collect();

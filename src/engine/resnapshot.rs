@@ -192,7 +192,12 @@ pub(super) async fn resnapshot_table(
             table.id
         ))
     })?;
-    let new_state = read.into_states().pop().expect("one table was read");
+    let new_state = read.into_states().pop().ok_or_else(|| {
+        Stop::from(SourceError::Internal(format!(
+            "the re-read of {} returned no table",
+            table.id
+        )))
+    })?;
     let states = previous
         .tables
         .iter()

@@ -28,11 +28,11 @@
 //! sorted by position; [`Capture::next`] returns the changelog of each later transaction.
 //! Replaying all of it in position order gives exactly the current state.
 
+mod display;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use mysql_async::prelude::Queryable;
 
 use crate::change::SourceTransaction;
@@ -229,14 +229,12 @@ impl Capture {
             SourceError::Config("a snapshot mode needs a planned snapshot".into())
         })?;
         let chunks = run.execute_all().await?;
-        let min_high = chunks
-            .first()
-            .map(|c| c.high.clone())
-            .expect("every table has a chunk");
-        let max_high = chunks
-            .last()
-            .map(|c| c.high.clone())
-            .expect("every table has a chunk");
+        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
+            return Err(SourceError::Internal(
+                "the snapshot read no chunk (every table has at least one)".into(),
+            ));
+        };
+        let (min_high, max_high) = (first.high.clone(), last.high.clone());
         tracing::info!(chunks = chunks.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
         let mut out = Vec::new();
         // Consumed one by one, so each chunk's rows are freed once applied.
@@ -545,69 +543,6 @@ impl Capture {
                 self.progress.set_position(tx.end.clone());
             }
         }
-    }
-
-    /// Changelog entries as one batch per table, for display: `_op`, `_position`, `_gtid`,
-    /// `_commit_ts`, then the row (the after image; the deleted row for deletes).
-    pub fn changelog_batches(
-        &self,
-        changes: &[TableChange],
-    ) -> SourceResult<Vec<(TableId, RecordBatch)>> {
-        let mut out = Vec::new();
-        for (t, table) in self.tables.iter().enumerate() {
-            let events: Vec<&ChangelogEvent> = changes
-                .iter()
-                .filter(|c| c.table == t)
-                .map(|c| &c.event)
-                .collect();
-            if events.is_empty() {
-                continue;
-            }
-            let rows = events.iter().map(|e| {
-                e.after
-                    .as_ref()
-                    .or(e.before.as_ref())
-                    .expect("an event has an image")
-            });
-            let image = self.states[t]
-                .codec()
-                .decode(rows)
-                .map_err(|e| SourceError::Config(format!("decoding changelog rows: {e}")))?;
-            let ts: Vec<Option<i64>> = events
-                .iter()
-                .map(|e| (e.commit_ts_micros > 0).then_some(e.commit_ts_micros))
-                .collect();
-            let mut fields = vec![
-                Field::new("_op", DataType::Utf8, false),
-                Field::new("_position", DataType::Utf8, false),
-                Field::new("_gtid", DataType::Utf8, true),
-                Field::new(
-                    "_commit_ts",
-                    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                    true,
-                ),
-            ];
-            fields.extend(image.schema().fields().iter().map(|f| f.as_ref().clone()));
-            let mut columns: Vec<ArrayRef> = vec![
-                Arc::new(StringArray::from_iter_values(
-                    events.iter().map(|e| e.op.code()),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    events.iter().map(|e| e.position.to_string()),
-                )),
-                Arc::new(StringArray::from_iter(
-                    events
-                        .iter()
-                        .map(|e| e.gtid.as_ref().map(ToString::to_string)),
-                )),
-                Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
-            ];
-            columns.extend(image.columns().iter().cloned());
-            let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-                .map_err(|e| SourceError::Config(format!("building a changelog batch: {e}")))?;
-            out.push((table.id.clone(), batch));
-        }
-        Ok(out)
     }
 
     pub fn server(&self) -> &ServerInfo {
