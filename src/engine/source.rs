@@ -14,9 +14,13 @@
 //! live position and the durable one.
 //!
 //! # Failure
-//! A definite capture error stops the task and is kept in the source's status; the last
-//! published version stays queryable. Transient errors are retried inside the capture. A failed
-//! checkpoint is shown in the status and retried at the next interval.
+//! A definite capture error, or a panic in any of the source's tasks (capture, window reader,
+//! checkpoints, server poll), stops the source: the fault is kept in its status and its
+//! [`Health`](crate::provider::health::Health), so its tables refuse queries (the last
+//! published version stays readable to sessions that ask for stale reads), and the other
+//! sources go on. A table stopped by a DDL is carried in the published versions instead.
+//! Transient errors are retried inside the capture. A failed checkpoint is shown in the status
+//! and retried at the next interval.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};

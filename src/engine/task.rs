@@ -14,9 +14,8 @@
 //! Then every source transaction is appended to the changelogs and published as a new version.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 
 use arrow::array::AsArray;
 use arrow::datatypes::UInt64Type;
