@@ -7,6 +7,7 @@ mod common;
 mod fixture;
 
 mod clients;
+mod malformed;
 mod psql;
 mod server;
 mod types;
