@@ -230,6 +230,7 @@ async fn serve(settings: Settings) -> Result<()> {
                     checkpoint_interval: settings.checkpoint_interval,
                     state_snapshot_min_changes: settings.state_snapshot_min_changes,
                 },
+                allowed_locations: settings.allowed_locations.clone(),
                 ..Default::default()
             };
             let location = dir.to_str().context("the state directory is not UTF-8")?;
@@ -237,7 +238,7 @@ async fn serve(settings: Settings) -> Result<()> {
                 .await
                 .with_context(|| format!("opening the state in {}", dir.display()))?
         }
-        None => Engine::new(),
+        None => Engine::new().with_allowed_locations(settings.allowed_locations.clone()),
     };
     let engine = Arc::new(engine);
     let mut created = engine.source_names();

@@ -123,6 +123,8 @@ fn engine_sqlstate(error: &EngineError) -> &'static str {
         // connection_exception: the MySQL server could not be reached or refused us.
         EngineError::Source(_) | EngineError::SourceFailed { .. } => "08000",
         EngineError::Durable(e) => durable_sqlstate(e),
+        EngineError::TooComplex(_) => crate::engine::TooComplex::SQLSTATE,
+        EngineError::FileAccess(_) => crate::engine::FileAccessDenied::SQLSTATE,
     }
 }
 

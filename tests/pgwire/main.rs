@@ -7,6 +7,8 @@ mod common;
 mod fixture;
 
 mod clients;
+mod complexity;
+mod files;
 mod malformed;
 mod psql;
 mod server;
