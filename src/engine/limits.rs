@@ -10,9 +10,10 @@
 //! The depth counts every nested expression (an operand of an operator, an argument of a
 //! function, a `CASE` branch, a cast), every nested query, the operands of a chain of
 //! `UNION`/`EXCEPT`/`INTERSECT` and the relations a query joins (each becomes one more level
-//! of the plan). Deep parentheses, subqueries and nested functions are bounded earlier by the
-//! SQL parsers' own recursion limit ([`PARSER_NESTING_LIMIT`] levels), which is refused with
-//! the same error.
+//! of the plan). Parentheses and `CASE` ([`PARSER_NESTING_LIMIT`]) and function calls
+//! ([`CALL_NESTING_LIMIT`]) are counted earlier, on the statement's tokens, before a parser
+//! builds (or, for deep `CASE`s, silently mis-builds) a tree of it; the parsers' own recursion
+//! limit is refused with the same error.
 //!
 //! # Invariant
 //! No statement deeper than [`MAX_DEPTH`] reaches DataFusion's planner. The measurement itself
@@ -28,8 +29,9 @@ use sqlparser::keywords::Keyword;
 use sqlparser::parser::ParserError;
 use sqlparser::tokenizer::{Token, Tokenizer};
 
-/// The deepest statement planned (see the module docs for what counts, and `docs` for how
-/// the number was measured).
+/// The deepest statement planned (see the module docs for what counts). Measured through the
+/// front end in a debug build on a 2 MB stack: a chain of additions overflowed at about 450
+/// levels and a chain of joins at about 400, so 256 keeps a margin on the smallest stacks.
 pub const MAX_DEPTH: usize = 256;
 
 /// How deep parentheses and `CASE` may nest, counted on the statement's tokens before it is
