@@ -17,6 +17,7 @@
 //! | default statement timeout (ms, 0 = none) | `statement_timeout_ms` | — | — | 0 |
 //! | time running queries get at shutdown (ms) | `shutdown_grace_ms` | — | — | 10000 |
 //! | delay before a failed login is answered (ms) | `auth_failure_delay_ms` | — | — | 1000 |
+//! | storage SQL may read and write (`CREATE EXTERNAL TABLE`, `COPY ... TO`) | `allowed_locations = [...]` | — | — | none |
 //!
 //! `trust` (no password) is never a default: it must be set as `auth` explicitly.
 //! Unknown TOML keys are errors, so a misspelt setting is never silently ignored.
@@ -26,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use crate::engine::{AllowedLocations, BadLocation};
 
 /// The default listen address: not 5432, which a local PostgreSQL usually holds.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5433";
@@ -56,6 +59,8 @@ pub enum ConfigError {
     AuthMethod { value: String, origin: &'static str },
     #[error("{0} is set without {1}")]
     Incomplete(&'static str, &'static str),
+    #[error("invalid allowed_locations: {0}")]
+    AllowedLocation(#[from] BadLocation),
 }
 
 /// Parses `500ms`, `10s` (or `10`) and `2m`.
@@ -173,6 +178,9 @@ pub struct FileSettings {
     pub statement_timeout_ms: Option<u64>,
     pub shutdown_grace_ms: Option<u64>,
     pub auth_failure_delay_ms: Option<u64>,
+    /// URL prefixes (or absolute paths) SQL may read and write.
+    #[serde(default)]
+    pub allowed_locations: Vec<String>,
 }
 
 /// What the command line set (unset flags are `None` / empty).
@@ -196,6 +204,8 @@ pub struct Settings {
     pub checkpoint_interval: Duration,
     pub state_snapshot_min_changes: u64,
     pub frontend: FrontendSettings,
+    /// Where SQL may read and write files; nowhere by default.
+    pub allowed_locations: AllowedLocations,
 }
 
 impl Settings {
@@ -226,6 +236,7 @@ impl Settings {
             .state_dir
             .or_else(|| env("CDCFUSION_STATE_DIR").map(PathBuf::from))
             .or(file.state_dir);
+        let allowed_locations = AllowedLocations::parse(&file.allowed_locations)?;
         let mut init = file.init;
         init.extend(flags.init);
         let (interval, origin) = if let Some(i) = flags.checkpoint_interval {
@@ -261,6 +272,7 @@ impl Settings {
             checkpoint_interval,
             state_snapshot_min_changes,
             frontend,
+            allowed_locations,
         })
     }
 }
@@ -491,6 +503,35 @@ mod tests {
         let env = |k: &str| (k == "CDCFUSION_AUTH").then(|| "plain".to_string());
         let err = Settings::resolve(flags(), env).unwrap_err();
         assert!(err.to_string().contains("plain"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn allowed_locations_from_file() {
+        let dir = tempfile_dir("locations");
+        let file = dir.join("c.toml");
+        let flags = || FlagSettings {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        std::fs::write(&file, "").unwrap();
+        let none = Settings::resolve(flags(), no_env)
+            .unwrap()
+            .allowed_locations;
+        assert!(none.is_empty() && !none.allows("/tmp/x.csv"));
+        std::fs::write(
+            &file,
+            "allowed_locations = ['s3://bucket/prefix/', 'file:///data/exports/']\n",
+        )
+        .unwrap();
+        let some = Settings::resolve(flags(), no_env)
+            .unwrap()
+            .allowed_locations;
+        assert!(some.allows("/data/exports/x.csv") && some.allows("s3://bucket/prefix/y"));
+        assert!(!some.allows("/data/x.csv"));
+        std::fs::write(&file, "allowed_locations = ['exports/']\n").unwrap();
+        let err = Settings::resolve(flags(), no_env).unwrap_err();
+        assert!(err.to_string().contains("allowed_locations"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -239,6 +239,7 @@ async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
                     checkpoint_interval: settings.checkpoint_interval,
                     state_snapshot_min_changes: settings.state_snapshot_min_changes,
                 },
+                allowed_locations: settings.allowed_locations.clone(),
                 ..Default::default()
             };
             let location = dir.to_str().context("the state directory is not UTF-8")?;
@@ -246,7 +247,7 @@ async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
                 .await
                 .with_context(|| format!("opening the state in {}", dir.display()))?
         }
-        None => Engine::new(),
+        None => Engine::new().with_allowed_locations(settings.allowed_locations.clone()),
     };
     let engine = Arc::new(engine);
     // The front end is up before any init source is ready, so cdc.sources can be watched from

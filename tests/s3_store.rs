@@ -112,6 +112,7 @@ fn engine_options(moto: &Moto) -> EngineOptions {
             state_snapshot_min_changes: 20,
         },
         store: moto.options(),
+        ..Default::default()
     }
 }
 

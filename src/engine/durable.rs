@@ -25,7 +25,8 @@ impl Engine {
     pub async fn open(location: &str, options: EngineOptions) -> Result<Self, EngineError> {
         let store = Store::open(location, &options.store).map_err(DurableError::from)?;
         let durability = Arc::new(Durability::open(store, options.durable).await?);
-        let engine = Self::build(Some(Arc::clone(&durability)));
+        let engine = Self::build(Some(Arc::clone(&durability)))
+            .with_allowed_locations(options.allowed_locations);
         let catalog = durability.catalog.lock().await.clone();
         for entry in catalog.sources {
             let Some(CdcStatement::CreateSource(create)) = parse_cdc_statement(&entry.statement)?

@@ -14,7 +14,9 @@
 //! its newest checkpoint.
 
 mod durable;
+mod files;
 mod functions;
+pub mod limits;
 mod partial;
 mod resnapshot;
 pub mod source;
@@ -33,6 +35,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{DataFrame, SessionConfig};
+use datafusion::sql::parser::Statement as DFStatement;
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 
@@ -43,6 +46,8 @@ use crate::provider::current::CurrentTableProvider;
 use crate::provider::{pin, Published, CHANGELOG_SUFFIX};
 use crate::source::error::SourceError;
 use crate::sql::{mask_password, parse_cdc_statement, AlterSourceAction, CdcStatement, SqlError};
+pub use files::{AllowedLocations, BadLocation, FileAccessDenied};
+pub use limits::TooComplex;
 pub use source::{RunningSource, SourceStatus};
 use status::CdcSchema;
 
@@ -74,6 +79,10 @@ pub enum EngineError {
     CannotResnapshotTable { name: String, reason: String },
     #[error(transparent)]
     Durable(#[from] DurableError),
+    #[error(transparent)]
+    TooComplex(#[from] TooComplex),
+    #[error(transparent)]
+    FileAccess(#[from] FileAccessDenied),
 }
 
 /// How a durable engine stores its state.
@@ -82,6 +91,8 @@ pub struct EngineOptions {
     pub durable: DurableOptions,
     /// Options of a remote store (see [`crate::durable::store::Store::open`]).
     pub store: StoreOptions,
+    /// Where SQL may read and write files (see [`Engine::with_allowed_locations`]).
+    pub allowed_locations: AllowedLocations,
 }
 
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -91,6 +102,7 @@ pub struct Engine {
     ctx: SessionContext,
     sources: Arc<Sources>,
     durable: Option<Arc<Durability>>,
+    allowed: AllowedLocations,
 }
 
 impl std::fmt::Debug for Engine {
@@ -162,6 +174,28 @@ impl Engine {
             ctx,
             sources,
             durable,
+            allowed: AllowedLocations::default(),
+        }
+    }
+
+    /// Lets SQL (`CREATE EXTERNAL TABLE`, `COPY ... TO`, `INSERT` into a listing table) read
+    /// and write inside `locations`; by default it reaches no file or object store at all.
+    pub fn with_allowed_locations(mut self, locations: AllowedLocations) -> Self {
+        self.allowed = locations;
+        self
+    }
+
+    /// Refuses `location` unless it lies inside the allowed locations; `statement` names
+    /// what would reach it.
+    pub fn check_location(
+        &self,
+        statement: &'static str,
+        location: &str,
+    ) -> Result<(), FileAccessDenied> {
+        if self.allowed.allows(location) {
+            Ok(())
+        } else {
+            Err(FileAccessDenied { statement })
         }
     }
 
@@ -279,6 +313,11 @@ impl Engine {
     /// [`Engine::sql`] for one client session: `session` adapts a copy of the engine's
     /// state before planning (default catalog, session functions, ...). Versions are pinned
     /// after it runs, so a session can never plan against an unpinned source.
+    ///
+    /// Every statement is measured before it is planned (`limits`: deeper than
+    /// [`limits::MAX_DEPTH`] is [`EngineError::TooComplex`]) and checked for the storage it
+    /// reaches, by its text and again by its plan, before it runs (`files`: outside the
+    /// allowed locations is [`EngineError::FileAccess`]).
     pub async fn sql_with(
         &self,
         sql: &str,
@@ -296,8 +335,32 @@ impl Engine {
         };
         let mut state = session(self.ctx.state());
         state.config_mut().set_extension(Arc::new(pinned));
+        limits::check_nesting(sql)?;
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state
+            .sql_to_statement(sql, &dialect)
+            .map_err(limits::parser_error)?;
+        limits::check_df_statement(&statement, limits::MAX_DEPTH)?;
+        self.check_statement_locations(&statement)?;
+        let plan = state.statement_to_plan(statement).await?;
+        self.allowed.check(&plan)?;
         let ctx = SessionContext::new_with_state(state);
-        Ok(ctx.sql(sql).await?)
+        Ok(ctx.execute_logical_plan(plan).await?)
+    }
+
+    /// The locations DataFusion's own statements name, refused before they are planned.
+    fn check_statement_locations(&self, statement: &DFStatement) -> Result<(), EngineError> {
+        match statement {
+            DFStatement::CreateExternalTable(create) => {
+                for location in &create.locations {
+                    self.check_location("CREATE EXTERNAL TABLE", location)?;
+                }
+            }
+            DFStatement::CopyTo(copy) => self.check_location("COPY ... TO", &copy.target)?,
+            DFStatement::Explain(explain) => self.check_statement_locations(&explain.statement)?,
+            DFStatement::Statement(_) | DFStatement::Reset(_) => {}
+        }
+        Ok(())
     }
 
     /// Runs one of cdcfusion's own statements, already parsed (and possibly adjusted, e.g.

@@ -32,7 +32,9 @@ use pgwire::api::auth::{
 use pgwire::api::{ClientInfo, PgWireConnectionState, SessionExtensions};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::response::TransactionStatus;
-use pgwire::messages::startup::{Authentication, SecretKey};
+use pgwire::messages::startup::{
+    Authentication, PasswordMessageFamily, SASLInitialResponse, SecretKey,
+};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, ProtocolVersion};
 use pgwire::tokio::tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio::sync::Mutex;
@@ -43,6 +45,7 @@ use super::error::{
     SQLSTATE_INVALID_PASSWORD, SQLSTATE_TOO_MANY_CONNECTIONS,
 };
 use super::server::{ConnState, SessionInfo, Shared};
+use super::wire::{Cursor, SQLSTATE_PROTOCOL_VIOLATION};
 use crate::config::{AuthMethod, UserSettings};
 
 /// Salt length of the SCRAM verifiers we derive from configured passwords.
@@ -146,6 +149,8 @@ pub struct Startup {
     conn: Arc<ConnState>,
     method: Mutex<Option<Method>>,
     user: Mutex<String>,
+    /// Whether the SASL exchange has had its first message.
+    sasl_begun: std::sync::atomic::AtomicBool,
     /// The database the start-up message named when it does not exist; refused once the
     /// password has been checked.
     unknown_database: Mutex<Option<String>>,
@@ -260,6 +265,7 @@ impl Startup {
             conn,
             method: Mutex::new(None),
             user: Mutex::new(String::new()),
+            sasl_begun: std::sync::atomic::AtomicBool::new(false),
             unknown_database: Mutex::new(None),
         }
     }
@@ -345,6 +351,31 @@ impl Startup {
     }
 }
 
+/// The first message of a SASL exchange, read without trusting its lengths: pgwire's own
+/// reading of it panics on a short message (an empty password message, for one).
+fn sasl_initial_response(message: PasswordMessageFamily) -> PgWireResult<SASLInitialResponse> {
+    let PasswordMessageFamily::Raw(body) = message else {
+        return message.into_sasl_initial_response();
+    };
+    let malformed = || fatal_error(SQLSTATE_PROTOCOL_VIOLATION, "malformed SASL message");
+    let mut cursor = Cursor::new(&body);
+    let mechanism = cursor
+        .cstring()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(malformed)?;
+    let mechanism = String::from_utf8_lossy(mechanism).into_owned();
+    let length = cursor.i32().ok_or_else(malformed)?;
+    let rest = cursor.rest();
+    let data = match length {
+        -1 if rest.is_empty() => None,
+        n if usize::try_from(n).ok() == Some(rest.len()) => {
+            Some(bytes::Bytes::copy_from_slice(rest))
+        }
+        _ => return Err(malformed()),
+    };
+    Ok(SASLInitialResponse::new(mechanism, data))
+}
+
 #[async_trait]
 impl StartupHandler for Startup {
     async fn on_startup<C>(
@@ -383,6 +414,18 @@ impl StartupHandler for Startup {
                 finish_authentication(&mut client, self.shared.parameters.as_ref()).await?;
             }
         }
+        let message = match (method.as_ref(), message) {
+            (Some(Method::Scram(_)), PgWireFrontendMessage::PasswordMessageFamily(password))
+                if !self
+                    .sasl_begun
+                    .swap(true, std::sync::atomic::Ordering::SeqCst) =>
+            {
+                PgWireFrontendMessage::PasswordMessageFamily(
+                    PasswordMessageFamily::SASLInitialResponse(sasl_initial_response(password)?),
+                )
+            }
+            (_, message) => message,
+        };
         let mut cut = CutAfterAuthOk::new(client, unknown_database.is_some());
         let result = match method.as_ref() {
             Some(Method::Scram(h)) => h.on_startup(&mut cut, message).await,

@@ -1,7 +1,8 @@
 //! `COPY (query) TO STDOUT` and `COPY table TO STDOUT`: query results as `COPY` data, in text
 //! or CSV format, with the options `psql`'s `\copy` sends (both the `WITH (...)` and the older
-//! bare-word spelling). Everything else `COPY` does (`FROM`, files, programs) is refused with
-//! `0A000`: the tables are read-only and the server writes no files.
+//! bare-word spelling). `COPY FROM` is refused with `0A000` (the tables are read-only) and
+//! `COPY ... TO PROGRAM` with `42501`; `COPY ... TO 'file'` is DataFusion's to run, under the
+//! engine's allowed locations (see [`file_target`]).
 
 use std::sync::Arc;
 
@@ -15,6 +16,19 @@ use sqlparser::ast::{
 
 use super::error::user_error;
 use crate::sql::SQLSTATE_FEATURE_NOT_SUPPORTED;
+
+/// The file a `COPY ... TO 'file'` writes: such a statement is DataFusion's, run by the
+/// engine as written once the engine allows the location.
+pub fn file_target(statement: &Statement) -> Option<&str> {
+    match statement {
+        Statement::Copy {
+            to: true,
+            target: CopyTarget::File { filename },
+            ..
+        } => Some(filename),
+        _ => None,
+    }
+}
 
 /// A `COPY ... TO STDOUT` to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +63,8 @@ impl CopyOut {
         }
         if *target != CopyTarget::Stdout {
             return Err(user_error(
-                SQLSTATE_FEATURE_NOT_SUPPORTED,
-                "COPY TO a file or program is not supported; use COPY ... TO STDOUT (psql: \\copy)",
+                crate::engine::FileAccessDenied::SQLSTATE,
+                "permission denied: COPY TO PROGRAM is not allowed; use COPY ... TO STDOUT (psql: \\copy)",
             ));
         }
         let query = match source {

@@ -125,6 +125,8 @@ fn engine_sqlstate(error: &EngineError) -> &'static str {
         // connection_exception: the source stopped before it was ready.
         EngineError::SourceFailed { .. } => "08000",
         EngineError::Durable(e) => e.sqlstate(),
+        EngineError::TooComplex(_) => crate::engine::TooComplex::SQLSTATE,
+        EngineError::FileAccess(_) => crate::engine::FileAccessDenied::SQLSTATE,
     }
 }
 

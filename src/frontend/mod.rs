@@ -14,7 +14,8 @@
 //! * `compat`: the catalog functions and the `ARRAY(subquery)` rewrite psql needs beyond
 //!   datafusion-pg-catalog;
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
-//! * `error`: SQLSTATEs of every error a client can see.
+//! * `error`: SQLSTATEs of every error a client can see;
+//! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop.
 //!
 //! The wire protocol itself is pgwire's; `pg_catalog` with the functions psql calls, and the
 //! PostgreSQL compatibility rewrites of catalog queries, are datafusion-pg-catalog's; Arrow to
@@ -30,6 +31,7 @@ mod query;
 mod server;
 mod session;
 mod tls;
+mod wire;
 
 pub use catalog::DEFAULT_DATABASE;
 pub use error::FrontendError;

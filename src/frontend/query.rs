@@ -43,7 +43,7 @@ use sqlparser::ast::Statement;
 
 use super::catalog::SessionCatalogs;
 use super::compat;
-use super::copy::CopyOut;
+use super::copy::{self, CopyOut};
 use super::encode;
 use super::error::{
     canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL,
@@ -51,8 +51,10 @@ use super::error::{
 };
 use super::server::{ConnState, Shared, Stop, Stopped};
 use super::session::{self, SessionStatement};
+use crate::engine::{limits, TooComplex};
 use crate::provider::health::ReadPolicy;
 use crate::sql::{parse_cdc_statement, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR};
+use datafusion::sql::parser::Statement as DFStatement;
 
 /// A statement, routed (see the module docs).
 #[derive(Debug, Clone)]
@@ -80,6 +82,44 @@ pub struct Planned {
     /// Result columns and parameter types, known once planned (extended protocol).
     pub schema: Option<SchemaRef>,
     pub params: Vec<Option<DataType>>,
+}
+
+impl Planned {
+    /// A statement sent to the engine as the client wrote it, answered with `tag`.
+    fn as_written(text: &str, tag: &str) -> Self {
+        Self {
+            sql: text.to_string(),
+            rows: false,
+            tag: tag.to_string(),
+            schema: None,
+            params: Vec::new(),
+        }
+    }
+}
+
+/// A statement only DataFusion's grammar knows (its spellings of `COPY ... TO` and `CREATE
+/// EXTERNAL TABLE`, or an `EXPLAIN` of one), ready for the engine to parse and check.
+fn datafusion_only(text: &str) -> Option<Planned> {
+    let statement = datafusion::sql::parser::DFParser::parse_sql(text)
+        .ok()?
+        .pop_front()?;
+    let (tag, rows) = match &statement {
+        DFStatement::CopyTo(_) => ("COPY", false),
+        DFStatement::CreateExternalTable(_) => ("CREATE EXTERNAL TABLE", false),
+        DFStatement::Explain(explain) => match *explain.statement {
+            DFStatement::CopyTo(_) | DFStatement::CreateExternalTable(_) => ("EXPLAIN", true),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let mut planned = Planned::as_written(text, tag);
+    planned.rows = rows;
+    Some(planned)
+}
+
+/// A statement refused for its depth.
+fn too_complex(error: TooComplex) -> PgWireError {
+    user_error(TooComplex::SQLSTATE, error.to_string())
 }
 
 /// The query handler of one connection (simple and extended protocol).
@@ -121,20 +161,38 @@ impl Parser {
             Err(e) => return Err(user_error(e.sqlstate(), e.to_string())),
             Ok(None) => {}
         }
-        let mut statements = self
-            .shared
-            .parser
-            .parse(text)
-            .map_err(|e| user_error(SQLSTATE_SYNTAX_ERROR, e.to_string()))?;
+        limits::check_nesting(text).map_err(too_complex)?;
+        let mut statements = match self.shared.parser.parse(text) {
+            Ok(statements) => statements,
+            Err(e) if limits::is_nesting_limit(&e) => {
+                return Err(too_complex(TooComplex::Nesting {
+                    limit: limits::PARSER_NESTING_LIMIT,
+                }))
+            }
+            Err(e) => match datafusion_only(text) {
+                Some(planned) => return Ok(Some(Routed::Query(planned))),
+                None => return Err(user_error(SQLSTATE_SYNTAX_ERROR, e.to_string())),
+            },
+        };
         if statements.len() > 1 {
             return Err(user_error(
                 SQLSTATE_SYNTAX_ERROR,
                 "cannot insert multiple commands into a prepared statement",
             ));
         }
-        let Some(statement) = statements.pop().map(compat::rewrite) else {
+        let Some(statement) = statements.pop() else {
             return Ok(None);
         };
+        // Measured before anything walks the tree (the engine measures what it plans again).
+        limits::check_statement(&statement, limits::MAX_DEPTH).map_err(too_complex)?;
+        let statement = compat::rewrite(statement);
+        if let Some(file) = copy::file_target(&statement) {
+            self.shared
+                .engine
+                .check_location("COPY ... TO", file)
+                .map_err(|e| engine_error(e.into()))?;
+            return Ok(Some(Routed::Query(Planned::as_written(text, "COPY"))));
+        }
         if let Some(s) = SessionStatement::of(&statement) {
             return Ok(Some(Routed::Session(s)));
         }
@@ -288,8 +346,10 @@ impl Parser {
                     .into_iter()
                     .collect::<PgWireResult<_>>()?;
                 let mut tag = Tag::new(&planned.tag);
-                if planned.tag == "INSERT" {
-                    tag = tag.with_oid(0).with_rows(inserted_rows(&batches));
+                match planned.tag.as_str() {
+                    "INSERT" => tag = tag.with_oid(0).with_rows(inserted_rows(&batches)),
+                    "COPY" => tag = tag.with_rows(inserted_rows(&batches)),
+                    _ => {}
                 }
                 Ok(Response::Execution(tag))
             }

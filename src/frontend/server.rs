@@ -2,11 +2,11 @@
 //! query cancellation and graceful shutdown.
 //!
 //! # Connections
-//! Each accepted socket gets a [`ConnState`] and its own handlers, and is served by pgwire's
-//! `process_socket` (TLS negotiation, the start-up exchange, then messages until the client
-//! leaves). A slot under `max_connections` is taken at accept; a connection without one is
-//! refused in the start-up exchange with a clear error (a cancel request, which needs no
-//! slot, still works when the server is full).
+//! Each accepted socket gets a [`ConnState`] and its own handlers, and is served by
+//! `wire::serve` (TLS negotiation, the start-up exchange, then messages until the client
+//! leaves; malformed bytes end only that connection). A slot under `max_connections` is
+//! taken at accept; a connection without one is refused in the start-up exchange with a
+//! clear error (a cancel request, which needs no slot, still works when the server is full).
 //!
 //! # Cancellation
 //! Every statement runs under a [`Stop`]: its own cancellation token, which a cancel request
@@ -311,7 +311,7 @@ impl Server {
                     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
                     shared.connections.lock().expect("connections").insert(id, Arc::downgrade(&conn));
                     let handlers = Handlers { shared: Arc::clone(&shared), conn: Arc::clone(&conn) };
-                    let serve = pgwire::tokio::process_socket(socket, tls.clone(), handlers);
+                    let serve = super::wire::serve(socket, tls.clone(), handlers);
                     let watch = watch_connection(Arc::clone(&shared), Arc::clone(&conn), stopping.clone());
                     let shared = Arc::clone(&shared);
                     connections.spawn(async move {

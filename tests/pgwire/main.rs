@@ -7,6 +7,9 @@ mod common;
 mod fixture;
 
 mod clients;
+mod complexity;
+mod files;
+mod malformed;
 mod psql;
 mod server;
 mod types;
