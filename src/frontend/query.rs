@@ -632,6 +632,7 @@ impl SimpleQueryHandler for QueryHandler {
         }
         let mut responses = Vec::with_capacity(texts.len());
         for text in texts {
+            crate::failpoint::hit_in("connection", text.trim());
             let result = match self.parser.route(&text) {
                 Ok(Some(routed)) => {
                     self.parser

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::FutureExt;
 use pgwire::api::auth::DefaultServerParameterProvider;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::{
@@ -311,14 +312,20 @@ impl Server {
                     let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
                     shared.connections.lock().expect("connections").insert(id, Arc::downgrade(&conn));
                     let handlers = Handlers { shared: Arc::clone(&shared), conn: Arc::clone(&conn) };
-                    let serve = super::wire::serve(socket, tls.clone(), handlers);
+                    // A panic while serving one client (a bug) ends only that connection.
+                    let serve = std::panic::AssertUnwindSafe(super::wire::serve(socket, tls.clone(), handlers)).catch_unwind();
                     let watch = watch_connection(Arc::clone(&shared), Arc::clone(&conn), stopping.clone());
                     let shared = Arc::clone(&shared);
                     connections.spawn(async move {
                         let closed = tokio::select! {
                             result = serve => {
-                                if let Err(e) = result {
-                                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                                match result {
+                                    Ok(Ok(())) => {}
+                                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "connection ended with an error"),
+                                    Err(panic) => {
+                                        let message = crate::failpoint::panic_message(panic.as_ref());
+                                        tracing::error!(%peer, %message, "serving a connection failed unexpectedly; it was closed");
+                                    }
                                 }
                                 None
                             }

@@ -226,3 +226,32 @@ async fn shutdown_cancels_running_queries_after_the_grace_period() {
         .unwrap_err();
     assert_eq!(sqlstate(&error), "57P01", "{error}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_serving_one_client_closes_only_its_connection() {
+    let f = Fixture::start(
+        "pg_conn_panic",
+        "conn_panic",
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY); INSERT INTO {db}.t VALUES (1), (2);",
+        settings(),
+    )
+    .await;
+    let statement = "SELECT 'a panic in this connection'";
+    let bystander = f.client("conn_panic").await;
+    let victim = f.client("conn_panic").await;
+    cdcfusion::failpoint::arm("connection", Some(statement), 0);
+    let failed = victim.simple_query(statement).await;
+    assert!(failed.is_err(), "the statement answered: {failed:?}");
+    assert!(!cdcfusion::failpoint::is_armed(
+        "connection",
+        Some(statement)
+    ));
+    assert!(victim.is_closed() || victim.simple_query("SELECT 1").await.is_err());
+    // The others are served as before, and new clients connect.
+    let count = "SELECT count(*) FROM pg_conn_panic.t";
+    for client in [&bystander, &f.client("conn_panic").await] {
+        let rows = client.query_one(count, &[]).await.unwrap();
+        assert_eq!(rows.get::<_, i64>(0), 2);
+    }
+    f.shutdown().await;
+}
