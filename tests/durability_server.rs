@@ -528,3 +528,84 @@ async fn resnapshot_table_repairs_one_table_and_leaves_the_others_alone() {
     caught_up(&srv, &engine, "s").await;
     check_both(&srv, &engine, db).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_during_the_snapshot_is_ridden_out() {
+    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+    use cdcfusion::source::snapshot::incremental::{HookPoint, SnapshotHook};
+    let srv = Arc::new(std::sync::Mutex::new(own_server().await));
+    let db = "retry_db";
+    let url = {
+        let guard = srv.lock().unwrap();
+        setup(&guard, db).await;
+        guard.cdc_url()
+    };
+    // The server restarts while the sixth chunk starts, once; every chunk read is counted.
+    let restarted = Arc::new(AtomicBool::new(false));
+    let reads: Arc<std::sync::Mutex<Vec<usize>>> = Arc::default();
+    let hook: SnapshotHook = {
+        let (srv, restarted, reads) =
+            (Arc::clone(&srv), Arc::clone(&restarted), Arc::clone(&reads));
+        Arc::new(move |point, chunk| {
+            let (srv, restarted, reads) =
+                (Arc::clone(&srv), Arc::clone(&restarted), Arc::clone(&reads));
+            Box::pin(async move {
+                if point == HookPoint::AfterHigh {
+                    reads.lock().unwrap().push(chunk.index);
+                }
+                if point == HookPoint::AfterLow
+                    && chunk.index == 5
+                    && !restarted.swap(true, Ordering::SeqCst)
+                {
+                    tokio::task::spawn_blocking(move || srv.lock().unwrap().restart().unwrap())
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+    };
+    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+    options.server_id = next_server_id();
+    options.snapshot.window_server_id = next_server_id();
+    options.snapshot.chunk_size = 20;
+    options.snapshot.parallelism = 1;
+    options.snapshot.hook = Some(hook);
+    let engine = Engine::new();
+    engine.create_source("r", &url, options).unwrap();
+    tokio::time::timeout(HANG_GUARD * 2, engine.wait_ready("r"))
+        .await
+        .expect("the snapshot never finished")
+        .unwrap_or_else(|e| panic!("the source stopped: {e}"));
+    assert!(
+        restarted.load(Ordering::SeqCst),
+        "the server was not restarted"
+    );
+    let status = query(
+        &engine,
+        "SELECT state, retries >= 1 AS retried, last_error_sqlstate FROM cdc.sources",
+    )
+    .await;
+    assert_eq!(
+        status,
+        ["state=running retried=true last_error_sqlstate=08006"]
+    );
+    // The chunks read before the restart were kept, not read again.
+    let reads = reads.lock().unwrap().clone();
+    for index in 0..5 {
+        assert_eq!(
+            reads.iter().filter(|i| **i == index).count(),
+            1,
+            "{reads:?}"
+        );
+    }
+    // It streams on, equal to the server, its changelog replaying to it.
+    let guard = srv.lock().unwrap();
+    let mut conn = root_conn(&guard).await;
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET n = -n WHERE id % 7 = 0; DELETE FROM {db}.t WHERE id > 190"
+    ))
+    .await
+    .unwrap();
+    caught_up(&guard, &engine, "r").await;
+    check(&guard, &engine, "r", db).await;
+}

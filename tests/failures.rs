@@ -27,7 +27,7 @@ fn create(name: &str, db: &str) -> String {
     format!(
         "CREATE SOURCE {name} FROM MYSQL '{}' WITH (tables = '{db}.*', chunk_size = 4, server_id = {})",
         server().cdc_url(),
-        next_server_id()
+        source_server_id()
     )
 }
 
@@ -314,7 +314,7 @@ async fn create_source_checks_the_server_before_it_answers() {
         &engine,
         &format!(
             "CREATE SOURCE s FROM MYSQL '{bad}' WITH (server_id = {})",
-            next_server_id()
+            source_server_id()
         ),
     )
     .await
@@ -326,7 +326,7 @@ async fn create_source_checks_the_server_before_it_answers() {
         &engine,
         &format!(
             "CREATE SOURCE s FROM MYSQL '{url}' WITH (tables = 'no_such_db.*', server_id = {})",
-            next_server_id()
+            source_server_id()
         ),
     )
     .await
@@ -347,7 +347,7 @@ async fn create_source_checks_the_server_before_it_answers() {
         &engine,
         &format!(
             "CREATE SOURCE s FROM MYSQL '{silent_url}' WITH (server_id = {})",
-            next_server_id()
+            source_server_id()
         ),
     )
     .await
@@ -359,7 +359,7 @@ async fn create_source_checks_the_server_before_it_answers() {
         &engine,
         &format!(
             "CREATE SOURCE s FROM MYSQL '{bad}' WITH (validate = false, server_id = {})",
-            next_server_id()
+            source_server_id()
         ),
     )
     .await
@@ -394,8 +394,8 @@ async fn chunks_are_queryable_during_the_snapshot_when_asked_for() {
         })
     });
     let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
-    options.server_id = next_server_id();
-    options.snapshot.window_server_id = next_server_id();
+    options.server_id = source_server_id();
+    options.snapshot.window_server_id = source_server_id();
     options.snapshot.chunk_size = 10;
     options.snapshot.parallelism = 1;
     options.snapshot.hook = Some(hook);

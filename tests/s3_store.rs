@@ -164,7 +164,7 @@ async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
         .sql(&format!(
             "CREATE SOURCE s3s FROM MYSQL '{}' WITH (tables = '{db}.t', chunk_size = 64, server_id = {})",
             srv.cdc_url(),
-            next_server_id()
+            source_server_id()
         ))
         .await
         .unwrap();

@@ -25,7 +25,7 @@ async fn serve_runs_init_files_and_stops_on_interrupt() {
         format!(
             "-- a source; the URL holds a ';' in no statement\nCREATE SOURCE shop FROM MYSQL '{}' WITH (tables = 'serve_db.*', server_id = {});\n",
             server().cdc_url(),
-            next_server_id()
+            source_server_id()
         ),
     )
     .unwrap();
@@ -136,7 +136,7 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
         &init,
         format!(
             "CREATE SOURCE broken FROM MYSQL '{bad}' WITH (server_id = {});\nSELECT no_such_column FROM nowhere;\n",
-            next_server_id()
+            source_server_id()
         ),
     )
     .unwrap();
@@ -209,7 +209,7 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
         &init,
         format!(
             "CREATE SOURCE broken FROM MYSQL '{bad}' WITH (server_id = {});\n",
-            next_server_id()
+            source_server_id()
         ),
     )
     .unwrap();

@@ -19,6 +19,7 @@ mod functions;
 pub mod limits;
 mod partial;
 mod resnapshot;
+mod retry;
 pub mod source;
 mod status;
 mod task;

@@ -60,6 +60,12 @@ pub struct SourceStatus {
     pub consistent_from: Option<BinlogCoord>,
     /// Why the last checkpoint failed, until one succeeds.
     pub checkpoint_error: Option<String>,
+    /// Restarts after transient failures (`engine::retry`).
+    pub retries: u64,
+    /// Waiting to restart after a transient failure.
+    pub retrying: bool,
+    /// The last transient failure, kept after the source recovered from it.
+    pub last_error: Option<crate::provider::health::Fault>,
 }
 
 /// How often the server's binlog end is read for lag.
@@ -175,6 +181,7 @@ impl RunningSource {
             versions: Arc::new(versions_tx),
             checkpointer: checkpointer.clone(),
             health: Arc::clone(&health),
+            journal: Arc::default(),
         };
         let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {

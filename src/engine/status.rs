@@ -149,6 +149,8 @@ fn build(
         "sources" => {
             let mut cols: [Vec<Option<String>>; 15] = Default::default();
             let mut error_at = Vec::new();
+            let (mut retries, mut last_error, mut last_sqlstate, mut last_at) =
+                (vec![], vec![], vec![], vec![]);
             let mut consistent = Vec::new();
             let mut txs = Vec::new();
             let (mut lag_s, mut lag_b, mut server_pos) = (vec![], vec![], vec![]);
@@ -169,7 +171,13 @@ fn build(
                 cols[10].push(status.checkpoint_error.clone());
                 let fault = s.health.source_fault();
                 // `failed`: capture stopped and the tables refuse queries (see `health`).
-                let state = if fault.is_some() { "failed" } else { "running" };
+                let state = if fault.is_some() {
+                    "failed"
+                } else if status.retrying {
+                    "retrying"
+                } else {
+                    "running"
+                };
                 cols[11].push(Some(state.to_string()));
                 cols[12].push(fault.as_ref().map(|f| f.sqlstate.to_string()));
                 cols[13].push(
@@ -185,6 +193,10 @@ fn build(
                         .map(ToString::to_string),
                 );
                 error_at.push(fault.as_ref().map(|f| micros(f.at)));
+                retries.push(status.retries);
+                last_error.push(status.last_error.as_ref().map(|f| f.describe()));
+                last_sqlstate.push(status.last_error.as_ref().map(|f| f.sqlstate.to_string()));
+                last_at.push(status.last_error.as_ref().map(|f| micros(f.at)));
                 consistent.push(Some(version.consistent));
                 lag_s.push(status.lag_seconds(version.position.as_ref()));
                 lag_b.push(status.lag_bytes(version.position.as_ref()));
@@ -215,6 +227,13 @@ fn build(
                 (
                     "error_at",
                     Arc::new(TimestampMicrosecondArray::from(error_at).with_timezone("UTC")),
+                ),
+                ("retries", Arc::new(UInt64Array::from(retries))),
+                ("last_error", text(last_error)),
+                ("last_error_sqlstate", text(last_sqlstate)),
+                (
+                    "last_error_at",
+                    Arc::new(TimestampMicrosecondArray::from(last_at).with_timezone("UTC")),
                 ),
                 ("checkpoint_error", text(checkpoint_error)),
                 ("url", text(url)),

@@ -24,18 +24,22 @@ use tokio::sync::watch;
 
 use super::partial::PartialView;
 use super::resnapshot::{resnapshot, resnapshot_table};
+use super::retry::{self, MemoryJournal};
 use super::source::SourceStatus;
 use crate::capture::{Capture, CaptureOptions, TableChange, TableStop};
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
 use crate::provider::health::{Fault, Health, SharedHealth, SQLSTATE_INTERNAL};
 use crate::provider::{Published, SourceVersion};
-use crate::source::connect::ConnectOptions;
+use crate::source::connect::{preflight, ConnectOptions};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::BinlogCoord;
 use crate::source::schema::TableId;
 use crate::source::snapshot::incremental::Progress;
+use crate::source::snapshot::journal::SnapshotJournal;
 use crate::state::changelog::{changelog_batch, Changelog};
+use crate::state::current::CurrentTable;
+use crate::state::merge::TableState;
 
 /// Why a capture task stopped.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +58,8 @@ pub(crate) enum Mode {
     Resnapshot,
     /// Re-read the table at this index of the source's tables; see `engine::resnapshot`.
     ResnapshotTable(usize),
+    /// Go on from the published version after a transient failure (`engine::retry`).
+    Resume,
 }
 
 /// What a capture task shares with its source; cloned for each task the source runs.
@@ -68,19 +74,53 @@ pub(crate) struct Task {
     pub versions: Arc<watch::Sender<u64>>,
     pub checkpointer: Option<Arc<Checkpointer>>,
     pub health: SharedHealth,
+    /// The snapshot's progress of a source without a state store, kept across retries.
+    pub journal: Arc<MemoryJournal>,
 }
 
 pub(crate) async fn run(task: Task, mode: Mode) {
-    // Anything that escapes the capture, a panic included, becomes the source's failed state:
-    // the source stops, its tables refuse queries (see `provider::health`), the others go on.
-    let outcome = AssertUnwindSafe(capture_loop(&task, mode))
-        .catch_unwind()
-        .await;
-    let fault = match outcome {
-        Ok(Ok(())) => None,
-        Ok(Err(stop)) => Some(stop.fault()),
-        Err(panic) => Some(panicked("capture", panic.as_ref())),
+    let mut mode = mode;
+    let mut attempt = 0;
+    let fault = loop {
+        let published_before = *task.versions.borrow();
+        // Anything that escapes the capture, a panic included, becomes the source's failed
+        // state: the source stops, its tables refuse queries (see `provider::health`), the
+        // others go on. A transient failure is retried instead (`engine::retry`).
+        let outcome = AssertUnwindSafe(capture_loop(&task, mode))
+            .catch_unwind()
+            .await;
+        let stop = match outcome {
+            Ok(Ok(())) => break None,
+            Ok(Err(stop)) => stop,
+            Err(panic) => break Some(panicked("capture", panic.as_ref())),
+        };
+        if !retry::is_transient(&stop) {
+            break Some(stop.fault());
+        }
+        attempt += 1;
+        let wait = retry::backoff(attempt);
+        let fault = stop.fault();
+        tracing::warn!(error = %fault.describe(), attempt, ?wait, "source interrupted; retrying");
+        {
+            let mut s = task
+                .status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.retries += 1;
+            s.retrying = true;
+            s.last_error = Some(fault);
+        }
+        tokio::time::sleep(wait).await;
+        // Once this task has published, the source goes on from its published version;
+        // before that, the same start runs again (keeping the snapshot chunks done).
+        if *task.versions.borrow() != published_before {
+            mode = Mode::Resume;
+        }
     };
+    task.status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retrying = false;
     if let Some(fault) = fault {
         let fault = Fault {
             position: fault.position.or_else(|| task.progress.report().position),
@@ -232,6 +272,10 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         // Nothing to compare with (the checkpoint could not be loaded): start over.
         Mode::Resnapshot => fresh(task, mode).await?,
         Mode::ResnapshotTable(t) => resnapshot_table(task, &previous, t).await?,
+        Mode::Resume if previous.position.is_some() && previous.consistent => {
+            resume_published(task, &previous).await?
+        }
+        Mode::Resume => fresh(task, Mode::Start).await?,
         Mode::Start => match checkpointer {
             Some(c) => match c.newest().await? {
                 Some(manifest) => recover(task, c, manifest).await?,
@@ -282,6 +326,13 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         // The hand-off is the costliest work to lose: checkpoint it now.
         c.wake.notify_one();
     }
+    task.journal.clear();
+    {
+        let mut s = status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.retrying = false;
+    }
     let _ = ready.send(true);
     versions.send_modify(|v| *v += 1);
     while let Some((tx, changes)) = capture.next().await? {
@@ -325,14 +376,20 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
 /// Snapshots from the start, or from the chunks a durable source's journal kept.
 pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
     let mut options = task.options.clone();
+    let (_, tables) = Capture::matching_tables(&task.connect, &options.tables).await?;
     if let Some(c) = &task.checkpointer {
         if mode == Mode::Resnapshot {
             progress::discard(c.store(), c.id()).await?;
         }
-        let (_, tables) = Capture::matching_tables(&task.connect, &options.tables).await?;
         let (journal, resume) = ProgressJournal::open(c.store().clone(), c.id(), &tables).await?;
         options.snapshot.journal = Some(Arc::new(journal));
         options.snapshot.resume = resume;
+    } else {
+        if mode == Mode::Resnapshot {
+            task.journal.clear();
+        }
+        options.snapshot.resume = task.journal.resume(&tables);
+        options.snapshot.journal = Some(Arc::clone(&task.journal) as Arc<dyn SnapshotJournal>);
     }
     if mode == Mode::Start && options.visible_during_snapshot {
         options.snapshot.observer = Some(Arc::new(PartialView::new(
@@ -459,6 +516,49 @@ async fn recover(
         consistent_from: Some(recovered.consistent_from),
         numbers,
         stopped,
+    })
+}
+
+/// Goes on from the published version `previous` after a transient failure: its tables'
+/// states and changelogs (shared, not copied) and the binlog from its position, so nothing
+/// published is read again (see `engine::retry`).
+async fn resume_published(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
+    let position = previous.position.clone().ok_or_else(|| {
+        SourceError::Internal("resuming a source that has published nothing".into())
+    })?;
+    let (tables, consistent_from) = {
+        let s = task
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (s.tables.clone(), s.consistent_from.clone())
+    };
+    let mut conn = task.connect.connect().await?;
+    let info = preflight(&mut conn, &task.connect.user()).await?;
+    drop(conn);
+    let states = previous
+        .tables
+        .iter()
+        .map(|snap| TableState::from_current(CurrentTable::from_snapshot(snap)))
+        .collect();
+    tracing::info!(position = %position, "resuming from the published version");
+    let capture = Capture::resume(
+        task.connect.clone(),
+        &task.options,
+        info,
+        tables,
+        states,
+        position,
+        Arc::clone(&task.progress),
+    )
+    .await?;
+    let changelogs = previous.changelogs.clone();
+    Ok(Started {
+        numbers: TxNumbers::after(&changelogs),
+        capture,
+        changelogs,
+        consistent_from,
+        stopped: (*previous.stopped).clone(),
     })
 }
 

@@ -29,6 +29,14 @@ pub fn next_server_id() -> u32 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A replica server id for a source created by `CREATE SOURCE`: its snapshot's window reader
+/// registers as the next id, so that one is reserved too.
+pub fn source_server_id() -> u32 {
+    let id = next_server_id();
+    next_server_id();
+    id
+}
+
 pub async fn root_conn(server: &DevServer) -> Conn {
     Conn::from_url(server.root_url())
         .await

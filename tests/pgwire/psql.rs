@@ -128,11 +128,11 @@ async fn psql_runs_our_statements_and_session_statements() {
         Some(&"0"),
         "DISCARD ALL resets settings: {out}"
     );
-    // A source created and dropped from psql.
+    // A source created and dropped from psql (its window reader's id is reserved too).
+    let server_id = crate::common::source_server_id();
     let create = format!(
-        "CREATE SOURCE made_in_psql FROM MYSQL '{}' WITH (tables = 'pg_stmts.orders', server_id = {})",
+        "CREATE SOURCE made_in_psql FROM MYSQL '{}' WITH (tables = 'pg_stmts.orders', server_id = {server_id})",
         crate::common::server().cdc_url(),
-        crate::common::next_server_id()
     );
     let out = f.psql("postgres", &["-v", "ON_ERROR_STOP=1", "-c", &create]);
     assert!(stdout_of(&out).contains("CREATE SOURCE"));
