@@ -533,10 +533,10 @@ async fn resnapshot_table_repairs_one_table_and_leaves_the_others_alone() {
 async fn a_server_restart_during_the_snapshot_is_ridden_out() {
     use cdcfusion::capture::{CaptureOptions, SnapshotMode};
     use cdcfusion::source::snapshot::incremental::{HookPoint, SnapshotHook};
-    let srv = Arc::new(std::sync::Mutex::new(own_server().await));
+    let srv = Arc::new(tokio::sync::Mutex::new(own_server().await));
     let db = "retry_db";
     let url = {
-        let guard = srv.lock().unwrap();
+        let guard = srv.lock().await;
         setup(&guard, db).await;
         guard.cdc_url()
     };
@@ -557,7 +557,7 @@ async fn a_server_restart_during_the_snapshot_is_ridden_out() {
                     && chunk.index == 5
                     && !restarted.swap(true, Ordering::SeqCst)
                 {
-                    tokio::task::spawn_blocking(move || srv.lock().unwrap().restart().unwrap())
+                    tokio::task::spawn_blocking(move || srv.blocking_lock().restart().unwrap())
                         .await
                         .unwrap();
                 }
@@ -599,7 +599,7 @@ async fn a_server_restart_during_the_snapshot_is_ridden_out() {
         );
     }
     // It streams on, equal to the server, its changelog replaying to it.
-    let guard = srv.lock().unwrap();
+    let guard = srv.lock().await;
     let mut conn = root_conn(&guard).await;
     conn.query_drop(format!(
         "UPDATE {db}.t SET n = -n WHERE id % 7 = 0; DELETE FROM {db}.t WHERE id > 190"
