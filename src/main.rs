@@ -89,7 +89,7 @@ enum Command {
         #[arg(long)]
         url: String,
         /// Replica server id to register with (unique among the server's replicas).
-        #[arg(long, default_value_t = 5400)]
+        #[arg(long, default_value_t = cdcfusion::source::binlog::DEFAULT_SERVER_ID)]
         server_id: u32,
         /// `current`, `file:offset`, or a GTID set (`0-1-30` or `uuid:1-5`).
         #[arg(long, default_value = "current")]

@@ -36,7 +36,9 @@ use std::sync::Arc;
 use mysql_async::prelude::Queryable;
 
 use crate::change::SourceTransaction;
-use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, TableFilter};
+use crate::source::binlog::{
+    table_filter, BinlogReader, BinlogReaderOptions, TableFilter, DEFAULT_SERVER_ID,
+};
 use crate::source::connect::{preflight, ConnectOptions, ServerInfo};
 use crate::source::ddl::touched_tables;
 use crate::source::error::{SourceError, SourceResult};
@@ -75,7 +77,7 @@ impl CaptureOptions {
             tables: tables.into(),
             mode,
             snapshot: SnapshotOptions::default(),
-            server_id: 5400,
+            server_id: DEFAULT_SERVER_ID,
             visible_during_snapshot: false,
         }
     }

@@ -115,8 +115,12 @@ async fn variable(conn: &mut Conn, name: &str) -> SourceResult<Option<String>> {
     let sql = format!("SELECT @@GLOBAL.{name}");
     match conn.query_first::<Option<String>, _>(sql).await {
         Ok(v) => Ok(v.flatten()),
-        // ER_UNKNOWN_SYSTEM_VARIABLE: the server does not have it.
-        Err(mysql_async::Error::Server(e)) if e.code == 1193 => Ok(None),
+        // The server does not have it.
+        Err(mysql_async::Error::Server(e))
+            if e.code == crate::source::error::codes::UNKNOWN_SYSTEM_VARIABLE =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(SourceError::from_mysql(format!("reading @@{name}"), e)),
     }
 }

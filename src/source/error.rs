@@ -7,6 +7,35 @@
 
 use crate::source::position::BinlogCoord;
 
+/// The MySQL/MariaDB server error codes the capture acts on, by their server names.
+pub mod codes {
+    /// `ER_DBACCESS_DENIED_ERROR`
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    /// `ER_ACCESS_DENIED_ERROR`
+    pub const ACCESS_DENIED: u16 = 1045;
+    /// `ER_SERVER_SHUTDOWN`
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    /// `ER_CON_COUNT_ERROR`
+    pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    /// `ER_UNKNOWN_SYSTEM_VARIABLE`
+    pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+    /// `ER_TOO_MANY_USER_CONNECTIONS`
+    pub const TOO_MANY_USER_CONNECTIONS: u16 = 1203;
+    /// `ER_LOCK_WAIT_TIMEOUT` (also what MariaDB's `NOWAIT` answers on a lock)
+    pub const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    /// `ER_LOCK_DEADLOCK`
+    pub const LOCK_DEADLOCK: u16 = 1213;
+    /// `ER_MASTER_FATAL_ERROR_READING_BINLOG`: a purged or unknown file or GTID.
+    pub const FATAL_ERROR_READING_BINLOG: u16 = 1236;
+    /// `ER_QUERY_INTERRUPTED`
+    pub const QUERY_INTERRUPTED: u16 = 1317;
+    /// `ER_LOCK_NOWAIT` (MySQL)
+    pub const LOCK_NOWAIT: u16 = 3572;
+    /// MariaDB's `ER_SLAVE_SAME_ID`: another replica connection with the same server id, e.g.
+    /// our own earlier dump that the server has not noticed is gone yet.
+    pub const SLAVE_SAME_ID: u16 = 4052;
+}
+
 /// Anything that stops or interrupts capture from one server.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
@@ -166,19 +195,21 @@ impl SourceError {
         let context = context.into();
         match &err {
             mysql_async::Error::Server(server) => match server.code {
-                // ER_ACCESS_DENIED_ERROR, ER_DBACCESS_DENIED_ERROR
-                1045 | 1044 => SourceError::AccessDenied {
+                codes::ACCESS_DENIED | codes::DB_ACCESS_DENIED => SourceError::AccessDenied {
                     user: String::new(),
                     message: server.message.clone(),
                 },
-                // ER_MASTER_FATAL_ERROR_READING_BINLOG: purged or unknown file/GTID.
-                1236 => SourceError::BinlogUnavailable {
+                codes::FATAL_ERROR_READING_BINLOG => SourceError::BinlogUnavailable {
                     needed: context,
                     message: server.message.clone(),
                 },
-                // ER_SERVER_SHUTDOWN, ER_CON_COUNT_ERROR, ER_TOO_MANY_USER_CONNECTIONS,
-                // ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_QUERY_INTERRUPTED
-                1053 | 1040 | 1203 | 1213 | 1205 | 1317 => SourceError::Transient {
+                codes::SERVER_SHUTDOWN
+                | codes::TOO_MANY_CONNECTIONS
+                | codes::TOO_MANY_USER_CONNECTIONS
+                | codes::LOCK_DEADLOCK
+                | codes::LOCK_WAIT_TIMEOUT
+                | codes::QUERY_INTERRUPTED
+                | codes::SLAVE_SAME_ID => SourceError::Transient {
                     context,
                     source: err,
                 },

@@ -31,6 +31,13 @@ use crate::source::schema::TableId;
 /// Which tables the reader decodes; rows of other tables are skipped unread.
 pub type TableFilter = Arc<dyn Fn(&TableId) -> bool + Send + Sync>;
 
+/// The replica server id a capture's stream registers with unless told otherwise. Every dump
+/// connection open at the same time needs its own id (a second one with the same id makes the
+/// server drop the first).
+pub const DEFAULT_SERVER_ID: u32 = 5400;
+/// The default id of a snapshot's window reader: the stream's id plus one.
+pub const DEFAULT_WINDOW_SERVER_ID: u32 = DEFAULT_SERVER_ID + 1;
+
 /// Databases that are never captured.
 pub const SYSTEM_DATABASES: [&str; 4] =
     ["mysql", "information_schema", "performance_schema", "sys"];

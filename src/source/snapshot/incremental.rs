@@ -110,7 +110,7 @@ impl Default for SnapshotOptions {
             chunk_keys: HashMap::new(),
             method: SnapshotMethod::Auto,
             hook: None,
-            window_server_id: 5401,
+            window_server_id: crate::source::binlog::DEFAULT_WINDOW_SERVER_ID,
             journal: None,
             resume: None,
             observer: None,

@@ -160,7 +160,11 @@ pub fn nowait_share_lock(flavor: Flavor) -> &'static str {
 /// Whether `code` says a `NOWAIT` read met a lock (MariaDB reports a lock wait timeout, MySQL
 /// `ER_LOCK_NOWAIT`), or that the read was chosen as a deadlock victim.
 fn is_lock_conflict(code: u16) -> bool {
-    matches!(code, 1205 | 1213 | 3572)
+    use crate::source::error::codes;
+    matches!(
+        code,
+        codes::LOCK_WAIT_TIMEOUT | codes::LOCK_DEADLOCK | codes::LOCK_NOWAIT
+    )
 }
 
 /// Retries of a `NOWAIT` locking read that met a lock: a back-off of 2 ms, doubling to at most
