@@ -20,6 +20,7 @@ use cdcfusion::source::connect::current_position;
 use cdcfusion::source::position::BinlogCoord;
 use cdcfusion::source::schema::Flavor;
 use common::durable::*;
+use common::workload::*;
 use common::*;
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
@@ -60,19 +61,6 @@ fn status(engine: &Engine, source: &str) -> cdcfusion::engine::SourceStatus {
     engine.source(source).unwrap().status()
 }
 
-/// A table with a non-key chunk column and a keyless one, filled with `rows` rows.
-async fn schema(conn: &mut mysql_async::Conn, db: &str, rows: u32) {
-    fresh_db(conn, db).await;
-    conn.query_drop(format!(
-        "CREATE TABLE {db}.t (id INT PRIMARY KEY, k INT NOT NULL, v VARCHAR(32), n INT, KEY (k));
-         INSERT INTO {db}.t SELECT seq, seq % 97, CONCAT('v', seq), seq FROM {db}.seq_1_to_{rows};
-         CREATE TABLE {db}.bag (a INT, b VARCHAR(8));
-         INSERT INTO {db}.bag SELECT seq % 5, 'x' FROM {db}.seq_1_to_50;"
-    ))
-    .await
-    .unwrap();
-}
-
 fn create_sql(srv: &DevServer, source: &str, db: &str) -> String {
     create_sql_with(srv, source, db, 64, 2)
 }
@@ -89,96 +77,6 @@ fn create_sql_with(
         srv.cdc_url(),
         next_server_id() * 2
     )
-}
-
-/// Checks both tables of [`schema`] after recovery.
-async fn check(srv: &DevServer, engine: &Engine, source: &str, db: &str) {
-    let end = end_position(srv).await;
-    let from = status(engine, source)
-        .consistent_from
-        .expect("a recovered source knows where its hand-off ended");
-    check_table(
-        srv,
-        engine,
-        source,
-        db,
-        "t",
-        "id, k, v, n",
-        true,
-        &from,
-        &end,
-    )
-    .await;
-    check_table(srv, engine, source, db, "bag", "a, b", false, &from, &end).await;
-}
-
-/// One random transaction of 1–4 statements: inserts, updates of the key, of the chunk column
-/// and of other columns, deletes, and rows of the keyless table (during its snapshot too).
-async fn random_transaction(
-    conn: &mut mysql_async::Conn,
-    db: &str,
-    rng: &mut rand::rngs::StdRng,
-    next_id: &mut i64,
-) {
-    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
-    for _ in 0..rng.random_range(1..=4) {
-        let id = rng.random_range(1..*next_id);
-        let sql = match rng.random_range(0..8) {
-            0 | 1 => {
-                *next_id += 1;
-                format!(
-                    "INSERT INTO {db}.t VALUES ({}, {}, 'i{}', {})",
-                    *next_id,
-                    rng.random_range(0..97),
-                    rng.random::<u16>(),
-                    rng.random::<u16>()
-                )
-            }
-            2 => format!(
-                "UPDATE {db}.t SET v = 'u{}', n = n + 1 WHERE id = {id}",
-                rng.random::<u16>()
-            ),
-            3 => format!(
-                "UPDATE {db}.t SET k = {} WHERE id = {id}",
-                rng.random_range(0..97)
-            ),
-            4 => {
-                *next_id += 1;
-                format!("UPDATE {db}.t SET id = {} WHERE id = {id}", *next_id)
-            }
-            5 => format!("DELETE FROM {db}.t WHERE id = {id}"),
-            6 => format!(
-                "INSERT INTO {db}.bag VALUES ({}, 'x')",
-                rng.random_range(0..5)
-            ),
-            _ => format!(
-                "DELETE FROM {db}.bag WHERE a = {} LIMIT 1",
-                rng.random_range(0..5)
-            ),
-        };
-        tx.query_drop(&sql).await.unwrap();
-    }
-    tx.commit().await.unwrap();
-}
-
-/// Runs random transactions until `stop`; returns how many committed.
-async fn writer(
-    srv: &'static DevServer,
-    db: String,
-    seed: u64,
-    first_id: i64,
-    stop: Arc<AtomicBool>,
-) -> u64 {
-    let mut conn = root_conn(srv).await;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut next_id = first_id;
-    let mut n = 0;
-    while !stop.load(Ordering::Relaxed) {
-        random_transaction(&mut conn, &db, &mut rng, &mut next_id).await;
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1..8))).await;
-    }
-    n
 }
 
 #[tokio::test]

@@ -83,6 +83,7 @@ pub(crate) async fn run(task: Task, mode: Mode) {
     let mut attempt = 0;
     let fault = loop {
         let published_before = *task.versions.borrow();
+        let chunks_before = task.progress.report().chunks_done;
         // Anything that escapes the capture, a panic included, becomes the source's failed
         // state: the source stops, its tables refuse queries (see `provider::health`), the
         // others go on. A transient failure is retried instead (`engine::retry`).
@@ -97,7 +98,10 @@ pub(crate) async fn run(task: Task, mode: Mode) {
         if !retry::is_transient(&stop) {
             break Some(stop.fault());
         }
-        attempt += 1;
+        // The backoff grows only while attempts get nowhere.
+        let progressed = *task.versions.borrow() != published_before
+            || task.progress.report().chunks_done > chunks_before;
+        attempt = if progressed { 1 } else { attempt + 1 };
         let wait = retry::backoff(attempt);
         let fault = stop.fault();
         tracing::warn!(error = %fault.describe(), attempt, ?wait, "source interrupted; retrying");
