@@ -19,10 +19,8 @@ use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
 use cdcfusion::source::position::BinlogCoord;
 use cdcfusion::source::schema::Flavor;
-use common::durable::*;
 use common::workload::*;
 use common::*;
-use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 
 fn options(interval_ms: u64, min_changes: u64) -> EngineOptions {
