@@ -9,6 +9,7 @@
 //! * `query`: the simple and extended protocols, routing each statement (ours, session,
 //!   `COPY`, DataFusion) and running it through [`Engine::sql_with`](crate::engine::Engine::sql_with);
 //! * `session`: `SET`/`SHOW`/transaction statements and session functions;
+//! * `block`: the transaction block (savepoints, failed blocks) and the status clients see;
 //! * `copy`: `COPY ... TO STDOUT`;
 //! * `catalog`: databases as catalogs, and each database's `pg_catalog`;
 //! * `compat`: the catalog functions and the `ARRAY(subquery)` rewrite psql needs beyond
@@ -22,6 +23,7 @@
 //! PostgreSQL encoding is arrow-pg's except for `numeric` and `json` (see `encode`).
 
 mod auth;
+mod block;
 mod catalog;
 mod compat;
 mod copy;
