@@ -14,19 +14,26 @@
 //! [`DatabaseView`] gives the crate that view. One `pg_catalog` provider per database is kept
 //! for the server's lifetime, because its object ids must stay stable between the queries a
 //! client makes (psql looks a table's oid up, then asks for its columns by that oid).
+//! Its `pg_index` and `pg_constraint` are ours (see `keys`): the primary keys of the
+//! database's tables.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{ArrayRef, AsArray};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int32Type, SchemaRef};
+use datafusion::catalog::Session;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, SchemaProvider};
+use datafusion::common::Constraint;
 use datafusion::datasource::TableType;
 use datafusion::error::DataFusionError;
 use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
+use super::keys::{KeySource, KeyTable, KeyTableProvider, PrimaryKey};
 use crate::engine::Engine;
 
 /// The database that always exists and keeps the engine's default catalog.
@@ -70,8 +77,10 @@ impl PgCatalogs {
         )
         .map_err(|e| *e)?;
         super::compat::install(engine.context());
+        let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
+        super::reflect::install(engine.context(), static_tables.pg_type.data())?;
         Ok(Self {
-            static_tables: Arc::new(PgCatalogStaticTables::try_new()?),
+            static_tables,
             catalogs: Arc::clone(engine.context().state().catalog_list()),
             default_catalog,
             by_catalog: Mutex::new(HashMap::new()),
@@ -89,11 +98,20 @@ impl PgCatalogs {
             current: catalog.to_string(),
             default_catalog: self.default_catalog.clone(),
         };
-        let schema: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
-            view,
+        let pg_catalog: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
+            view.clone(),
             Arc::clone(&self.static_tables),
             EmptyContextProvider,
         )?);
+        let source: Arc<dyn KeySource> = Arc::new(CatalogKeys {
+            pg_catalog: Arc::clone(&pg_catalog),
+            view,
+        });
+        let schema: Arc<dyn SchemaProvider> = Arc::new(WithKeys {
+            index: Arc::new(KeyTableProvider::new(KeyTable::Index, Arc::clone(&source))),
+            constraint: Arc::new(KeyTableProvider::new(KeyTable::Constraint, source)),
+            inner: pg_catalog,
+        });
         by_catalog.insert(catalog.to_string(), Arc::clone(&schema));
         Ok(schema)
     }
@@ -215,6 +233,135 @@ impl CatalogInfo for DatabaseView {
             .table(catalog, schema, table)
             .await?
             .map(|t| t.table_type()))
+    }
+}
+
+/// A database's `pg_catalog` with its own `pg_index` and `pg_constraint`.
+#[derive(Debug)]
+struct WithKeys {
+    inner: Arc<dyn SchemaProvider>,
+    index: Arc<KeyTableProvider>,
+    constraint: Arc<KeyTableProvider>,
+}
+
+#[async_trait]
+impl SchemaProvider for WithKeys {
+    fn table_names(&self) -> Vec<String> {
+        self.inner.table_names()
+    }
+
+    async fn table(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, DataFusionError> {
+        match KeyTable::named(name) {
+            Some(KeyTable::Index) => Ok(Some(Arc::clone(&self.index) as _)),
+            Some(KeyTable::Constraint) => Ok(Some(Arc::clone(&self.constraint) as _)),
+            None => self.inner.table(name).await,
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.inner.table_exist(name)
+    }
+}
+
+/// The primary keys of one database's tables, named by its `pg_class` oids.
+#[derive(Debug)]
+struct CatalogKeys {
+    pg_catalog: Arc<dyn SchemaProvider>,
+    view: DatabaseView,
+}
+
+impl CatalogKeys {
+    /// Every row of catalog table `name`, with `columns` cast to `types`.
+    async fn rows(
+        &self,
+        name: &str,
+        columns: &[(&str, DataType)],
+        state: &dyn Session,
+    ) -> Result<Vec<Vec<ArrayRef>>, DataFusionError> {
+        let table =
+            self.pg_catalog.table(name).await?.ok_or_else(|| {
+                DataFusionError::Internal(format!("pg_catalog.{name} is missing"))
+            })?;
+        let plan = table.scan(state, None, &[], None).await?;
+        let batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
+        batches
+            .iter()
+            .map(|batch| {
+                columns
+                    .iter()
+                    .map(|(column, to)| {
+                        let array = batch.column_by_name(column).ok_or_else(|| {
+                            DataFusionError::Internal(format!("{name}.{column} is missing"))
+                        })?;
+                        Ok(cast(array, to)?)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl KeySource for CatalogKeys {
+    async fn primary_keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>, DataFusionError> {
+        let (int, text) = (DataType::Int32, DataType::Utf8);
+        let mut namespaces = HashMap::new();
+        let columns = [("oid", int.clone()), ("nspname", text.clone())];
+        for batch in self.rows("pg_namespace", &columns, state).await? {
+            let (oids, names) = (
+                batch[0].as_primitive::<Int32Type>(),
+                batch[1].as_string::<i32>(),
+            );
+            for i in 0..oids.len() {
+                namespaces.insert(oids.value(i), names.value(i).to_string());
+            }
+        }
+        let columns = [
+            ("oid", int.clone()),
+            ("relname", text.clone()),
+            ("relnamespace", int),
+            ("relkind", text),
+        ];
+        let mut keys = Vec::new();
+        for batch in self.rows("pg_class", &columns, state).await? {
+            let (oids, names) = (
+                batch[0].as_primitive::<Int32Type>(),
+                batch[1].as_string::<i32>(),
+            );
+            let (spaces, kinds) = (
+                batch[2].as_primitive::<Int32Type>(),
+                batch[3].as_string::<i32>(),
+            );
+            for i in 0..oids.len() {
+                let Some(schema) = namespaces.get(&spaces.value(i)) else {
+                    continue;
+                };
+                if kinds.value(i) != "r" {
+                    continue;
+                }
+                let table = self
+                    .view
+                    .table(&self.view.current, schema, names.value(i))
+                    .await?;
+                let Some(constraints) = table.as_ref().and_then(|t| t.constraints()) else {
+                    continue;
+                };
+                for constraint in constraints.iter() {
+                    if let Constraint::PrimaryKey(positions) = constraint {
+                        keys.push(PrimaryKey {
+                            table_oid: oids.value(i),
+                            namespace_oid: spaces.value(i),
+                            table: names.value(i).to_string(),
+                            columns: positions.iter().map(|&p| p as i16 + 1).collect(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(keys)
     }
 }
 

@@ -42,9 +42,10 @@ const ALWAYS_TRUE: [&str; 13] = [
     "pg_has_role",
 ];
 
-/// Text functions with nothing to say here: no object has a comment, and the built-in
-/// functions listed in `pg_proc` have no SQL definition in cdcfusion.
-const NO_TEXT: [&str; 8] = [
+/// Text functions with nothing to say here: no object has a comment, the built-in functions
+/// listed in `pg_proc` have no SQL definition in cdcfusion, no column has a sequence, and
+/// index definitions are not kept as text.
+const NO_TEXT: [&str; 10] = [
     "obj_description",
     "col_description",
     "shobj_description",
@@ -53,6 +54,8 @@ const NO_TEXT: [&str; 8] = [
     "pg_get_function_identity_arguments",
     "pg_get_functiondef",
     "pg_get_function_sqlbody",
+    "pg_get_serial_sequence",
+    "pg_get_indexdef",
 ];
 
 /// Sizes on disk, which the in-memory current tables do not have.
@@ -181,6 +184,7 @@ fn size_pretty(size: i64) -> String {
 ///   `(SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)`) is wrapped in `max`:
 ///   DataFusion only decorrelates aggregated subqueries, and over a unique oid the two agree.
 /// * `pg_get_function_result(p.oid)` over `pg_proc` reads the row's return type (`\df`).
+/// * What drivers and ORMs send to reflect a database (see `reflect`).
 pub fn rewrite(mut statement: Statement) -> Statement {
     name_output_columns(&mut statement);
     let aliases = catalog_aliases(&statement);
@@ -193,6 +197,8 @@ pub fn rewrite(mut statement: Statement) -> Statement {
             }
         } else if let Some(result) = function_result(expr, &aliases) {
             *expr = result;
+        } else if let Some(series) = super::reflect::rewrite(expr) {
+            *expr = series;
         } else if is_missing_column(expr, &aliases) {
             *expr = null_text_array();
         } else if let Expr::Subquery(query) = expr {
@@ -381,7 +387,8 @@ fn is_missing_column(expr: &Expr, aliases: &[(String, String)]) -> bool {
     let Expr::CompoundIdentifier(parts) = expr else {
         return false;
     };
-    let [alias, column] = parts.as_slice() else {
+    // `alias.column`, or `pg_catalog.table.column`.
+    let ([alias, column] | [_, alias, column]) = parts.as_slice() else {
         return false;
     };
     let (alias, column) = (
@@ -406,13 +413,14 @@ const AGGREGATES: [&str; 9] = [
     "bool_or",
 ];
 
-/// Wraps the output of a catalog-only, unaggregated, unordered scalar subquery in `max`.
-fn wrap_in_max(query: &mut Query) {
+/// Wraps the output of a catalog-only, unaggregated, unordered scalar subquery in `max`;
+/// whether the query is (now) an aggregate of the catalog.
+pub(super) fn wrap_in_max(query: &mut Query) -> bool {
     if query.order_by.is_some() || query.limit_clause.is_some() || query.fetch.is_some() {
-        return;
+        return false;
     }
     let SetExpr::Select(select) = query.body.as_mut() else {
-        return;
+        return false;
     };
     let grouped =
         !matches!(&select.group_by, sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty());
@@ -423,22 +431,23 @@ fn wrap_in_max(query: &mut Query) {
                 .all(|f| matches!(f, sqlparser::ast::TableFactor::Table { name, args: None, .. } if is_catalog_relation(name)))
         });
     if grouped || !catalog_only || select.having.is_some() {
-        return;
+        return false;
     }
     let [item] = select.projection.as_mut_slice() else {
-        return;
+        return false;
     };
     let value = match item {
         SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
-        _ => return,
+        _ => return false,
     };
     if let Expr::Function(f) = value {
         let name = f.name.to_string().to_ascii_lowercase();
         if AGGREGATES.iter().any(|a| name.ends_with(a)) {
-            return;
+            return true;
         }
     }
     *value = call("max", value.clone(), Vec::new());
+    true
 }
 
 /// `name(arg [ORDER BY ...])`.

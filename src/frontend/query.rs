@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
@@ -36,19 +36,18 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 use sqlparser::ast::Statement;
 
+use super::block::{self, Block, Effect, Tracked};
 use super::catalog::SessionCatalogs;
 use super::compat;
 use super::copy::{self, CopyOut};
 use super::encode;
-use super::error::{
-    canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL,
-    SQLSTATE_IN_FAILED_TRANSACTION,
-};
+use super::error::{canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL};
 use super::server::{ConnState, Shared, Stop, Stopped};
 use super::session::{self, SessionStatement};
 use crate::engine::{limits, TooComplex};
@@ -284,21 +283,14 @@ impl Parser {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let metadata = client.metadata().clone();
-        // As in PostgreSQL, a failed statement inside a transaction block makes the block
-        // refuse everything but its end, which then rolls back.
-        if client.transaction_status() == TransactionStatus::Error {
-            return match routed {
-                Routed::Session(SessionStatement::Commit | SessionStatement::Rollback) => {
-                    Ok(Response::TransactionEnd(Tag::new("ROLLBACK")))
-                }
-                _ => Err(user_error(
-                    SQLSTATE_IN_FAILED_TRANSACTION,
-                    "current transaction is aborted, commands ignored until end of transaction block",
-                )),
-            };
-        }
+        // A failed transaction block refuses everything but its end and `ROLLBACK TO`.
+        let session = match routed {
+            Routed::Session(s) => Some(s),
+            _ => None,
+        };
+        block::lock(self.conn.block()).admit(session)?;
         match routed {
-            Routed::Session(s) => run_session(client, s, format),
+            Routed::Session(s) => run_session(client, s, format, self.conn.block()),
             Routed::Ours { text, tag, .. } => {
                 let stop = self.start(&metadata);
                 let df = self.plan(text, &metadata, &stop).await?;
@@ -526,6 +518,7 @@ fn run_session<C>(
     client: &mut C,
     statement: &SessionStatement,
     format: &Format,
+    transaction: &Mutex<Block>,
 ) -> PgWireResult<Response>
 where
     C: ClientInfo + ClientPortalStore,
@@ -551,8 +544,16 @@ where
         SessionStatement::Show(name) => {
             Response::Query(show(client.metadata(), name.as_deref(), format)?)
         }
-        SessionStatement::Begin => Response::TransactionStart(tag),
-        SessionStatement::Commit | SessionStatement::Rollback => Response::TransactionEnd(tag),
+        SessionStatement::Begin
+        | SessionStatement::Commit
+        | SessionStatement::Rollback
+        | SessionStatement::Savepoint(_)
+        | SessionStatement::Release(_)
+        | SessionStatement::RollbackTo(_) => match block::lock(transaction).run(statement)? {
+            Effect::Started => Response::TransactionStart(tag),
+            Effect::Ended(how) => Response::TransactionEnd(Tag::new(how)),
+            Effect::Continued => Response::Execution(tag),
+        },
         SessionStatement::Deallocate(Some(name)) => {
             client.portal_store().rm_statement(name);
             Response::Execution(tag)
@@ -611,6 +612,17 @@ fn show(
 
 #[async_trait]
 impl SimpleQueryHandler for QueryHandler {
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self._on_query(&mut Tracked::new(client, self.parser.conn.block()), query)
+            .await
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -745,6 +757,17 @@ impl ExtendedQueryHandler for QueryHandler {
 
     fn query_parser(&self) -> Arc<Parser> {
         Arc::clone(&self.parser)
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Routed>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self._on_execute(&mut Tracked::new(client, self.parser.conn.block()), message)
+            .await
     }
 
     async fn do_query<C>(

@@ -46,6 +46,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{Startup, Users};
+use super::block::Block;
 use super::catalog::PgCatalogs;
 use super::error::{FrontendError, SQLSTATE_ADMIN_SHUTDOWN, SQLSTATE_IDLE_SESSION_TIMEOUT};
 use super::query::QueryHandler;
@@ -99,6 +100,8 @@ pub struct ConnState {
     last_active: Mutex<Instant>,
     /// Whether the client negotiated TLS.
     secure: std::sync::atomic::AtomicBool,
+    /// The transaction block, shared by the simple and the extended protocol's handlers.
+    block: Mutex<Block>,
 }
 
 impl ConnState {
@@ -111,7 +114,13 @@ impl ConnState {
             running: AtomicUsize::new(0),
             last_active: Mutex::new(Instant::now()),
             secure: std::sync::atomic::AtomicBool::new(false),
+            block: Mutex::default(),
         }
+    }
+
+    /// The connection's transaction block.
+    pub fn block(&self) -> &Mutex<Block> {
+        &self.block
     }
 
     /// Records that the client negotiated TLS.

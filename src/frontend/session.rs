@@ -1,6 +1,6 @@
 //! Session statements clients send on their own (`SET`, `SHOW`, `RESET`, `BEGIN`/`COMMIT`/
-//! `ROLLBACK`, `DISCARD ALL`, `DEALLOCATE`) and the session functions that read settings
-//! (`current_setting`, `version()`, `current_database()`).
+//! `ROLLBACK`, savepoints, `DISCARD ALL`, `DEALLOCATE`) and the session functions that read
+//! settings (`current_setting`, `version()`, `current_database()`).
 //!
 //! # Settings
 //! A session's settings live in the connection's metadata (the startup parameters, names in
@@ -12,9 +12,10 @@
 //!
 //! # Transactions
 //! Data is read-only and every statement reads its own pinned version, so transaction
-//! statements only move the transaction status clients see; they never fail. As in
-//! PostgreSQL, an error inside a block makes the block refuse other statements (`25P02`)
-//! until its end (`query` enforces it).
+//! statements (savepoints included) only move the state of the connection's transaction
+//! block, which `block` keeps with PostgreSQL's rules and errors: an error inside a block
+//! makes it refuse other statements (`25P02`) until its end or a `ROLLBACK TO` one of its
+//! savepoints.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::error::DataFusionError;
 use datafusion::logical_expr::{create_udf, ColumnarValue, ScalarUDF, Volatility};
-use sqlparser::ast::{Expr, ObjectName, Reset, Set, Statement, Value};
+use sqlparser::ast::{Expr, Ident, ObjectName, Reset, Set, Statement, Value};
 
 use super::error::{user_error, SQLSTATE_UNDEFINED_OBJECT};
 use pgwire::error::PgWireResult;
@@ -112,6 +113,12 @@ pub enum SessionStatement {
     Begin,
     Commit,
     Rollback,
+    /// `SAVEPOINT name` (names as PostgreSQL folds them).
+    Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
+    /// `ROLLBACK TO [SAVEPOINT] name`.
+    RollbackTo(String),
     DiscardAll,
     /// `DEALLOCATE name`; `None` is `DEALLOCATE ALL`.
     Deallocate(Option<String>),
@@ -163,7 +170,13 @@ impl SessionStatement {
             }
             Statement::StartTransaction { .. } => Self::Begin,
             Statement::Commit { .. } => Self::Commit,
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => Self::RollbackTo(identifier(name)),
             Statement::Rollback { .. } => Self::Rollback,
+            Statement::Savepoint { name } => Self::Savepoint(identifier(name)),
+            Statement::ReleaseSavepoint { name } => Self::Release(identifier(name)),
             Statement::Discard { .. } => Self::DiscardAll,
             Statement::Deallocate { name, .. } => Self::Deallocate(
                 Some(name.value.clone()).filter(|n| !n.eq_ignore_ascii_case("all")),
@@ -180,10 +193,20 @@ impl SessionStatement {
             Self::Show(_) => "SHOW",
             Self::Begin => "BEGIN",
             Self::Commit => "COMMIT",
-            Self::Rollback => "ROLLBACK",
+            Self::Rollback | Self::RollbackTo(_) => "ROLLBACK",
+            Self::Savepoint(_) => "SAVEPOINT",
+            Self::Release(_) => "RELEASE",
             Self::DiscardAll => "DISCARD ALL",
             Self::Deallocate(_) => "DEALLOCATE",
         }
+    }
+}
+
+/// An identifier as PostgreSQL reads it: folded to lower case unless quoted.
+fn identifier(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
     }
 }
 
@@ -434,6 +457,23 @@ mod tests {
         );
         assert_eq!(of("COMMIT"), Some(SessionStatement::Commit));
         assert_eq!(of("ROLLBACK"), Some(SessionStatement::Rollback));
+        assert_eq!(
+            of("SAVEPOINT Sa_1"),
+            Some(SessionStatement::Savepoint("sa_1".into()))
+        );
+        assert_eq!(
+            of("RELEASE SAVEPOINT \"Sa_1\""),
+            Some(SessionStatement::Release("Sa_1".into()))
+        );
+        assert_eq!(of("RELEASE x"), Some(SessionStatement::Release("x".into())));
+        assert_eq!(
+            of("ROLLBACK TO SAVEPOINT x"),
+            Some(SessionStatement::RollbackTo("x".into()))
+        );
+        assert_eq!(
+            of("ROLLBACK TO x"),
+            Some(SessionStatement::RollbackTo("x".into()))
+        );
         assert_eq!(of("DISCARD ALL"), Some(SessionStatement::DiscardAll));
         assert_eq!(
             of("DEALLOCATE ALL"),

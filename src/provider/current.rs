@@ -6,6 +6,9 @@
 //!   index ([`TableSnapshot::lookup`]) and marked exact, so a point lookup touches only the rows
 //!   it returns; other filters are applied by DataFusion above the scan.
 //! * Statistics report the exact row count of the version the scan reads.
+//!
+//! The table's constraints are its MySQL primary key (none for a keyless table), for the
+//! planner and for catalogs that describe tables to clients.
 
 use std::sync::Arc;
 
@@ -13,7 +16,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{Result, ScalarValue, Statistics};
+use datafusion::common::{Constraint, Constraints, Result, ScalarValue, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
@@ -32,11 +35,17 @@ pub struct CurrentTableProvider {
     table: Arc<TableSchema>,
     /// Refuses scans of a table whose capture stopped (see `health`).
     health: Option<SharedHealth>,
+    /// The MySQL primary key, if the table has one.
+    constraints: Option<Constraints>,
 }
 
 impl CurrentTableProvider {
     pub fn new(source: &str, published: Published, index: usize, table: Arc<TableSchema>) -> Self {
+        let constraints = (!table.primary_key.is_empty()).then(|| {
+            Constraints::new_unverified(vec![Constraint::PrimaryKey(table.primary_key.clone())])
+        });
         Self {
+            constraints,
             source: source.to_string(),
             published,
             index,
@@ -107,6 +116,10 @@ impl TableProvider for CurrentTableProvider {
 
     fn table_type(&self) -> TableType {
         TableType::Base
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        self.constraints.as_ref()
     }
 
     fn supports_filters_pushdown(

@@ -134,8 +134,9 @@ pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String>
     batches.iter().flat_map(row_strings).collect()
 }
 
-/// Installs a Python package from PyPI into `dir` under the test build directory, once (when
-/// `marker`, a path inside `dir`, is missing); returns `dir` for `PYTHONPATH`.
+/// Installs Python packages from PyPI into `dir` under the test build directory, once (when
+/// `marker`, a path inside `dir`, is missing); returns `dir` for `PYTHONPATH`. `requirement`
+/// may name several packages, separated by spaces.
 #[allow(dead_code)] // Not every test binary runs Python clients.
 pub fn pip_install(dir: &str, marker: &str, requirement: &str) -> String {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
@@ -150,7 +151,7 @@ pub fn pip_install(dir: &str, marker: &str, requirement: &str) -> String {
             ])
             .arg("--target")
             .arg(&dir)
-            .arg(requirement)
+            .args(requirement.split_whitespace())
             .status()
             .unwrap_or_else(|e| panic!("python3 with pip is needed to install {requirement}: {e}"));
         assert!(status.success(), "pip install {requirement} failed");

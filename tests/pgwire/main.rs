@@ -5,11 +5,13 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod fixture;
+mod reference;
 
 mod clients;
 mod complexity;
 mod files;
 mod malformed;
 mod psql;
+mod savepoints;
 mod server;
 mod types;
