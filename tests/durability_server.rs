@@ -160,11 +160,18 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     assert!(refused.contains("ALTER SOURCE p RESNAPSHOT"), "{refused}");
     // ...but stays readable, at its position, to a session that asks for stale state.
     assert_eq!(
-        stale_query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
+        query_reading(
+            &engine,
+            &format!("SELECT count(*) AS n FROM p.{db}.t"),
+            true
+        )
+        .await,
         ["n=200"]
     );
     let count = format!("SELECT count(*) AS n FROM p.{db}.\"t$changelog\"");
-    let before: usize = stale_query(&engine, &count).await[0][2..].parse().unwrap();
+    let before: usize = query_reading(&engine, &count, true).await[0][2..]
+        .parse()
+        .unwrap();
     // One table cannot be repaired alone: the others would need the purged binlog.
     let err = engine
         .sql(&format!("ALTER SOURCE p RESNAPSHOT TABLE {db}.t"))
@@ -180,7 +187,12 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
         "points to the whole-source repair: {err}"
     );
     assert_eq!(
-        stale_query(&engine, &format!("SELECT count(*) AS n FROM p.{db}.t")).await,
+        query_reading(
+            &engine,
+            &format!("SELECT count(*) AS n FROM p.{db}.t"),
+            true
+        )
+        .await,
         ["n=200"]
     );
     engine.sql("ALTER SOURCE p RESNAPSHOT").await.unwrap();
@@ -207,22 +219,6 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     engine.wait_ready("p").await.unwrap();
     caught_up(&srv, &engine, "p").await;
     check(&srv, &engine, "p", db).await;
-}
-
-/// The rows of a query in a session that reads the last state of stopped tables.
-async fn stale_query(engine: &Engine, sql: &str) -> Vec<String> {
-    let policy = std::sync::Arc::new(cdcfusion::provider::health::ReadPolicy::new(true));
-    let batches = engine
-        .sql_with(sql, move |mut state| {
-            state.config_mut().set_extension(policy);
-            state
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    batches.iter().flat_map(row_strings).collect()
 }
 
 /// Random single-row transactions until `stop`, reconnecting when the server goes away; counts

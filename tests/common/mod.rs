@@ -124,8 +124,21 @@ pub fn row_strings(batch: &arrow::array::RecordBatch) -> Vec<String> {
 
 /// The rows a query on `engine` returns, one string per row (panics naming the query).
 pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String> {
+    query_reading(engine, sql, false).await
+}
+
+/// [`query`] in a session that reads the last state of stopped tables when `stale` is set.
+pub async fn query_reading(
+    engine: &cdcfusion::engine::Engine,
+    sql: &str,
+    stale: bool,
+) -> Vec<String> {
+    let policy = std::sync::Arc::new(cdcfusion::provider::health::ReadPolicy::new(stale));
     let batches: Vec<RecordBatch> = engine
-        .sql(sql)
+        .sql_with(sql, move |mut state| {
+            state.config_mut().set_extension(policy);
+            state
+        })
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .collect()
