@@ -8,8 +8,6 @@ use std::sync::Arc;
 
 use cdcfusion::capture::{CaptureOptions, SnapshotMode};
 use cdcfusion::engine::Engine;
-use cdcfusion::source::connect::current_position;
-use cdcfusion::source::schema::Flavor;
 use common::*;
 use mysql_async::prelude::Queryable;
 
@@ -39,16 +37,6 @@ async fn setup(db: &str, source: &str) -> Engine {
     engine
 }
 
-async fn sync(engine: &Engine, source: &str) {
-    let (target, _) = current_position(&mut root_conn(server()).await, Flavor::MariaDb)
-        .await
-        .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.source(source).unwrap().wait_for(&target))
-        .await
-        .unwrap()
-        .unwrap();
-}
-
 #[tokio::test]
 async fn current_table_and_changelog_follow_the_source() {
     let engine = setup("views_a", "va").await;
@@ -67,7 +55,7 @@ async fn current_table_and_changelog_follow_the_source() {
     )
     .await
     .unwrap();
-    sync(&engine, "va").await;
+    sync_source(&engine, "va").await;
     assert_eq!(
         query(
             &engine,
@@ -227,7 +215,7 @@ async fn a_transaction_is_seen_whole_or_not_at_all() {
         queries += 1;
     }
     assert_eq!(writer.await.unwrap(), 200);
-    sync(&engine, "vc").await;
+    sync_source(&engine, "vc").await;
     assert_eq!(
         query(&engine, "SELECT balance FROM vc.views_c.acct ORDER BY id").await,
         ["balance=-400", "balance=2400"]

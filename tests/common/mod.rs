@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 pub mod durable;
-pub mod proxy;
 pub mod workload;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -120,6 +119,20 @@ pub fn row_strings(batch: &arrow::array::RecordBatch) -> Vec<String> {
                 .join(" ")
         })
         .collect()
+}
+
+/// Waits until source `source` of `engine` has applied everything the shared server wrote.
+pub async fn sync_source(engine: &cdcfusion::engine::Engine, source: &str) {
+    let (target, _) = cdcfusion::source::connect::current_position(
+        &mut root_conn(server()).await,
+        cdcfusion::source::schema::Flavor::MariaDb,
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.source(source).unwrap().wait_for(&target))
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// The rows a query on `engine` returns, one string per row (panics naming the query).
