@@ -29,14 +29,11 @@ use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
     DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
 };
-use pgwire::api::{ClientInfo, PgWireConnectionState, SessionExtensions};
+use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::response::TransactionStatus;
-use pgwire::messages::startup::{
-    Authentication, PasswordMessageFamily, SASLInitialResponse, SecretKey,
-};
-use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, ProtocolVersion};
-use pgwire::tokio::tokio_rustls::rustls::pki_types::CertificateDer;
+use pgwire::messages::startup::{Authentication, PasswordMessageFamily, SASLInitialResponse};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
 
 use super::catalog::catalog_of_database;
@@ -211,50 +208,12 @@ impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for CutAf
 }
 
 impl<C: ClientInfo> ClientInfo for CutAfterAuthOk<'_, C> {
-    fn socket_addr(&self) -> std::net::SocketAddr {
-        self.inner.socket_addr()
-    }
-    fn is_secure(&self) -> bool {
-        self.inner.is_secure()
-    }
-    fn protocol_version(&self) -> ProtocolVersion {
-        self.inner.protocol_version()
-    }
-    fn set_protocol_version(&mut self, version: ProtocolVersion) {
-        self.inner.set_protocol_version(version)
-    }
-    fn pid_and_secret_key(&self) -> (i32, SecretKey) {
-        self.inner.pid_and_secret_key()
-    }
-    fn set_pid_and_secret_key(&mut self, pid: i32, secret_key: SecretKey) {
-        self.inner.set_pid_and_secret_key(pid, secret_key)
-    }
-    fn state(&self) -> PgWireConnectionState {
-        self.inner.state()
-    }
-    fn set_state(&mut self, new_state: PgWireConnectionState) {
-        self.inner.set_state(new_state)
-    }
+    super::delegate_client_info!(inner);
     fn transaction_status(&self) -> TransactionStatus {
         self.inner.transaction_status()
     }
     fn set_transaction_status(&mut self, new_status: TransactionStatus) {
         self.inner.set_transaction_status(new_status)
-    }
-    fn metadata(&self) -> &HashMap<String, String> {
-        self.inner.metadata()
-    }
-    fn metadata_mut(&mut self) -> &mut HashMap<String, String> {
-        self.inner.metadata_mut()
-    }
-    fn session_extensions(&self) -> &SessionExtensions {
-        self.inner.session_extensions()
-    }
-    fn sni_server_name(&self) -> Option<&str> {
-        self.inner.sni_server_name()
-    }
-    fn client_certificates<'c>(&self) -> Option<&[CertificateDer<'c>]> {
-        self.inner.client_certificates()
     }
 }
 

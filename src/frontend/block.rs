@@ -19,18 +19,15 @@
 //! `ErrorResponse` it sends (errors pgwire sends itself are learnt from its status when the
 //! next message starts).
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use futures::Sink;
-use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, SessionExtensions};
+use pgwire::api::{ClientInfo, ClientPortalStore};
 use pgwire::error::PgWireResult;
 use pgwire::messages::response::{ReadyForQuery, TransactionStatus};
-use pgwire::messages::startup::SecretKey;
-use pgwire::messages::{PgWireBackendMessage, ProtocolVersion};
-use pgwire::tokio::tokio_rustls::rustls::pki_types::CertificateDer;
+use pgwire::messages::PgWireBackendMessage;
 
 use super::error::{user_error, SQLSTATE_IN_FAILED_TRANSACTION};
 use super::session::SessionStatement;
@@ -231,30 +228,7 @@ impl<C: ClientPortalStore> ClientPortalStore for Tracked<'_, C> {
 }
 
 impl<C: ClientInfo> ClientInfo for Tracked<'_, C> {
-    fn socket_addr(&self) -> std::net::SocketAddr {
-        self.inner.socket_addr()
-    }
-    fn is_secure(&self) -> bool {
-        self.inner.is_secure()
-    }
-    fn protocol_version(&self) -> ProtocolVersion {
-        self.inner.protocol_version()
-    }
-    fn set_protocol_version(&mut self, version: ProtocolVersion) {
-        self.inner.set_protocol_version(version)
-    }
-    fn pid_and_secret_key(&self) -> (i32, SecretKey) {
-        self.inner.pid_and_secret_key()
-    }
-    fn set_pid_and_secret_key(&mut self, pid: i32, secret_key: SecretKey) {
-        self.inner.set_pid_and_secret_key(pid, secret_key)
-    }
-    fn state(&self) -> PgWireConnectionState {
-        self.inner.state()
-    }
-    fn set_state(&mut self, new_state: PgWireConnectionState) {
-        self.inner.set_state(new_state)
-    }
+    super::delegate_client_info!(inner);
     fn transaction_status(&self) -> TransactionStatus {
         lock(self.block).status()
     }
@@ -262,21 +236,6 @@ impl<C: ClientInfo> ClientInfo for Tracked<'_, C> {
     fn set_transaction_status(&mut self, _: TransactionStatus) {
         let status = lock(self.block).status();
         self.inner.set_transaction_status(status)
-    }
-    fn metadata(&self) -> &HashMap<String, String> {
-        self.inner.metadata()
-    }
-    fn metadata_mut(&mut self) -> &mut HashMap<String, String> {
-        self.inner.metadata_mut()
-    }
-    fn session_extensions(&self) -> &SessionExtensions {
-        self.inner.session_extensions()
-    }
-    fn sni_server_name(&self) -> Option<&str> {
-        self.inner.sni_server_name()
-    }
-    fn client_certificates<'c>(&self) -> Option<&[CertificateDer<'c>]> {
-        self.inner.client_certificates()
     }
 }
 
