@@ -153,6 +153,18 @@ impl Capture {
         progress: Arc<Progress>,
     ) -> SourceResult<(Self, Vec<TableChange>)> {
         let (info, tables) = Self::matching_tables(&connect, &options.tables).await?;
+        Self::start_resolved(connect, options, info, tables, progress).await
+    }
+
+    /// [`Capture::start_with_progress`] for tables already resolved by
+    /// [`Capture::matching_tables`] (a caller that needed them first does not read them twice).
+    pub async fn start_resolved(
+        connect: ConnectOptions,
+        options: CaptureOptions,
+        info: ServerInfo,
+        tables: Vec<Arc<TableSchema>>,
+        progress: Arc<Progress>,
+    ) -> SourceResult<(Self, Vec<TableChange>)> {
         let run = match options.mode {
             SnapshotMode::StreamOnly(_) => None,
             _ => Some(

@@ -380,7 +380,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
 /// Snapshots from the start, or from the chunks a durable source's journal kept.
 pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
     let mut options = task.options.clone();
-    let (_, tables) = Capture::matching_tables(&task.connect, &options.tables).await?;
+    let (info, tables) = Capture::matching_tables(&task.connect, &options.tables).await?;
     if let Some(c) = &task.checkpointer {
         if mode == Mode::Resnapshot {
             progress::discard(c.store(), c.id()).await?;
@@ -401,9 +401,14 @@ pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
             Arc::clone(&task.status),
         )));
     }
-    let (capture, handoff) =
-        Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
-            .await?;
+    let (capture, handoff) = Capture::start_resolved(
+        task.connect.clone(),
+        options,
+        info,
+        tables,
+        Arc::clone(&task.progress),
+    )
+    .await?;
     let mut changelogs: Vec<Changelog> = capture
         .tables()
         .iter()
