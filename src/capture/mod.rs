@@ -23,6 +23,12 @@
 //! that starts before `P` is dropped, so none is applied twice. A purged binlog at `P` is a
 //! definite error, never a resume from elsewhere.
 //!
+//! # Stopped tables
+//! A statement in the binlog that changed a captured table outside row events (`source::ddl`),
+//! or rows that no longer match its schema, stop that table alone: its rows are no longer
+//! decoded (the readers' filter skips it) and a [`TableStop`] says why and where; the other
+//! tables go on.
+//!
 //! # Output
 //! [`Capture::start`] returns the changelog of the snapshot and hand-off (up to `max(HIGH)`)
 //! sorted by position; [`Capture::next`] returns the changelog of each later transaction.
