@@ -11,11 +11,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use cdcfusion::change::position::{BinlogCoord, StartPosition};
+use cdcfusion::change::schema::{Flavor, TableId};
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
 use cdcfusion::source::connect::{current_position, ConnectOptions};
-use cdcfusion::source::position::{BinlogCoord, StartPosition};
-use cdcfusion::source::schema::{load_table_schema, Flavor, TableId};
+use cdcfusion::source::schema::load_table_schema;
 use cdcfusion::source::snapshot::{select_batches, DEFAULT_BATCH_ROWS};
 use futures::StreamExt;
 use mysql_async::binlog::events::EventData;

@@ -14,12 +14,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use cdcfusion::change::position::BinlogCoord;
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::position::BinlogCoord;
-use cdcfusion::source::schema::Flavor;
 use mysql_async::prelude::Queryable;
 
 /// The allocator the `cdcfusion` binary uses, so the figures match it.

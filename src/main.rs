@@ -23,11 +23,12 @@ use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 
+use cdcfusion::change::position::StartPosition;
 use cdcfusion::change::SourceTransaction;
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::position::StartPosition;
+use cdcfusion::state::changelog::{display_columns, transaction_batches};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -377,7 +378,8 @@ fn print_transaction(tx: &SourceTransaction) -> Result<()> {
             ddl.db, tx.start, ddl.statement
         );
     }
-    for (table, batch) in tx.display_batches() {
+    for (table, batch) in transaction_batches(tx, 0)? {
+        let batch = display_columns(&batch)?;
         println!(
             "-- {table}: {} change(s), gtid {gtid}, transaction at {}",
             batch.num_rows(),

@@ -3,9 +3,9 @@
 
 mod common;
 
+use cdcfusion::change::position::{Gtid, StartPosition};
 use cdcfusion::change::Op;
 use cdcfusion::devserver::{DevServer, DevServerOptions};
-use cdcfusion::source::position::{Gtid, StartPosition};
 use common::*;
 use mysql_async::prelude::Queryable;
 

@@ -11,14 +11,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cdcfusion::change::position::BinlogCoord;
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::devserver::DevServer;
 use cdcfusion::durable::checkpoint::COMPACT_SEGMENTS;
 use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
 use cdcfusion::durable::{DurableOptions, Store};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::position::BinlogCoord;
-use cdcfusion::source::schema::Flavor;
 use common::workload::*;
 use common::*;
 use rand::{Rng, SeedableRng};

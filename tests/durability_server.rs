@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cdcfusion::change::position::BinlogCoord;
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::position::BinlogCoord;
-use cdcfusion::source::schema::Flavor;
 use common::durable::*;
 use common::*;
 use mysql_async::prelude::Queryable;

@@ -110,12 +110,11 @@ use arrow::datatypes::{
     Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType,
     UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
+use cdcfusion::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
+use cdcfusion::change::schema::{Charset, ColumnKind, TableId, TableSchema};
 use cdcfusion::change::{ChangeBatch, Op, SourceTransaction};
 use cdcfusion::source::binlog::rows::builtin_collations;
 use cdcfusion::source::binlog::{Assembler, TableFilter, SYSTEM_DATABASES};
-use cdcfusion::source::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
-use cdcfusion::source::schema::{TableId, TableSchema};
-use cdcfusion::source::types::{Charset, ColumnKind};
 use cdcfusion::source::SourceError;
 use mysql_common::binlog::consts::{BinlogChecksumAlg, BinlogVersion};
 use mysql_common::binlog::events::{Event, EventData, OptionalMetadataField, TableMapEvent};

@@ -12,12 +12,12 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
 use cdcfusion::durable::store::{FileKind, StoreError};
 use cdcfusion::durable::{DurableOptions, Store, StoreOptions};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::schema::Flavor;
 use common::durable::*;
 use common::*;
 use mysql_async::prelude::Queryable;

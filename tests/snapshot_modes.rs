@@ -3,10 +3,10 @@
 mod common;
 
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use cdcfusion::change::position::{BinlogCoord, GtidSet, StartPosition};
+use cdcfusion::change::schema::{Flavor, TableId};
 use cdcfusion::change::Op;
 use cdcfusion::source::connect::{current_position, ConnectOptions};
-use cdcfusion::source::position::{BinlogCoord, GtidSet, StartPosition};
-use cdcfusion::source::schema::{Flavor, TableId};
 use cdcfusion::source::snapshot::incremental::{HookPoint, Phase, SnapshotMethod};
 use cdcfusion::source::snapshot::select_batches;
 use common::*;

@@ -10,10 +10,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use cdcfusion::change::schema::{Flavor, TableId};
 use cdcfusion::change::Op;
 use cdcfusion::devserver::DevServer;
 use cdcfusion::source::connect::{current_position, ConnectOptions};
-use cdcfusion::source::schema::{Flavor, TableId};
 use cdcfusion::source::snapshot::incremental::{
     ChunkInfo, HookPoint, SnapshotHook, SnapshotMethod,
 };
@@ -224,7 +224,7 @@ async fn verify(
     );
     // History folded into a snapshot row is not pretended to exist: no binlog change of a key
     // sits before that key's last snapshot-derived entry (event index 0).
-    let mut last_snapshot: BTreeMap<String, cdcfusion::source::position::ChangePosition> =
+    let mut last_snapshot: BTreeMap<String, cdcfusion::change::position::ChangePosition> =
         BTreeMap::new();
     for e in events.iter().filter(|e| e.event.position.event_index == 0) {
         let (k, _) = render(capture, e.event.after.as_ref().unwrap());

@@ -10,10 +10,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::util::display::{ArrayFormatter, FormatOptions};
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::devserver::DevServer;
 use cdcfusion::engine::{Engine, EngineError};
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::schema::Flavor;
 use cdcfusion::sql::{parse_cdc_statement, CdcStatement};
 use mysql_async::prelude::Queryable;
 use sqllogictest::{DBOutput, DefaultColumnType};

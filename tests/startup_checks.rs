@@ -2,10 +2,10 @@
 
 mod common;
 
+use cdcfusion::change::position::StartPosition;
 use cdcfusion::devserver::{DevServer, DevServerOptions, CDC_PASSWORD};
 use cdcfusion::source::binlog::{BinlogReader, BinlogReaderOptions};
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::position::StartPosition;
 use cdcfusion::source::SourceError;
 use common::*;
 use mysql_async::prelude::Queryable;

@@ -11,10 +11,11 @@ mod common;
 
 use arrow::array::RecordBatch;
 use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
+use cdcfusion::change::position::StartPosition;
+use cdcfusion::change::schema::{TableId, TableSchema};
 use cdcfusion::change::{Op, SourceTransaction};
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::position::StartPosition;
-use cdcfusion::source::schema::{load_table_schema, TableId, TableSchema};
+use cdcfusion::source::schema::load_table_schema;
 use cdcfusion::source::snapshot::select_batches;
 use common::*;
 use mysql_async::prelude::Queryable;

@@ -35,12 +35,15 @@
 //! Replaying all of it in position order gives exactly the current state.
 
 mod display;
+pub mod version;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
 
+use crate::change::position::{BinlogCoord, StartPosition};
+use crate::change::schema::{TableId, TableSchema};
 use crate::change::SourceTransaction;
 use crate::source::binlog::{
     table_filter, BinlogReader, BinlogReaderOptions, TableFilter, DEFAULT_SERVER_ID,
@@ -48,8 +51,7 @@ use crate::source::binlog::{
 use crate::source::connect::{preflight, ConnectOptions, ServerInfo};
 use crate::source::ddl::touched_tables;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::{BinlogCoord, StartPosition};
-use crate::source::schema::{list_tables, load_table_schema, TableId, TableSchema};
+use crate::source::schema::{list_tables, load_table_schema};
 use crate::source::snapshot::incremental::{
     plan_snapshot, Phase, Progress, SnapshotOptions, SnapshotRun,
 };
@@ -206,7 +208,7 @@ impl Capture {
             .iter()
             .map(|t| TableState::new(Arc::clone(t)))
             .collect::<Result<_, _>>()
-            .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
+            .map_err(|e| SourceError::arrow("row encoding", e))?;
         let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
         let stopped = Stopped::default();
         let only_captured = live_tables(ids, &stopped);
@@ -239,14 +241,14 @@ impl Capture {
             for state in &mut capture.states {
                 state
                     .finish_handoff()
-                    .map_err(|e| SourceError::Config(format!("starting the stream: {e}")))?;
+                    .map_err(|e| SourceError::arrow("starting the stream", e))?;
             }
             capture.progress.set_phase(Phase::Streaming);
             return Ok((capture, Vec::new()));
         }
         let started = std::time::Instant::now();
         let run = run.ok_or_else(|| {
-            SourceError::Config("a snapshot mode needs a planned snapshot".into())
+            SourceError::Internal("a snapshot mode needs a planned snapshot".into())
         })?;
         let chunks = run.execute_all().await?;
         let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
@@ -262,7 +264,7 @@ impl Capture {
             let mut events = Vec::new();
             capture.states[chunk.table]
                 .apply_snapshot(&chunk.high, &chunk.rows, &mut events)
-                .map_err(|e| SourceError::Config(format!("applying a chunk: {e}")))?;
+                .map_err(|e| SourceError::arrow("applying a chunk", e))?;
             out.extend(events.into_iter().map(|event| TableChange {
                 table: chunk.table,
                 event,
@@ -278,7 +280,7 @@ impl Capture {
         for state in &mut capture.states {
             state
                 .finish_handoff()
-                .map_err(|e| SourceError::Config(format!("ending the hand-off: {e}")))?;
+                .map_err(|e| SourceError::arrow("ending the hand-off", e))?;
         }
         tracing::info!(elapsed = ?started.elapsed(), "hand-off complete");
         capture.progress.set_position(max_high);
@@ -459,7 +461,7 @@ impl Capture {
             self.states[t]
                 .apply_changes(tx, batch, &mut events)
                 .map_err(|e| {
-                    SourceError::Config(format!("applying changes of {}: {e}", batch.table.id))
+                    SourceError::arrow(format!("applying changes of {}", batch.table.id), e)
                 })?;
             out.extend(
                 events
@@ -585,7 +587,7 @@ impl Capture {
     ) -> SourceResult<TableSnapshot> {
         self.states[table]
             .snapshot(position)
-            .map_err(|e| SourceError::Config(format!("publishing {}: {e}", self.tables[table].id)))
+            .map_err(|e| SourceError::arrow(format!("publishing {}", self.tables[table].id), e))
     }
 
     pub fn progress(&self) -> Arc<Progress> {

@@ -12,7 +12,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::error::ArrowError;
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 
-use crate::source::schema::TableSchema;
+use crate::change::schema::TableSchema;
 
 /// Encodes rows of one table into keys and full rows, and full rows back into batches.
 #[derive(Debug)]
@@ -110,8 +110,7 @@ impl RowCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::schema::{ColumnSpec, TableId};
-    use crate::source::types::ColumnKind;
+    use crate::change::schema::{ColumnKind, ColumnSpec, TableId};
     use arrow::array::{Date32Array, Int32Array};
 
     fn codec(primary_key: Vec<usize>) -> RowCodec {

@@ -5,19 +5,20 @@
 //! receives all of its row changes together or none of them, so no later stage can expose half a
 //! transaction. Inside it, each [`ChangeBatch`] holds rows of one table and one operation as
 //! Arrow batches of the table's schema, and every row has a [`ChangePosition`] that is unique and
-//! totally ordered within the server's history (see `source::position`).
+//! totally ordered within the server's history (see [`position`]).
 //!
 //! [`keys`] gives rows their identity (primary key, or the whole row for keyless tables).
 
 pub mod keys;
+pub mod position;
+pub mod schema;
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
-use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use arrow::array::RecordBatch;
 
-use crate::source::position::{BinlogCoord, ChangePosition, Gtid};
-use crate::source::schema::TableSchema;
+use position::{BinlogCoord, ChangePosition, Gtid};
+use schema::TableSchema;
 
 /// The kind of a change, with Debezium's one-letter codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,47 +98,5 @@ impl SourceTransaction {
 
     pub fn num_rows(&self) -> usize {
         self.changes.iter().map(ChangeBatch::num_rows).sum()
-    }
-
-    /// The changes of one table as a flat batch for display: `_op`, `_position`, `_gtid`,
-    /// `_commit_ts`, then the table's columns (after image; the before image for deletes).
-    pub fn display_batches(&self) -> Vec<(String, RecordBatch)> {
-        self.changes
-            .iter()
-            .filter_map(|c| {
-                let image = c.after.as_ref().or(c.before.as_ref())?;
-                let n = c.num_rows();
-                let mut fields = vec![
-                    Field::new("_op", DataType::Utf8, false),
-                    Field::new("_position", DataType::Utf8, false),
-                    Field::new("_gtid", DataType::Utf8, true),
-                    Field::new(
-                        "_commit_ts",
-                        DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-                        false,
-                    ),
-                ];
-                fields.extend(image.schema().fields().iter().map(|f| f.as_ref().clone()));
-                let positions: Vec<String> = c
-                    .index
-                    .iter()
-                    .map(|(e, r)| self.position(*e, *r).to_string())
-                    .collect();
-                let gtid = self.gtid.as_ref().map(ToString::to_string);
-                let mut columns: Vec<ArrayRef> = vec![
-                    Arc::new(StringArray::from(vec![c.op.code(); n])),
-                    Arc::new(StringArray::from(positions)),
-                    Arc::new(StringArray::from(vec![gtid; n])),
-                    Arc::new(
-                        TimestampMicrosecondArray::from(vec![self.commit_ts_micros; n])
-                            .with_timezone("UTC"),
-                    ),
-                ];
-                columns.extend(image.columns().iter().cloned());
-                let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-                    .expect("columns match the fields built alongside them");
-                Some((c.table.id.to_string(), batch))
-            })
-            .collect()
     }
 }

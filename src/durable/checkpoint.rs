@@ -37,9 +37,9 @@ use super::manifest::{
     ManifestError, SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
 };
 use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
-use crate::provider::SourceVersion;
-use crate::source::position::BinlogCoord;
-use crate::source::schema::TableSchema;
+use crate::capture::version::SourceVersion;
+use crate::change::position::BinlogCoord;
+use crate::change::schema::TableSchema;
 use crate::state::changelog::changelog_schema;
 
 /// Covered segments merged into one beyond this many per table.
@@ -95,6 +95,12 @@ pub enum DurableError {
 }
 
 impl DurableError {
+    /// Whether retrying can succeed: only a store that failed to answer (see
+    /// [`StoreError::is_transient`]); damaged or mismatched state is definite.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, DurableError::Store(e) if e.is_transient())
+    }
+
     /// The SQLSTATE a client is given: a damaged file is data corruption, a checkpoint that
     /// cannot continue on this server needs repair, anything else is an I/O error.
     pub fn sqlstate(&self) -> &'static str {

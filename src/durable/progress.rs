@@ -20,8 +20,8 @@ use super::checkpoint::DurableError;
 use super::ipc;
 use super::manifest::{commit_json, numbered, numbered_path, read_json, source_dir};
 use super::store::{FileKind, FileRef, Store};
-use crate::source::position::BinlogCoord;
-use crate::source::schema::{TableId, TableSchema};
+use crate::change::position::BinlogCoord;
+use crate::change::schema::{TableId, TableSchema};
 use crate::source::snapshot::chunks::ChunkRange;
 use crate::source::snapshot::incremental::{
     PlannedChunk, SnapshotChunk, SnapshotJournal, SnapshotResume,

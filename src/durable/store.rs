@@ -104,6 +104,25 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether retrying can succeed: the store's own I/O or network failed (a timeout, a
+    /// connection reset, a server error after the client's retries), not its content or its
+    /// permissions.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Io { source, .. } => matches!(
+                source,
+                object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
+            ),
+            StoreError::Sync { .. } => true,
+            StoreError::Open { .. }
+            | StoreError::Corrupt { .. }
+            | StoreError::Exists { .. }
+            | StoreError::Missing { .. } => false,
+        }
+    }
+}
+
 /// Options of the store: `object_store` configuration keys for remote stores
 /// (`aws_access_key_id`, `aws_endpoint`, `aws_region`, `aws_allow_http`, ...).
 pub type StoreOptions = Vec<(String, String)>;

@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use super::{Engine, EngineError, EngineOptions, RunningSource};
+use super::error::EngineError;
+use super::session::{Engine, EngineOptions};
+use super::source::RunningSource;
 use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, Durability, DurableError, Store};

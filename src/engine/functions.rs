@@ -13,10 +13,10 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::Expr;
 
-use super::{RunningSource, Sources, SourcesRef};
+use super::source::{RunningSource, Sources, SourcesRef};
+use crate::change::position::StartPosition;
 use crate::provider::mysql::{MysqlBinlogTable, MysqlSnapshotTable};
 use crate::provider::tail::ChangelogTail;
-use crate::source::position::StartPosition;
 use crate::state::changelog::changelog_schema;
 
 /// Registers the functions of this module on `ctx`.

@@ -21,7 +21,6 @@
 
 use std::ops::ControlFlow;
 
-use datafusion::error::DataFusionError;
 use datafusion::sql::parser::{CopyToSource, Statement as DFStatement};
 use sqlparser::ast::{Expr, Query, Select, SetExpr, Statement, Visit, Visitor};
 use sqlparser::dialect::GenericDialect;
@@ -57,17 +56,6 @@ pub enum TooComplex {
 impl TooComplex {
     /// `statement_too_complex`.
     pub const SQLSTATE: &'static str = "54001";
-}
-
-/// A parse error as the engine reports it: the parser's recursion limit is [`TooComplex`].
-pub fn parser_error(error: DataFusionError) -> super::EngineError {
-    match &error {
-        DataFusionError::SQL(e, _) if is_nesting_limit(e) => TooComplex::Nesting {
-            limit: PARSER_NESTING_LIMIT,
-        }
-        .into(),
-        _ => error.into(),
-    }
 }
 
 /// Whether a parser error is its recursion limit.

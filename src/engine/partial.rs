@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
-use super::source::SourceStatus;
+use super::source_status::SourceStatus;
+use crate::capture::version::{Published, SourceVersion};
 use crate::change::keys::RowCodec;
-use crate::provider::{Published, SourceVersion};
-use crate::source::schema::TableSchema;
+use crate::change::schema::TableSchema;
 use crate::source::snapshot::incremental::SnapshotChunk;
 use crate::source::snapshot::journal::{PlannedChunk, SnapshotJournal};
 use crate::state::current::{CurrentTable, TableSnapshot};

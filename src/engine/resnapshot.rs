@@ -42,12 +42,13 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
 
-use super::task::{append, fresh, handoff_end, Mode, Started, Stop, Task, TxNumbers};
+use super::stop::Stop;
+use super::task::{append, fresh, handoff_end, Mode, Started, Task, TxNumbers};
+use crate::capture::version::SourceVersion;
 use crate::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
-use crate::provider::SourceVersion;
+use crate::change::position::{BinlogCoord, ChangePosition};
+use crate::change::schema::{TableId, TableSchema};
 use crate::source::error::SourceError;
-use crate::source::position::{BinlogCoord, ChangePosition};
-use crate::source::schema::{TableId, TableSchema};
 use crate::source::snapshot::incremental::{plan_snapshot, Progress};
 use crate::state::changelog::{Changelog, POSITION_COLUMN};
 use crate::state::current::CurrentTable;
@@ -90,19 +91,20 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
     let old_ids: Vec<TableId> = old.iter().map(|t| t.id.clone()).collect();
     let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
     if ids != old_ids {
-        return Err(SourceError::Config(format!(
-            "the source's tables changed during the re-snapshot ({old_ids:?} before, {ids:?} now); run ALTER SOURCE ... RESNAPSHOT again"
-        ))
+        return Err(SourceError::Raced {
+            context: "re-snapshot".into(),
+            detail: format!("its tables were {old_ids:?} before and are {ids:?} now"),
+        }
         .into());
     }
     let end = handoff_end(&task.progress)
-        .ok_or_else(|| SourceError::Config("the re-snapshot ended without a position".into()))?;
+        .ok_or_else(|| SourceError::Internal("the re-snapshot ended without a position".into()))?;
     let mut changelogs = previous.changelogs.clone();
     let mut numbers = TxNumbers::after(&changelogs);
     let mut changes = Vec::new();
     for (t, table) in capture.tables().iter().enumerate() {
         let fail = |e: arrow::error::ArrowError| {
-            SourceError::Config(format!("comparing the new snapshot of {}: {e}", table.id))
+            SourceError::arrow(format!("comparing the new snapshot of {}", table.id), e)
         };
         let old = previous.tables[t].scan_all().map_err(fail)?;
         let new = capture.state(t).to_batch().map_err(fail)?;
@@ -137,9 +139,9 @@ pub(super) async fn resnapshot_table(
     previous: &SourceVersion,
     t: usize,
 ) -> Result<Started, Stop> {
-    let config = |m: String| Stop::from(SourceError::Config(m));
+    let precondition = |m: String| Stop::from(SourceError::Precondition(m));
     let from = previous.position.clone().ok_or_else(|| {
-        config("the source has published no state yet; RESNAPSHOT TABLE needs one".into())
+        precondition("the source has published no state yet; RESNAPSHOT TABLE needs one".into())
     })?;
     let (old_schemas, consistent_from) = {
         let s = task
@@ -155,7 +157,7 @@ pub(super) async fn resnapshot_table(
         .zip(&tables)
         .find(|(old, new)| old.columns != new.columns)
     {
-        return Err(config(format!(
+        return Err(precondition(format!(
             "the columns of {} changed since the source captured it; drop and create the source instead",
             old.id
         )));
@@ -187,10 +189,10 @@ pub(super) async fn resnapshot_table(
     )
     .await?;
     let at = read_progress.report().position.ok_or_else(|| {
-        config(format!(
+        Stop::from(SourceError::Internal(format!(
             "the re-read of {} ended without a position",
             table.id
-        ))
+        )))
     })?;
     let new_state = read.into_states().pop().ok_or_else(|| {
         Stop::from(SourceError::Internal(format!(
@@ -226,7 +228,10 @@ pub(super) async fn resnapshot_table(
     append(&capture, &mut changelogs, &caught_up, &mut numbers)?;
     let old_state = capture.replace_state(t, new_state);
     let fail = |e: arrow::error::ArrowError| {
-        config(format!("comparing the new snapshot of {}: {e}", table.id))
+        Stop::from(SourceError::arrow(
+            format!("comparing the new snapshot of {}", table.id),
+            e,
+        ))
     };
     let old = old_state.to_batch().map_err(fail)?;
     let new = capture.state(t).to_batch().map_err(fail)?;

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::task::Stop;
+use super::stop::Stop;
+use crate::change::schema::{TableId, TableSchema};
 use crate::source::error::SourceError;
-use crate::source::schema::{TableId, TableSchema};
 use crate::source::snapshot::incremental::SnapshotChunk;
 use crate::source::snapshot::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 
@@ -29,10 +29,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Whether a stopped capture may be started again and get further.
 pub(super) fn is_transient(stop: &Stop) -> bool {
-    matches!(
-        stop,
-        Stop::Source(SourceError::Transient { .. } | SourceError::Unreachable { .. })
-    )
+    match stop {
+        Stop::Source(e) => e.is_transient() || matches!(e, SourceError::Unreachable { .. }),
+        Stop::State(e) => e.is_transient(),
+    }
 }
 
 /// The wait before retry number `attempt` (1-based): doubling from [`FIRST_BACKOFF`] up to

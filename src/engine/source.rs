@@ -22,76 +22,34 @@
 //! Transient errors are retried inside the capture. A failed checkpoint is shown in the status
 //! and retried at the next interval.
 
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use arc_swap::ArcSwap;
 use futures::FutureExt;
 use tokio::sync::watch;
 
-use super::task::{checkpoint_loop, fail, panicked, run, Mode, Task};
-use super::EngineError;
+use super::error::EngineError;
+use super::run::{checkpoint_loop, run};
+use super::source_status::{SourceStatus, SERVER_POLL};
+use super::stop::{fail, panicked};
+use super::task::{Mode, Task};
+use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Capture, CaptureOptions};
+use crate::change::position::BinlogCoord;
+use crate::change::schema::{Flavor, TableId};
 use crate::durable::{Checkpointer, DurableError};
 use crate::provider::health::SharedHealth;
-use crate::provider::{Published, SourceVersion};
 use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::BinlogCoord;
-use crate::source::schema::{Flavor, TableId, TableSchema};
 use crate::source::snapshot::incremental::Progress;
 
-/// What a source's status shows.
-#[derive(Debug, Clone, Default)]
-pub struct SourceStatus {
-    pub tables: Vec<Arc<TableSchema>>,
-    pub server_version: String,
-    pub flavor: String,
-    pub error: Option<String>,
-    /// Transactions applied since the hand-off.
-    pub transactions: u64,
-    /// Commit time (µs) of the last applied transaction.
-    pub last_commit_ts_micros: Option<i64>,
-    /// The server's own binlog end, polled every [`SERVER_POLL`].
-    pub server_position: Option<BinlogCoord>,
-    /// Position of the newest checkpoint (durable engines): what a restart returns to.
-    pub durable_position: Option<BinlogCoord>,
-    /// The end of the hand-off: from here on the state is the source's at one position.
-    pub consistent_from: Option<BinlogCoord>,
-    /// Why the last checkpoint failed, until one succeeds.
-    pub checkpoint_error: Option<String>,
-    /// Restarts after transient failures (`engine::retry`).
-    pub retries: u64,
-    /// Waiting to restart after a transient failure.
-    pub retrying: bool,
-    /// The last transient failure, kept after the source recovered from it.
-    pub last_error: Option<crate::provider::health::Fault>,
-}
+/// The engine's sources by name.
+pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
 
-/// How often the server's binlog end is read for lag.
-pub const SERVER_POLL: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl SourceStatus {
-    /// Bytes of binlog between the published position and the server's end, when both are in
-    /// the same file (across a rotation the sizes of the files between are not tracked).
-    pub fn lag_bytes(&self, published: Option<&BinlogCoord>) -> Option<u64> {
-        let (p, s) = (published?, self.server_position.as_ref()?);
-        (p.file == s.file).then(|| s.offset.saturating_sub(p.offset))
-    }
-
-    /// Seconds between the last applied commit and now; 0 when nothing is pending.
-    pub fn lag_seconds(&self, published: Option<&BinlogCoord>) -> Option<f64> {
-        if self.lag_bytes(published) == Some(0) {
-            return Some(0.0);
-        }
-        let last = self.last_commit_ts_micros?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_micros() as i64;
-        Some((now - last).max(0) as f64 / 1e6)
-    }
-}
+/// Weak handle used by status tables.
+pub(crate) type SourcesRef = Weak<Sources>;
 
 /// A source registered in the engine.
 #[derive(Debug)]
@@ -205,7 +163,7 @@ impl RunningSource {
 
     /// `ALTER SOURCE ... RESNAPSHOT`: stops the capture, snapshots every table again and
     /// appends to the changelog only what differs from the published state (see
-    /// `engine::task`); returns once the new capture task runs (see [`Self::wait_ready`]).
+    /// `engine::resnapshot`); returns once the new capture task runs (see [`Self::wait_ready`]).
     pub async fn resnapshot(&self) {
         let _restarting = self.restarting.lock().await;
         let old = self

@@ -22,9 +22,12 @@ use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::{RunningSource, SourcesRef};
+use super::source::{RunningSource, SourcesRef};
 use crate::provider::{memory_scan, version_for};
 use crate::source::snapshot::incremental::{ChunkState, Phase};
+
+/// Name of the schema holding the status tables.
+pub const STATUS_SCHEMA: &str = "cdc";
 
 /// See the module docs.
 #[derive(Debug)]

@@ -1,7 +1,6 @@
-//! The background tasks of one source: the capture task that publishes versions, and the
-//! checkpoint loop of a durable source.
+//! How a capture task starts, and what it shares with its source.
 //!
-//! # How a capture task starts
+//! # Starts
 //! * *Fresh*: snapshot and hand-off ([`Capture::start_with_progress`]); the hand-off's
 //!   changelog becomes the first segments. A durable source journals the snapshot's chunks and,
 //!   after a crash during the snapshot, reads only the chunks not done yet.
@@ -11,44 +10,34 @@
 //! * *Re-snapshot* (`ALTER SOURCE ... RESNAPSHOT [TABLE db.t]`): see `engine::resnapshot`. A
 //!   source that has published nothing (its checkpoint is damaged) starts over as if new.
 //!
-//! Then every source transaction is appended to the changelogs and published as a new version.
+//! Then every source transaction is appended to the changelogs ([`append`]) and published as a
+//! new version (see `engine::run`).
 
 use std::collections::BTreeMap;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::AsArray;
 use arrow::datatypes::UInt64Type;
-use futures::FutureExt;
 use tokio::sync::watch;
 
 use super::partial::PartialView;
-use super::resnapshot::{resnapshot, resnapshot_table};
-use super::retry::{self, MemoryJournal};
-use super::source::SourceStatus;
+use super::retry::MemoryJournal;
+use super::source_status::SourceStatus;
+use super::stop::Stop;
+use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Capture, CaptureOptions, TableChange, TableStop};
+use crate::change::position::BinlogCoord;
+use crate::change::schema::TableId;
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
-use crate::provider::health::{Fault, Health, SharedHealth, SQLSTATE_INTERNAL};
-use crate::provider::{Published, SourceVersion};
+use crate::provider::health::SharedHealth;
 use crate::source::connect::{preflight, ConnectOptions};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::BinlogCoord;
-use crate::source::schema::TableId;
 use crate::source::snapshot::incremental::Progress;
 use crate::source::snapshot::journal::SnapshotJournal;
 use crate::state::changelog::{changelog_batch, Changelog};
 use crate::state::current::CurrentTable;
 use crate::state::merge::TableState;
-
-/// Why a capture task stopped.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum Stop {
-    #[error(transparent)]
-    Source(#[from] SourceError),
-    #[error(transparent)]
-    State(#[from] DurableError),
-}
 
 /// How a capture task begins; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,141 +65,6 @@ pub(crate) struct Task {
     pub health: SharedHealth,
     /// The snapshot's progress of a source without a state store, kept across retries.
     pub journal: Arc<MemoryJournal>,
-}
-
-pub(crate) async fn run(task: Task, mode: Mode) {
-    let mut mode = mode;
-    let mut attempt = 0;
-    let fault = loop {
-        let published_before = *task.versions.borrow();
-        let chunks_before = task.progress.report().chunks_done;
-        // Anything that escapes the capture, a panic included, becomes the source's failed
-        // state: the source stops, its tables refuse queries (see `provider::health`), the
-        // others go on. A transient failure is retried instead (`engine::retry`).
-        let outcome = AssertUnwindSafe(capture_loop(&task, mode))
-            .catch_unwind()
-            .await;
-        let stop = match outcome {
-            Ok(Ok(())) => break None,
-            Ok(Err(stop)) => stop,
-            Err(panic) => break Some(panicked("capture", panic.as_ref())),
-        };
-        if !retry::is_transient(&stop) {
-            break Some(stop.fault());
-        }
-        // The backoff grows only while attempts get nowhere.
-        let progressed = *task.versions.borrow() != published_before
-            || task.progress.report().chunks_done > chunks_before;
-        attempt = if progressed { 1 } else { attempt + 1 };
-        let wait = retry::backoff(attempt);
-        let fault = stop.fault();
-        tracing::warn!(error = %fault.describe(), attempt, ?wait, "source interrupted; retrying");
-        {
-            let mut s = task
-                .status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            s.retries += 1;
-            s.retrying = true;
-            s.last_error = Some(fault);
-        }
-        tokio::time::sleep(wait).await;
-        // Once this task has published, the source goes on from its published version;
-        // before that, the same start runs again (keeping the snapshot chunks done).
-        if *task.versions.borrow() != published_before {
-            mode = Mode::Resume;
-        }
-    };
-    task.status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retrying = false;
-    if let Some(fault) = fault {
-        let fault = Fault {
-            position: fault.position.or_else(|| task.progress.report().position),
-            table: fault.table.or_else(|| task.progress.working_on()),
-            ..fault
-        };
-        fail(&task.status, &task.health, fault);
-    }
-    let _ = task.ready.send(true);
-}
-
-/// The fault of a caught panic in one of a source's tasks.
-pub(super) fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Fault {
-    let message = crate::failpoint::panic_message(payload);
-    Fault::new(
-        SQLSTATE_INTERNAL,
-        format!("the {what} task failed unexpectedly ({message}); capture stopped"),
-    )
-}
-
-/// Records that the source stopped: its status and its health (which the scans check).
-pub(super) fn fail(status: &Mutex<SourceStatus>, health: &Health, fault: Fault) {
-    tracing::error!(error = %fault.describe(), sqlstate = fault.sqlstate, "source stopped");
-    status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .error = Some(fault.describe());
-    health.fail_source(fault);
-}
-
-impl Stop {
-    /// The fault a stopped capture leaves, with the SQLSTATE its tables answer with.
-    fn fault(&self) -> Fault {
-        let sqlstate = match self {
-            Stop::Source(e) => e.sqlstate(),
-            Stop::State(e) => e.sqlstate(),
-        };
-        Fault::new(sqlstate, self.to_string())
-    }
-}
-
-/// Writes a checkpoint of the latest published version every interval (and when woken). A
-/// panic while checkpointing fails the source: its state could no longer be made durable.
-pub(crate) async fn checkpoint_loop(
-    name: String,
-    checkpointer: Arc<Checkpointer>,
-    published: Published,
-    status: Arc<Mutex<SourceStatus>>,
-    health: SharedHealth,
-) {
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(checkpointer.options.checkpoint_interval) => {}
-            _ = checkpointer.wake.notified() => {}
-        }
-        let version = published.load_full();
-        let result = AssertUnwindSafe(async {
-            crate::failpoint::hit_in("checkpoint", &name);
-            checkpointer.checkpoint(&version).await
-        })
-        .catch_unwind()
-        .await;
-        let result = match result {
-            Ok(result) => result,
-            Err(panic) => {
-                let fault =
-                    panicked("checkpoint", panic.as_ref()).at_position(version.position.clone());
-                fail(&status, &health, fault);
-                return;
-            }
-        };
-        let mut s = status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match result {
-            Ok(Some(position)) => {
-                s.durable_position = Some(position);
-                s.checkpoint_error = None;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "checkpoint failed; retrying at the next interval");
-                s.checkpoint_error = Some(e.to_string());
-            }
-        }
-    }
 }
 
 /// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
@@ -258,123 +112,6 @@ pub(super) struct Started {
     /// Tables already stopped when the capture starts (kept from a checkpoint or from the
     /// version a re-snapshot starts from); the capture skips their rows.
     pub stopped: BTreeMap<usize, TableStop>,
-}
-
-async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
-    let Task {
-        published,
-        progress,
-        status,
-        ready,
-        versions,
-        checkpointer,
-        ..
-    } = task;
-    let previous = published.load_full();
-    let started = match mode {
-        Mode::Resnapshot if previous.position.is_some() => resnapshot(task, &previous).await?,
-        // Nothing to compare with (the checkpoint could not be loaded): start over.
-        Mode::Resnapshot => fresh(task, mode).await?,
-        Mode::ResnapshotTable(t) => resnapshot_table(task, &previous, t).await?,
-        Mode::Resume if previous.position.is_some() && previous.consistent => {
-            resume_published(task, &previous).await?
-        }
-        Mode::Resume => fresh(task, Mode::Start).await?,
-        Mode::Start => match checkpointer {
-            Some(c) => match c.newest().await? {
-                Some(manifest) => recover(task, c, manifest).await?,
-                None => fresh(task, mode).await?,
-            },
-            None => fresh(task, mode).await?,
-        },
-    };
-    let Started {
-        mut capture,
-        mut changelogs,
-        consistent_from,
-        mut numbers,
-        mut stopped,
-    } = started;
-    for stop in stopped.values() {
-        capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
-    }
-    for stop in capture.take_stops() {
-        stopped.entry(stop.table).or_insert(stop);
-    }
-    let mut published_stops = Arc::new(stopped.clone());
-    {
-        let mut s = status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.tables = capture.tables().to_vec();
-        s.server_version = capture.server().version.clone();
-        s.flavor = format!("{:?}", capture.server().flavor);
-        s.consistent_from = consistent_from.clone();
-    }
-    let position = progress.report().position;
-    let mut tables = Vec::with_capacity(capture.tables().len());
-    for t in 0..capture.tables().len() {
-        tables.push(capture.snapshot_table(t, position.clone())?);
-    }
-    published.store(Arc::new(SourceVersion {
-        position,
-        consistent: true,
-        tables,
-        changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
-        stopped: Arc::clone(&published_stops),
-    }));
-    if let Some(c) = checkpointer {
-        let persisted = vec![0; changelogs.len()];
-        c.arm(capture.tables().to_vec(), None, persisted, consistent_from)
-            .await;
-        // The hand-off is the costliest work to lose: checkpoint it now.
-        c.wake.notify_one();
-    }
-    task.journal.clear();
-    {
-        let mut s = status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.retrying = false;
-    }
-    let _ = ready.send(true);
-    versions.send_modify(|v| *v += 1);
-    while let Some((tx, changes)) = capture.next().await? {
-        append(&capture, &mut changelogs, &changes, &mut numbers)?;
-        let stops = capture.take_stops();
-        if !stops.is_empty() {
-            for stop in stops {
-                stopped.entry(stop.table).or_insert(stop);
-            }
-            published_stops = Arc::new(stopped.clone());
-        }
-        let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
-        let previous = published.load_full();
-        let mut version = SourceVersion {
-            position: Some(tx.end.clone()),
-            consistent: true,
-            tables: previous.tables.clone(),
-            changelogs: previous.changelogs.clone(),
-            stopped: Arc::clone(&published_stops),
-        };
-        for t in touched {
-            version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
-            version.changelogs[t] = changelogs[t].snapshot();
-        }
-        for snap in &mut version.tables {
-            snap.position = Some(tx.end.clone());
-        }
-        published.store(Arc::new(version));
-        versions.send_modify(|v| *v += 1);
-        {
-            let mut s = status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            s.transactions += 1;
-            s.last_commit_ts_micros = Some(tx.commit_ts_micros);
-        }
-    }
-    Ok(())
 }
 
 /// Snapshots from the start, or from the chunks a durable source's journal kept.
@@ -432,7 +169,7 @@ pub(super) fn handoff_end(progress: &Progress) -> Option<BinlogCoord> {
 }
 
 /// Loads `manifest`, publishes it, then resumes the binlog where it ends.
-async fn recover(
+pub(super) async fn recover(
     task: &Task,
     checkpointer: &Checkpointer,
     manifest: crate::durable::manifest::Manifest,
@@ -449,7 +186,10 @@ async fn recover(
     for (t, entry) in manifest.tables.iter().enumerate() {
         if let Some(record) = &entry.stopped {
             let position = record.position.parse::<BinlogCoord>().map_err(|e| {
-                SourceError::Config(format!("checkpoint {}: stop position: {e}", manifest.seq))
+                Stop::State(DurableError::Decode {
+                    path: format!("manifest {}", manifest.seq),
+                    message: format!("the stop position of a table: {e}"),
+                })
             })?;
             stopped.insert(
                 t,
@@ -468,7 +208,7 @@ async fn recover(
         snapshots.push(
             state
                 .snapshot(Some(recovered.position.clone()))
-                .map_err(|e| SourceError::Config(format!("publishing {}: {e}", table.id)))?,
+                .map_err(|e| SourceError::arrow(format!("publishing {}", table.id), e))?,
         );
     }
     task.published.store(Arc::new(SourceVersion {
@@ -531,7 +271,10 @@ async fn recover(
 /// Goes on from the published version `previous` after a transient failure: its tables'
 /// states and changelogs (shared, not copied) and the binlog from its position, so nothing
 /// published is read again (see `engine::retry`).
-async fn resume_published(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
+pub(super) async fn resume_published(
+    task: &Task,
+    previous: &SourceVersion,
+) -> Result<Started, Stop> {
     let position = previous.position.clone().ok_or_else(|| {
         SourceError::Internal("resuming a source that has published nothing".into())
     })?;
@@ -594,10 +337,10 @@ pub(super) fn append(
             &tx,
         )
         .map_err(|e| {
-            SourceError::Config(format!(
-                "building the changelog of {}: {e}",
-                capture.tables()[t].id
-            ))
+            SourceError::arrow(
+                format!("building the changelog of {}", capture.tables()[t].id),
+                e,
+            )
         })?;
         changelogs[t].append(segment);
     }

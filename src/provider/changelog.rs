@@ -16,8 +16,9 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPu
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::health::SharedHealth;
-use super::{memory_scan, version_for, Published, CHANGELOG_SUFFIX};
-use crate::source::schema::TableId;
+use super::{memory_scan, version_for, CHANGELOG_SUFFIX};
+use crate::capture::version::Published;
+use crate::change::schema::TableId;
 use crate::state::changelog::ChangelogSegment;
 
 /// The changelog of table `index` of a source.

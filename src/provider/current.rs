@@ -22,8 +22,9 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPu
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::health::SharedHealth;
-use super::{memory_scan, version_for, Published};
-use crate::source::schema::TableSchema;
+use super::{memory_scan, version_for};
+use crate::capture::version::Published;
+use crate::change::schema::TableSchema;
 use crate::state::current::KeyBytes;
 
 /// The current table `index` of a source.

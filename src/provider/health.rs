@@ -18,8 +18,8 @@ use datafusion::catalog::Session;
 use datafusion::error::DataFusionError;
 
 use crate::capture::TableStop;
-use crate::source::position::BinlogCoord;
-use crate::source::schema::TableId;
+use crate::change::position::BinlogCoord;
+use crate::change::schema::TableId;
 
 /// `internal_error`: the engine itself failed (a panic, an invariant broken).
 pub const SQLSTATE_INTERNAL: &str = "XX000";

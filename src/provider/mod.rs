@@ -1,7 +1,7 @@
 //! DataFusion tables over captured state: the current table and the changelog of every table.
 //!
 //! # Consistency
-//! A capture publishes a [`SourceVersion`] after each source transaction: the snapshots of all
+//! A capture publishes a `SourceVersion` (see `capture::version`) after each source transaction: the snapshots of all
 //! its tables and changelogs at one binlog position, swapped in atomically. A query reads one
 //! version for all tables of a source: [`pin`] captures the versions once per query (the engine
 //! does this before planning); a scan outside a pinned query reads the latest version. Either
@@ -16,24 +16,23 @@
 //! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table')`, for pipelines
 //!   and subscriptions;
 //! * [`mysql`]: reads straight from the source's server, `mysql_snapshot` (a consistent chunked
-//!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging.
+//!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging;
+//! * [`plans`]: the execution plans that read the server: a snapshot's chunks as partitions,
+//!   and a table's binlog changes as an unbounded stream.
 
 pub mod changelog;
 pub mod current;
 pub mod health;
 pub mod mysql;
+pub mod plans;
 pub mod tail;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use datafusion::catalog::Session;
 
-use crate::capture::TableStop;
-use crate::source::position::BinlogCoord;
-use crate::state::changelog::Changelog;
-use crate::state::current::TableSnapshot;
+use crate::capture::version::{Published, SourceVersion};
 
 /// An in-memory scan of `partitions` with the pushed-down projection and limit: the plan every
 /// provider here ends in once it has chosen its batches.
@@ -54,24 +53,6 @@ pub fn memory_scan(
 
 /// Suffix of a table's changelog name.
 pub const CHANGELOG_SUFFIX: &str = "$changelog";
-
-/// Every table of one source at one position.
-#[derive(Debug, Clone, Default)]
-pub struct SourceVersion {
-    /// The binlog position the version reflects; `None` before the first publication.
-    pub position: Option<BinlogCoord>,
-    /// Whether the current tables are the source's state at `position` (false while the
-    /// snapshot is a mix of chunk boundaries).
-    pub consistent: bool,
-    pub tables: Vec<TableSnapshot>,
-    pub changelogs: Vec<Changelog>,
-    /// Tables whose capture stopped at or before `position` (by index): their snapshot and
-    /// changelog end where it stopped, and scans refuse them (see [`health`]).
-    pub stopped: Arc<BTreeMap<usize, TableStop>>,
-}
-
-/// The latest published version of a source.
-pub type Published = Arc<ArcSwap<SourceVersion>>;
 
 /// Versions pinned for one query, by source name (a session config extension).
 #[derive(Debug, Default)]

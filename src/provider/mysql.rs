@@ -31,13 +31,14 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use super::plans::BinlogStreamExec;
+use super::plans::SnapshotExec;
 use crate::capture::{Capture, CaptureOptions, SnapshotMode};
-use crate::source::binlog::exec::BinlogStreamExec;
+use crate::change::position::{BinlogCoord, StartPosition};
+use crate::change::schema::TableSchema;
 use crate::source::connect::{current_position, preflight, ConnectOptions};
 use crate::source::error::SourceError;
-use crate::source::position::{BinlogCoord, StartPosition};
-use crate::source::schema::{load_table_schema, TableSchema};
-use crate::source::snapshot::exec::SnapshotExec;
+use crate::source::schema::load_table_schema;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress, SnapshotOptions};
 use crate::state::changelog::changelog_schema;
 

@@ -14,7 +14,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use tokio::sync::watch;
 
-use super::Published;
+use crate::capture::version::Published;
 
 /// Tails table `index` of a source; see the module docs.
 #[derive(Debug)]

@@ -19,11 +19,10 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
 
+use crate::change::position::{BinlogCoord, GtidSet};
+use crate::change::schema::{Charset, Flavor};
 use crate::source::binlog::rows::CollationMap;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::{BinlogCoord, GtidSet};
-use crate::source::schema::Flavor;
-use crate::source::types::Charset;
 
 /// First delay between connection attempts.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -322,7 +321,7 @@ pub async fn current_position(
     };
     let gtids = gtids
         .parse()
-        .map_err(|e| SourceError::Config(format!("server GTID position: {e}")))?;
+        .map_err(|e| SourceError::NotSupported(format!("the server's GTID position ({e})")))?;
     Ok((BinlogCoord::new(file, offset), gtids))
 }
 

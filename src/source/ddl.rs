@@ -20,8 +20,8 @@ use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
 
+use crate::change::schema::TableId;
 use crate::change::Ddl;
-use crate::source::schema::TableId;
 
 /// The tables `ddl` may have changed, among those `captured` accepts; see the module docs.
 pub fn touched_tables(ddl: &Ddl, captured: impl Fn(&TableId) -> bool) -> BTreeSet<TableId> {

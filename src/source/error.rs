@@ -5,7 +5,7 @@
 //! complete transaction; every other error is *definite*: the source stops and says why, naming
 //! the setting, privilege, table, column or binlog position at fault.
 
-use crate::source::position::BinlogCoord;
+use crate::change::position::BinlogCoord;
 
 /// The MySQL/MariaDB server error codes the capture acts on, by their server names.
 pub mod codes {
@@ -131,9 +131,27 @@ pub enum SourceError {
     /// The requested table does not exist.
     #[error("table {0} does not exist on the source server")]
     NoSuchTable(String),
-    /// Invalid configuration (URL, position, option).
+    /// Invalid configuration (URL, position, option, table pattern).
     #[error("invalid source configuration: {0}")]
     Config(String),
+    /// The source is not in the state an operation needs (e.g. `RESNAPSHOT TABLE` before the
+    /// first published state); the message says what must happen first.
+    #[error("{0}")]
+    Precondition(String),
+    /// Something this server or source asks for that capture does not do.
+    #[error("{0} is not supported")]
+    NotSupported(String),
+    /// The server changed under a multi-step operation (the tables a pattern matches changed
+    /// during a re-snapshot): starting the operation over can succeed.
+    #[error("{context}: the server changed meanwhile ({detail}); starting over")]
+    Raced { context: String, detail: String },
+    /// Building Arrow data of the state failed (e.g. a batch over Arrow's size limits).
+    #[error("{context}: {source}")]
+    Arrow {
+        context: String,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
     /// The engine itself failed (a task panicked): a bug to report, not a server problem.
     #[error("internal error: {0}")]
     Internal(String),
@@ -164,6 +182,14 @@ impl SourceError {
             SourceError::NoSuchTable(_) => "42P01",
             // invalid_parameter_value
             SourceError::Config(_) => "22023",
+            // feature_not_supported
+            SourceError::NotSupported(_) => "0A000",
+            // object_not_in_prerequisite_state
+            SourceError::Precondition(_) => "55000",
+            // serialization_failure: retried by the engine.
+            SourceError::Raced { .. } => "40001",
+            // internal_error
+            SourceError::Arrow { .. } => "XX000",
             // system_error: a query the capture needs failed.
             SourceError::Query { .. } => "58000",
             // internal_error
@@ -173,7 +199,18 @@ impl SourceError {
 
     /// Whether retrying (with backoff) can make progress.
     pub fn is_transient(&self) -> bool {
-        matches!(self, SourceError::Transient { .. })
+        matches!(
+            self,
+            SourceError::Transient { .. } | SourceError::Raced { .. }
+        )
+    }
+
+    /// An Arrow failure while building `context`'s data.
+    pub fn arrow(context: impl Into<String>, source: arrow::error::ArrowError) -> Self {
+        SourceError::Arrow {
+            context: context.into(),
+            source,
+        }
     }
 
     /// The server's error code behind this error, if the server answered with one.

@@ -2,8 +2,8 @@
 //!
 //! This module only wires its parts together:
 //! * [`connect`]: connections, retries and the start-up checks that make exact capture possible;
-//! * [`position`]: binlog coordinates, change positions and GTIDs of both flavours;
-//! * [`schema`] and [`types`]: table schemas and the one Arrow value of each column type;
+//! * [`schema`]: reading table schemas (`crate::change::schema`) from `information_schema`;
+//! * [`types`]: the one Arrow value of each column type, for both read paths;
 //! * [`ddl`]: which tables a statement in the binlog changed outside row events;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
 //! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
@@ -15,7 +15,6 @@ pub mod binlog;
 pub mod connect;
 pub mod ddl;
 pub mod error;
-pub mod position;
 pub mod schema;
 pub mod snapshot;
 pub mod types;

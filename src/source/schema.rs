@@ -1,4 +1,4 @@
-//! Table schemas of the source server, as the rest of the engine sees them.
+//! Reading table schemas ([`TableSchema`]) from the source server's `information_schema`.
 //!
 //! # Invariant
 //! A [`TableSchema`] is built from `information_schema` (what `SELECT` returns) and is the one
@@ -6,94 +6,11 @@
 //! nullability. The binlog path checks every table map against it before decoding a row
 //! (see `binlog::rows`), and never decodes with a schema that does not match the event.
 
-use std::fmt;
-use std::sync::Arc;
-
-use arrow::datatypes::{Schema, SchemaRef};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
+use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::types::{Charset, ColumnKind};
-
-/// `db.table` on the source server.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TableId {
-    pub db: String,
-    pub table: String,
-}
-
-impl TableId {
-    pub fn new(db: impl Into<String>, table: impl Into<String>) -> Self {
-        Self {
-            db: db.into(),
-            table: table.into(),
-        }
-    }
-
-    /// The table name quoted for MySQL: `` `db`.`table` ``.
-    pub fn quoted(&self) -> String {
-        format!("{}.{}", quote_ident(&self.db), quote_ident(&self.table))
-    }
-}
-
-impl fmt::Display for TableId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.db, self.table)
-    }
-}
-
-/// Quotes a MySQL identifier with backticks.
-pub fn quote_ident(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
-}
-
-/// One column of a source table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ColumnSpec {
-    pub name: String,
-    pub kind: ColumnKind,
-    pub nullable: bool,
-}
-
-/// The schema of one source table at one point in its history.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TableSchema {
-    pub id: TableId,
-    pub columns: Vec<ColumnSpec>,
-    /// Indexes into `columns` of the primary key, in key order; empty for keyless tables.
-    pub primary_key: Vec<usize>,
-    /// The Arrow schema of the table's rows (one field per column, same order).
-    pub arrow: SchemaRef,
-}
-
-impl TableSchema {
-    pub fn new(id: TableId, columns: Vec<ColumnSpec>, primary_key: Vec<usize>) -> Self {
-        let fields: Vec<_> = columns
-            .iter()
-            .map(|c| c.kind.field(&c.name, c.nullable))
-            .collect();
-        Self {
-            id,
-            columns,
-            primary_key,
-            arrow: Arc::new(Schema::new(fields)),
-        }
-    }
-
-    pub fn column_index(&self, name: &str) -> Option<usize> {
-        self.columns
-            .iter()
-            .position(|c| c.name.eq_ignore_ascii_case(name))
-    }
-}
-
-/// Which server we talk to; the differences that matter to capture hide behind this.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Flavor {
-    MySql,
-    MariaDb,
-}
 
 /// One row of `information_schema.COLUMNS`.
 struct InfoColumn {
@@ -111,7 +28,7 @@ struct InfoColumn {
 /// The base tables of the server that `filter` accepts, ordered by database and name.
 pub async fn list_tables(
     conn: &mut Conn,
-    filter: &crate::source::binlog::TableFilter,
+    filter: &crate::source::binlog::filter::TableFilter,
 ) -> SourceResult<Vec<TableId>> {
     let rows: Vec<mysql_async::Row> = conn
         .query(

@@ -27,9 +27,9 @@ use super::error::SqlError;
 use super::render::quote_string;
 use super::value::{check_range, Literal, RawOption};
 use crate::capture::{CaptureOptions, SnapshotMode};
+use crate::change::position::StartPosition;
+use crate::change::schema::TableId;
 use crate::source::binlog::table_filter;
-use crate::source::position::StartPosition;
-use crate::source::schema::TableId;
 #[cfg(doc)]
 use crate::source::snapshot::incremental::SnapshotOptions;
 
@@ -446,7 +446,7 @@ fn parse_start(s: &str) -> Result<StartPosition, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::position::{BinlogCoord, GtidSet};
+    use crate::change::position::{BinlogCoord, GtidSet};
     use crate::sql::{parse_cdc_statement, CdcStatement};
 
     /// The options of `CREATE SOURCE s FROM MYSQL '...' WITH (<with>)`.

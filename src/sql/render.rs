@@ -113,7 +113,7 @@ pub(super) fn quote_string(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::schema::TableId;
+    use crate::change::schema::TableId;
     use crate::sql::parse_cdc_statement;
 
     fn parse(sql: &str) -> CdcStatement {

@@ -33,7 +33,7 @@ use super::error::SqlError;
 use super::mysql_url::{mask_password, MySqlUrl};
 use super::options::{SourceOption, SourceOptions};
 use super::value::RawOption;
-use crate::source::schema::TableId;
+use crate::change::schema::TableId;
 
 /// Words of this grammar that can stand where a source name does; an unquoted name spelled
 /// like one would make a forgotten name parse as something else, so it must be quoted.

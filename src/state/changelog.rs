@@ -28,7 +28,9 @@ use arrow::datatypes::{
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
-use crate::state::merge::ChangelogEvent;
+use crate::change::schema::{TableId, TableSchema};
+use crate::change::SourceTransaction;
+use crate::state::merge::{ChangelogEvent, TableState};
 
 /// Metadata columns that precede the table's columns.
 pub const META_COLUMNS: [&str; 6] = ["_op", "_position", "_gtid", "_tx", "_commit_ts", "_table"];
@@ -172,6 +174,48 @@ pub fn changelog_batch(
         max_commit_ts: ts.iter().max().copied(),
         batch,
     })
+}
+
+/// A changelog batch as it is printed: every column but `_tx`, `_table` and `_before`.
+pub fn display_columns(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+    let keep: Vec<usize> = [0, POSITION_COLUMN, 2, COMMIT_TS_COLUMN]
+        .into_iter()
+        .chain(META_COLUMNS.len()..batch.num_columns().saturating_sub(1))
+        .collect();
+    batch.project(&keep)
+}
+
+/// The row changes of one source transaction as changelog batches (one per table, in order of
+/// first appearance), read without state as [`TableState::binlog_events`] spells them, with
+/// `tx_seq` as `_tx`. What a raw binlog reader prints and compares.
+pub fn transaction_batches(
+    tx: &SourceTransaction,
+    tx_seq: u64,
+) -> Result<Vec<(TableId, RecordBatch)>, ArrowError> {
+    let mut tables: Vec<(Arc<TableSchema>, Vec<ChangelogEvent>)> = Vec::new();
+    for change in &tx.changes {
+        let at = match tables.iter().position(|(t, _)| t.id == change.table.id) {
+            Some(at) => at,
+            None => {
+                tables.push((Arc::clone(&change.table), Vec::new()));
+                tables.len() - 1
+            }
+        };
+        let codec = RowCodec::new(Arc::clone(&change.table))?;
+        TableState::binlog_events(&codec, tx, change, &mut tables[at].1)?;
+    }
+    tables
+        .into_iter()
+        .filter(|(_, events)| !events.is_empty())
+        .map(|(table, events)| {
+            let codec = RowCodec::new(Arc::clone(&table))?;
+            let refs: Vec<&ChangelogEvent> = events.iter().collect();
+            let seq = vec![tx_seq; refs.len()];
+            let schema = changelog_schema(&table.arrow);
+            let segment = changelog_batch(&codec, &schema, &refs, &seq)?;
+            Ok((table.id.clone(), segment.batch))
+        })
+        .collect()
 }
 
 /// The changelog of one table: segments appended by the capture, shared with readers.

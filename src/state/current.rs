@@ -28,8 +28,8 @@ use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
 use crate::change::keys::RowCodec;
-use crate::source::position::BinlogCoord;
-use crate::source::schema::TableSchema;
+use crate::change::position::BinlogCoord;
+use crate::change::schema::TableSchema;
 
 /// Overlay entries beyond this fraction of the base trigger a merge into a new base.
 const COMPACT_FRACTION: usize = 8;
@@ -363,8 +363,7 @@ impl TableSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::schema::{ColumnSpec, TableId};
-    use crate::source::types::ColumnKind;
+    use crate::change::schema::{ColumnKind, ColumnSpec, TableId};
     use arrow::array::{Array, AsArray, Int32Array, StringArray};
     use arrow::datatypes::Int32Type;
 
@@ -381,7 +380,7 @@ mod tests {
             ColumnSpec {
                 name: "v".into(),
                 kind: ColumnKind::Text {
-                    charset: crate::source::types::Charset::Utf8,
+                    charset: crate::change::schema::Charset::Utf8,
                 },
                 nullable: true,
             },

@@ -18,8 +18,8 @@ use arrow::row::OwnedRow;
 
 use super::merge::{snapshot_position, ChangelogEvent};
 use crate::change::keys::RowCodec;
+use crate::change::position::BinlogCoord;
 use crate::change::Op;
-use crate::source::position::BinlogCoord;
 
 /// Entries that turn `old` into `new` (both rows of `codec`'s table), positioned at `at`.
 pub fn diff(
@@ -98,8 +98,7 @@ mod tests {
 
     use arrow::array::{Int32Array, StringArray};
 
-    use crate::source::schema::{ColumnSpec, TableId, TableSchema};
-    use crate::source::types::{Charset, ColumnKind};
+    use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 
     fn codec(keyed: bool) -> RowCodec {
         let columns = vec![

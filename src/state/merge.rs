@@ -37,9 +37,9 @@ use arrow::compute::concat_batches;
 
 use super::current::{CurrentTable, TableSnapshot};
 use crate::change::keys::RowCodec;
+use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
+use crate::change::schema::TableSchema;
 use crate::change::{ChangeBatch, Op, SourceTransaction};
-use crate::source::position::{BinlogCoord, ChangePosition, Gtid};
-use crate::source::schema::TableSchema;
 
 /// One changelog entry of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,10 +4,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
+use cdcfusion::change::position::{BinlogCoord, StartPosition};
 use cdcfusion::devserver::DevServer;
 use cdcfusion::engine::Engine;
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::position::{BinlogCoord, StartPosition};
 use cdcfusion::source::snapshot::select_batches;
 
 use super::*;

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
+use cdcfusion::change::position::StartPosition;
 use cdcfusion::change::SourceTransaction;
 use cdcfusion::devserver::DevServer;
 use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::position::StartPosition;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
@@ -125,7 +125,7 @@ pub fn row_strings(batch: &arrow::array::RecordBatch) -> Vec<String> {
 pub async fn sync_source(engine: &cdcfusion::engine::Engine, source: &str) {
     let (target, _) = cdcfusion::source::connect::current_position(
         &mut root_conn(server()).await,
-        cdcfusion::source::schema::Flavor::MariaDb,
+        cdcfusion::change::schema::Flavor::MariaDb,
     )
     .await
     .unwrap();

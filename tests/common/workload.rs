@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::devserver::DevServer;
 use cdcfusion::engine::Engine;
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::schema::Flavor;
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 

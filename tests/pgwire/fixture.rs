@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+use cdcfusion::change::schema::Flavor;
 use cdcfusion::config::{AuthMethod, FrontendSettings, UserSettings};
 use cdcfusion::engine::Engine;
 use cdcfusion::frontend::Server;
 use cdcfusion::source::connect::current_position;
-use cdcfusion::source::schema::Flavor;
 use mysql_async::prelude::Queryable;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

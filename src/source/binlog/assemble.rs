@@ -30,12 +30,14 @@ use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent
 use mysql_async::binlog::{EventType, RowsEventFlags};
 use mysql_async::Conn;
 
-use super::rows::{CollationMap, RowsError, TableDecoder};
-use super::TableFilter;
+use super::cursor::RowsError;
+use super::filter::TableFilter;
+use super::rows::{CollationMap, TableDecoder};
+use crate::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
+use crate::change::schema::{TableId, TableSchema};
 use crate::change::{ChangeBatch, Ddl, Op, SourceTransaction};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
-use crate::source::schema::{load_table_schema, TableId, TableSchema};
+use crate::source::schema::load_table_schema;
 use crate::source::types::ColumnBuilder;
 
 /// Initial row capacity of a batch's builders: bulk transactions fill hundreds of rows per

@@ -7,8 +7,7 @@
 
 use arrow::datatypes::i256;
 
-use super::rows::RowsError;
-use super::wire::Cursor;
+use super::cursor::{Cursor, RowsError};
 
 /// Bytes used by a group of 0–9 decimal digits in MySQL's binary DECIMAL.
 const DIG2BYTES: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];

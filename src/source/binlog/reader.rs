@@ -16,12 +16,12 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Sid};
 
 use super::assemble::{checksum_mismatch, Assembler};
-use super::{TableFilter, SYSTEM_DATABASES};
+use super::filter::{TableFilter, SYSTEM_DATABASES};
+use crate::change::position::{GtidSet, StartPosition};
+use crate::change::schema::{Flavor, TableId};
 use crate::change::SourceTransaction;
 use crate::source::connect::{collations, current_position, preflight, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::{GtidSet, StartPosition};
-use crate::source::schema::{Flavor, TableId};
 
 /// Reconnect attempts on transient stream failures before giving up.
 const MAX_RECONNECTS: u32 = 10;
@@ -245,8 +245,8 @@ impl BinlogReader {
             StartPosition::Gtid(GtidSet::MySql(map)) => {
                 for ((uuid, tag), intervals) in map {
                     if tag.is_some() {
-                        return Err(SourceError::Config(
-                            "starting from tagged MySQL GTIDs is not supported; start from file:offset".into(),
+                        return Err(SourceError::NotSupported(
+                            "starting from tagged MySQL GTIDs (start from file:offset)".into(),
                         ));
                     }
                     let ivs = intervals
@@ -321,7 +321,7 @@ impl BinlogReader {
     }
 
     /// See [`Assembler::idle_position`].
-    pub fn idle_position(&self) -> Option<crate::source::position::BinlogCoord> {
+    pub fn idle_position(&self) -> Option<crate::change::position::BinlogCoord> {
         self.asm.idle_position()
     }
 
@@ -366,7 +366,7 @@ impl BinlogReader {
                     computed,
                 })) => {
                     return Err(SourceError::Checksum {
-                        at: crate::source::position::BinlogCoord::new(self.asm.current_file(), end),
+                        at: crate::change::position::BinlogCoord::new(self.asm.current_file(), end),
                         expected,
                         computed,
                     })

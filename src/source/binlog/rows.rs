@@ -25,9 +25,11 @@ use arrow::array::RecordBatch;
 use mysql_async::binlog::events::{OptionalMetaExtractor, OptionalMetadataField, TableMapEvent};
 use mysql_async::consts::ColumnType;
 
-use super::wire::{decode_value, Cursor, Wire};
-use crate::source::schema::{ColumnSpec, TableId, TableSchema};
-use crate::source::types::{finish_batch, Charset, ColumnBuilder, ColumnKind};
+use super::cursor::Cursor;
+pub use super::cursor::RowsError;
+use super::wire::{decode_value, Wire};
+use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
+use crate::source::types::{finish_batch, ColumnBuilder};
 
 /// Collation id → character set, read from the server's `information_schema.COLLATIONS`.
 pub type CollationMap = HashMap<u16, Option<Charset>>;
@@ -411,21 +413,6 @@ impl TableDecoder {
     /// Finishes builders into a batch of this table's schema.
     pub fn finish(&self, builders: &mut [ColumnBuilder]) -> Result<RecordBatch, String> {
         finish_batch(&self.schema.arrow, builders).map_err(|e| e.to_string())
-    }
-}
-
-/// Why a rows event could not be decoded.
-#[derive(Debug)]
-pub enum RowsError {
-    /// The event lacks columns: not a full row image.
-    Partial(String),
-    /// The bytes do not decode against the table map.
-    Value(String),
-}
-
-impl From<String> for RowsError {
-    fn from(s: String) -> Self {
-        RowsError::Value(s)
     }
 }
 

@@ -8,12 +8,11 @@
 use mysql_async::binlog::events::TableMapEvent;
 use mysql_async::consts::ColumnType;
 
+use super::cursor::{Cursor, RowsError};
 use super::decimal::{read_decimal, Unscaled};
 use super::mysql_json;
-use super::rows::RowsError;
-use crate::source::types::{
-    bit_value, decode_text, set_labels, time_to_micros, Charset, ColumnBuilder, ColumnKind,
-};
+use crate::change::schema::{Charset, ColumnKind};
+use crate::source::types::{bit_value, decode_text, set_labels, time_to_micros, ColumnBuilder};
 
 /// How one column's value is laid out in a row image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,53 +191,6 @@ impl Wire {
             (Wire::Bit { bits }, K::Bit { bits: b }) => bits == b,
             _ => false,
         }
-    }
-}
-
-pub(super) struct Cursor<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    pub(super) fn new(data: &'a [u8]) -> Self {
-        Self { data, pos: 0 }
-    }
-
-    pub(super) fn at_end(&self) -> bool {
-        self.pos >= self.data.len()
-    }
-
-    #[inline]
-    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], RowsError> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|e| *e <= self.data.len())
-            .ok_or_else(|| {
-                RowsError::Value(format!(
-                    "row image truncated: need {n} bytes at offset {}, {} left",
-                    self.pos,
-                    self.data.len() - self.pos
-                ))
-            })?;
-        let s = &self.data[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    #[inline]
-    fn uint_le(&mut self, n: usize) -> Result<u64, RowsError> {
-        Ok(self
-            .take(n)?
-            .iter()
-            .rev()
-            .fold(0u64, |a, b| (a << 8) | *b as u64))
-    }
-
-    #[inline]
-    fn uint_be(&mut self, n: usize) -> Result<u64, RowsError> {
-        Ok(self.take(n)?.iter().fold(0u64, |a, b| (a << 8) | *b as u64))
     }
 }
 
@@ -469,18 +421,12 @@ mod tests {
             int as u8,
             (0x100 - 50) as u8,
         ];
-        let mut c = Cursor {
-            data: &bytes,
-            pos: 0,
-        };
+        let mut c = Cursor::new(&bytes);
         assert_eq!(read_time2(&mut c, 1).unwrap(), -500_000);
         // 838:59:59 with fsp 0
         let v = 0x80_0000u32 + ((838 << 12) | (59 << 6) | 59);
         let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
-        let mut c = Cursor {
-            data: &bytes,
-            pos: 0,
-        };
+        let mut c = Cursor::new(&bytes);
         assert_eq!(
             read_time2(&mut c, 0).unwrap(),
             ((838 * 60 + 59) * 60 + 59) * 1_000_000
@@ -489,10 +435,7 @@ mod tests {
 
     #[test]
     fn truncated_images_are_errors_not_panics() {
-        let mut c = Cursor {
-            data: &[1, 2],
-            pos: 0,
-        };
+        let mut c = Cursor::new(&[1, 2]);
         assert!(c.uint_le(4).is_err());
     }
 

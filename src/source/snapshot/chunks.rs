@@ -14,9 +14,11 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
+use arrow::array::RecordBatch;
+
+use crate::change::position::BinlogCoord;
+use crate::change::schema::{quote_ident, ColumnKind, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::schema::{quote_ident, TableSchema};
-use crate::source::types::ColumnKind;
 
 /// Default target rows per chunk.
 pub const DEFAULT_CHUNK_SIZE: usize = 8096;
@@ -192,6 +194,20 @@ async fn same_in_server(
         .await
         .map_err(|e| SourceError::from_mysql("comparing chunk boundaries", e))?;
     Ok(hit.is_some())
+}
+
+/// One chunk, read and normalised: its rows are the table's state at `high` within `range`.
+#[derive(Debug, Clone)]
+pub struct SnapshotChunk {
+    /// Index of the table in the list given to [`run_snapshot`](super::incremental::run_snapshot).
+    pub table: usize,
+    pub index: usize,
+    pub range: ChunkRange,
+    pub low: BinlogCoord,
+    pub high: BinlogCoord,
+    pub rows: RecordBatch,
+    /// Row changes folded in from the window.
+    pub window_changes: usize,
 }
 
 #[cfg(test)]

@@ -33,22 +33,19 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
-use datafusion::error::DataFusionError;
-use datafusion::execution::TaskContext;
-use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 
+pub use super::chunks::SnapshotChunk;
 use super::chunks::{plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
-use super::exec::SnapshotExec;
 pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport};
 use super::window::{RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
+use crate::change::position::BinlogCoord;
+use crate::change::schema::{Flavor, TableId, TableSchema};
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::BinlogCoord;
-use crate::source::schema::{Flavor, TableId, TableSchema};
 
 /// Where in a chunk's protocol a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,20 +130,6 @@ impl std::fmt::Debug for SnapshotOptions {
     }
 }
 
-/// One chunk, read and normalised: its rows are the table's state at `high` within `range`.
-#[derive(Debug, Clone)]
-pub struct SnapshotChunk {
-    /// Index of the table in the list given to [`run_snapshot`].
-    pub table: usize,
-    pub index: usize,
-    pub range: ChunkRange,
-    pub low: BinlogCoord,
-    pub high: BinlogCoord,
-    pub rows: RecordBatch,
-    /// Row changes folded in from the window.
-    pub window_changes: usize,
-}
-
 /// The chunks planned for one table.
 #[derive(Debug)]
 pub struct PlannedTable {
@@ -167,8 +150,9 @@ pub(super) struct ChunkOutcome {
 }
 
 /// One snapshot of a set of tables: the planned chunks and what every chunk shares (server,
-/// options, the window reader, progress). Each chunk is a partition of a
-/// [`SnapshotExec`](super::exec::SnapshotExec) that runs [`SnapshotRun::read_chunk`].
+/// options, the window reader, progress). The capture reads its chunks with
+/// [`SnapshotRun::execute_all`]; queries read them as the partitions of a DataFusion plan
+/// (`provider::plans::SnapshotExec`), each running [`SnapshotRun::read_chunk`].
 pub struct SnapshotRun {
     pub(super) connect: ConnectOptions,
     pub(super) info: ServerInfo,
@@ -206,8 +190,9 @@ pub async fn plan_snapshot(
         SnapshotMethod::Auto | SnapshotMethod::Watermarks => false,
         SnapshotMethod::ConsistentSnapshot => {
             if info.flavor != Flavor::MariaDb {
-                return Err(SourceError::Config(
-                    "the consistent-snapshot method needs MariaDB (binlog_snapshot_position)"
+                return Err(SourceError::NotSupported(
+                    "the consistent-snapshot method on MySQL (it needs MariaDB's \
+                     binlog_snapshot_position); use snapshot_method = 'watermarks'"
                         .into(),
                 ));
             }
@@ -236,7 +221,7 @@ pub async fn plan_snapshot(
             None => None,
         };
         let codec = RowCodec::new(Arc::clone(schema))
-            .map_err(|e| SourceError::Config(format!("row encoding: {e}")))?;
+            .map_err(|e| SourceError::arrow(format!("row encoding of {}", schema.id), e))?;
         planned.push(PlannedTable {
             schema: Arc::clone(schema),
             key,
@@ -328,8 +313,7 @@ pub async fn plan_snapshot(
     }))
 }
 
-/// Plans and reads every table in chunks, running each chunk as a partition of its table's
-/// [`SnapshotExec`]; see the module docs. Chunks come back in HIGH order.
+/// Plans and reads every table in chunks; see the module docs. Chunks come back in HIGH order.
 pub async fn run_snapshot(
     connect: &ConnectOptions,
     info: &ServerInfo,
@@ -339,17 +323,6 @@ pub async fn run_snapshot(
 ) -> SourceResult<Vec<SnapshotChunk>> {
     let run = plan_snapshot(connect, info, tables, options, progress).await?;
     run.execute_all().await
-}
-
-/// Turns a chunk's plan error back into the source error it carries.
-fn source_error(e: DataFusionError) -> SourceError {
-    match e {
-        DataFusionError::External(inner) => match inner.downcast::<SourceError>() {
-            Ok(e) => *e,
-            Err(other) => SourceError::Config(other.to_string()),
-        },
-        other => SourceError::Config(other.to_string()),
-    }
 }
 
 impl SnapshotRun {
@@ -370,14 +343,10 @@ impl SnapshotRun {
         }
     }
 
-    /// Executes every chunk of every table as partitions of the tables' plans, at most
+    /// Reads every chunk of every table not already done, at most
     /// `parallelism` at a time; chunks come back in HIGH order.
     pub async fn execute_all(self: &Arc<Self>) -> SourceResult<Vec<SnapshotChunk>> {
         self.progress.set_phase(Phase::Snapshot);
-        let task = Arc::new(TaskContext::default());
-        let plans: Vec<Arc<SnapshotExec>> = (0..self.tables.len())
-            .map(|t| Arc::new(SnapshotExec::new(Arc::clone(self), t)))
-            .collect();
         let done = std::mem::take(
             &mut *self
                 .done
@@ -392,22 +361,16 @@ impl SnapshotRun {
             .filter(|(t, i)| !done.iter().any(|d| d.table == *t && d.index == *i))
             .collect();
         let mut chunks: Vec<SnapshotChunk> = futures::stream::iter(parts)
-            .map(|(t, index)| {
-                let plan = Arc::clone(&plans[t]);
-                let task = Arc::clone(&task);
-                async move {
-                    let stream = plan.execute(index, task).map_err(source_error)?;
-                    let batches: Vec<RecordBatch> =
-                        stream.try_collect().await.map_err(source_error)?;
-                    let chunk = self.finished(t, index, &batches)?;
-                    if let Some(journal) = &self.options.journal {
-                        journal.done(&chunk).await;
-                    }
-                    if let Some(observer) = &self.options.observer {
-                        observer.done(&chunk).await;
-                    }
-                    Ok::<_, SourceError>(chunk)
+            .map(|(t, index)| async move {
+                let rows = self.read_chunk(t, index).await?;
+                let chunk = self.finished(t, index, &[rows])?;
+                if let Some(journal) = &self.options.journal {
+                    journal.done(&chunk).await;
                 }
+                if let Some(observer) = &self.options.observer {
+                    observer.done(&chunk).await;
+                }
+                Ok::<_, SourceError>(chunk)
             })
             .buffer_unordered(self.options.parallelism.max(1))
             .try_collect()
@@ -434,7 +397,7 @@ impl SnapshotRun {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&(t, index))
             .ok_or_else(|| {
-                SourceError::Config(format!(
+                SourceError::Internal(format!(
                     "chunk {index} of {} reported no HIGH",
                     self.tables[t].schema.id
                 ))
@@ -444,7 +407,7 @@ impl SnapshotRun {
         let rows = match batches {
             [one] => one.clone(),
             _ => concat_batches(&schema.arrow, batches)
-                .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?,
+                .map_err(|e| SourceError::arrow(format!("chunk of {}", schema.id), e))?,
         };
         Ok(SnapshotChunk {
             table: t,

@@ -11,9 +11,8 @@
 
 use std::sync::Arc;
 
-use super::chunks::ChunkRange;
-use super::incremental::SnapshotChunk;
-use crate::source::schema::{TableId, TableSchema};
+use super::chunks::{ChunkRange, SnapshotChunk};
+use crate::change::schema::{TableId, TableSchema};
 
 /// Records the snapshot's progress (a durable source keeps it in its state store).
 #[async_trait::async_trait]

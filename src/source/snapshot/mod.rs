@@ -6,12 +6,10 @@
 //! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism
 //!   and test hooks;
 //! * `protocol`: the steps of one chunk (LOW, barrier, `SELECT`, HIGH, window fold);
-//! * [`exec`]: a table's chunks as the partitions of a DataFusion execution plan;
 //! * [`progress`]: per-chunk progress, shared with the status tables;
 //! * [`journal`]: recording a snapshot's progress and resuming it.
 
 pub mod chunks;
-pub mod exec;
 pub mod incremental;
 pub mod journal;
 pub mod progress;

@@ -7,8 +7,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::source::position::BinlogCoord;
-use crate::source::schema::TableId;
+use crate::change::position::BinlogCoord;
+use crate::change::schema::TableId;
 
 /// The phase a capture is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,11 +27,11 @@ use super::select::{
     select_batches, select_batches_locked, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
+use crate::change::position::{BinlogCoord, StartPosition};
+use crate::change::schema::TableId;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::current_position;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::{BinlogCoord, StartPosition};
-use crate::source::schema::TableId;
 use std::sync::Arc;
 
 /// How long a keyless table's locked read keeps trying to get its rows' locks: long-open

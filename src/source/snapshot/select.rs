@@ -19,10 +19,10 @@ use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
+use crate::change::schema::{quote_ident, ColumnKind, Flavor, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::schema::{quote_ident, Flavor, TableSchema};
 use crate::source::types::{
-    bit_value, finish_batch, parse_decimal_text, time_to_micros, ColumnBuilder, ColumnKind,
+    bit_value, finish_batch, parse_decimal_text, time_to_micros, ColumnBuilder,
 };
 use std::time::{Duration, Instant};
 

@@ -30,13 +30,13 @@ use mysql_async::{Conn, Value};
 use tokio::sync::watch;
 
 use crate::change::keys::RowCodec;
+use crate::change::position::BinlogCoord;
+use crate::change::schema::{ColumnKind, TableId, TableSchema};
 use crate::change::SourceTransaction;
 use crate::source::binlog::BinlogReader;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::position::BinlogCoord;
-use crate::source::schema::{TableId, TableSchema};
 use crate::source::snapshot::chunks::ChunkRange;
-use crate::source::types::{arrow_to_mysql, ColumnKind};
+use crate::source::types::arrow_to_mysql;
 
 /// How far the feed has read, or why it stopped.
 #[derive(Debug, Clone)]

@@ -15,7 +15,8 @@ use arrow::datatypes::{
     i256, DataType, Decimal128Type, Decimal256Type, DecimalType, Field, SchemaRef,
 };
 
-use super::{date_to_days, datetime_to_micros, ColumnKind, MICROS};
+use super::temporal::{date_to_days, datetime_to_micros, MICROS};
+use crate::change::schema::ColumnKind;
 
 /// An Arrow builder for one column, typed by [`ColumnKind`].
 #[derive(Debug)]

@@ -32,220 +32,14 @@
 mod builder;
 mod temporal;
 
-use std::sync::Arc;
+use arrow::datatypes::{i256, DataType};
 
-use arrow::datatypes::{i256, DataType, Field, TimeUnit};
+use crate::change::schema::Charset;
+pub use crate::change::schema::MYSQL_TYPE_KEY;
 
 pub use builder::{finish_batch, ColumnBuilder, FinishError};
 pub(crate) use temporal::MICROS;
 pub use temporal::{civil_from_days, date_to_days, datetime_to_micros, time_to_micros};
-
-/// Field metadata key holding the column's MySQL type (`bigint unsigned`, `json`, ...).
-pub const MYSQL_TYPE_KEY: &str = "mysql.type";
-
-/// Largest DECIMAL precision MySQL and MariaDB allow.
-const MAX_DECIMAL_PRECISION: u8 = 65;
-/// Largest DECIMAL scale (MariaDB's; MySQL allows 30).
-const MAX_DECIMAL_SCALE: u8 = 38;
-
-/// Largest DECIMAL precision that fits Arrow's `Decimal128`.
-const DECIMAL128_MAX_PRECISION: u8 = 38;
-
-/// The character set a text column's bytes are in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Charset {
-    /// utf8mb4, utf8mb3 and ascii: valid UTF-8 as stored.
-    Utf8,
-    /// MySQL's latin1, which is Windows code page 1252.
-    Latin1,
-}
-
-impl Charset {
-    /// Maps a MySQL character set name; `None` for `binary`; an error for sets we cannot decode.
-    pub fn from_name(name: &str) -> Result<Option<Charset>, String> {
-        match name.to_ascii_lowercase().as_str() {
-            "binary" => Ok(None),
-            "utf8mb4" | "utf8mb3" | "utf8" | "ascii" => Ok(Some(Charset::Utf8)),
-            "latin1" => Ok(Some(Charset::Latin1)),
-            other => Err(format!(
-                "character set {other} is not supported (supported: utf8mb4, utf8mb3, ascii, latin1, binary)"
-            )),
-        }
-    }
-}
-
-/// What a column holds, independent of how it is encoded on the wire.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ColumnKind {
-    /// Integers of 8, 16, 24, 32 or 64 bits.
-    Int {
-        bits: u8,
-        unsigned: bool,
-    },
-    Float,
-    Double,
-    Decimal {
-        precision: u8,
-        scale: u8,
-    },
-    Date,
-    Time {
-        fsp: u8,
-    },
-    DateTime {
-        fsp: u8,
-    },
-    Timestamp {
-        fsp: u8,
-    },
-    Year,
-    /// Character data; `fixed_len` is set for `CHAR(n)`.
-    Text {
-        charset: Charset,
-    },
-    /// Byte strings; `pad_to` is the byte length of `BINARY(n)`, whose values MySQL pads with
-    /// zero bytes on `SELECT` but strips in the binlog.
-    Binary {
-        pad_to: Option<usize>,
-    },
-    Enum {
-        labels: Arc<[String]>,
-    },
-    Set {
-        labels: Arc<[String]>,
-    },
-    Bit {
-        bits: u16,
-    },
-    Json,
-    Geometry,
-    Vector,
-}
-
-impl ColumnKind {
-    /// The Arrow type of this kind.
-    pub fn data_type(&self) -> DataType {
-        match self {
-            ColumnKind::Int { bits, unsigned } => match (bits, unsigned) {
-                (8, false) => DataType::Int8,
-                (8, true) => DataType::UInt8,
-                (16, false) => DataType::Int16,
-                (16, true) => DataType::UInt16,
-                (24 | 32, false) => DataType::Int32,
-                (24 | 32, true) => DataType::UInt32,
-                (_, false) => DataType::Int64,
-                (_, true) => DataType::UInt64,
-            },
-            ColumnKind::Float => DataType::Float32,
-            ColumnKind::Double => DataType::Float64,
-            ColumnKind::Decimal { precision, scale } => {
-                if *precision <= DECIMAL128_MAX_PRECISION {
-                    DataType::Decimal128(*precision, *scale as i8)
-                } else {
-                    DataType::Decimal256(*precision, *scale as i8)
-                }
-            }
-            ColumnKind::Date => DataType::Date32,
-            ColumnKind::Time { .. } => DataType::Duration(TimeUnit::Microsecond),
-            ColumnKind::DateTime { .. } => DataType::Timestamp(TimeUnit::Microsecond, None),
-            ColumnKind::Timestamp { .. } => {
-                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-            }
-            ColumnKind::Year => DataType::Int16,
-            ColumnKind::Text { .. }
-            | ColumnKind::Enum { .. }
-            | ColumnKind::Set { .. }
-            | ColumnKind::Json => DataType::Utf8,
-            ColumnKind::Binary { .. } | ColumnKind::Geometry | ColumnKind::Vector => {
-                DataType::Binary
-            }
-            ColumnKind::Bit { .. } => DataType::UInt64,
-        }
-    }
-
-    /// The MySQL type name recorded in field metadata.
-    pub fn mysql_type(&self) -> String {
-        match self {
-            ColumnKind::Int { bits, unsigned } => {
-                let base = match bits {
-                    8 => "tinyint",
-                    16 => "smallint",
-                    24 => "mediumint",
-                    32 => "int",
-                    _ => "bigint",
-                };
-                if *unsigned {
-                    format!("{base} unsigned")
-                } else {
-                    base.to_string()
-                }
-            }
-            ColumnKind::Float => "float".into(),
-            ColumnKind::Double => "double".into(),
-            ColumnKind::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
-            ColumnKind::Date => "date".into(),
-            ColumnKind::Time { fsp } => format!("time({fsp})"),
-            ColumnKind::DateTime { fsp } => format!("datetime({fsp})"),
-            ColumnKind::Timestamp { fsp } => format!("timestamp({fsp})"),
-            ColumnKind::Year => "year".into(),
-            ColumnKind::Text { .. } => "text".into(),
-            ColumnKind::Binary { .. } => "binary".into(),
-            ColumnKind::Enum { .. } => "enum".into(),
-            ColumnKind::Set { .. } => "set".into(),
-            ColumnKind::Bit { bits } => format!("bit({bits})"),
-            ColumnKind::Json => "json".into(),
-            ColumnKind::Geometry => "geometry".into(),
-            ColumnKind::Vector => "vector".into(),
-        }
-    }
-
-    /// An error when the kind's parameters are outside what MySQL allows (and so would make an
-    /// invalid Arrow type or a misread value): DECIMAL precision 1-65 with a scale of at most
-    /// 38 and the precision, fractional seconds 0-6, `BIT` 1-64 bits, at most 64 `SET` labels.
-    pub fn check(&self) -> Result<(), String> {
-        let ok = match self {
-            ColumnKind::Decimal { precision, scale } => {
-                (1..=MAX_DECIMAL_PRECISION).contains(precision)
-                    && *scale <= MAX_DECIMAL_SCALE
-                    && scale <= precision
-            }
-            ColumnKind::Time { fsp }
-            | ColumnKind::DateTime { fsp }
-            | ColumnKind::Timestamp { fsp } => *fsp <= 6,
-            ColumnKind::Bit { bits } => (1..=64).contains(bits),
-            ColumnKind::Set { labels } => labels.len() <= 64,
-            _ => true,
-        };
-        match (ok, self) {
-            (true, _) => Ok(()),
-            (false, ColumnKind::Set { labels }) => {
-                Err(format!("a SET of {} members (at most 64)", labels.len()))
-            }
-            (false, kind) => Err(format!("{} is not a valid MySQL type", kind.mysql_type())),
-        }
-    }
-
-    /// Whether columns of this kind hold values that have no Arrow value and are read as NULL
-    /// even when the column is `NOT NULL` (zero and invalid dates, the zero timestamp).
-    pub fn has_unrepresentable_values(&self) -> bool {
-        matches!(
-            self,
-            ColumnKind::Date | ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. }
-        )
-    }
-
-    /// The Arrow field for a column of this kind; nullable when the column is, and always for
-    /// the kinds that read some values as NULL ([`Self::has_unrepresentable_values`]), so that
-    /// the schema does not depend on the data.
-    pub fn field(&self, name: &str, nullable: bool) -> Field {
-        let nullable = nullable || self.has_unrepresentable_values();
-        Field::new(name, self.data_type(), nullable).with_metadata(
-            [(MYSQL_TYPE_KEY.to_string(), self.mysql_type())]
-                .into_iter()
-                .collect(),
-        )
-    }
-}
 
 /// Decodes text bytes of `charset` into `out`; invalid UTF-8 is an error naming the bytes.
 pub fn decode_text<'a>(
@@ -428,6 +222,8 @@ pub fn arrow_to_mysql(array: &dyn arrow::array::Array, row: usize) -> mysql_asyn
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::schema::ColumnKind;
+    use std::sync::Arc;
 
     #[test]
     fn decimal_text_scales_exactly() {

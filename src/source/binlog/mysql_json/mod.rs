@@ -32,7 +32,10 @@ mod scalars;
 
 use std::fmt;
 
-use scalars::{base64_mysql, decimal_text, write_double, write_temporal};
+use scalars::{
+    base64_mysql, decimal_text, push_display, write_double, write_temporal, FIELD_DATE,
+    FIELD_DATETIME, FIELD_NEWDECIMAL, FIELD_TIME, FIELD_TIMESTAMP, FIELD_VAR_STRING,
+};
 
 /// Errors while decoding MySQL binary JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,14 +102,6 @@ const TYPE_OPAQUE: u8 = 0x0f;
 const LITERAL_NULL: u8 = 0x00;
 const LITERAL_TRUE: u8 = 0x01;
 const LITERAL_FALSE: u8 = 0x02;
-
-// `enum_field_types` values that get special printing as opaque payloads.
-const FIELD_TIMESTAMP: u8 = 7;
-const FIELD_DATE: u8 = 10;
-const FIELD_TIME: u8 = 11;
-const FIELD_DATETIME: u8 = 12;
-const FIELD_NEWDECIMAL: u8 = 246;
-const FIELD_VAR_STRING: u8 = 253;
 
 /// MySQL's `JSON_DOCUMENT_MAX_DEPTH` (`json_syntax_check.cc`): printing fails once
 /// arrays/objects nest deeper than this, and the limit also bounds our recursion.
@@ -430,11 +425,6 @@ fn is_inlined(ty: u8, large: bool) -> bool {
         TYPE_INT32 | TYPE_UINT32 => large,
         _ => false,
     }
-}
-
-fn push_display(out: &mut String, v: impl fmt::Display) {
-    use fmt::Write;
-    let _ = write!(out, "{v}");
 }
 
 /// `double_quote` in `json_dom.cc`: `"` and `\` are backslash-escaped, \b \t \n \f \r

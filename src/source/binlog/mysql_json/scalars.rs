@@ -2,7 +2,20 @@
 //! DECIMAL, temporal values and base64 opaque values. Each function names the MySQL source it
 //! mirrors; together with the parent module they make the text equal MySQL's byte for byte.
 
-use super::{push_display, FIELD_DATE, FIELD_TIME};
+use std::fmt;
+
+// `enum_field_types` values that get special printing as opaque payloads.
+pub(super) const FIELD_TIMESTAMP: u8 = 7;
+pub(super) const FIELD_DATE: u8 = 10;
+pub(super) const FIELD_TIME: u8 = 11;
+pub(super) const FIELD_DATETIME: u8 = 12;
+pub(super) const FIELD_NEWDECIMAL: u8 = 246;
+pub(super) const FIELD_VAR_STRING: u8 = 253;
+
+pub(super) fn push_display(out: &mut String, v: impl fmt::Display) {
+    use fmt::Write;
+    let _ = write!(out, "{v}");
+}
 
 /// Prints a finite double as MySQL's JSON printer does: `my_gcvt` with
 /// `MY_GCVT_MAX_FIELD_WIDTH` (34) characters, then `.0` if the text has neither a

@@ -23,7 +23,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 
-use super::incremental::SnapshotRun;
+use crate::source::snapshot::incremental::SnapshotRun;
 
 /// Chunks listed by a default `EXPLAIN`; `EXPLAIN VERBOSE` lists all.
 const LISTED_CHUNKS: usize = 8;

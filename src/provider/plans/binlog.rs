@@ -26,12 +26,12 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::change::keys::RowCodec;
+use crate::change::position::StartPosition;
+use crate::change::schema::{TableId, TableSchema};
+use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
-use crate::source::position::StartPosition;
-use crate::source::schema::{TableId, TableSchema};
 use crate::state::changelog::{changelog_batch, changelog_schema};
 use crate::state::merge::{ChangelogEvent, TableState};
 

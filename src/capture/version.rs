@@ -1,0 +1,35 @@
+//! What a capture publishes: every table of one source at one position.
+//!
+//! # Invariant
+//! A [`SourceVersion`] is immutable once published and describes one binlog position for all
+//! tables of its source (or, while `consistent` is false, a snapshot still in progress); the
+//! capture swaps a new one in after each source transaction, so a reader that loads one version
+//! never sees half a transaction.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::TableStop;
+use crate::change::position::BinlogCoord;
+use crate::state::changelog::Changelog;
+use crate::state::current::TableSnapshot;
+
+/// Every table of one source at one position.
+#[derive(Debug, Clone, Default)]
+pub struct SourceVersion {
+    /// The binlog position the version reflects; `None` before the first publication.
+    pub position: Option<BinlogCoord>,
+    /// Whether the current tables are the source's state at `position` (false while the
+    /// snapshot is a mix of chunk boundaries).
+    pub consistent: bool,
+    pub tables: Vec<TableSnapshot>,
+    pub changelogs: Vec<Changelog>,
+    /// Tables whose capture stopped at or before `position` (by index): their snapshot and
+    /// changelog end where it stopped, and scans refuse them (see `provider::health`).
+    pub stopped: Arc<BTreeMap<usize, TableStop>>,
+}
+
+/// The latest published version of a source.
+pub type Published = Arc<ArcSwap<SourceVersion>>;

@@ -1,0 +1,245 @@
+//! The background tasks of one source: the capture task that publishes versions (retried
+//! after transient failures), and the checkpoint loop of a durable source.
+//!
+//! # Invariant
+//! A capture task ends in exactly one of three ways: its source is dropped, a definite error or
+//! a panic fails the source ([`fail`]), or — for a transient error — it starts again after a
+//! backoff from what is already done (the published version, or the snapshot chunks read), so
+//! nothing is read twice into the changelog.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
+
+use super::resnapshot::{resnapshot, resnapshot_table};
+use super::retry;
+use super::source_status::SourceStatus;
+use super::stop::{fail, panicked, Stop};
+use super::task::{append, fresh, recover, resume_published, Mode, Started, Task};
+use crate::capture::version::{Published, SourceVersion};
+use crate::durable::Checkpointer;
+use crate::provider::health::{Fault, SharedHealth};
+use crate::state::changelog::Changelog;
+
+pub(crate) async fn run(task: Task, mode: Mode) {
+    let mut mode = mode;
+    let mut attempt = 0;
+    let fault = loop {
+        let published_before = *task.versions.borrow();
+        let chunks_before = task.progress.report().chunks_done;
+        // Anything that escapes the capture, a panic included, becomes the source's failed
+        // state: the source stops, its tables refuse queries (see `provider::health`), the
+        // others go on. A transient failure is retried instead (`engine::retry`).
+        let outcome = AssertUnwindSafe(capture_loop(&task, mode))
+            .catch_unwind()
+            .await;
+        let stop = match outcome {
+            Ok(Ok(())) => break None,
+            Ok(Err(stop)) => stop,
+            Err(panic) => break Some(panicked("capture", panic.as_ref())),
+        };
+        if !retry::is_transient(&stop) {
+            break Some(stop.fault());
+        }
+        // The backoff grows only while attempts get nowhere.
+        let progressed = *task.versions.borrow() != published_before
+            || task.progress.report().chunks_done > chunks_before;
+        attempt = if progressed { 1 } else { attempt + 1 };
+        let wait = retry::backoff(attempt);
+        let fault = stop.fault();
+        tracing::warn!(error = %fault.describe(), attempt, ?wait, "source interrupted; retrying");
+        {
+            let mut s = task
+                .status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.retries += 1;
+            s.retrying = true;
+            s.last_error = Some(fault);
+        }
+        tokio::time::sleep(wait).await;
+        // Once this task has published, the source goes on from its published version;
+        // before that, the same start runs again (keeping the snapshot chunks done).
+        if *task.versions.borrow() != published_before {
+            mode = Mode::Resume;
+        }
+    };
+    task.status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .retrying = false;
+    if let Some(fault) = fault {
+        let fault = Fault {
+            position: fault.position.or_else(|| task.progress.report().position),
+            table: fault.table.or_else(|| task.progress.working_on()),
+            ..fault
+        };
+        fail(&task.status, &task.health, fault);
+    }
+    let _ = task.ready.send(true);
+}
+
+/// Writes a checkpoint of the latest published version every interval (and when woken). A
+/// panic while checkpointing fails the source: its state could no longer be made durable.
+pub(crate) async fn checkpoint_loop(
+    name: String,
+    checkpointer: Arc<Checkpointer>,
+    published: Published,
+    status: Arc<Mutex<SourceStatus>>,
+    health: SharedHealth,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(checkpointer.options.checkpoint_interval) => {}
+            _ = checkpointer.wake.notified() => {}
+        }
+        let version = published.load_full();
+        let result = AssertUnwindSafe(async {
+            crate::failpoint::hit_in("checkpoint", &name);
+            checkpointer.checkpoint(&version).await
+        })
+        .catch_unwind()
+        .await;
+        let result = match result {
+            Ok(result) => result,
+            Err(panic) => {
+                let fault =
+                    panicked("checkpoint", panic.as_ref()).at_position(version.position.clone());
+                fail(&status, &health, fault);
+                return;
+            }
+        };
+        let mut s = status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match result {
+            Ok(Some(position)) => {
+                s.durable_position = Some(position);
+                s.checkpoint_error = None;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint failed; retrying at the next interval");
+                s.checkpoint_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
+    let Task {
+        published,
+        progress,
+        status,
+        ready,
+        versions,
+        checkpointer,
+        ..
+    } = task;
+    let previous = published.load_full();
+    let started = match mode {
+        Mode::Resnapshot if previous.position.is_some() => resnapshot(task, &previous).await?,
+        // Nothing to compare with (the checkpoint could not be loaded): start over.
+        Mode::Resnapshot => fresh(task, mode).await?,
+        Mode::ResnapshotTable(t) => resnapshot_table(task, &previous, t).await?,
+        Mode::Resume if previous.position.is_some() && previous.consistent => {
+            resume_published(task, &previous).await?
+        }
+        Mode::Resume => fresh(task, Mode::Start).await?,
+        Mode::Start => match checkpointer {
+            Some(c) => match c.newest().await? {
+                Some(manifest) => recover(task, c, manifest).await?,
+                None => fresh(task, mode).await?,
+            },
+            None => fresh(task, mode).await?,
+        },
+    };
+    let Started {
+        mut capture,
+        mut changelogs,
+        consistent_from,
+        mut numbers,
+        mut stopped,
+    } = started;
+    for stop in stopped.values() {
+        capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
+    }
+    for stop in capture.take_stops() {
+        stopped.entry(stop.table).or_insert(stop);
+    }
+    let mut published_stops = Arc::new(stopped.clone());
+    {
+        let mut s = status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.tables = capture.tables().to_vec();
+        s.server_version = capture.server().version.clone();
+        s.flavor = format!("{:?}", capture.server().flavor);
+        s.consistent_from = consistent_from.clone();
+    }
+    let position = progress.report().position;
+    let mut tables = Vec::with_capacity(capture.tables().len());
+    for t in 0..capture.tables().len() {
+        tables.push(capture.snapshot_table(t, position.clone())?);
+    }
+    published.store(Arc::new(SourceVersion {
+        position,
+        consistent: true,
+        tables,
+        changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
+        stopped: Arc::clone(&published_stops),
+    }));
+    if let Some(c) = checkpointer {
+        let persisted = vec![0; changelogs.len()];
+        c.arm(capture.tables().to_vec(), None, persisted, consistent_from)
+            .await;
+        // The hand-off is the costliest work to lose: checkpoint it now.
+        c.wake.notify_one();
+    }
+    task.journal.clear();
+    {
+        let mut s = status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.retrying = false;
+    }
+    let _ = ready.send(true);
+    versions.send_modify(|v| *v += 1);
+    while let Some((tx, changes)) = capture.next().await? {
+        append(&capture, &mut changelogs, &changes, &mut numbers)?;
+        let stops = capture.take_stops();
+        if !stops.is_empty() {
+            for stop in stops {
+                stopped.entry(stop.table).or_insert(stop);
+            }
+            published_stops = Arc::new(stopped.clone());
+        }
+        let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
+        let previous = published.load_full();
+        let mut version = SourceVersion {
+            position: Some(tx.end.clone()),
+            consistent: true,
+            tables: previous.tables.clone(),
+            changelogs: previous.changelogs.clone(),
+            stopped: Arc::clone(&published_stops),
+        };
+        for t in touched {
+            version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
+            version.changelogs[t] = changelogs[t].snapshot();
+        }
+        for snap in &mut version.tables {
+            snap.position = Some(tx.end.clone());
+        }
+        published.store(Arc::new(version));
+        versions.send_modify(|v| *v += 1);
+        {
+            let mut s = status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            s.transactions += 1;
+            s.last_commit_ts_micros = Some(tx.commit_ts_micros);
+        }
+    }
+    Ok(())
+}

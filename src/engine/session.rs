@@ -1,0 +1,406 @@
+//! The engine: a DataFusion session plus the sources it captures.
+//!
+//! Each source is a DataFusion catalog named after it; each captured MySQL database is a schema
+//! of that catalog, holding `table` (the current table) and `table$changelog` (its changelog).
+//! The `cdc` schema (`cdc.sources`, `cdc.tables`, `cdc.chunks`) is present in every catalog, so
+//! status is reachable whatever the session's default catalog is.
+//!
+//! [`Engine::sql`] pins one published version of every source before planning, so a query
+//! reads every table of a source at the same binlog position and never half a transaction.
+//!
+//! [`Engine::new`] keeps everything in memory. [`Engine::open`] keeps the catalog and every
+//! source's checkpoints in a state store (`crate::durable`): `CREATE`/`DROP SOURCE` commit the
+//! catalog before they take effect, and opening the same store again resumes every source from
+//! its newest checkpoint.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use datafusion::catalog::MemoryCatalogProviderList;
+use datafusion::error::DataFusionError;
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::prelude::{DataFrame, SessionConfig};
+use datafusion::sql::parser::Statement as DFStatement;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+
+use super::catalog::EngineCatalogs;
+use super::error::{parser_error, EngineError};
+use super::files::{AllowedLocations, FileAccessDenied};
+use super::functions;
+use super::limits;
+use super::source::{RunningSource, Sources};
+use super::status::{CdcSchema, STATUS_SCHEMA};
+use crate::capture::CaptureOptions;
+use crate::durable::{Checkpointer, Durability, DurableOptions, StoreOptions};
+use crate::provider::pin;
+use crate::sql::{mask_password, parse_cdc_statement, AlterSourceAction, CdcStatement};
+
+/// How a durable engine stores its state.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    pub durable: DurableOptions,
+    /// Options of a remote store (see [`crate::durable::store::Store::open`]).
+    pub store: StoreOptions,
+    /// Where SQL may read and write files (see [`Engine::with_allowed_locations`]).
+    pub allowed_locations: AllowedLocations,
+}
+
+/// See the module docs.
+pub struct Engine {
+    pub(super) ctx: SessionContext,
+    pub(super) sources: Arc<Sources>,
+    pub(super) durable: Option<Arc<Durability>>,
+    pub(super) allowed: AllowedLocations,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field(
+                "sources",
+                &self
+                    .sources
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .keys()
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Engine {
+    /// An engine that keeps everything in memory.
+    pub fn new() -> Self {
+        Self::build(None)
+    }
+
+    /// Names of the sources.
+    pub fn source_names(&self) -> Vec<String> {
+        self.sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn build(durable: Option<Arc<Durability>>) -> Self {
+        // Unbounded changelog scans must emit rows as they come: operators that coalesce small
+        // batches, and round-robin repartitioning (which splits a quiet stream's rows over
+        // partitions that each wait for more), would hold them back.
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_coalesce_batches(false)
+            .with_round_robin_repartition(false);
+        let sources: Arc<Sources> = Arc::new(RwLock::new(BTreeMap::new()));
+        let catalogs = Arc::new(EngineCatalogs {
+            others: MemoryCatalogProviderList::new(),
+            sources: Arc::downgrade(&sources),
+        });
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_catalog_list(catalogs)
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        functions::register(&ctx, &sources);
+        let default_catalog = default_catalog(&ctx);
+        if let Some(catalog) = ctx.catalog(&default_catalog) {
+            let _ = catalog.register_schema(
+                STATUS_SCHEMA,
+                Arc::new(CdcSchema::new(Arc::downgrade(&sources))),
+            );
+        }
+        Self {
+            ctx,
+            sources,
+            durable,
+            allowed: AllowedLocations::default(),
+        }
+    }
+
+    /// Lets SQL (`CREATE EXTERNAL TABLE`, `COPY ... TO`, `INSERT` into a listing table) read
+    /// and write inside `locations`; by default it reaches no file or object store at all.
+    pub fn with_allowed_locations(mut self, locations: AllowedLocations) -> Self {
+        self.allowed = locations;
+        self
+    }
+
+    /// Refuses `location` unless it lies inside the allowed locations; `statement` names
+    /// what would reach it.
+    pub fn check_location(
+        &self,
+        statement: &'static str,
+        location: &str,
+    ) -> Result<(), FileAccessDenied> {
+        if self.allowed.allows(location) {
+            Ok(())
+        } else {
+            Err(FileAccessDenied { statement })
+        }
+    }
+
+    /// The underlying session (for registering more tables or functions).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Starts capturing `url` as source `name`; returns at once (see [`Engine::wait_ready`]).
+    /// Only for in-memory engines: a durable engine's catalog stores sources as `CREATE
+    /// SOURCE` statements, so create them with [`Engine::sql`].
+    pub fn create_source(
+        &self,
+        name: &str,
+        url: &str,
+        options: CaptureOptions,
+    ) -> Result<(), EngineError> {
+        if self.durable.is_some() {
+            return Err(EngineError::NotSupported(
+                "create_source on a durable engine (use CREATE SOURCE)",
+            ));
+        }
+        self.start_source(name, url, options, String::new(), None)
+    }
+
+    pub(super) fn check_name(&self, name: &str) -> Result<(), EngineError> {
+        if name.is_empty() || name == STATUS_SCHEMA {
+            return Err(EngineError::BadName(name.to_string(), "reserved or empty"));
+        }
+        if name == default_catalog(&self.ctx) {
+            return Err(EngineError::BadName(
+                name.to_string(),
+                "it is the engine's default catalog",
+            ));
+        }
+        if self
+            .sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(name)
+        {
+            return Err(EngineError::SourceExists(name.to_string()));
+        }
+        Ok(())
+    }
+
+    pub(super) fn start_source(
+        &self,
+        name: &str,
+        url: &str,
+        options: CaptureOptions,
+        definition: String,
+        checkpointer: Option<Arc<Checkpointer>>,
+    ) -> Result<(), EngineError> {
+        self.check_name(name)?;
+        let mut sources = self
+            .sources
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if sources.contains_key(name) {
+            return Err(EngineError::SourceExists(name.to_string()));
+        }
+        let source = Arc::new(RunningSource::start(
+            name,
+            url,
+            &mask_password(url),
+            definition,
+            options,
+            checkpointer,
+        )?);
+        sources.insert(name.to_string(), source);
+        Ok(())
+    }
+
+    /// Waits until source `name` has published its consistent state (or failed).
+    pub async fn wait_ready(&self, name: &str) -> Result<(), EngineError> {
+        let source = self.source(name)?;
+        source
+            .wait_ready()
+            .await
+            .map_err(|message| EngineError::SourceFailed {
+                name: name.to_string(),
+                message,
+            })
+    }
+
+    pub fn source(&self, name: &str) -> Result<Arc<RunningSource>, EngineError> {
+        self.sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NoSuchSource(name.to_string()))
+    }
+
+    /// Stops and removes source `name`.
+    pub fn drop_source(&self, name: &str) -> Result<(), EngineError> {
+        let removed = self
+            .sources
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name);
+        match removed {
+            Some(_) => Ok(()),
+            None => Err(EngineError::NoSuchSource(name.to_string())),
+        }
+    }
+
+    /// Runs one of cdcfusion's own statements (`CREATE SOURCE`, ...), or plans `sql` with
+    /// every source's current version pinned.
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
+        self.sql_with(sql, |state| state).await
+    }
+
+    /// [`Engine::sql`] for one client session: `session` adapts a copy of the engine's
+    /// state before planning (default catalog, session functions, ...). Versions are pinned
+    /// after it runs, so a session can never plan against an unpinned source.
+    ///
+    /// Every statement is measured before it is planned (`limits`: deeper than
+    /// [`limits::MAX_DEPTH`] is [`EngineError::TooComplex`]) and checked for the storage it
+    /// reaches, by its text and again by its plan, before it runs (`files`: outside the
+    /// allowed locations is [`EngineError::FileAccess`]).
+    pub async fn sql_with(
+        &self,
+        sql: &str,
+        session: impl FnOnce(SessionState) -> SessionState,
+    ) -> Result<DataFrame, EngineError> {
+        if let Some(statement) = parse_cdc_statement(sql)? {
+            return self.execute(statement).await;
+        }
+        let pinned = {
+            let sources = self
+                .sources
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
+        };
+        let mut state = session(self.ctx.state());
+        state.config_mut().set_extension(Arc::new(pinned));
+        limits::check_nesting(sql)?;
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state
+            .sql_to_statement(sql, &dialect)
+            .map_err(parser_error)?;
+        limits::check_df_statement(&statement, limits::MAX_DEPTH)?;
+        self.check_statement_locations(&statement)?;
+        let plan = state.statement_to_plan(statement).await?;
+        self.allowed.check(&plan)?;
+        let ctx = SessionContext::new_with_state(state);
+        Ok(ctx.execute_logical_plan(plan).await?)
+    }
+
+    /// The locations DataFusion's own statements name, refused before they are planned.
+    fn check_statement_locations(&self, statement: &DFStatement) -> Result<(), EngineError> {
+        match statement {
+            DFStatement::CreateExternalTable(create) => {
+                for location in &create.locations {
+                    self.check_location("CREATE EXTERNAL TABLE", location)?;
+                }
+            }
+            DFStatement::CopyTo(copy) => self.check_location("COPY ... TO", &copy.target)?,
+            DFStatement::Explain(explain) => self.check_statement_locations(&explain.statement)?,
+            DFStatement::Statement(_) | DFStatement::Reset(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Runs one of cdcfusion's own statements, already parsed (and possibly adjusted, e.g.
+    /// an init file's `CREATE SOURCE` with validation deferred to the source itself).
+    pub async fn run_statement(&self, statement: CdcStatement) -> Result<(), EngineError> {
+        self.execute(statement).await.map(drop)
+    }
+
+    /// The name of the engine's default catalog (where `cdc` and registered tables live).
+    pub fn default_catalog(&self) -> String {
+        default_catalog(&self.ctx)
+    }
+}
+
+impl Engine {
+    async fn execute(&self, statement: CdcStatement) -> Result<DataFrame, EngineError> {
+        match statement {
+            CdcStatement::CreateSource(create) => {
+                match self.create(&create).await {
+                    Err(EngineError::SourceExists(_)) if create.if_not_exists => {}
+                    other => other?,
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+            CdcStatement::DropSource(drop) => {
+                match self.drop_durable(&drop.name).await {
+                    Err(EngineError::NoSuchSource(_)) if drop.if_exists => {}
+                    other => other?,
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+            CdcStatement::ShowSources => {
+                let sources: Vec<Arc<RunningSource>> = self
+                    .sources
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .values()
+                    .cloned()
+                    .collect();
+                let text = |v: Vec<Option<String>>| -> ArrayRef { Arc::new(StringArray::from(v)) };
+                let name = sources.iter().map(|s| Some(s.name.clone())).collect();
+                let url = sources.iter().map(|s| Some(s.url.clone())).collect();
+                let definition = sources
+                    .iter()
+                    .map(|s| Some(s.definition.clone()).filter(|d| !d.is_empty()))
+                    .collect();
+                let phase = sources
+                    .iter()
+                    .map(|s| Some(format!("{:?}", s.progress.report().phase).to_lowercase()))
+                    .collect();
+                let position = sources
+                    .iter()
+                    .map(|s| {
+                        s.published
+                            .load()
+                            .position
+                            .as_ref()
+                            .map(ToString::to_string)
+                    })
+                    .collect();
+                let error = sources.iter().map(|s| s.status().error).collect();
+                let batch = RecordBatch::try_from_iter(vec![
+                    ("name", text(name)),
+                    ("url", text(url)),
+                    ("phase", text(phase)),
+                    ("position", text(position)),
+                    ("error", text(error)),
+                    ("definition", text(definition)),
+                ])
+                .map_err(DataFusionError::from)?;
+                Ok(self.ctx.read_batch(batch)?)
+            }
+            CdcStatement::AlterSource(alter) => {
+                let AlterSourceAction::Resnapshot { table } = alter.action;
+                let source = self.source(&alter.name)?;
+                match table {
+                    Some(table) => source.resnapshot_table(&table).await?,
+                    None => source.resnapshot().await,
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+        }
+    }
+}
+
+fn default_catalog(ctx: &SessionContext) -> String {
+    ctx.state()
+        .config()
+        .options()
+        .catalog
+        .default_catalog
+        .clone()
+}

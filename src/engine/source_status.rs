@@ -1,0 +1,63 @@
+//! What a source's status shows (`cdc.sources`): the server it reads, how far it is, and the
+//! faults it met, written by the source's tasks and read by the status tables.
+//!
+//! # Invariant
+//! The status only describes; no decision reads it back. A source stops through its health
+//! (`provider::health`), never by a status field, so a stale status can mislead no scan.
+
+use std::sync::Arc;
+
+use crate::change::position::BinlogCoord;
+use crate::change::schema::TableSchema;
+
+/// What a source's status shows.
+#[derive(Debug, Clone, Default)]
+pub struct SourceStatus {
+    pub tables: Vec<Arc<TableSchema>>,
+    pub server_version: String,
+    pub flavor: String,
+    pub error: Option<String>,
+    /// Transactions applied since the hand-off.
+    pub transactions: u64,
+    /// Commit time (µs) of the last applied transaction.
+    pub last_commit_ts_micros: Option<i64>,
+    /// The server's own binlog end, polled every [`SERVER_POLL`].
+    pub server_position: Option<BinlogCoord>,
+    /// Position of the newest checkpoint (durable engines): what a restart returns to.
+    pub durable_position: Option<BinlogCoord>,
+    /// The end of the hand-off: from here on the state is the source's at one position.
+    pub consistent_from: Option<BinlogCoord>,
+    /// Why the last checkpoint failed, until one succeeds.
+    pub checkpoint_error: Option<String>,
+    /// Restarts after transient failures (`engine::retry`).
+    pub retries: u64,
+    /// Waiting to restart after a transient failure.
+    pub retrying: bool,
+    /// The last transient failure, kept after the source recovered from it.
+    pub last_error: Option<crate::provider::health::Fault>,
+}
+
+/// How often the server's binlog end is read for lag.
+pub const SERVER_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl SourceStatus {
+    /// Bytes of binlog between the published position and the server's end, when both are in
+    /// the same file (across a rotation the sizes of the files between are not tracked).
+    pub fn lag_bytes(&self, published: Option<&BinlogCoord>) -> Option<u64> {
+        let (p, s) = (published?, self.server_position.as_ref()?);
+        (p.file == s.file).then(|| s.offset.saturating_sub(p.offset))
+    }
+
+    /// Seconds between the last applied commit and now; 0 when nothing is pending.
+    pub fn lag_seconds(&self, published: Option<&BinlogCoord>) -> Option<f64> {
+        if self.lag_bytes(published) == Some(0) {
+            return Some(0.0);
+        }
+        let last = self.last_commit_ts_micros?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_micros() as i64;
+        Some((now - last).max(0) as f64 / 1e6)
+    }
+}

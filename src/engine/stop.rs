@@ -1,0 +1,52 @@
+//! Why a source's capture stopped, and how a stop becomes the source's fault.
+//!
+//! # Invariant
+//! Every way out of a capture task is a [`Stop`] (or a caught panic), and each carries its
+//! SQLSTATE from where it was raised: [`fail`] records it in the status and in the health the
+//! scans check, so a stopped source is never silent.
+
+use std::sync::Mutex;
+
+use super::source_status::SourceStatus;
+use crate::durable::DurableError;
+use crate::provider::health::{Fault, Health, SQLSTATE_INTERNAL};
+use crate::source::error::SourceError;
+
+/// Why a capture task stopped.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Stop {
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    State(#[from] DurableError),
+}
+
+/// The fault of a caught panic in one of a source's tasks.
+pub(super) fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Fault {
+    let message = crate::failpoint::panic_message(payload);
+    Fault::new(
+        SQLSTATE_INTERNAL,
+        format!("the {what} task failed unexpectedly ({message}); capture stopped"),
+    )
+}
+
+/// Records that the source stopped: its status and its health (which the scans check).
+pub(super) fn fail(status: &Mutex<SourceStatus>, health: &Health, fault: Fault) {
+    tracing::error!(error = %fault.describe(), sqlstate = fault.sqlstate, "source stopped");
+    status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .error = Some(fault.describe());
+    health.fail_source(fault);
+}
+
+impl Stop {
+    /// The fault a stopped capture leaves, with the SQLSTATE its tables answer with.
+    pub(super) fn fault(&self) -> Fault {
+        let sqlstate = match self {
+            Stop::Source(e) => e.sqlstate(),
+            Stop::State(e) => e.sqlstate(),
+        };
+        Fault::new(sqlstate, self.to_string())
+    }
+}

@@ -1,0 +1,68 @@
+//! The bottom of the row decoder: a bounds-checked cursor over row-image bytes, and the error
+//! every decoding step returns.
+//!
+//! # Invariant
+//! Reading past the end of an image is an error naming the offset, never a panic: a truncated
+//! or corrupt event becomes a definite decoding error of its table.
+
+/// Why a rows event could not be decoded.
+#[derive(Debug)]
+pub enum RowsError {
+    /// The event lacks columns: not a full row image.
+    Partial(String),
+    /// The bytes do not decode against the table map.
+    Value(String),
+}
+
+impl From<String> for RowsError {
+    fn from(s: String) -> Self {
+        RowsError::Value(s)
+    }
+}
+
+pub(super) struct Cursor<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub(super) fn new(data: &'a [u8]) -> Self {
+        Self { data, pos: 0 }
+    }
+
+    pub(super) fn at_end(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+
+    #[inline]
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], RowsError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.data.len())
+            .ok_or_else(|| {
+                RowsError::Value(format!(
+                    "row image truncated: need {n} bytes at offset {}, {} left",
+                    self.pos,
+                    self.data.len() - self.pos
+                ))
+            })?;
+        let s = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    #[inline]
+    pub(super) fn uint_le(&mut self, n: usize) -> Result<u64, RowsError> {
+        Ok(self
+            .take(n)?
+            .iter()
+            .rev()
+            .fold(0u64, |a, b| (a << 8) | *b as u64))
+    }
+
+    #[inline]
+    pub(super) fn uint_be(&mut self, n: usize) -> Result<u64, RowsError> {
+        Ok(self.take(n)?.iter().fold(0u64, |a, b| (a << 8) | *b as u64))
+    }
+}
