@@ -2,20 +2,28 @@
 //! PostgreSQL.
 //!
 //! This module wires the parts together and holds no protocol logic itself:
+//! * `conn`: what connections share and what one connection keeps (its session, cancel key,
+//!   transaction block, running statements);
 //! * `server`: the listener, the life of a connection (limit, idle sessions, cancellation,
 //!   graceful shutdown);
 //! * `auth`: the start-up exchange (connection slot, TLS requirement, database, password);
+//! * `users`: the users who may log in and their password verifiers;
 //! * `tls`: the rustls acceptor of the configured certificate;
-//! * `query`: the simple and extended protocols, routing each statement (ours, session,
-//!   `COPY`, DataFusion) and running it through [`Engine::sql_with`](crate::engine::Engine::sql_with);
+//! * `query`: the simple and extended protocols, running each statement by its type;
+//! * `statement`: a statement parsed once into its type (ours, session, `COPY`, DataFusion's);
+//! * `planner`: the connection's DataFusion session state, and planning a statement in it
+//!   through [`Engine::plan`](crate::engine::Engine::plan);
+//! * `results`: result streams, stale-read warnings and `SHOW` rows;
 //! * `session`: `SET`/`SHOW`/transaction statements and session functions;
 //! * `block`: the transaction block (savepoints, failed blocks) and the status clients see;
 //! * `copy`: `COPY ... TO STDOUT`;
 //! * `catalog`: databases as catalogs, and each database's `pg_catalog`;
 //! * `keys`: `pg_index` and `pg_constraint`, the primary keys of captured tables;
-//! * `compat`: the catalog functions and the `ARRAY(subquery)` rewrite psql needs beyond
-//!   datafusion-pg-catalog;
+//! * `pg_functions`: the catalog functions psql calls beyond datafusion-pg-catalog's;
+//! * `compat`: the rewrites of psql's catalog queries beyond datafusion-pg-catalog's
+//!   (`ARRAY(subquery)`, output column names, missing catalog columns);
 //! * `reflect`: what drivers and ORMs send to reflect a database (psycopg, SQLAlchemy);
+//! * `catalog_ast`: the syntax-tree helpers `compat` and `reflect` share;
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
 //! * `error`: SQLSTATEs of every error a client can see;
 //! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop.
@@ -27,16 +35,23 @@
 mod auth;
 mod block;
 mod catalog;
+mod catalog_ast;
 mod compat;
+mod conn;
 mod copy;
 mod encode;
 mod error;
 mod keys;
+mod pg_functions;
+mod planner;
 mod query;
 mod reflect;
+mod results;
 mod server;
 mod session;
+mod statement;
 mod tls;
+mod users;
 mod wire;
 
 pub use catalog::DEFAULT_DATABASE;
