@@ -276,6 +276,25 @@ impl Engine {
         if let Some(statement) = parse_cdc_statement(sql)? {
             return self.execute(statement).await;
         }
+        let state = session(self.ctx.state());
+        limits::check_nesting(sql)?;
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state
+            .sql_to_statement(sql, &dialect)
+            .map_err(parser_error)?;
+        self.plan(state, statement).await
+    }
+
+    /// Plans a statement already parsed (a client's, by the front end) in `state`, a
+    /// session's copy of [`Engine::context`]'s state, with every source's current version
+    /// pinned: measured, checked for the storage it reaches and planned as in
+    /// [`Engine::sql_with`].
+    pub async fn plan(
+        &self,
+        mut state: SessionState,
+        statement: DFStatement,
+    ) -> Result<DataFrame, EngineError> {
+        // Pinned after the session adapted its state, so no session plans unpinned.
         let pinned = {
             let sources = self
                 .sources
@@ -283,13 +302,7 @@ impl Engine {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
         };
-        let mut state = session(self.ctx.state());
         state.config_mut().set_extension(Arc::new(pinned));
-        limits::check_nesting(sql)?;
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state
-            .sql_to_statement(sql, &dialect)
-            .map_err(parser_error)?;
         limits::check_df_statement(&statement, limits::MAX_DEPTH)?;
         self.check_statement_locations(&statement)?;
         let plan = state.statement_to_plan(statement).await?;
@@ -326,7 +339,9 @@ impl Engine {
 }
 
 impl Engine {
-    async fn execute(&self, statement: CdcStatement) -> Result<DataFrame, EngineError> {
+    /// Runs one of cdcfusion's own statements, already parsed: `SHOW SOURCES` answers with its
+    /// rows, the others with no rows once they have taken effect.
+    pub async fn execute(&self, statement: CdcStatement) -> Result<DataFrame, EngineError> {
         match statement {
             CdcStatement::CreateSource(create) => {
                 match self.create(&create).await {

@@ -14,7 +14,6 @@
 //! guessing. A session exists (and the connection can run statements) only once
 //! authentication has finished.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,12 +21,12 @@ use std::task::{Context, Poll};
 
 use async_trait::async_trait;
 use futures::Sink;
-use pgwire::api::auth::md5pass::{hash_md5_password, Md5PasswordAuthStartupHandler};
-use pgwire::api::auth::sasl::scram::{gen_salted_password, ScramAuth, SCRAM_ITERATIONS};
+use pgwire::api::auth::md5pass::Md5PasswordAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::{ScramAuth, SCRAM_ITERATIONS};
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
-    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata, AuthSource,
-    DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    DefaultServerParameterProvider, StartupHandler,
 };
 use pgwire::api::{ClientInfo, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -37,100 +36,14 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use tokio::sync::Mutex;
 
 use super::catalog::catalog_of_database;
+use super::conn::{ConnState, SessionInfo, Shared};
 use super::error::{
     fatal_error, SQLSTATE_INVALID_AUTHORIZATION, SQLSTATE_INVALID_CATALOG_NAME,
     SQLSTATE_INVALID_PASSWORD, SQLSTATE_TOO_MANY_CONNECTIONS,
 };
-use super::server::{ConnState, SessionInfo, Shared};
+use super::users::PasswordSource;
 use super::wire::{Cursor, SQLSTATE_PROTOCOL_VIOLATION};
-use crate::config::{AuthMethod, UserSettings};
-
-/// Salt length of the SCRAM verifiers we derive from configured passwords.
-const SCRAM_SALT_LEN: usize = 16;
-
-/// A configured user with what each method needs.
-struct User {
-    method: AuthMethod,
-    password: String,
-    scram_salt: Vec<u8>,
-    /// `Hi(password, salt, iterations)`: computed once, not at every login.
-    scram_salted: Vec<u8>,
-}
-
-/// The users who may log in.
-pub struct Users {
-    default: AuthMethod,
-    users: HashMap<String, User>,
-}
-
-impl Debug for Users {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Users")
-            .field("default", &self.default)
-            .field("names", &self.users.keys().collect::<Vec<_>>())
-            .finish()
-    }
-}
-
-impl Users {
-    pub fn new(default: AuthMethod, users: &[UserSettings]) -> Self {
-        let users = users
-            .iter()
-            .map(|u| {
-                let scram_salt: Vec<u8> = (0..SCRAM_SALT_LEN).map(|_| rand::random()).collect();
-                let scram_salted = gen_salted_password(&u.password, &scram_salt, SCRAM_ITERATIONS);
-                (
-                    u.name.clone(),
-                    User {
-                        method: u.method.unwrap_or(default),
-                        password: u.password.clone(),
-                        scram_salt,
-                        scram_salted,
-                    },
-                )
-            })
-            .collect();
-        Self { default, users }
-    }
-
-    /// The method `user` logs in with: the global `trust` wins, then the user's own method;
-    /// unknown users go through SCRAM and fail in it.
-    fn method(&self, user: &str) -> AuthMethod {
-        if self.default == AuthMethod::Trust {
-            return AuthMethod::Trust;
-        }
-        self.users
-            .get(user)
-            .map_or(AuthMethod::ScramSha256, |u| u.method)
-    }
-}
-
-/// Passwords for pgwire's SCRAM and md5 handlers.
-#[derive(Debug)]
-struct PasswordSource {
-    users: Arc<Users>,
-    method: AuthMethod,
-}
-
-#[async_trait]
-impl AuthSource for PasswordSource {
-    async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
-        let name = login.user().unwrap_or_default();
-        let user = self
-            .users
-            .users
-            .get(name)
-            .ok_or_else(|| PgWireError::InvalidPassword(name.to_string()))?;
-        Ok(match self.method {
-            AuthMethod::Md5 => {
-                let salt: [u8; 4] = rand::random();
-                let hash = hash_md5_password(name, &user.password, &salt);
-                Password::new(Some(salt.to_vec()), hash.into_bytes())
-            }
-            _ => Password::new(Some(user.scram_salt.clone()), user.scram_salted.clone()),
-        })
-    }
-}
+use crate::config::AuthMethod;
 
 type Params = DefaultServerParameterProvider;
 
@@ -208,7 +121,7 @@ impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for CutAf
 }
 
 impl<C: ClientInfo> ClientInfo for CutAfterAuthOk<'_, C> {
-    super::delegate_client_info!(inner);
+    super::client_info::delegate_client_info!(inner);
     fn transaction_status(&self) -> TransactionStatus {
         self.inner.transaction_status()
     }

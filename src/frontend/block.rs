@@ -228,7 +228,7 @@ impl<C: ClientPortalStore> ClientPortalStore for Tracked<'_, C> {
 }
 
 impl<C: ClientInfo> ClientInfo for Tracked<'_, C> {
-    super::delegate_client_info!(inner);
+    super::client_info::delegate_client_info!(inner);
     fn transaction_status(&self) -> TransactionStatus {
         lock(self.block).status()
     }

@@ -76,7 +76,7 @@ impl PgCatalogs {
             EmptyContextProvider,
         )
         .map_err(|e| *e)?;
-        super::compat::install(engine.context());
+        super::pg_functions::install(engine.context());
         let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
         super::reflect::install(engine.context(), static_tables.pg_type.data())?;
         Ok(Self {

@@ -1,173 +1,21 @@
-//! What psql's meta-commands need beyond `datafusion-pg-catalog`: a rewrite of PostgreSQL's
-//! `ARRAY(subquery)` and the catalog functions the crate does not register.
+//! What psql's meta-commands need of a statement's syntax tree beyond `datafusion-pg-catalog`'s
+//! rewrites: PostgreSQL's `ARRAY(subquery)`, its names of output columns, catalog columns this
+//! catalog lacks, and catalog subqueries DataFusion cannot decorrelate as they are (see
+//! [`rewrite`]; the functions psql calls are `pg_functions`').
 //!
-//! The functions answer what is true of cdcfusion, never invented data: every object is
-//! visible (one search path, no per-schema privileges), the session's user has every role it
-//! asks about, and nothing has a comment, a function definition or an on-disk size, so those
-//! are NULL (psql shows an empty cell). `pg_size_pretty` is PostgreSQL's own formatting.
+//! # Invariant
+//! A rewrite changes only what DataFusion could not plan, or would name differently than
+//! PostgreSQL, into what gives PostgreSQL's answer over cdcfusion's catalog; a statement over
+//! user tables alone keeps its meaning (at most its output columns are renamed).
 
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, StringArray};
-use datafusion::arrow::datatypes::{DataType, Int64Type};
-use datafusion::common::ScalarValue;
-use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
-    Volatility,
-};
-use datafusion::prelude::SessionContext;
 use sqlparser::ast::{
-    visit_expressions_mut, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, OrderByExpr, OrderByKind, Query, SelectItem, SetExpr,
-    Statement, Value,
+    visit_expressions_mut, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Ident,
+    OrderByExpr, OrderByKind, Query, SelectItem, SetExpr, Statement, Value,
 };
 
-/// Functions that are true of every object: each `pg_*_is_visible` (cdcfusion has one search
-/// path), and `pg_has_role` (no role hierarchy; the session's user holds what it asks for).
-const ALWAYS_TRUE: [&str; 13] = [
-    "pg_function_is_visible",
-    "pg_type_is_visible",
-    "pg_operator_is_visible",
-    "pg_opclass_is_visible",
-    "pg_opfamily_is_visible",
-    "pg_conversion_is_visible",
-    "pg_collation_is_visible",
-    "pg_statistics_obj_is_visible",
-    "pg_ts_config_is_visible",
-    "pg_ts_dict_is_visible",
-    "pg_ts_parser_is_visible",
-    "pg_ts_template_is_visible",
-    "pg_has_role",
-];
-
-/// Text functions with nothing to say here: no object has a comment, the built-in functions
-/// listed in `pg_proc` have no SQL definition in cdcfusion, no column has a sequence, and
-/// index definitions are not kept as text.
-const NO_TEXT: [&str; 10] = [
-    "obj_description",
-    "col_description",
-    "shobj_description",
-    "pg_get_function_result",
-    "pg_get_function_arguments",
-    "pg_get_function_identity_arguments",
-    "pg_get_functiondef",
-    "pg_get_function_sqlbody",
-    "pg_get_serial_sequence",
-    "pg_get_indexdef",
-];
-
-/// Sizes on disk, which the in-memory current tables do not have.
-const NO_SIZE: [&str; 3] = ["pg_table_size", "pg_indexes_size", "pg_database_size"];
-
-/// Registers the functions of this module in `ctx`.
-pub fn install(ctx: &SessionContext) {
-    for name in ALWAYS_TRUE {
-        ctx.register_udf(constant(name, ScalarValue::Boolean(Some(true))));
-    }
-    for name in NO_TEXT {
-        ctx.register_udf(constant(name, ScalarValue::Utf8(None)));
-    }
-    for name in NO_SIZE {
-        ctx.register_udf(constant(name, ScalarValue::Int64(None)));
-    }
-    ctx.register_udf(ScalarUDF::new_from_impl(SizePretty::new()));
-}
-
-fn constant(name: &str, value: ScalarValue) -> ScalarUDF {
-    ScalarUDF::new_from_impl(Constant {
-        name: name.to_string(),
-        value,
-        signature: Signature::one_of(
-            (1..=3).map(TypeSignature::Any).collect(),
-            Volatility::Stable,
-        ),
-    })
-}
-
-/// A catalog function whose answer does not depend on its arguments (see the module docs).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Constant {
-    name: String,
-    value: ScalarValue,
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for Constant {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(self.value.data_type())
-    }
-    fn invoke_with_args(&self, _: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        Ok(ColumnarValue::Scalar(self.value.clone()))
-    }
-}
-
-/// `pg_size_pretty(bigint)`: a byte count in PostgreSQL's words.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct SizePretty {
-    signature: Signature,
-}
-
-impl SizePretty {
-    fn new() -> Self {
-        Self {
-            signature: Signature::uniform(1, vec![DataType::Int64], Volatility::Immutable),
-        }
-    }
-}
-
-impl ScalarUDFImpl for SizePretty {
-    fn name(&self) -> &str {
-        "pg_size_pretty"
-    }
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let [arg] = args.args.as_slice() else {
-            return Err(DataFusionError::Plan(
-                "pg_size_pretty takes one argument".into(),
-            ));
-        };
-        let sizes = arg.to_array(args.number_rows)?;
-        let pretty: StringArray = sizes
-            .as_primitive::<Int64Type>()
-            .iter()
-            .map(|size| size.map(size_pretty))
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(pretty) as ArrayRef))
-    }
-}
-
-/// PostgreSQL's `pg_size_pretty`: bytes below 10 kB, then the largest unit that keeps the
-/// number below 20480, rounded half away from zero.
-fn size_pretty(size: i64) -> String {
-    const LIMIT: i64 = 10 * 1024;
-    const LIMIT2: i64 = LIMIT * 2 - 1;
-    if size.abs() < LIMIT {
-        return format!("{size} bytes");
-    }
-    let half_rounded = |x: i64| (x + if x < 0 { -1 } else { 1 }) / 2;
-    // One extra bit is kept for rounding.
-    let mut half_units = size >> 9;
-    for unit in ["kB", "MB", "GB", "TB"] {
-        if half_units.abs() < LIMIT2 {
-            return format!("{} {unit}", half_rounded(half_units));
-        }
-        half_units >>= 10;
-    }
-    format!("{} PB", half_rounded(half_units))
-}
+use super::catalog_ast::{call, ident_is, is_catalog_relation, wrap_in_max};
 
 /// Rewrites what DataFusion cannot plan into what it can, after datafusion-pg-catalog's rules.
 ///
@@ -342,16 +190,6 @@ fn null_text_array() -> Expr {
     }
 }
 
-/// Whether `name` is a catalog relation (`pg_catalog.x`, `information_schema.x`, `pg_x`).
-fn is_catalog_relation(name: &ObjectName) -> bool {
-    let parts: Vec<Option<&Ident>> = name.0.iter().map(|p| p.as_ident()).collect();
-    match parts.as_slice() {
-        [schema, _] => ident_is(*schema, "pg_catalog") || ident_is(*schema, "information_schema"),
-        [table] => table.is_some_and(|t| t.value.to_ascii_lowercase().starts_with("pg_")),
-        _ => false,
-    }
-}
-
 /// The aliases (or names) of the catalog tables `statement` reads, with the table each names.
 fn catalog_aliases(statement: &Statement) -> Vec<(String, String)> {
     let mut aliases = Vec::new();
@@ -400,78 +238,6 @@ fn is_missing_column(expr: &Expr, aliases: &[(String, String)]) -> bool {
     })
 }
 
-/// Aggregate functions, to tell an aggregated subquery from one that is not.
-const AGGREGATES: [&str; 9] = [
-    "count",
-    "max",
-    "min",
-    "sum",
-    "avg",
-    "array_agg",
-    "string_agg",
-    "bool_and",
-    "bool_or",
-];
-
-/// Wraps the output of a catalog-only, unaggregated, unordered scalar subquery in `max`;
-/// whether the query is (now) an aggregate of the catalog.
-pub(super) fn wrap_in_max(query: &mut Query) -> bool {
-    if query.order_by.is_some() || query.limit_clause.is_some() || query.fetch.is_some() {
-        return false;
-    }
-    let SetExpr::Select(select) = query.body.as_mut() else {
-        return false;
-    };
-    let grouped =
-        !matches!(&select.group_by, sqlparser::ast::GroupByExpr::Expressions(e, _) if e.is_empty());
-    let catalog_only = !select.from.is_empty()
-        && select.from.iter().all(|t| {
-            std::iter::once(&t.relation)
-                .chain(t.joins.iter().map(|j| &j.relation))
-                .all(|f| matches!(f, sqlparser::ast::TableFactor::Table { name, args: None, .. } if is_catalog_relation(name)))
-        });
-    if grouped || !catalog_only || select.having.is_some() {
-        return false;
-    }
-    let [item] = select.projection.as_mut_slice() else {
-        return false;
-    };
-    let value = match item {
-        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
-        _ => return false,
-    };
-    if let Expr::Function(f) = value {
-        let name = f.name.to_string().to_ascii_lowercase();
-        if AGGREGATES.iter().any(|a| name.ends_with(a)) {
-            return true;
-        }
-    }
-    *value = call("max", value.clone(), Vec::new());
-    true
-}
-
-/// `name(arg [ORDER BY ...])`.
-fn call(name: &str, arg: Expr, order_by: Vec<OrderByExpr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::new(name)]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))],
-            clauses: if order_by.is_empty() {
-                vec![]
-            } else {
-                vec![sqlparser::ast::FunctionArgumentClause::OrderBy(order_by)]
-            },
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
-}
-
 /// The query of an `ARRAY(subquery)` expression.
 fn array_subquery(expr: &Expr) -> Option<&Query> {
     match expr {
@@ -482,10 +248,6 @@ fn array_subquery(expr: &Expr) -> Option<&Query> {
         }) if name.0.len() == 1 && ident_is(name.0[0].as_ident(), "array") => Some(query),
         _ => None,
     }
-}
-
-fn ident_is(ident: Option<&Ident>, word: &str) -> bool {
-    ident.is_some_and(|i| i.value.eq_ignore_ascii_case(word))
 }
 
 /// `query` with its single output column folded into `array_agg`, keeping its order.
@@ -558,22 +320,6 @@ mod tests {
     fn rewritten(sql: &str) -> String {
         let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
         rewrite(statements.remove(0)).to_string()
-    }
-
-    #[test]
-    fn sizes_read_as_postgresql_prints_them() {
-        for (size, text) in [
-            (0, "0 bytes"),
-            (10239, "10239 bytes"),
-            (10240, "10 kB"),
-            (-10240, "-10 kB"),
-            (10_485_247, "10239 kB"),
-            (10_485_760, "10 MB"),
-            (1_610_612_736, "1536 MB"),
-            (i64::MAX, "8192 PB"),
-        ] {
-            assert_eq!(size_pretty(size), text, "{size}");
-        }
     }
 
     #[test]

@@ -10,15 +10,18 @@ use bytes::Bytes;
 use pgwire::api::results::{CopyCsvOptions, CopyEncoder, CopyTextOptions, FieldInfo};
 use pgwire::error::PgWireResult;
 use pgwire::messages::copy::CopyData;
+use sqlparser::ast::helpers::attached_token::AttachedToken;
 use sqlparser::ast::{
-    CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
+    CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Expr, GroupByExpr,
+    Ident, ObjectName, Query, Select, SelectFlavor, SelectItem, SetExpr, Statement, TableFactor,
+    TableWithJoins, WildcardAdditionalOptions,
 };
 
 use super::error::user_error;
 use crate::sql::SQLSTATE_FEATURE_NOT_SUPPORTED;
 
-/// The file a `COPY ... TO 'file'` writes: such a statement is DataFusion's, run by the
-/// engine as written once the engine allows the location.
+/// The file a `COPY ... TO 'file'` writes: such a statement is DataFusion's, read in its
+/// grammar and run by the engine once the engine allows the location (see `statement`).
 pub fn file_target(statement: &Statement) -> Option<&str> {
     match statement {
         Statement::Copy {
@@ -34,7 +37,7 @@ pub fn file_target(statement: &Statement) -> Option<&str> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyOut {
     /// The query whose rows are copied.
-    pub query: String,
+    pub query: Box<Query>,
     pub csv: bool,
     pub header: bool,
     pub delimiter: Option<char>,
@@ -68,22 +71,11 @@ impl CopyOut {
             ));
         }
         let query = match source {
-            CopySource::Query(q) => q.to_string(),
+            CopySource::Query(q) => q.clone(),
             CopySource::Table {
                 table_name,
                 columns,
-            } => {
-                let columns = if columns.is_empty() {
-                    "*".to_string()
-                } else {
-                    columns
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                format!("SELECT {columns} FROM {table_name}")
-            }
+            } => Box::new(select_from(table_name, columns)),
         };
         let mut copy = Self {
             query,
@@ -166,6 +158,71 @@ impl CopyOut {
             "{}\n",
             names.join(&delimiter)
         ))))
+    }
+}
+
+/// `SELECT columns FROM table` (`*` for no columns), the query `COPY table TO STDOUT` copies.
+fn select_from(table: &ObjectName, columns: &[Ident]) -> Query {
+    let projection = if columns.is_empty() {
+        vec![SelectItem::Wildcard(WildcardAdditionalOptions::default())]
+    } else {
+        columns
+            .iter()
+            .map(|c| SelectItem::UnnamedExpr(Expr::Identifier(c.clone())))
+            .collect()
+    };
+    let relation = TableFactor::Table {
+        name: table.clone(),
+        alias: None,
+        args: None,
+        with_hints: Vec::new(),
+        version: None,
+        with_ordinality: false,
+        partitions: Vec::new(),
+        json_path: None,
+        sample: None,
+        index_hints: Vec::new(),
+    };
+    let select = Select {
+        select_token: AttachedToken::empty(),
+        optimizer_hints: Vec::new(),
+        distinct: None,
+        select_modifiers: None,
+        top: None,
+        top_before_distinct: false,
+        projection,
+        exclude: None,
+        into: None,
+        from: vec![TableWithJoins {
+            relation,
+            joins: Vec::new(),
+        }],
+        lateral_views: Vec::new(),
+        prewhere: None,
+        selection: None,
+        connect_by: Vec::new(),
+        group_by: GroupByExpr::Expressions(Vec::new(), Vec::new()),
+        cluster_by: Vec::new(),
+        distribute_by: Vec::new(),
+        sort_by: Vec::new(),
+        having: None,
+        named_window: Vec::new(),
+        qualify: None,
+        window_before_qualify: false,
+        value_table_mode: None,
+        flavor: SelectFlavor::Standard,
+    };
+    Query {
+        with: None,
+        body: Box::new(SetExpr::Select(Box::new(select))),
+        order_by: None,
+        limit_clause: None,
+        fetch: None,
+        locks: Vec::new(),
+        for_clause: None,
+        settings: None,
+        format_clause: None,
+        pipe_operators: Vec::new(),
     }
 }
 

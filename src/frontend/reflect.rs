@@ -27,6 +27,8 @@ use sqlparser::ast::{
     FunctionArgumentList, FunctionArguments, Ident, ObjectName, SetExpr, Value,
 };
 
+use super::catalog_ast::wrap_in_max;
+
 /// Registers the functions of this module; `pg_type` is the catalog's list of types.
 pub fn install(ctx: &SessionContext, pg_type: &[RecordBatch]) -> Result<()> {
     ctx.register_udf(ScalarUDF::new_from_impl(ToRegtype::new(pg_type)?));
@@ -85,7 +87,7 @@ fn case_subquery(expr: &Expr) -> Option<Expr> {
     let mut condition = when.condition.clone();
     let _ = visit_expressions_mut(&mut condition, |e| {
         if let Expr::Subquery(q) = e {
-            super::compat::wrap_in_max(q);
+            wrap_in_max(q);
         }
         ControlFlow::<()>::Continue(())
     });
@@ -98,7 +100,7 @@ fn case_subquery(expr: &Expr) -> Option<Expr> {
         },
         None => condition,
     });
-    if !super::compat::wrap_in_max(&mut query) {
+    if !wrap_in_max(&mut query) {
         return None;
     }
     Some(Expr::Subquery(query))

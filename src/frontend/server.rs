@@ -2,52 +2,41 @@
 //! query cancellation and graceful shutdown.
 //!
 //! # Connections
-//! Each accepted socket gets a [`ConnState`] and its own handlers, and is served by
+//! Each accepted socket gets a `ConnState` and its own handlers, and is served by
 //! `wire::serve` (TLS negotiation, the start-up exchange, then messages until the client
 //! leaves; malformed bytes end only that connection). A slot under `max_connections` is
 //! taken at accept; a connection without one is refused in the start-up exchange with a
 //! clear error (a cancel request, which needs no slot, still works when the server is full).
 //!
 //! # Cancellation
-//! Every statement runs under a [`Stop`]: its own cancellation token, which a cancel request
-//! naming the connection's key fires, and the statement timeout. Both stop planning and the
-//! result stream, and dropping the stream stops the DataFusion plan.
+//! A cancel request fires the running statement's token of the connection it names (see
+//! `conn`).
 //!
 //! # Shutdown
 //! When shutdown is asked for the listener closes at once; idle connections close, running
 //! statements get `shutdown_grace` to finish and are cancelled after it; [`Server::run`]
 //! returns when every connection has ended.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::FutureExt;
-use pgwire::api::auth::DefaultServerParameterProvider;
 use pgwire::api::cancel::CancelHandler;
-use pgwire::api::{
-    ClientInfo, ErrorHandler, PgWireServerHandlers, PidSecretKeyGenerator,
-    RandomPidSecretKeyGenerator,
-};
+use pgwire::api::{ClientInfo, ErrorHandler, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::cancel::CancelRequest;
-use pgwire::messages::startup::SecretKey;
 use pgwire::tokio::TlsAcceptor;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::auth::{Startup, Users};
-use super::block::Block;
+use super::auth::Startup;
 use super::catalog::PgCatalogs;
+use super::conn::{ConnState, Shared};
 use super::error::{FrontendError, SQLSTATE_ADMIN_SHUTDOWN, SQLSTATE_IDLE_SESSION_TIMEOUT};
 use super::query::QueryHandler;
 use super::session;
@@ -56,170 +45,6 @@ use crate::engine::Engine;
 
 /// How often a connection checks for idleness and shutdown.
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
-
-/// What every connection shares.
-pub struct Shared {
-    pub engine: Arc<Engine>,
-    pub settings: FrontendSettings,
-    pub users: Arc<Users>,
-    pub pg_catalogs: PgCatalogs,
-    pub parser: datafusion_pg_catalog::sql::PostgresCompatibilityParser,
-    pub parameters: Arc<DefaultServerParameterProvider>,
-    pub pid_generator: Arc<dyn PidSecretKeyGenerator>,
-    slots: Arc<Semaphore>,
-    connections: Mutex<HashMap<u64, Weak<ConnState>>>,
-    next_connection: AtomicU64,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Who a session is and which catalog its database selects.
-#[derive(Debug, Clone)]
-pub struct SessionInfo {
-    pub user: String,
-    pub database: String,
-    pub catalog: String,
-}
-
-/// The state of one connection that outlives single messages.
-#[derive(Debug)]
-pub struct ConnState {
-    slot: Option<OwnedSemaphorePermit>,
-    session: OnceLock<SessionInfo>,
-    key: OnceLock<(i32, Bytes)>,
-    /// The running statement's token; a cancel request fires it.
-    current: Mutex<CancellationToken>,
-    /// Statements and result streams alive now.
-    running: AtomicUsize,
-    last_active: Mutex<Instant>,
-    /// Whether the client negotiated TLS.
-    secure: std::sync::atomic::AtomicBool,
-    /// The transaction block, shared by the simple and the extended protocol's handlers.
-    block: Mutex<Block>,
-}
-
-impl ConnState {
-    fn new(slot: Option<OwnedSemaphorePermit>) -> Self {
-        Self {
-            slot,
-            session: OnceLock::new(),
-            key: OnceLock::new(),
-            current: Mutex::new(CancellationToken::new()),
-            running: AtomicUsize::new(0),
-            last_active: Mutex::new(Instant::now()),
-            secure: std::sync::atomic::AtomicBool::new(false),
-            block: Mutex::default(),
-        }
-    }
-
-    /// The connection's transaction block.
-    pub fn block(&self) -> &Mutex<Block> {
-        &self.block
-    }
-
-    /// Records that the client negotiated TLS.
-    pub fn set_secure(&self, secure: bool) {
-        self.secure.store(secure, Ordering::SeqCst);
-    }
-
-    fn is_secure(&self) -> bool {
-        self.secure.load(Ordering::SeqCst)
-    }
-
-    pub fn has_slot(&self) -> bool {
-        self.slot.is_some()
-    }
-
-    pub fn set_session(&self, info: SessionInfo) {
-        let _ = self.session.set(info);
-    }
-
-    pub fn session(&self) -> Option<&SessionInfo> {
-        self.session.get()
-    }
-
-    /// Records the cancel key once authentication has finished.
-    pub fn authenticated(&self, (pid, key): (i32, SecretKey)) {
-        let _ = self.key.set((pid, key.to_bytes()));
-    }
-
-    /// Starts a statement: a fresh cancellation token and a guard that marks the connection
-    /// busy until the statement and its result stream are gone.
-    pub fn start_statement(self: &Arc<Self>, timeout: Option<Duration>) -> Stop {
-        let token = CancellationToken::new();
-        *self.current.lock().expect("current statement") = token.clone();
-        self.running.fetch_add(1, Ordering::SeqCst);
-        Stop {
-            token,
-            deadline: timeout.map(|t| tokio::time::Instant::now() + t),
-            _busy: Busy(Arc::clone(self)),
-        }
-    }
-
-    fn cancel(&self) {
-        self.current.lock().expect("current statement").cancel();
-    }
-
-    fn is_busy(&self) -> bool {
-        self.running.load(Ordering::SeqCst) > 0
-    }
-
-    fn idle_for(&self) -> Duration {
-        self.last_active.lock().expect("last active").elapsed()
-    }
-}
-
-/// Marks its connection busy while alive.
-#[derive(Debug)]
-struct Busy(Arc<ConnState>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        *self.0.last_active.lock().expect("last active") = Instant::now();
-        self.0.running.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Why a statement was stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stopped {
-    Canceled,
-    TimedOut,
-}
-
-/// What can stop a running statement (see the module docs).
-#[derive(Debug)]
-pub struct Stop {
-    token: CancellationToken,
-    deadline: Option<tokio::time::Instant>,
-    _busy: Busy,
-}
-
-impl Stop {
-    /// Resolves when the statement must stop.
-    pub fn stopped(&self) -> Pin<Box<dyn Future<Output = Stopped> + Send + 'static>> {
-        let token = self.token.clone();
-        let deadline = self.deadline;
-        Box::pin(async move {
-            match deadline {
-                Some(deadline) => tokio::select! {
-                    _ = token.cancelled() => Stopped::Canceled,
-                    _ = tokio::time::sleep_until(deadline) => Stopped::TimedOut,
-                },
-                None => {
-                    token.cancelled().await;
-                    Stopped::Canceled
-                }
-            }
-        })
-    }
-}
 
 /// The server: a bound listener and the shared state of its connections.
 pub struct Server {
@@ -254,22 +79,7 @@ impl Server {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| FrontendError::Listen { addr, source })?;
-        let mut parameters = DefaultServerParameterProvider::default();
-        parameters.server_version = session::SERVER_VERSION.to_string();
-        parameters.default_transaction_read_only = true;
-        parameters.is_superuser = false;
-        let shared = Arc::new(Shared {
-            users: Arc::new(Users::new(settings.auth, &settings.users)),
-            slots: Arc::new(Semaphore::new(settings.max_connections)),
-            settings,
-            engine,
-            pg_catalogs,
-            parser: datafusion_pg_catalog::sql::PostgresCompatibilityParser::new(),
-            parameters: Arc::new(parameters),
-            pid_generator: Arc::new(RandomPidSecretKeyGenerator::default()),
-            connections: Mutex::new(HashMap::new()),
-            next_connection: AtomicU64::new(1),
-        });
+        let shared = Arc::new(Shared::new(engine, settings, pg_catalogs));
         Ok(Self {
             listener,
             tls,
@@ -316,11 +126,8 @@ impl Server {
                             continue;
                         }
                     };
-                    let slot = Arc::clone(&shared.slots).try_acquire_owned().ok();
-                    let conn = Arc::new(ConnState::new(slot));
-                    let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
-                    shared.connections.lock().expect("connections").insert(id, Arc::downgrade(&conn));
-                    let handlers = Handlers { shared: Arc::clone(&shared), conn: Arc::clone(&conn) };
+                    let (id, conn) = shared.accept();
+                    let handlers = Handlers::new(Arc::clone(&shared), Arc::clone(&conn));
                     // A panic while serving one client (a bug) ends only that connection.
                     let serve = std::panic::AssertUnwindSafe(super::wire::serve(socket, tls.clone(), handlers)).catch_unwind();
                     let watch = watch_connection(Arc::clone(&shared), Arc::clone(&conn), stopping.clone());
@@ -346,7 +153,7 @@ impl Server {
                                 farewell(socket, why).await;
                             }
                         }
-                        shared.connections.lock().expect("connections").remove(&id);
+                        shared.forget(id);
                     });
                 }
                 Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -447,25 +254,32 @@ async fn watch_connection(
     }
 }
 
-/// The handlers of one connection.
+/// The handlers of one connection: one query handler serves both protocols, so they share
+/// the connection's DataFusion session state.
 struct Handlers {
     shared: Arc<Shared>,
     conn: Arc<ConnState>,
+    query: Arc<QueryHandler>,
+}
+
+impl Handlers {
+    fn new(shared: Arc<Shared>, conn: Arc<ConnState>) -> Self {
+        let query = Arc::new(QueryHandler::new(Arc::clone(&shared), Arc::clone(&conn)));
+        Self {
+            shared,
+            conn,
+            query,
+        }
+    }
 }
 
 impl PgWireServerHandlers for Handlers {
     fn simple_query_handler(&self) -> Arc<impl pgwire::api::query::SimpleQueryHandler> {
-        Arc::new(QueryHandler::new(
-            Arc::clone(&self.shared),
-            Arc::clone(&self.conn),
-        ))
+        Arc::clone(&self.query)
     }
 
     fn extended_query_handler(&self) -> Arc<impl pgwire::api::query::ExtendedQueryHandler> {
-        Arc::new(QueryHandler::new(
-            Arc::clone(&self.shared),
-            Arc::clone(&self.conn),
-        ))
+        Arc::clone(&self.query)
     }
 
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
@@ -490,18 +304,7 @@ struct Canceller(Arc<Shared>);
 #[async_trait]
 impl CancelHandler for Canceller {
     async fn on_cancel_request(&self, request: CancelRequest) {
-        let key = (request.pid, request.secret_key.to_bytes());
-        let target = self
-            .0
-            .connections
-            .lock()
-            .expect("connections")
-            .values()
-            .filter_map(Weak::upgrade)
-            .find(|c| c.key.get() == Some(&key));
-        if let Some(conn) = target {
-            conn.cancel();
-        }
+        self.0.cancel(request.pid, &request.secret_key);
     }
 }
 

@@ -102,6 +102,52 @@ async fn extended_protocol_statements_portals_and_parameters() {
     assert!(rows_of(&client.simple_query(";").await.unwrap()).is_empty());
 }
 
+/// The setting `SELECT current_setting('lock_timeout')` reads: through the simple protocol,
+/// an unnamed statement and a statement prepared before the changes.
+async fn lock_timeout(
+    client: &tokio_postgres::Client,
+    prepared: &tokio_postgres::Statement,
+) -> [String; 3] {
+    const READ: &str = "SELECT current_setting('lock_timeout')";
+    let simple = rows_of(&client.simple_query(READ).await.unwrap());
+    let unnamed: String = client.query_one(READ, &[]).await.unwrap().get(0);
+    let named: String = client.query_one(prepared, &[]).await.unwrap().get(0);
+    [simple[0][0].clone().unwrap_or_default(), unnamed, named]
+}
+
+#[tokio::test]
+async fn statements_plan_with_the_settings_of_their_moment() {
+    let f = Fixture::start("pg_settings", "settings", SETUP, settings()).await;
+    let client = f.client("settings").await;
+    let prepared = client
+        .prepare("SELECT current_setting('lock_timeout')")
+        .await
+        .unwrap();
+    assert_eq!(lock_timeout(&client, &prepared).await, ["0", "0", "0"]);
+    client
+        .batch_execute("SET lock_timeout = '5s'")
+        .await
+        .unwrap();
+    assert_eq!(lock_timeout(&client, &prepared).await, ["5s", "5s", "5s"]);
+    // The statement after a `SET` in the same simple query sees it too.
+    let rows = rows_of(
+        &client
+            .simple_query("SET lock_timeout = '7s'; SELECT current_setting('lock_timeout')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(rows, [[Some("7s".to_string())]]);
+    client.batch_execute("RESET lock_timeout").await.unwrap();
+    assert_eq!(lock_timeout(&client, &prepared).await, ["0", "0", "0"]);
+    client
+        .batch_execute("SET lock_timeout = '9s'")
+        .await
+        .unwrap();
+    client.batch_execute("DISCARD ALL").await.unwrap();
+    assert_eq!(lock_timeout(&client, &prepared).await, ["0", "0", "0"]);
+    f.shutdown().await;
+}
+
 /// Catalog queries tools send on connect (as recorded from DBeaver 25, Metabase 0.55 and
 /// Grafana's PostgreSQL data source).
 const TOOL_QUERIES: &[&str] = &[

@@ -1,0 +1,136 @@
+//! The DataFusion session state of one connection, and planning its statements in it.
+//!
+//! The state is the engine's adapted to the session: its database's catalog as the default
+//! (with that database's `pg_catalog`), `current_database()` and `current_setting()` over the
+//! session's settings. It is built at the connection's first statement and kept; a statement
+//! that changes the settings (`SET`, `RESET`, `DISCARD ALL`) has it built again before the
+//! next one. Catalogs, schemas and tables are looked up through the engine's own catalog list
+//! at planning, so sources created or dropped since are seen all the same.
+//!
+//! # Invariant
+//! Each statement plans in its own copy of the state, with its own read policy (which
+//! collects that statement's stale-read warnings) and the versions the engine pins for it
+//! (see [`Engine::plan`](crate::engine::Engine::plan)): nothing of one statement's planning
+//! reaches another's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::execution::FunctionRegistry;
+use datafusion::prelude::DataFrame;
+use datafusion::sql::parser::Statement as DFStatement;
+use pgwire::error::PgWireResult;
+
+use super::catalog::SessionCatalogs;
+use super::conn::{ConnState, Shared, Stop, Stopped};
+use super::error::{canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL};
+use super::session;
+use crate::provider::health::ReadPolicy;
+use crate::sql::CdcStatement;
+
+/// Plans the statements of one connection (see the module docs).
+#[derive(Debug)]
+pub struct Planner {
+    shared: Arc<Shared>,
+    conn: Arc<ConnState>,
+    /// The session's state, once built for its current settings.
+    built: Mutex<Option<SessionState>>,
+}
+
+impl Planner {
+    pub fn new(shared: Arc<Shared>, conn: Arc<ConnState>) -> Self {
+        Self {
+            shared,
+            conn,
+            built: Mutex::new(None),
+        }
+    }
+
+    /// The session's settings changed: the state is built again for the next statement.
+    pub fn settings_changed(&self) {
+        *self.built.lock().expect("session state") = None;
+    }
+
+    /// Starts a statement under this session's statement timeout.
+    pub fn start(&self, metadata: &HashMap<String, String>) -> Stop {
+        let timeout =
+            session::statement_timeout(metadata).or(self.shared.settings.statement_timeout);
+        self.conn.start_statement(timeout)
+    }
+
+    /// Plans `statement` for this session, stoppable by `stop`.
+    pub async fn plan(
+        &self,
+        statement: DFStatement,
+        metadata: &HashMap<String, String>,
+        stop: &Stop,
+    ) -> PgWireResult<DataFrame> {
+        let state = self.state(metadata)?;
+        let stopped = stop.stopped();
+        tokio::select! {
+            biased;
+            why = stopped => Err(canceled(why == Stopped::TimedOut)),
+            planned = self.shared.engine.plan(state, statement) => planned.map_err(engine_error),
+        }
+    }
+
+    /// Runs one of our statements, stoppable by `stop`.
+    pub async fn run_ours(&self, statement: CdcStatement, stop: &Stop) -> PgWireResult<DataFrame> {
+        let stopped = stop.stopped();
+        tokio::select! {
+            biased;
+            why = stopped => Err(canceled(why == Stopped::TimedOut)),
+            done = self.shared.engine.execute(statement) => done.map_err(engine_error),
+        }
+    }
+
+    /// A copy of the session's state for one statement (see the module docs).
+    fn state(&self, metadata: &HashMap<String, String>) -> PgWireResult<SessionState> {
+        let mut state = {
+            let mut built = self.built.lock().expect("session state");
+            match built.as_ref() {
+                Some(state) => state.clone(),
+                None => {
+                    let state = self.build(metadata)?;
+                    *built = Some(state.clone());
+                    state
+                }
+            }
+        };
+        let policy = ReadPolicy::new(session::stale_reads(metadata));
+        state.config_mut().set_extension(Arc::new(policy));
+        Ok(state)
+    }
+
+    /// The engine's state adapted to this session and its settings now.
+    fn build(&self, metadata: &HashMap<String, String>) -> PgWireResult<SessionState> {
+        let info = self
+            .conn
+            .session()
+            .cloned()
+            .ok_or_else(|| user_error(SQLSTATE_INTERNAL, "the session has not started"))?;
+        let pg_catalog = self
+            .shared
+            .pg_catalogs
+            .for_catalog(&info.catalog)
+            .map_err(datafusion_error)?;
+        let settings: HashMap<String, String> = session::all(metadata).into_iter().collect();
+        let state = self.shared.engine.context().state();
+        let catalogs = Arc::new(SessionCatalogs {
+            inner: Arc::clone(state.catalog_list()),
+            current: info.catalog.clone(),
+            pg_catalog,
+        });
+        let mut state = SessionStateBuilder::new_from_existing(state)
+            .with_catalog_list(catalogs)
+            .build();
+        state.config_mut().options_mut().catalog.default_catalog = info.catalog;
+        // Registering a function by name replaces the engine-wide one in this state only.
+        let _ = state.register_udf(Arc::new(
+            datafusion_pg_catalog::pg_catalog::create_current_database_udf(&info.database),
+        ));
+        let _ = state.register_udf(Arc::new(session::current_setting_udf(settings)));
+        Ok(state)
+    }
+}
