@@ -44,7 +44,7 @@ pub enum EngineError {
 }
 
 /// A parse error as the engine reports it: the parser's recursion limit is [`TooComplex`].
-pub(super) fn parser_error(error: DataFusionError) -> EngineError {
+pub fn parser_error(error: DataFusionError) -> EngineError {
     match &error {
         DataFusionError::SQL(e, _) if limits::is_nesting_limit(e) => TooComplex::Nesting {
             limit: limits::PARSER_NESTING_LIMIT,

@@ -31,7 +31,7 @@ mod status;
 mod stop;
 mod task;
 
-pub use error::EngineError;
+pub use error::{parser_error, EngineError};
 pub use files::{AllowedLocations, BadLocation, FileAccessDenied};
 pub use limits::TooComplex;
 pub use session::{Engine, EngineOptions};

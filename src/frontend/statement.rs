@@ -38,7 +38,7 @@ use super::conn::Shared;
 use super::copy::{self, CopyOut};
 use super::error::{engine_error, user_error};
 use super::session::SessionStatement;
-use crate::engine::{limits, TooComplex};
+use crate::engine::{limits, parser_error, TooComplex};
 use crate::sql::{parse_cdc_statement, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR};
 
 /// One statement of a client, typed (see the module docs).
@@ -173,7 +173,7 @@ pub fn parse(shared: &Shared, text: &str) -> PgWireResult<Option<Parsed>> {
 
 /// `text` read by DataFusion's parser, as the engine would read it.
 fn in_datafusion_grammar(text: &str) -> PgWireResult<DFStatement> {
-    let parse_error = |e: DataFusionError| engine_error(limits::parser_error(e));
+    let parse_error = |e: DataFusionError| engine_error(parser_error(e));
     let mut statements = DFParser::parse_sql(text).map_err(parse_error)?;
     if statements.len() > 1 {
         return Err(engine_error(
