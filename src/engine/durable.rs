@@ -37,7 +37,7 @@ impl Engine {
                     "a catalog entry that is not CREATE SOURCE",
                 ));
             };
-            let options = create.options.to_capture_options()?;
+            let options = create.options.to_capture_options();
             let checkpointer = Arc::new(durability.checkpointer(&entry.id));
             engine.start_source(
                 &entry.name,
@@ -70,7 +70,7 @@ impl Engine {
     /// durable engine the catalog is committed first, so a source that
     /// runs is always one a restart brings back.
     pub(super) async fn create(&self, create: &CreateSource) -> Result<(), EngineError> {
-        let options = create.options.to_capture_options()?;
+        let options = create.options.to_capture_options();
         self.check_name(&create.name)?;
         if create.options.validate {
             validate(create.url.expose(), &options).await?;

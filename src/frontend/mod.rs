@@ -59,4 +59,3 @@ pub use catalog::DEFAULT_DATABASE;
 pub use error::FrontendError;
 pub use server::Server;
 pub use session::SERVER_VERSION;
-

@@ -7,13 +7,14 @@
 //! MySQL password (URLs are stored masked). Variants are grouped by what the client should do
 //! (fix the text, fix a value, use another feature, look at the catalog), which is also what the
 //! SQLSTATE class says, so the pgwire layer maps them with [`SqlError::sqlstate`] alone.
+//!
+//! This file is the bottom of `sql/`: it imports none of its siblings, so options are named
+//! here by their SQL name, not by the option table that sits above it.
 
 use std::fmt;
 
 use sqlparser::parser::ParserError;
 use sqlparser::tokenizer::Location;
-
-use super::options::SourceOption;
 
 /// `syntax_error`: the statement text does not follow the grammar.
 pub const SQLSTATE_SYNTAX_ERROR: &str = "42601";
@@ -45,25 +46,26 @@ pub enum SqlError {
     /// sqlparser rejected an option's value expression; its message carries the position.
     #[error("invalid value for option {option}: {source}")]
     Expression {
-        option: SourceOption,
+        option: &'static str,
         source: ParserError,
     },
-    /// An option name the statement does not take.
-    #[error("unknown option {name:?}{}; valid options are {}", At(.location), SourceOption::names_list())]
+    /// An option name the statement does not take; `known` lists the ones it does.
+    #[error("unknown option {name:?}{}; valid options are {}", At(.location), .known.join(", "))]
     UnknownOption {
         name: String,
+        known: Vec<&'static str>,
         location: Option<Location>,
     },
     /// The same option given twice (PostgreSQL: "conflicting or redundant options").
     #[error("option {option} is given more than once{}", At(.location))]
     DuplicateOption {
-        option: SourceOption,
+        option: &'static str,
         location: Option<Location>,
     },
     /// An option's value has the wrong type, is out of range, or conflicts with another option.
     #[error("invalid value for option {option}: {message}{}", At(.location))]
     InvalidValue {
-        option: SourceOption,
+        option: &'static str,
         message: String,
         location: Option<Location>,
     },
@@ -170,7 +172,7 @@ mod tests {
             "syntax error: expected FROM, found EOF at Line: 1, Column: 8"
         );
         let value = SqlError::InvalidValue {
-            option: SourceOption::Parallelism,
+            option: "parallelism",
             message: "0 is out of range 1..=64".into(),
             location: None,
         };

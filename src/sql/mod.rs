@@ -9,24 +9,32 @@
 //! A statement that starts like ours is ours: it parses completely or fails with an error that
 //! names the offending token, option or URL and its line and column, with a PostgreSQL
 //! SQLSTATE ([`SqlError::sqlstate`]). A parsed `CREATE SOURCE` is valid as a capture
-//! ([`SourceOptions::to_capture_options`]) and never shows its password.
+//! ([`SourceOptions::to_capture_options`] maps it without checking again) and never shows its
+//! password.
 //!
-//! # Parts
-//! * `statement`: the grammar on sqlparser's tokenizer and parser (PostgreSQL dialect, as
-//!   clients speak it to us).
-//! * `render`: statements back to SQL, password masked.
-//! * `options`: the `WITH (...)` options: names, types, ranges, defaults, mapping to the capture.
-//! * `value`: an option's value typed from sqlparser's expression (string, ranged integer).
+//! # Parts, bottom up
+//! Each file imports only files above it in this list (a test below keeps it so):
+//! * `error`: [`SqlError`] and its SQLSTATEs; names options by their SQL name.
+//! * `names`: quoting, and the grammar's words a source name must not be unquoted.
 //! * `mysql_url`: the connection URL, validated by `mysql_async` and masked in all output.
+//! * `value`: an option's value typed from sqlparser's expression (string, ranged integer).
+//! * `options`: the `WITH (...)` options: one table ([`OPTIONS`]) of names, types, ranges,
+//!   documentation and rendering, read into the typed [`SourceOptions`].
+//! * `statement`: the statement types.
+//! * `grammar`: sqlparser's parser over our tokens, with our error messages.
+//! * `parse`: which texts are ours, and each statement's grammar ([`parse_cdc_statement`]).
+//! * `render`: statements back to SQL, password masked.
 //! * `script`: splitting a script into statements (for `--init` files).
-//! * `error`: [`SqlError`] and its SQLSTATEs.
 //!
 //! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step
-//! with [`SourceOption::ALL`] and its examples parsing.
+//! with [`OPTIONS`] and its examples parsing.
 
 mod error;
+mod grammar;
 mod mysql_url;
+mod names;
 mod options;
+mod parse;
 mod render;
 mod script;
 mod statement;
@@ -37,15 +45,17 @@ pub use error::{
     SQLSTATE_INVALID_PARAMETER_VALUE, SQLSTATE_SYNTAX_ERROR, SQLSTATE_UNDEFINED_OBJECT,
 };
 pub use mysql_url::{mask_password, MySqlUrl};
-pub use options::{SourceOption, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID};
-pub use script::split_statements;
-pub use statement::{
-    parse_cdc_statement, AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource,
+pub use options::{
+    OptionSpec, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID, OPTIONS,
 };
+pub use parse::parse_cdc_statement;
+pub use script::split_statements;
+pub use statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
 
 #[cfg(test)]
 mod tests {
-    //! `docs/sql-reference.md` against the parser, so the reference cannot go stale.
+    //! `docs/sql-reference.md` against the parser, so the reference cannot go stale, and the
+    //! files of this module against their order in the module docs.
 
     use super::*;
 
@@ -72,28 +82,36 @@ mod tests {
     }
 
     #[test]
-    fn the_reference_lists_exactly_the_options_the_parser_accepts() {
+    fn the_reference_lists_exactly_the_option_table() {
         let rows = option_rows();
         let documented: Vec<&str> = rows.iter().map(|r| unquote(r[0])).collect();
-        let accepted: Vec<&str> = SourceOption::ALL.iter().map(|o| o.name()).collect();
+        let accepted: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
         assert_eq!(documented, accepted, "docs/sql-reference.md option table");
-        let defaults = SourceOptions::default();
-        for (row, option) in rows.iter().zip(SourceOption::ALL) {
+        for (row, spec) in rows.iter().zip(&OPTIONS) {
+            let name = spec.name;
             assert_eq!(row.len(), 5, "{row:?} has 5 columns");
-            if let Some(default) = defaults.value_sql(option) {
-                assert_eq!(unquote(row[2]), default, "documented default of {option}");
-            }
+            assert_eq!(row[1], spec.form(), "documented value of {name}");
+            assert_eq!(
+                unquote(row[2]),
+                spec.default_text(),
+                "documented default of {name}"
+            );
+            assert!(
+                row[4].starts_with(spec.summary),
+                "the documented meaning of {name} starts with {:?}",
+                spec.summary
+            );
             // The documented example is accepted (start_position only with stream_only).
-            let mode = match option {
-                SourceOption::StartPosition => "snapshot_mode = 'stream_only', ",
+            let mode = match name {
+                "start_position" => "snapshot_mode = 'stream_only', ",
                 _ => "",
             };
             let sql = format!(
-                "CREATE SOURCE s FROM MYSQL 'mysql://u@h' WITH ({mode}{option} = {})",
+                "CREATE SOURCE s FROM MYSQL 'mysql://u@h' WITH ({mode}{name} = {})",
                 unquote(row[3])
             );
             if let Err(e) = parse_cdc_statement(&sql) {
-                panic!("documented example of {option} is refused: {sql}: {e}");
+                panic!("documented example of {name} is refused: {sql}: {e}");
             }
         }
     }

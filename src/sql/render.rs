@@ -5,41 +5,14 @@
 //! when they would not read back as themselves), with two deliberate differences: options are
 //! written out in full, defaults included, so `SHOW SOURCES` shows what a source really does;
 //! and the URL's password is masked, so the text is safe to show and log.
+//!
+//! Sits beside the grammar, on the statement types: names are quoted by `names` (which the
+//! grammar shares) and options are written by the option table, each row rendering its own.
 
 use std::fmt;
 
-use super::statement::{
-    AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource, GRAMMAR_WORDS,
-};
-
-/// A source name as SQL: bare when it reads back as itself, else double-quoted.
-fn source_name_sql(name: &str) -> String {
-    if is_plain(name, |c| c.is_ascii_lowercase()) && !GRAMMAR_WORDS.contains(&name) {
-        name.to_string()
-    } else {
-        quote_ident(name)
-    }
-}
-
-/// A MySQL name as SQL: bare when it is a plain word (case is kept either way).
-fn mysql_name_sql(name: &str) -> String {
-    if is_plain(name, |c| c.is_ascii_alphabetic()) {
-        name.to_string()
-    } else {
-        quote_ident(name)
-    }
-}
-
-/// `letter_or_underscore (letter | digit | _ | $)*` with `letter` as given.
-fn is_plain(name: &str, letter: impl Fn(char) -> bool) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| letter(c) || c == '_')
-        && chars.all(|c| letter(c) || c.is_ascii_digit() || c == '_' || c == '$')
-}
-
-pub(super) fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+use super::names::{mysql_name_sql, quote_string, source_name_sql};
+use super::statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
 
 impl fmt::Display for CreateSource {
     /// The password is masked: see the module docs.
@@ -105,11 +78,6 @@ impl fmt::Display for CdcStatement {
     }
 }
 
-/// A SQL string literal: `'...'` with `'` doubled.
-pub(super) fn quote_string(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,15 +132,7 @@ mod tests {
     }
 
     #[test]
-    fn names_are_quoted_only_when_needed() {
-        assert_eq!(source_name_sql("shop_1"), "shop_1");
-        assert_eq!(source_name_sql("Shop"), "\"Shop\"");
-        assert_eq!(source_name_sql("my source"), "\"my source\"");
-        assert_eq!(source_name_sql("1st"), "\"1st\"");
-        assert_eq!(source_name_sql("table"), "\"table\"");
-        assert_eq!(source_name_sql("a\"b"), "\"a\"\"b\"");
-        assert_eq!(mysql_name_sql("Orders"), "Orders");
-        assert_eq!(mysql_name_sql("order items"), "\"order items\"");
+    fn alter_and_drop_render_names_as_written() {
         let alter = AlterSource {
             name: "s".into(),
             action: AlterSourceAction::Resnapshot {
@@ -191,6 +151,5 @@ mod tests {
             .to_string(),
             "DROP SOURCE IF EXISTS s"
         );
-        assert_eq!(quote_string("it's"), "'it''s'");
     }
 }

@@ -4,7 +4,7 @@
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::tokenizer::{Token, Tokenizer};
 
-use super::SqlError;
+use super::error::SqlError;
 
 /// The statements of `text`, trimmed, without their terminating semicolons; empty statements
 /// (and comment-only ones) are dropped.

@@ -5,6 +5,8 @@
 //! A value is accepted only as the literal its option's type asks for, never coerced (no
 //! `'100'` for an integer, no bare word for a string), and every refusal names the option, what
 //! was found, and the value's position.
+//!
+//! Knows options only by name: which type an option takes is the option table's business.
 
 use std::ops::RangeInclusive;
 
@@ -12,7 +14,6 @@ use sqlparser::ast::{Expr, UnaryOperator, Value, ValueWithSpan};
 use sqlparser::tokenizer::Location;
 
 use super::error::SqlError;
-use super::options::SourceOption;
 
 /// One `name = value` item of a `WITH` list as the grammar read it.
 #[derive(Debug, Clone)]
@@ -27,12 +28,14 @@ pub(crate) struct RawOption {
 /// The value of one [`RawOption`], checked as its option's type; errors name the option and
 /// point at the value.
 pub(super) struct Literal<'a> {
-    pub option: SourceOption,
+    /// The option's SQL name, for errors.
+    pub option: &'static str,
     pub item: &'a RawOption,
 }
 
 impl Literal<'_> {
-    fn invalid(&self, message: String) -> SqlError {
+    /// The value is refused with `message`.
+    pub fn invalid(&self, message: String) -> SqlError {
         SqlError::InvalidValue {
             option: self.option,
             message,
@@ -60,11 +63,6 @@ impl Literal<'_> {
                 describe(other)
             ))),
         }
-    }
-
-    /// A string literal, checked by `parse` (whose error is the message).
-    pub fn check<T>(&self, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<T, SqlError> {
-        parse(self.string()?).map_err(|m| self.invalid(m))
     }
 
     /// `true`/`false` (bare or quoted), or PostgreSQL's other spellings (`on`, `off`, ...).
@@ -140,7 +138,7 @@ impl Literal<'_> {
     }
 }
 
-pub(super) fn check_range(value: u64, range: &RangeInclusive<u64>) -> Result<(), String> {
+fn check_range(value: u64, range: &RangeInclusive<u64>) -> Result<(), String> {
     if range.contains(&value) {
         Ok(())
     } else {
@@ -194,7 +192,7 @@ mod tests {
     fn integer(text: &str, range: RangeInclusive<u64>) -> Result<u64, String> {
         let item = raw(text);
         let literal = Literal {
-            option: SourceOption::ChunkSize,
+            option: "chunk_size",
             item: &item,
         };
         literal.integer_in(range).map_err(|e| e.to_string())
@@ -203,7 +201,7 @@ mod tests {
     fn string(text: &str) -> Result<String, String> {
         let item = raw(text);
         let literal = Literal {
-            option: SourceOption::ChunkSize,
+            option: "chunk_size",
             item: &item,
         };
         literal
@@ -251,7 +249,7 @@ mod tests {
     fn integers_that_do_not_fit_the_target_type_are_out_of_range() {
         let item = raw("4294967296");
         let literal = Literal {
-            option: SourceOption::ServerId,
+            option: "server_id",
             item: &item,
         };
         let e = literal.integer_in::<u32>(0..=u64::MAX).unwrap_err();

@@ -1,0 +1,355 @@
+//! The option table, [`OPTIONS`]: one row per `WITH (...)` option, holding everything about
+//! it (name, value type and range, how the value sets [`SourceOptions`], how it is written
+//! back, what leaving it out means, and its line of documentation), and the two passes that
+//! run on it: reading a `WITH` list and rendering one.
+//!
+//! # Invariant
+//! Reading goes through the table only, so what is accepted, how it is checked, the errors
+//! (unknown option: the table's names; wrong type or range: the row's type), the rendered
+//! text and the reference's option list (checked by a test against `docs/sql-reference.md`)
+//! all come from the same rows and cannot disagree. The rules that span rows (`start_position`
+//! only for `stream_only`; every `chunk_key` table one `tables` selects) run once, after the
+//! rows, in [`Draft::finish`]. Each value is checked here and nowhere else.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use sqlparser::tokenizer::Location;
+
+use super::formats::{parse_chunk_keys, parse_start, parse_tables, ModeName};
+use super::typed::{SourceOptions, MAX_PARALLELISM, MAX_SERVER_ID};
+use crate::capture::SnapshotMode;
+use crate::change::position::StartPosition;
+use crate::source::binlog::table_filter;
+use crate::sql::error::SqlError;
+use crate::sql::names::quote_string;
+use crate::sql::value::{Literal, RawOption};
+
+/// One option of `CREATE SOURCE ... WITH (...)`; see the module docs.
+pub struct OptionSpec {
+    /// The option's name in SQL (unquoted names are case-folded before the lookup).
+    pub name: &'static str,
+    /// The value's type, its range, and what it sets.
+    value: ValueType,
+    /// What leaving the option out means, for an option whose default has no value to write.
+    unset: Option<&'static str>,
+    /// Whether a rendered statement writes the option when it has its default value. Options
+    /// added later are written only when set, so statements rendered before read the same.
+    written_at_default: bool,
+    /// What the option does, in one line; the reference's description starts with it.
+    pub summary: &'static str,
+    /// The value as SQL, or `None` when there is none to write.
+    render: fn(&SourceOptions) -> Option<String>,
+}
+
+/// The type of an option's value; each variant's `set` takes the checked value.
+enum ValueType {
+    /// A number literal in `min..=max`; `set` may still refuse it (a message for the value).
+    Integer {
+        min: u64,
+        max: u64,
+        set: fn(&mut Draft, u64) -> Result<(), String>,
+    },
+    /// `true` or `false` (also `on`/`off`, `yes`/`no`, `1`/`0`, as PostgreSQL takes them).
+    Boolean { set: fn(&mut Draft, bool) },
+    /// A string literal in the documented `form`, parsed by `set`.
+    String {
+        form: &'static str,
+        set: fn(&mut Draft, &str) -> Result<(), String>,
+    },
+}
+
+/// Largest `chunk_size`: any positive size this machine can count to.
+const MAX_CHUNK_SIZE: u64 = usize::MAX as u64;
+
+/// Every option, in the order of the SQL reference and of rendering.
+pub static OPTIONS: [OptionSpec; 9] = [
+    OptionSpec {
+        name: "tables",
+        value: ValueType::String {
+            form: "string: comma-separated `db.table` patterns, `*` matches any run of characters",
+            set: |d, s| parse_tables(s).map(|v| d.options.tables = v),
+        },
+        unset: None,
+        written_at_default: true,
+        summary: "The tables to capture.",
+        render: |o| Some(quote_string(&o.tables.join(", "))),
+    },
+    OptionSpec {
+        name: "chunk_size",
+        value: ValueType::Integer {
+            min: 1,
+            max: MAX_CHUNK_SIZE,
+            set: |d, n| narrow(n).map(|v| d.options.chunk_size = v),
+        },
+        unset: None,
+        written_at_default: true,
+        summary: "Target rows per snapshot chunk",
+        render: |o| Some(o.chunk_size.to_string()),
+    },
+    OptionSpec {
+        name: "parallelism",
+        value: ValueType::Integer {
+            min: 1,
+            max: MAX_PARALLELISM,
+            set: |d, n| narrow(n).map(|v| d.options.parallelism = v),
+        },
+        unset: None,
+        written_at_default: true,
+        summary: "Snapshot chunks read at once",
+        render: |o| Some(o.parallelism.to_string()),
+    },
+    OptionSpec {
+        name: "chunk_key",
+        value: ValueType::String {
+            form: "string: comma-separated `db.table:column`",
+            set: |d, s| parse_chunk_keys(s).map(|v| d.options.chunk_keys = v),
+        },
+        unset: Some("the first primary-key column"),
+        written_at_default: true,
+        summary: "The column a table's snapshot is split by",
+        render: |o| {
+            (!o.chunk_keys.is_empty()).then(|| {
+                let keys: Vec<String> = o
+                    .chunk_keys
+                    .iter()
+                    .map(|(t, c)| format!("{t}:{c}"))
+                    .collect();
+                quote_string(&keys.join(", "))
+            })
+        },
+    },
+    OptionSpec {
+        name: "snapshot_mode",
+        value: ValueType::String {
+            form: "`'initial'`, `'snapshot_only'` or `'stream_only'`",
+            set: |d, s| ModeName::parse(s).map(|v| d.mode = v),
+        },
+        unset: None,
+        written_at_default: true,
+        summary: "How the source starts.",
+        render: |o| Some(quote_string(ModeName::of(&o.mode).name())),
+    },
+    OptionSpec {
+        name: "start_position",
+        value: ValueType::String {
+            form: "string: `file:offset`, a GTID set, or `'current'`",
+            set: |d, s| parse_start(s).map(|v| d.start = Some(v)),
+        },
+        unset: Some("the current end of the binlog"),
+        written_at_default: true,
+        summary: "Where `stream_only` starts",
+        render: |o| match &o.mode {
+            SnapshotMode::StreamOnly(StartPosition::Coord(c)) => Some(quote_string(&c.to_string())),
+            SnapshotMode::StreamOnly(StartPosition::Gtid(set)) => {
+                Some(quote_string(&set.to_string()))
+            }
+            _ => None,
+        },
+    },
+    OptionSpec {
+        name: "server_id",
+        value: ValueType::Integer {
+            min: 1,
+            max: MAX_SERVER_ID,
+            set: |d, n| narrow(n).map(|v| d.options.server_id = v),
+        },
+        unset: None,
+        written_at_default: true,
+        summary: "The replica id the stream registers with",
+        render: |o| Some(o.server_id.to_string()),
+    },
+    OptionSpec {
+        name: "validate",
+        value: ValueType::Boolean {
+            set: |d, b| d.options.validate = b,
+        },
+        unset: None,
+        written_at_default: false,
+        summary: "Whether the statement checks the server before it answers",
+        render: |o| Some(o.validate.to_string()),
+    },
+    OptionSpec {
+        name: "visible_during_snapshot",
+        value: ValueType::Boolean {
+            set: |d, b| d.options.visible_during_snapshot = b,
+        },
+        unset: None,
+        written_at_default: false,
+        summary: "Whether the tables are listed and queryable while the initial snapshot runs",
+        render: |o| Some(o.visible_during_snapshot.to_string()),
+    },
+];
+
+/// `n` as the field's integer type; the row's range keeps it in the type, so this refuses
+/// only a row whose range is wider than its field.
+fn narrow<T: TryFrom<u64>>(n: u64) -> Result<T, String> {
+    T::try_from(n).map_err(|_| format!("{n} does not fit this option's type"))
+}
+
+impl OptionSpec {
+    /// The row of the option named `name` (already case-folded).
+    pub fn named(name: &str) -> Option<&'static OptionSpec> {
+        OPTIONS.iter().find(|o| o.name == name)
+    }
+
+    /// The error for an option name no row has, listing the ones that exist.
+    pub(crate) fn unknown(name: &str, location: Location) -> SqlError {
+        SqlError::UnknownOption {
+            name: name.to_string(),
+            known: OPTIONS.iter().map(|o| o.name).collect(),
+            location: Some(location),
+        }
+    }
+
+    /// The value's form as the reference states it (`integer 1 to 64`).
+    pub fn form(&self) -> String {
+        match &self.value {
+            ValueType::Integer { min, max, .. } if *max == MAX_CHUNK_SIZE => {
+                format!("integer ≥ {min}")
+            }
+            ValueType::Integer { min, max, .. } => format!("integer {min} to {max}"),
+            ValueType::Boolean { .. } => "`true` or `false`".to_string(),
+            ValueType::String { form, .. } => form.to_string(),
+        }
+    }
+
+    /// The default as the reference states it: its SQL value, or what leaving it out means.
+    pub fn default_text(&self) -> String {
+        (self.render)(&SourceOptions::default())
+            .or(self.unset.map(str::to_string))
+            .unwrap_or_default()
+    }
+
+    /// The option's value in `options` as SQL (`'*.*'`, `8096`), or `None` when a rendered
+    /// statement leaves it out (no value, or a default that is not written).
+    pub fn value_sql(&self, options: &SourceOptions) -> Option<String> {
+        let value = (self.render)(options)?;
+        if !self.written_at_default
+            && Some(&value) == (self.render)(&SourceOptions::default()).as_ref()
+        {
+            return None;
+        }
+        Some(value)
+    }
+
+    /// Checks `literal` as this option's type and sets it in `draft`.
+    fn read(&self, literal: &Literal<'_>, draft: &mut Draft) -> Result<(), SqlError> {
+        match &self.value {
+            ValueType::Integer { min, max, set } => {
+                let n = literal.integer_in::<u64>(*min..=*max)?;
+                set(draft, n).map_err(|m| literal.invalid(m))
+            }
+            ValueType::Boolean { set } => {
+                set(draft, literal.boolean()?);
+                Ok(())
+            }
+            ValueType::String { set, .. } => {
+                set(draft, literal.string()?).map_err(|m| literal.invalid(m))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for OptionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OptionSpec")
+            .field("name", &self.name)
+            .field("form", &self.form())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options being read: the rows set fields here; [`Draft::finish`] checks what spans rows.
+struct Draft {
+    options: SourceOptions,
+    /// `snapshot_mode` and `start_position` as given, folded into one mode at the end.
+    mode: ModeName,
+    start: Option<StartPosition>,
+}
+
+impl Draft {
+    /// The rules that span rows; `seen` has where each given option's value is.
+    fn finish(self, seen: &BTreeMap<&'static str, Location>) -> Result<SourceOptions, SqlError> {
+        let mut out = self.options;
+        out.mode = match (self.mode, self.start) {
+            (ModeName::StreamOnly, start) => {
+                SnapshotMode::StreamOnly(start.unwrap_or(StartPosition::Current))
+            }
+            (ModeName::Initial, None) => SnapshotMode::Initial,
+            (ModeName::SnapshotOnly, None) => SnapshotMode::SnapshotOnly,
+            (other, Some(_)) => {
+                return Err(SqlError::InvalidValue {
+                    option: "start_position",
+                    message: format!(
+                        "only valid with snapshot_mode = 'stream_only' (here it is '{}'); \
+                         the other modes stream from where their snapshot ends",
+                        other.name()
+                    ),
+                    location: seen.get("start_position").copied(),
+                })
+            }
+        };
+        // A key for a table that is never captured is a typo in one of the two options.
+        let patterns = out.tables.join(", ");
+        let filter = table_filter(&patterns).map_err(|e| SqlError::InvalidValue {
+            option: "tables",
+            message: e.to_string(),
+            location: seen.get("tables").copied(),
+        })?;
+        if let Some(table) = out.chunk_keys.keys().find(|t| !filter(t)) {
+            return Err(SqlError::InvalidValue {
+                option: "chunk_key",
+                message: format!("table {table} is not selected by tables = '{patterns}'"),
+                location: seen.get("chunk_key").copied(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl SourceOptions {
+    /// Reads the items of a `WITH` list over the defaults, through the table.
+    pub(crate) fn from_raw(raw: &[RawOption]) -> Result<Self, SqlError> {
+        let mut draft = Draft {
+            options: Self::default(),
+            mode: ModeName::Initial,
+            start: None,
+        };
+        let mut seen = BTreeMap::new();
+        for item in raw {
+            let spec = OptionSpec::named(&item.name)
+                .ok_or_else(|| OptionSpec::unknown(&item.name, item.name_location))?;
+            if seen.insert(spec.name, item.value_location).is_some() {
+                return Err(SqlError::DuplicateOption {
+                    option: spec.name,
+                    location: Some(item.name_location),
+                });
+            }
+            let literal = Literal {
+                option: spec.name,
+                item,
+            };
+            spec.read(&literal, &mut draft)?;
+        }
+        draft.finish(&seen)
+    }
+}
+
+/// Renders the inside of `WITH (...)`: every option that has a value, in table order, so
+/// parsing the text back gives the same options.
+impl fmt::Display for SourceOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for spec in &OPTIONS {
+            if let Some(value) = spec.value_sql(self) {
+                if !first {
+                    f.write_str(", ")?;
+                }
+                first = false;
+                write!(f, "{} = {value}", spec.name)?;
+            }
+        }
+        Ok(())
+    }
+}

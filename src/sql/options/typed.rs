@@ -1,0 +1,87 @@
+//! [`SourceOptions`]: the options of a source as typed values, with their defaults, and how
+//! they map onto a capture's [`CaptureOptions`].
+//!
+//! # Invariant
+//! Outside `options`, a `SourceOptions` exists only as [`Default`] or as the option table read
+//! it (its fields are private to `options`), so every value in it has passed the table's checks
+//! once, at parse time; [`SourceOptions::to_capture_options`] therefore cannot fail and checks
+//! nothing again. The one public field, `validate`, has no invalid value. Defaults are not
+//! restated: they are read from [`CaptureOptions::new`] and [`SnapshotOptions`]'s `Default`,
+//! so the SQL and the capture cannot drift apart.
+
+use std::collections::BTreeMap;
+
+use crate::capture::{CaptureOptions, SnapshotMode};
+use crate::change::schema::TableId;
+#[cfg(doc)]
+use crate::source::{position::StartPosition, snapshot::incremental::SnapshotOptions};
+
+/// Tables captured when `tables` is not given: every table outside the system databases
+/// (which the capture's table filter always leaves out).
+pub const DEFAULT_TABLES: &str = "*.*";
+
+/// Most chunks read at once: each one holds a connection to the source and its rows in memory,
+/// so this bounds both the load on the source and our memory.
+pub const MAX_PARALLELISM: u64 = 64;
+
+/// Largest `server_id`: the snapshot's window reader registers as `server_id + 1`, which must
+/// still be a valid (32-bit, non-zero) server id.
+pub const MAX_SERVER_ID: u64 = u32::MAX as u64 - 1;
+
+/// The options of a source, with their defaults; see the module docs and
+/// `docs/sql-reference.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceOptions {
+    /// `tables`: `db.table` patterns where `*` matches any run of characters.
+    pub(super) tables: Vec<String>,
+    /// `chunk_size`: target rows per snapshot chunk, at least 1.
+    pub(super) chunk_size: usize,
+    /// `parallelism`: snapshot chunks read at once, `1..=`[`MAX_PARALLELISM`].
+    pub(super) parallelism: usize,
+    /// `chunk_key`: the chunk key column per table, each table one `tables` selects; tables not
+    /// listed use their first primary-key column. Ordered, so rendering is deterministic.
+    pub(super) chunk_keys: BTreeMap<TableId, String>,
+    /// `snapshot_mode` and `start_position` in one: only `StreamOnly` has a start, and without
+    /// `start_position` it is [`StartPosition::Current`] (the end of the binlog at start).
+    pub(super) mode: SnapshotMode,
+    /// `server_id`: the replica id of the stream, `1..=`[`MAX_SERVER_ID`]; the snapshot's window
+    /// reader uses `server_id + 1`.
+    pub(super) server_id: u32,
+    /// `validate`: whether `CREATE SOURCE` checks the server (connection, credentials,
+    /// privileges, binlog settings, matching tables) before it answers. Public: `--init` files
+    /// turn it off, and either value is valid.
+    pub validate: bool,
+    /// `visible_during_snapshot`: the initial snapshot's chunks are queryable as they finish.
+    pub(super) visible_during_snapshot: bool,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        let capture = CaptureOptions::new(DEFAULT_TABLES, SnapshotMode::Initial);
+        Self {
+            tables: vec![DEFAULT_TABLES.to_string()],
+            chunk_size: capture.snapshot.chunk_size,
+            parallelism: capture.snapshot.parallelism,
+            chunk_keys: BTreeMap::new(),
+            mode: capture.mode,
+            server_id: capture.server_id,
+            validate: true,
+            visible_during_snapshot: capture.visible_during_snapshot,
+        }
+    }
+}
+
+impl SourceOptions {
+    /// The capture's options: a mapping only, the values were checked when parsed.
+    pub fn to_capture_options(&self) -> CaptureOptions {
+        let mut capture = CaptureOptions::new(self.tables.join(", "), self.mode.clone());
+        capture.server_id = self.server_id;
+        capture.visible_during_snapshot = self.visible_during_snapshot;
+        capture.snapshot.chunk_size = self.chunk_size;
+        capture.snapshot.parallelism = self.parallelism;
+        capture.snapshot.chunk_keys = self.chunk_keys.clone().into_iter().collect();
+        // server_id <= MAX_SERVER_ID (the table's range), so this cannot overflow.
+        capture.snapshot.window_server_id = self.server_id + 1;
+        capture
+    }
+}
