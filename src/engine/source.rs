@@ -149,7 +149,8 @@ impl RunningSource {
         options: CaptureOptions,
         checkpointer: Option<Arc<Checkpointer>>,
     ) -> SourceResult<Self> {
-        let connect = ConnectOptions::from_url(url)?;
+        let mut connect = ConnectOptions::from_url(url)?;
+        connect.read_timeout = options.read_timeout;
         let published: Published = Arc::new(ArcSwap::from_pointee(SourceVersion::default()));
         let progress = Arc::new(Progress::default());
         let status = Arc::new(Mutex::new(SourceStatus::default()));
@@ -402,7 +403,11 @@ async fn poll_server(
                 Flavor::MariaDb
             };
             if let Some(c) = conn.as_mut() {
-                match current_position(c, flavor).await {
+                let read = current_position(c, flavor);
+                match connect
+                    .bounded(|| "reading the binlog position".into(), read)
+                    .await
+                {
                     Ok((position, _)) => {
                         status
                             .lock()

@@ -31,7 +31,7 @@ use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
 use crate::provider::health::{Fault, Health, SharedHealth, SQLSTATE_INTERNAL};
 use crate::provider::{Published, SourceVersion};
-use crate::source::connect::{preflight, ConnectOptions};
+use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::BinlogCoord;
 use crate::source::schema::TableId;
@@ -543,7 +543,7 @@ async fn resume_published(task: &Task, previous: &SourceVersion) -> Result<Start
         (s.tables.clone(), s.consistent_from.clone())
     };
     let mut conn = task.connect.connect().await?;
-    let info = preflight(&mut conn, &task.connect.user()).await?;
+    let info = task.connect.checked(&mut conn).await?;
     drop(conn);
     let states = previous
         .tables

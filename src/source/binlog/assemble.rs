@@ -33,6 +33,7 @@ use mysql_async::Conn;
 use super::rows::{CollationMap, RowsError, TableDecoder};
 use super::TableFilter;
 use crate::change::{ChangeBatch, Ddl, Op, SourceTransaction};
+use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use crate::source::schema::{load_table_schema, TableId, TableSchema};
@@ -156,6 +157,8 @@ pub struct Assembler {
     tx: Option<TxBuilder>,
     executed: GtidSet,
     warned: HashSet<u8>,
+    /// The longest wait for a schema read on the `meta` connection.
+    read_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -193,6 +196,7 @@ impl Assembler {
             tx: None,
             executed,
             warned: HashSet::new(),
+            read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
         }
     }
 
@@ -456,6 +460,11 @@ impl Assembler {
         self.checksums_verified_upstream = true;
     }
 
+    /// How long a schema read on the live reader's `meta` connection may wait.
+    pub(super) fn set_read_timeout(&mut self, limit: std::time::Duration) {
+        self.read_timeout = limit;
+    }
+
     /// The binlog file being read.
     pub(super) fn current_file(&self) -> Arc<str> {
         Arc::clone(&self.file)
@@ -516,7 +525,9 @@ impl Assembler {
                 break;
             };
             if fresh || !self.schemas.contains_key(id) {
-                match load_table_schema(meta, id).await? {
+                let context = || format!("reading the schema of {id}");
+                let load = load_table_schema(meta, id);
+                match bounded(self.read_timeout, context, load).await? {
                     Some(schema) => {
                         self.schemas.insert(id.clone(), Arc::new(schema));
                     }
