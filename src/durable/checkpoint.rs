@@ -109,6 +109,11 @@ impl DurableError {
             _ => "58030",
         }
     }
+
+    /// Whether writing the checkpoint again can succeed (see [`StoreError::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, DurableError::Store(e) if e.is_transient())
+    }
 }
 
 /// What the last commit left, for the next checkpoint.
@@ -314,7 +319,15 @@ impl Checkpointer {
             tables,
         };
         let path = numbered_path(&manifest_dir(&self.id), seq, MANIFEST_EXT);
-        commit_json(&self.store, &path, FileKind::Manifest, &manifest).await?;
+        if let Err(e) = commit_json(&self.store, &path, FileKind::Manifest, &manifest).await {
+            // The store may have written it and only the answer was lost: the next attempt
+            // takes the next number rather than find this one taken. (A number taken by
+            // another writer is not skipped: that is the fence.)
+            if e.is_transient() {
+                c.next_seq = seq + 1;
+            }
+            return Err(e.into());
+        }
         tracing::debug!(source = %self.id, seq, position = %position, "checkpoint committed");
         c.next_seq = seq + 1;
         c.persisted = version

@@ -19,8 +19,9 @@
 //! [`Health`](crate::provider::health::Health), so its tables refuse queries (the last
 //! published version stays readable to sessions that ask for stale reads), and the other
 //! sources go on. A table stopped by a DDL is carried in the published versions instead.
-//! Transient errors are retried inside the capture. A failed checkpoint is shown in the status
-//! and retried at the next interval.
+//! Transient errors are retried inside the capture. A checkpoint that failed transiently is
+//! retried with backoff (the source shows `retrying`); any other failed checkpoint is shown in
+//! the status and retried at the next interval.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
@@ -64,6 +65,8 @@ pub struct SourceStatus {
     pub retries: u64,
     /// Waiting to restart after a transient failure.
     pub retrying: bool,
+    /// Waiting to write a checkpoint again after a transient store failure.
+    pub checkpoint_retrying: bool,
     /// The last transient failure, kept after the source recovered from it.
     pub last_error: Option<crate::provider::health::Fault>,
 }
