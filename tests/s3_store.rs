@@ -366,7 +366,7 @@ async fn checkpoints_that_cannot_reach_the_store_are_retried_and_lose_nothing() 
     .await;
     assert_eq!(status, ["retried=true last_error_sqlstate=58030"]);
     println!(
-        "{} store connections refused or reset, ridden out",
+        "{} connections to the store through the faults, ridden out",
         proxy.accepted()
     );
     engine.shutdown().await.unwrap();
