@@ -329,8 +329,36 @@ impl DevServer {
         }
     }
 
+    /// Freezes the server (`SIGSTOP`): its connections stay open and nothing answers, as with
+    /// a server stuck on its disk or swapped out. [`DevServer::resume`] lets it go on.
+    pub fn pause(&self) -> io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a server frozen by [`DevServer::pause`] go on (`SIGCONT`).
+    pub fn resume(&self) -> io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> io::Result<()> {
+        let child = self
+            .server
+            .as_ref()
+            .ok_or_else(|| io::Error::other("the server is not running"))?;
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()?;
+        if !status.success() {
+            return Err(io::Error::other(format!("kill {signal} failed: {status}")));
+        }
+        Ok(())
+    }
+
     /// Stops the server without deleting its data; [`DevServer::restart`] brings it back.
     pub fn stop_server(&mut self) {
+        // A paused server would not act on the stop until it is let go on.
+        let _ = self.resume();
         if let Some(mut child) = self.server.take() {
             let _ = Command::new("kill")
                 .arg("-TERM")

@@ -258,3 +258,129 @@ async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
     assert!(err.contains(name), "names the object: {err}");
     assert!(err.contains("corrupt"), "{err}");
 }
+
+/// Polls `cdc.sources` for source `s3s` until `done` holds for its row, failing on a hang.
+async fn wait_status(engine: &Engine, columns: &str, what: &str, done: impl Fn(&str) -> bool) {
+    let sql = format!("SELECT {columns} FROM cdc.sources WHERE name = 's3s'");
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let rows = query(engine, &sql).await;
+        if rows.first().is_some_and(|r| done(r)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the source never became {what}: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether the newest checkpoint holds everything published.
+fn checkpoint_caught_up(engine: &Engine) -> bool {
+    let source = engine.source("s3s").unwrap();
+    let published = source.published.load().position.clone();
+    published.is_some() && source.status().durable_position == published
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_that_cannot_reach_the_store_are_retried_and_lose_nothing() {
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
+    moto.create_bucket(BUCKET);
+    // The engine reaches the store only through a proxy that refuses and resets connections;
+    // the store client does not retry on its own, so every failure reaches the checkpoints.
+    let proxy = common::proxy::FaultProxy::start(moto.port).await;
+    let mut options = engine_options(&moto);
+    for (key, value) in &mut options.store {
+        if key == "aws_endpoint" {
+            *value = format!("http://127.0.0.1:{}", proxy.port());
+        }
+    }
+    options.store.push(("max_retries".into(), "0".into()));
+    let location = format!("s3://{BUCKET}/engines/faults");
+    let srv = server();
+    let db = "s3_faults_db";
+    let mut conn = root_conn(srv).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(32), n INT);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_300;"
+    ))
+    .await
+    .unwrap();
+    let engine = Engine::open(&location, options.clone()).await.unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SOURCE s3s FROM MYSQL '{}' WITH (tables = '{db}.t', chunk_size = 64, server_id = {})",
+            srv.cdc_url(),
+            source_server_id()
+        ))
+        .await
+        .unwrap();
+    engine.wait_ready("s3s").await.unwrap();
+    caught_up(&engine).await;
+    tokio::time::timeout(HANG_GUARD, async {
+        while !checkpoint_caught_up(&engine) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the first checkpoint is never written");
+
+    // The store goes away: open connections are reset, new ones dropped as they come.
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    for i in 0..30 {
+        conn.query_drop(format!(
+            "UPDATE {db}.t SET n = n + 1 WHERE id = {}; DELETE FROM {db}.t WHERE id = {};
+             INSERT INTO {db}.t VALUES ({}, 'new', {i})",
+            i + 1,
+            i + 100,
+            1000 + i
+        ))
+        .await
+        .unwrap();
+    }
+    wait_status(&engine, "state", "retrying", |r| r == "state=retrying").await;
+    // Capture goes on meanwhile; only durability waits.
+    caught_up(&engine).await;
+    assert!(!checkpoint_caught_up(&engine), "a checkpoint got through");
+
+    // The store is back: the next attempt writes everything published since.
+    proxy.refuse_new(false);
+    wait_status(&engine, "state, checkpoint_error", "running", |r| {
+        r == "state=running checkpoint_error=NULL"
+    })
+    .await;
+    tokio::time::timeout(HANG_GUARD, async {
+        while !checkpoint_caught_up(&engine) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the checkpoints never caught up");
+    let status = query(
+        &engine,
+        "SELECT retries >= 1 AS retried, last_error_sqlstate FROM cdc.sources",
+    )
+    .await;
+    assert_eq!(status, ["retried=true last_error_sqlstate=58030"]);
+    println!(
+        "{} connections to the store through the faults, ridden out",
+        proxy.accepted()
+    );
+    engine.shutdown().await.unwrap();
+    let before = engine_changelog(&engine, "s3s", db, "t", "id, v, n").await;
+    drop(engine);
+
+    // A new engine resumes from the store exactly: nothing lost, nothing twice.
+    let engine = Engine::open(&location, options).await.unwrap();
+    engine.wait_ready("s3s").await.unwrap();
+    caught_up(&engine).await;
+    check(&engine, db).await;
+    let mut after = engine_changelog(&engine, "s3s", db, "t", "id, v, n").await;
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(after, before, "the resumed changelog differs");
+}

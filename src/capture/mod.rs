@@ -48,10 +48,10 @@ use crate::change::SourceTransaction;
 use crate::source::binlog::{
     table_filter, BinlogReader, BinlogReaderOptions, TableFilter, DEFAULT_SERVER_ID,
 };
-use crate::source::connect::{preflight, ConnectOptions, ServerInfo};
+use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::ddl::touched_tables;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::schema::{list_tables, load_table_schema};
+use crate::source::schema::list_tables;
 use crate::source::snapshot::incremental::{
     plan_snapshot, Phase, Progress, SnapshotOptions, SnapshotRun,
 };
@@ -77,6 +77,9 @@ pub struct CaptureOptions {
     pub server_id: u32,
     /// Publish the chunks of the initial snapshot as they finish (`engine::partial`).
     pub visible_during_snapshot: bool,
+    /// The longest wait for any one read from the server (see `source::connect`); an engine
+    /// gives it to every connection of the source.
+    pub read_timeout: std::time::Duration,
 }
 
 impl CaptureOptions {
@@ -87,6 +90,7 @@ impl CaptureOptions {
             snapshot: SnapshotOptions::default(),
             server_id: DEFAULT_SERVER_ID,
             visible_during_snapshot: false,
+            read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
         }
     }
 }
@@ -301,13 +305,14 @@ impl Capture {
         patterns: &str,
     ) -> SourceResult<(ServerInfo, Vec<Arc<TableSchema>>)> {
         let mut conn = connect.connect().await?;
-        let info = preflight(&mut conn, &connect.user()).await?;
+        let info = connect.checked(&mut conn).await?;
         let filter = table_filter(patterns)?;
         let mut tables = Vec::new();
-        for id in list_tables(&mut conn, &filter).await? {
-            let schema = load_table_schema(&mut conn, &id)
-                .await?
-                .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
+        let listed = connect
+            .bounded(|| "listing tables".into(), list_tables(&mut conn, &filter))
+            .await?;
+        for id in listed {
+            let schema = connect.table_schema(&mut conn, &id).await?;
             tables.push(Arc::new(schema));
         }
         if tables.is_empty() {
@@ -324,13 +329,10 @@ impl Capture {
         ids: &[TableId],
     ) -> SourceResult<(ServerInfo, Vec<Arc<TableSchema>>)> {
         let mut conn = connect.connect().await?;
-        let info = preflight(&mut conn, &connect.user()).await?;
+        let info = connect.checked(&mut conn).await?;
         let mut tables = Vec::with_capacity(ids.len());
         for id in ids {
-            let schema = load_table_schema(&mut conn, id)
-                .await?
-                .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))?;
-            tables.push(Arc::new(schema));
+            tables.push(Arc::new(connect.table_schema(&mut conn, id).await?));
         }
         Ok((info, tables))
     }
@@ -386,10 +388,14 @@ impl Capture {
         position: &BinlogCoord,
     ) -> SourceResult<()> {
         let mut conn = connect.connect().await?;
-        let logs: Vec<mysql_async::Row> = conn
-            .query("SHOW BINARY LOGS")
-            .await
-            .map_err(|e| SourceError::from_mysql("listing the binlogs", e))?;
+        let read = async {
+            conn.query("SHOW BINARY LOGS")
+                .await
+                .map_err(|e| SourceError::from_mysql("listing the binlogs", e))
+        };
+        let logs: Vec<mysql_async::Row> = connect
+            .bounded(|| "listing the binlogs".into(), read)
+            .await?;
         let files: Vec<String> = logs.iter().filter_map(|r| r.get(0)).collect();
         if files.iter().any(|f| *f == *position.file) {
             return Ok(());

@@ -95,12 +95,6 @@ pub enum DurableError {
 }
 
 impl DurableError {
-    /// Whether retrying can succeed: only a store that failed to answer (see
-    /// [`StoreError::is_transient`]); damaged or mismatched state is definite.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, DurableError::Store(e) if e.is_transient())
-    }
-
     /// The SQLSTATE a client is given: a damaged file is data corruption, a checkpoint that
     /// cannot continue on this server needs repair, anything else is an I/O error.
     pub fn sqlstate(&self) -> &'static str {
@@ -114,6 +108,11 @@ impl DurableError {
             // io_error
             _ => "58030",
         }
+    }
+
+    /// Whether writing the checkpoint again can succeed (see [`StoreError::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, DurableError::Store(e) if e.is_transient())
     }
 }
 
@@ -320,7 +319,15 @@ impl Checkpointer {
             tables,
         };
         let path = numbered_path(&manifest_dir(&self.id), seq, MANIFEST_EXT);
-        commit_json(&self.store, &path, FileKind::Manifest, &manifest).await?;
+        if let Err(e) = commit_json(&self.store, &path, FileKind::Manifest, &manifest).await {
+            // The store may have written it and only the answer was lost: the next attempt
+            // takes the next number rather than find this one taken. (A number taken by
+            // another writer is not skipped: that is the fence.)
+            if e.is_transient() {
+                c.next_seq = seq + 1;
+            }
+            return Err(e.into());
+        }
         tracing::debug!(source = %self.id, seq, position = %position, "checkpoint committed");
         c.next_seq = seq + 1;
         c.persisted = version

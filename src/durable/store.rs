@@ -104,28 +104,26 @@ pub enum StoreError {
     },
 }
 
+/// Options of the store: `object_store` configuration keys for remote stores
+/// (`aws_access_key_id`, `aws_endpoint`, `aws_region`, `aws_allow_http`, ...), and how often
+/// one request is retried before its failure reaches the checkpoint loop: `max_retries`
+/// (default 10) and `retry_timeout_ms` (default 180000).
+pub type StoreOptions = Vec<(String, String)>;
+
 impl StoreError {
-    /// Whether retrying can succeed: the store's own I/O or network failed (a timeout, a
-    /// connection reset, a server error after the client's retries), not its content or its
-    /// permissions.
+    /// Whether trying again can succeed: the store could not be reached or failed (network,
+    /// timeout, a 5xx answer after the client's own retries). A damaged, missing or duplicate
+    /// file, or a request the store refuses (credentials, permissions), needs a person.
     pub fn is_transient(&self) -> bool {
         match self {
             StoreError::Io { source, .. } => matches!(
                 source,
                 object_store::Error::Generic { .. } | object_store::Error::JoinError { .. }
             ),
-            StoreError::Sync { .. } => true,
-            StoreError::Open { .. }
-            | StoreError::Corrupt { .. }
-            | StoreError::Exists { .. }
-            | StoreError::Missing { .. } => false,
+            _ => false,
         }
     }
 }
-
-/// Options of the store: `object_store` configuration keys for remote stores
-/// (`aws_access_key_id`, `aws_endpoint`, `aws_region`, `aws_allow_http`, ...).
-pub type StoreOptions = Vec<(String, String)>;
 
 /// A state store; see the module docs.
 #[derive(Debug, Clone)]
@@ -385,11 +383,29 @@ impl Store {
 fn open_s3(location: &str, options: &StoreOptions) -> Result<Store, String> {
     use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
     let mut builder = AmazonS3Builder::from_env().with_url(location);
+    let mut retry = object_store::RetryConfig::default();
     for (key, value) in options {
-        let key: AmazonS3ConfigKey = key.parse().map_err(|e| format!("option {key}: {e}"))?;
-        builder = builder.with_config(key, value);
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| format!("option {key}: {value:?} is not a whole number: {e}"))
+        };
+        match key.as_str() {
+            "max_retries" => retry.max_retries = number()? as usize,
+            "retry_timeout_ms" => {
+                retry.retry_timeout = std::time::Duration::from_millis(number()?);
+            }
+            _ => {
+                let key: AmazonS3ConfigKey =
+                    key.parse().map_err(|e| format!("option {key}: {e}"))?;
+                builder = builder.with_config(key, value);
+            }
+        }
     }
-    let s3 = builder.build().map_err(|e| e.to_string())?;
+    let s3 = builder
+        .with_retry(retry)
+        .build()
+        .map_err(|e| e.to_string())?;
     let prefix = location
         .strip_prefix("s3://")
         .and_then(|rest| rest.split_once('/'))

@@ -2,8 +2,8 @@
 //! goes on where it was instead of stopping.
 //!
 //! # Invariant
-//! A transient failure (connection lost or reset, server shutting down or unreachable, lock
-//! conflicts after their own retries) restarts the source's capture after a capped,
+//! A transient failure (connection lost or reset, a read unanswered within the read timeout,
+//! server shutting down or unreachable, lock conflicts after their own retries) restarts the source's capture after a capped,
 //! jittered exponential backoff, keeping what is done: the chunks of a snapshot already read
 //! (a durable source's progress journal, or this in-memory one), and once the source has
 //! published, its published version, from whose position the binlog resumes. Nothing that is
@@ -18,7 +18,6 @@ use rand::Rng;
 
 use super::stop::Stop;
 use crate::change::schema::{TableId, TableSchema};
-use crate::source::error::SourceError;
 use crate::source::snapshot::incremental::SnapshotChunk;
 use crate::source::snapshot::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 
@@ -30,7 +29,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Whether a stopped capture may be started again and get further.
 pub(super) fn is_transient(stop: &Stop) -> bool {
     match stop {
-        Stop::Source(e) => e.is_transient() || matches!(e, SourceError::Unreachable { .. }),
+        Stop::Source(e) => e.is_retryable(),
         Stop::State(e) => e.is_transient(),
     }
 }
@@ -103,6 +102,7 @@ impl SnapshotJournal for MemoryJournal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::error::SourceError;
 
     #[test]
     fn backoff_doubles_up_to_its_cap_with_jitter() {
@@ -137,5 +137,24 @@ mod tests {
         assert!(!is_transient(&Stop::Source(SourceError::Internal(
             "bug".into()
         ))));
+    }
+
+    #[test]
+    fn a_read_timeout_is_retried_and_the_window_reader_keeps_its_error_kind() {
+        let timeout = || SourceError::ReadTimeout {
+            context: "reading t".into(),
+            after: Duration::from_secs(1),
+        };
+        assert!(is_transient(&Stop::Source(timeout())));
+        assert_eq!(timeout().sqlstate(), "08006");
+        let feed = SourceError::WindowReader(Arc::new(timeout()));
+        assert!(feed.is_transient());
+        assert!(is_transient(&Stop::Source(feed)));
+        let purged = SourceError::WindowReader(Arc::new(SourceError::BinlogUnavailable {
+            needed: "f.000001:4".into(),
+            message: "purged".into(),
+        }));
+        assert_eq!(purged.sqlstate(), "55000");
+        assert!(!is_transient(&Stop::Source(purged)));
     }
 }

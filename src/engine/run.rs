@@ -81,7 +81,12 @@ pub(crate) async fn run(task: Task, mode: Mode) {
 }
 
 /// Writes a checkpoint of the latest published version every interval (and when woken). A
-/// panic while checkpointing fails the source: its state could no longer be made durable.
+/// panic while checkpointing fails the source: its state could no longer be made durable. A
+/// transient store failure is tried again after the capped, jittered backoff of
+/// `engine::retry`, the source showing `retrying` meanwhile; capture goes on, and the next
+/// checkpoint that succeeds holds everything published since the last one (the changelog
+/// segments not yet in files are kept until then). Any other failure is shown in the status
+/// and tried again at the next interval.
 pub(crate) async fn checkpoint_loop(
     name: String,
     checkpointer: Arc<Checkpointer>,
@@ -89,10 +94,15 @@ pub(crate) async fn checkpoint_loop(
     status: Arc<Mutex<SourceStatus>>,
     health: SharedHealth,
 ) {
+    let mut failures = 0u32;
     loop {
-        tokio::select! {
-            _ = tokio::time::sleep(checkpointer.options.checkpoint_interval) => {}
-            _ = checkpointer.wake.notified() => {}
+        if failures == 0 {
+            tokio::select! {
+                _ = tokio::time::sleep(checkpointer.options.checkpoint_interval) => {}
+                _ = checkpointer.wake.notified() => {}
+            }
+        } else {
+            tokio::time::sleep(retry::backoff(failures)).await;
         }
         let version = published.load_full();
         let result = AssertUnwindSafe(async {
@@ -114,14 +124,30 @@ pub(crate) async fn checkpoint_loop(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match result {
-            Ok(Some(position)) => {
-                s.durable_position = Some(position);
+            Ok(done) => {
+                if let Some(position) = done {
+                    s.durable_position = Some(position);
+                }
                 s.checkpoint_error = None;
+                s.checkpoint_retrying = false;
+                failures = 0;
             }
-            Ok(None) => {}
+            Err(e) if e.is_transient() => {
+                failures += 1;
+                tracing::warn!(error = %e, attempt = failures, "checkpoint failed; retrying");
+                s.checkpoint_error = Some(e.to_string());
+                s.checkpoint_retrying = true;
+                s.retries += 1;
+                s.last_error = Some(Fault::new(
+                    e.sqlstate(),
+                    format!("writing a checkpoint: {e}"),
+                ));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint failed; retrying at the next interval");
                 s.checkpoint_error = Some(e.to_string());
+                s.checkpoint_retrying = false;
+                failures = 0;
             }
         }
     }

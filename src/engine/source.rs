@@ -19,8 +19,9 @@
 //! [`Health`](crate::provider::health::Health), so its tables refuse queries (the last
 //! published version stays readable to sessions that ask for stale reads), and the other
 //! sources go on. A table stopped by a DDL is carried in the published versions instead.
-//! Transient errors are retried inside the capture. A failed checkpoint is shown in the status
-//! and retried at the next interval.
+//! Transient errors are retried inside the capture. A checkpoint that failed transiently is
+//! retried with backoff (the source shows `retrying`); any other failed checkpoint is shown in
+//! the status and retried at the next interval.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -107,7 +108,8 @@ impl RunningSource {
         options: CaptureOptions,
         checkpointer: Option<Arc<Checkpointer>>,
     ) -> SourceResult<Self> {
-        let connect = ConnectOptions::from_url(url)?;
+        let mut connect = ConnectOptions::from_url(url)?;
+        connect.read_timeout = options.read_timeout;
         let published: Published = Arc::new(ArcSwap::from_pointee(SourceVersion::default()));
         let progress = Arc::new(Progress::default());
         let status = Arc::new(Mutex::new(SourceStatus::default()));
@@ -360,7 +362,11 @@ async fn poll_server(
                 Flavor::MariaDb
             };
             if let Some(c) = conn.as_mut() {
-                match current_position(c, flavor).await {
+                let read = current_position(c, flavor);
+                match connect
+                    .bounded(|| "reading the binlog position".into(), read)
+                    .await
+                {
                     Ok((position, _)) => {
                         status
                             .lock()

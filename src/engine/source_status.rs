@@ -33,6 +33,8 @@ pub struct SourceStatus {
     pub retries: u64,
     /// Waiting to restart after a transient failure.
     pub retrying: bool,
+    /// Waiting to write a checkpoint again after a transient store failure.
+    pub checkpoint_retrying: bool,
     /// The last transient failure, kept after the source recovered from it.
     pub last_error: Option<crate::provider::health::Fault>,
 }

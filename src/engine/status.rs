@@ -176,7 +176,7 @@ fn build(
                 // `failed`: capture stopped and the tables refuse queries (see `health`).
                 let state = if fault.is_some() {
                     "failed"
-                } else if status.retrying {
+                } else if status.retrying || status.checkpoint_retrying {
                     "retrying"
                 } else {
                     "running"

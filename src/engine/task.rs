@@ -31,7 +31,7 @@ use crate::change::schema::TableId;
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
 use crate::provider::health::SharedHealth;
-use crate::source::connect::{preflight, ConnectOptions};
+use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
 use crate::source::snapshot::journal::SnapshotJournal;
@@ -286,7 +286,7 @@ pub(super) async fn resume_published(
         (s.tables.clone(), s.consistent_from.clone())
     };
     let mut conn = task.connect.connect().await?;
-    let info = preflight(&mut conn, &task.connect.user()).await?;
+    let info = task.connect.checked(&mut conn).await?;
     drop(conn);
     let states = previous
         .tables

@@ -31,14 +31,12 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::plans::BinlogStreamExec;
-use super::plans::SnapshotExec;
+use super::plans::{BinlogStreamExec, SnapshotExec};
 use crate::capture::{Capture, CaptureOptions, SnapshotMode};
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::TableSchema;
-use crate::source::connect::{current_position, preflight, ConnectOptions};
+use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::SourceError;
-use crate::source::schema::load_table_schema;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress, SnapshotOptions};
 use crate::state::changelog::changelog_schema;
 
@@ -58,13 +56,11 @@ async fn current_schema(
     table: &TableSchema,
 ) -> Result<(crate::source::connect::ServerInfo, Arc<TableSchema>)> {
     let mut conn = connect.connect().await.map_err(external)?;
-    let info = preflight(&mut conn, &connect.user())
+    let info = connect.checked(&mut conn).await.map_err(external)?;
+    let live = connect
+        .table_schema(&mut conn, &table.id)
         .await
         .map_err(external)?;
-    let live = load_table_schema(&mut conn, &table.id)
-        .await
-        .map_err(external)?
-        .ok_or_else(|| external(SourceError::NoSuchTable(table.id.to_string())))?;
     if live.columns != table.columns {
         return Err(DataFusionError::Plan(format!(
             "the schema of {} on the server differs from the one the source captured; \
@@ -350,7 +346,10 @@ impl TableProvider for MysqlBinlogTable {
         let start = match &self.start {
             StartPosition::Current => {
                 let mut conn = self.connect.connect().await.map_err(external)?;
-                let (at, _) = current_position(&mut conn, info.flavor)
+                let read = current_position(&mut conn, info.flavor);
+                let (at, _) = self
+                    .connect
+                    .bounded(|| "reading the binlog position".into(), read)
                     .await
                     .map_err(external)?;
                 StartPosition::Coord(at)

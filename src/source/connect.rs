@@ -11,23 +11,38 @@
 //!
 //! # Retries
 //! Connection attempts that fail for transient reasons (refused, reset, server starting or
-//! shutting down) are retried with exponential backoff up to [`ConnectOptions::max_attempts`];
-//! credential errors are definite and returned at once.
+//! shutting down, no handshake within the read timeout) are retried with exponential backoff
+//! up to [`ConnectOptions::max_attempts`]; credential errors are definite and returned at once.
+//!
+//! # Read timeout
+//! TCP keeps a silent connection open for as long as the peer's kernel answers, so a stalled
+//! link or a paused server would make a read wait forever. Every read the capture makes from
+//! the server (a handshake, a query, a row of a result, a binlog event) is therefore awaited
+//! for at most [`ConnectOptions::read_timeout`] ([`bounded`]); one that gets no answer in time
+//! fails with [`SourceError::ReadTimeout`], a transient error: the connection is given up and
+//! the part of the capture that used it starts again after its backoff.
 
+use std::future::Future;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
 
 use crate::change::position::{BinlogCoord, GtidSet};
-use crate::change::schema::{Charset, Flavor};
+use crate::change::schema::{Charset, Flavor, TableId, TableSchema};
 use crate::source::binlog::rows::CollationMap;
 use crate::source::error::{SourceError, SourceResult};
+use crate::source::schema::load_table_schema;
 
 /// First delay between connection attempts.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest delay between connection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long one read from the server may wait for its answer unless a source sets its own:
+/// long enough for the first row of a chunk whose key has no index on a large table, short
+/// enough that a stalled connection is noticed within a minute.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How to reach the source server.
 #[derive(Debug, Clone)]
@@ -35,6 +50,24 @@ pub struct ConnectOptions {
     pub opts: Opts,
     /// Connection attempts before giving up on a transient failure.
     pub max_attempts: u32,
+    /// The longest wait for any one read from the server; see the module docs.
+    pub read_timeout: Duration,
+}
+
+/// Awaits `read`, one exchange with the server, for at most `limit`; see the module docs.
+/// `context` says what was being read, for the error.
+pub async fn bounded<T>(
+    limit: Duration,
+    context: impl FnOnce() -> String,
+    read: impl Future<Output = SourceResult<T>>,
+) -> SourceResult<T> {
+    match tokio::time::timeout(limit, read).await {
+        Ok(result) => result,
+        Err(_) => Err(SourceError::ReadTimeout {
+            context: context(),
+            after: limit,
+        }),
+    }
 }
 
 impl ConnectOptions {
@@ -45,7 +78,32 @@ impl ConnectOptions {
         Ok(Self {
             opts,
             max_attempts: 8,
+            read_timeout: DEFAULT_READ_TIMEOUT,
         })
+    }
+
+    /// [`preflight`] within the read timeout.
+    pub async fn checked(&self, conn: &mut Conn) -> SourceResult<ServerInfo> {
+        let user = self.user();
+        self.bounded(|| "checking the server".into(), preflight(conn, &user))
+            .await
+    }
+
+    /// The schema of table `id`, read within the read timeout; it must exist.
+    pub async fn table_schema(&self, conn: &mut Conn, id: &TableId) -> SourceResult<TableSchema> {
+        let context = || format!("reading the schema of {id}");
+        self.bounded(context, load_table_schema(conn, id))
+            .await?
+            .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))
+    }
+
+    /// [`bounded`] by this server's read timeout.
+    pub async fn bounded<T>(
+        &self,
+        context: impl FnOnce() -> String,
+        read: impl Future<Output = SourceResult<T>>,
+    ) -> SourceResult<T> {
+        bounded(self.read_timeout, context, read).await
     }
 
     pub fn address(&self) -> String {
@@ -65,33 +123,40 @@ impl ConnectOptions {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match Conn::new(opts.clone()).await {
-                Ok(conn) => return Ok(conn),
-                Err(e) => {
-                    let err =
-                        SourceError::from_mysql(format!("connecting to {}", self.address()), e);
-                    match err {
-                        SourceError::AccessDenied { message, .. } => {
-                            return Err(SourceError::AccessDenied {
-                                user: self.user(),
-                                message,
-                            })
-                        }
-                        SourceError::Transient { source, .. } if attempt < self.max_attempts => {
-                            tracing::warn!(attempt, error = %source, "connection failed, retrying");
-                            tokio::time::sleep(delay).await;
-                            delay = (delay * 2).min(MAX_BACKOFF);
-                        }
-                        SourceError::Transient { source, .. } => {
-                            return Err(SourceError::Unreachable {
-                                address: self.address(),
-                                attempts: attempt,
-                                last_error: source.to_string(),
-                            })
-                        }
-                        other => return Err(other),
-                    }
+            let context = || format!("connecting to {}", self.address());
+            let err = match tokio::time::timeout(self.read_timeout, Conn::new(opts.clone())).await {
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(e)) => SourceError::from_mysql(context(), e),
+                // Accepted but never answered (a stalled link, a paused server).
+                Err(_) => SourceError::ReadTimeout {
+                    context: context(),
+                    after: self.read_timeout,
+                },
+            };
+            match err {
+                SourceError::AccessDenied { message, .. } => {
+                    return Err(SourceError::AccessDenied {
+                        user: self.user(),
+                        message,
+                    })
                 }
+                err if err.is_transient() && attempt < self.max_attempts => {
+                    tracing::warn!(attempt, error = %err, "connection failed, retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(MAX_BACKOFF);
+                }
+                err if err.is_transient() => {
+                    let last_error = match err {
+                        SourceError::Transient { source, .. } => source.to_string(),
+                        other => other.to_string(),
+                    };
+                    return Err(SourceError::Unreachable {
+                        address: self.address(),
+                        attempts: attempt,
+                        last_error,
+                    });
+                }
+                other => return Err(other),
             }
         }
     }
@@ -356,4 +421,48 @@ pub async fn collations(conn: &mut Conn) -> SourceResult<CollationMap> {
         }
     }
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_without_an_answer_fails_transiently_after_the_limit() {
+        let limit = Duration::from_millis(20);
+        let pending = std::future::pending::<SourceResult<()>>();
+        let e = bounded(limit, || "reading x".into(), pending)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SourceError::ReadTimeout { after, .. } if after == limit));
+        assert!(e.is_transient(), "{e}");
+        assert_eq!(e.sqlstate(), "08006");
+        assert!(e.to_string().contains("reading x"), "{e}");
+        let answered = bounded(limit, || unreachable!(), async { Ok(7) }).await;
+        assert_eq!(answered.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_never_greets_is_unreachable_after_the_attempts() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // Accepts and holds every connection, saying nothing.
+        let silent = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let url = format!("mysql://u:p@127.0.0.1:{port}?prefer_socket=false");
+        let mut connect = ConnectOptions::from_url(&url).unwrap();
+        connect.max_attempts = 2;
+        connect.read_timeout = Duration::from_millis(100);
+        let e = connect.connect().await.unwrap_err();
+        silent.abort();
+        assert!(
+            matches!(e, SourceError::Unreachable { attempts: 2, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("no answer"), "{e}");
+    }
 }

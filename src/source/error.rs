@@ -1,9 +1,14 @@
 //! The error boundary of the MySQL/MariaDB source.
 //!
 //! Variants are grouped by what the caller should do: [`SourceError::is_transient`] errors
-//! (connection lost, server restarting) are retried with backoff and resume from the last
-//! complete transaction; every other error is *definite*: the source stops and says why, naming
-//! the setting, privilege, table, column or binlog position at fault.
+//! (connection lost, server restarting, a read that got no answer within the read timeout) are
+//! retried with backoff and resume from the last complete transaction; every other error is
+//! *definite*: the source stops and says why, naming the setting, privilege, table, column or
+//! binlog position at fault. The kind is decided where the error is raised, from the driver's
+//! error type or the server's error code, never from a message.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::change::position::BinlogCoord;
 
@@ -46,6 +51,14 @@ pub enum SourceError {
         #[source]
         source: mysql_async::Error,
     },
+    /// The server sent nothing for a whole read timeout (a stalled connection, a paused or
+    /// overloaded server): the connection is given up and the work retried on a new one.
+    #[error("no answer from the MySQL server within {} ms while {context}; retrying on a new connection", after.as_millis())]
+    ReadTimeout { context: String, after: Duration },
+    /// The snapshot's shared window reader stopped; every chunk waiting on it fails with its
+    /// error, transient or definite as the reader's own.
+    #[error("the snapshot's binlog reader failed: {0}")]
+    WindowReader(Arc<SourceError>),
     /// The server could not be reached after all retries.
     #[error("cannot reach MySQL server at {address} after {attempts} attempts: {last_error}")]
     Unreachable {
@@ -162,7 +175,10 @@ impl SourceError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             // connection_exception: the server could not be reached.
-            SourceError::Transient { .. } | SourceError::Unreachable { .. } => "08006",
+            SourceError::Transient { .. }
+            | SourceError::ReadTimeout { .. }
+            | SourceError::Unreachable { .. } => "08006",
+            SourceError::WindowReader(e) => e.sqlstate(),
             // invalid_authorization_specification
             SourceError::AccessDenied { .. } => "28000",
             // insufficient_privilege
@@ -199,10 +215,24 @@ impl SourceError {
 
     /// Whether retrying (with backoff) can make progress.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            SourceError::Transient { .. } | SourceError::Raced { .. }
-        )
+        match self {
+            SourceError::Transient { .. }
+            | SourceError::ReadTimeout { .. }
+            | SourceError::Raced { .. } => true,
+            SourceError::WindowReader(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether the capture, started again after a backoff, can get further: a transient
+    /// error, or a server that could not be reached for now (its connection attempts, each
+    /// already retried, ran out).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            SourceError::Unreachable { .. } => true,
+            SourceError::WindowReader(e) => e.is_retryable(),
+            other => other.is_transient(),
+        }
     }
 
     /// An Arrow failure while building `context`'s data.
@@ -222,6 +252,7 @@ impl SourceError {
                     _ => None,
                 }
             }
+            SourceError::WindowReader(e) => e.server_code(),
             _ => None,
         }
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod durable;
+pub mod proxy;
 pub mod workload;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -66,7 +66,20 @@ pub async fn random_transaction(
     rng: &mut rand::rngs::StdRng,
     next_id: &mut i64,
 ) {
-    let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+    try_random_transaction(conn, db, rng, next_id)
+        .await
+        .unwrap();
+}
+
+/// [`random_transaction`], returning the server's error instead of failing the test (the
+/// server may be restarting); whether a failed commit took effect is the server's to say.
+pub async fn try_random_transaction(
+    conn: &mut mysql_async::Conn,
+    db: &str,
+    rng: &mut rand::rngs::StdRng,
+    next_id: &mut i64,
+) -> Result<(), mysql_async::Error> {
+    let mut tx = conn.start_transaction(Default::default()).await?;
     for _ in 0..rng.random_range(1..=4) {
         let id = rng.random_range(1..*next_id);
         let sql = match rng.random_range(0..8) {
@@ -102,9 +115,9 @@ pub async fn random_transaction(
                 rng.random_range(0..5)
             ),
         };
-        tx.query_drop(&sql).await.unwrap();
+        tx.query_drop(&sql).await?;
     }
-    tx.commit().await.unwrap();
+    tx.commit().await
 }
 
 /// Runs random transactions until `stop`; returns how many committed.
@@ -122,6 +135,36 @@ pub async fn writer(
     while !stop.load(Ordering::Relaxed) {
         random_transaction(&mut conn, &db, &mut rng, &mut next_id).await;
         n += 1;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1..8))).await;
+    }
+    n
+}
+
+/// [`writer`] on a server that restarts, pauses or drops connections: reconnects to `url` and
+/// goes on; returns how many transactions the server acknowledged.
+pub async fn tolerant_writer(
+    url: String,
+    db: String,
+    seed: u64,
+    first_id: i64,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut next_id = first_id;
+    let mut conn: Option<mysql_async::Conn> = None;
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(c) = conn.as_mut() else {
+            conn = mysql_async::Conn::from_url(url.as_str()).await.ok();
+            if conn.is_none() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            continue;
+        };
+        match try_random_transaction(c, &db, &mut rng, &mut next_id).await {
+            Ok(()) => n += 1,
+            Err(_) => conn = None,
+        }
         tokio::time::sleep(Duration::from_millis(rng.random_range(1..8))).await;
     }
     n

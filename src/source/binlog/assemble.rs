@@ -36,6 +36,7 @@ use super::rows::{CollationMap, TableDecoder};
 use crate::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{ChangeBatch, Ddl, Op, SourceTransaction};
+use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::load_table_schema;
 use crate::source::types::ColumnBuilder;
@@ -158,6 +159,8 @@ pub struct Assembler {
     tx: Option<TxBuilder>,
     executed: GtidSet,
     warned: HashSet<u8>,
+    /// The longest wait for a schema read on the `meta` connection.
+    read_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -195,6 +198,7 @@ impl Assembler {
             tx: None,
             executed,
             warned: HashSet::new(),
+            read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
         }
     }
 
@@ -458,6 +462,11 @@ impl Assembler {
         self.checksums_verified_upstream = true;
     }
 
+    /// How long a schema read on the live reader's `meta` connection may wait.
+    pub(super) fn set_read_timeout(&mut self, limit: std::time::Duration) {
+        self.read_timeout = limit;
+    }
+
     /// The binlog file being read.
     pub(super) fn current_file(&self) -> Arc<str> {
         Arc::clone(&self.file)
@@ -518,7 +527,9 @@ impl Assembler {
                 break;
             };
             if fresh || !self.schemas.contains_key(id) {
-                match load_table_schema(meta, id).await? {
+                let context = || format!("reading the schema of {id}");
+                let load = load_table_schema(meta, id);
+                match bounded(self.read_timeout, context, load).await? {
                     Some(schema) => {
                         self.schemas.insert(id.clone(), Arc::new(schema));
                     }

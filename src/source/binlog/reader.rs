@@ -3,9 +3,11 @@
 //!
 //! # Reconnects
 //! Transient failures (connection reset, server restart, silence longer than three heartbeat
-//! periods) drop the partial transaction and reconnect with backoff from the end of the last
-//! complete one, so no change is lost or repeated. Definite errors (purged binlog, bad
-//! settings, undecodable events) end the stream with the error.
+//! periods, a query or the dump's opening unanswered within the read timeout) drop the partial
+//! transaction and reconnect with backoff from the end of the last complete one, so no change
+//! is lost or repeated. Definite errors (purged binlog, bad settings, undecodable events) end
+//! the stream with the error. The heartbeat is at most a third of the read timeout, so an idle
+//! stream is never taken for a stalled one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +22,7 @@ use super::filter::{TableFilter, SYSTEM_DATABASES};
 use crate::change::position::{GtidSet, StartPosition};
 use crate::change::schema::{Flavor, TableId};
 use crate::change::SourceTransaction;
-use crate::source::connect::{collations, current_position, preflight, ConnectOptions, ServerInfo};
+use crate::source::connect::{collations, current_position, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 
 /// Reconnect attempts on transient stream failures before giving up.
@@ -154,8 +156,9 @@ pub struct BinlogReader {
     connect: ConnectOptions,
     info: ServerInfo,
     options: BinlogReaderOptions,
-    /// A second connection, for `information_schema` while the stream runs.
-    meta: Conn,
+    /// A second connection, for `information_schema` while the stream runs; opened again after
+    /// a transient failure (it may be the connection that failed).
+    meta: Option<Conn>,
     /// Events framed by a separate task, so the network read and the decoding run on
     /// different cores.
     stream: Option<EventFeed>,
@@ -174,13 +177,24 @@ impl std::fmt::Debug for BinlogReader {
 impl BinlogReader {
     /// Connects, runs the start-up checks and resolves the start position; the stream itself
     /// opens on the first [`BinlogReader::next`].
-    pub async fn open(connect: ConnectOptions, options: BinlogReaderOptions) -> SourceResult<Self> {
+    pub async fn open(
+        connect: ConnectOptions,
+        mut options: BinlogReaderOptions,
+    ) -> SourceResult<Self> {
+        options.heartbeat = options.heartbeat.min(connect.read_timeout / 3);
         let mut meta = connect.connect().await?;
-        let info = preflight(&mut meta, &connect.user()).await?;
-        let collations = collations(&mut meta).await?;
+        let info = connect.checked(&mut meta).await?;
+        let collations = connect
+            .bounded(|| "reading collations".into(), collations(&mut meta))
+            .await?;
         let start = match &options.start {
             StartPosition::Current => {
-                let (coord, _) = current_position(&mut meta, info.flavor).await?;
+                let (coord, _) = connect
+                    .bounded(
+                        || "reading the binlog position".into(),
+                        current_position(&mut meta, info.flavor),
+                    )
+                    .await?;
                 StartPosition::Coord(coord)
             }
             other => other.clone(),
@@ -192,11 +206,12 @@ impl BinlogReader {
             collations,
         );
         asm.set_checksums_verified_upstream();
+        asm.set_read_timeout(connect.read_timeout);
         Ok(Self {
             connect,
             info,
             options,
-            meta,
+            meta: Some(meta),
             stream: None,
             asm,
         })
@@ -262,15 +277,22 @@ impl BinlogReader {
             }
             StartPosition::Current => unreachable!("resolved in open()"),
         }
+        let context = || "preparing the binlog dump".to_string();
         for sql in setup {
-            conn.query_drop(&sql).await.map_err(|e| {
-                SourceError::from_mysql(format!("preparing the binlog dump ({sql})"), e)
-            })?;
+            let run = async {
+                conn.query_drop(&sql).await.map_err(|e| {
+                    SourceError::from_mysql(format!("preparing the binlog dump ({sql})"), e)
+                })
+            };
+            self.connect.bounded(context, run).await?;
         }
         let context = format!("opening the binlog at {}", self.describe_resume());
-        conn.get_binlog_stream(request)
-            .await
-            .map_err(|e| SourceError::from_mysql(context, e))
+        let open = async {
+            conn.get_binlog_stream(request)
+                .await
+                .map_err(|e| SourceError::from_mysql(context.clone(), e))
+        };
+        self.connect.bounded(|| context.clone(), open).await
     }
 
     fn resume_gtid_string(&self) -> String {
@@ -310,6 +332,8 @@ impl BinlogReader {
                     let delay = Duration::from_millis(100 * (1u64 << failures.min(6)));
                     tracing::warn!(error = %e, attempt = failures, resume = %self.describe_resume(), "binlog stream interrupted, reconnecting");
                     self.reset_stream();
+                    // The failure may have been on the schema connection.
+                    self.meta = None;
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => {
@@ -341,14 +365,9 @@ impl BinlogReader {
             let item = match tokio::time::timeout(silence, stream.next()).await {
                 Ok(item) => item,
                 Err(_) => {
-                    return Err(SourceError::Transient {
-                        context: format!("no event or heartbeat for {silence:?}"),
-                        source: mysql_async::Error::Io(mysql_async::IoError::Io(
-                            std::io::Error::new(
-                                std::io::ErrorKind::TimedOut,
-                                "binlog stream silent",
-                            ),
-                        )),
+                    return Err(SourceError::ReadTimeout {
+                        context: "waiting for a binlog event or heartbeat".into(),
+                        after: silence,
                     })
                 }
             };
@@ -383,7 +402,10 @@ impl BinlogReader {
                     })
                 }
             };
-            self.asm.handle_event(&event, Some(&mut self.meta)).await
+            if self.meta.is_none() {
+                self.meta = Some(self.connect.connect().await?);
+            }
+            self.asm.handle_event(&event, self.meta.as_mut()).await
         }
     }
 }

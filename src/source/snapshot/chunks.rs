@@ -11,6 +11,8 @@
 //!   estimate; anything else is cut at every `chunk_size`-th value in index order, skipping
 //!   past runs of equal values so a skewed key never yields an empty or endless chunk.
 
+use std::time::Duration;
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
@@ -18,6 +20,7 @@ use arrow::array::RecordBatch;
 
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{quote_ident, ColumnKind, TableSchema};
+use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
 
 /// Default target rows per chunk.
@@ -91,33 +94,40 @@ fn int_value(v: i128) -> Value {
 }
 
 /// Plans the chunks of `schema` on column `key` with about `chunk_size` rows each.
+/// Each boundary query waits at most `limit` for its answer (see `connect`).
 pub async fn plan_chunks(
     conn: &mut Conn,
     schema: &TableSchema,
     key: usize,
     chunk_size: usize,
+    limit: Duration,
 ) -> SourceResult<Vec<ChunkRange>> {
     let chunk_size = chunk_size.max(1);
     let col = quote_ident(&schema.columns[key].name);
     let table = schema.id.quoted();
     let ctx = || format!("planning chunks of {}", schema.id);
-    let bounds: Option<(Value, Value)> = conn
-        .exec_first(format!("SELECT MIN({col}), MAX({col}) FROM {table}"), ())
-        .await
-        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    let bounds: Option<(Value, Value)> = first(
+        conn,
+        format!("SELECT MIN({col}), MAX({col}) FROM {table}"),
+        (),
+        limit,
+        ctx,
+    )
+    .await?;
     let Some((min, max)) = bounds else {
         return Ok(vec![ChunkRange::ALL]);
     };
     if min == Value::NULL {
         return Ok(vec![ChunkRange::ALL]);
     }
-    let estimate: Option<Option<u64>> = conn
-        .exec_first(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-            (&schema.id.db, &schema.id.table),
-        )
-        .await
-        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    let estimate: Option<Option<u64>> = first(
+        conn,
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?".into(),
+        (&schema.id.db, &schema.id.table),
+        limit,
+        ctx,
+    )
+    .await?;
     let rows = estimate.flatten().unwrap_or(0).max(1) as f64;
     let mut boundaries = Vec::new();
     match (
@@ -137,23 +147,36 @@ pub async fn plan_chunks(
         _ => {
             let mut cur = min;
             loop {
-                let next: Option<Value> = conn
-                    .exec_first(
-                        format!("SELECT {col} FROM {table} WHERE {col} >= ? ORDER BY {col} LIMIT 1 OFFSET ?"),
-                        (cur.clone(), chunk_size as u64),
-                    )
-                    .await
-                    .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+                let next: Option<Value> = first(
+                    conn,
+                    format!("SELECT {col} FROM {table} WHERE {col} >= ? ORDER BY {col} LIMIT 1 OFFSET ?"),
+                    (cur.clone(), chunk_size as u64),
+                    limit,
+                    ctx,
+                )
+                .await?;
                 let Some(mut next) = next else { break };
-                if same_in_server(conn, &col, &table, &cur, &next).await? {
+                let same = first::<u8, _>(
+                    conn,
+                    format!("SELECT 1 FROM {table} WHERE {col} = ? AND {col} = ? LIMIT 1"),
+                    (cur.clone(), next.clone()),
+                    limit,
+                    || "comparing chunk boundaries".into(),
+                )
+                .await?
+                .is_some();
+                // Whether the server considers both equal under the column's type and
+                // collation: `cur` is in the table, so a row matches both iff they are equal.
+                if same {
                     // A run of more than chunk_size equal keys: end this chunk after the run.
-                    let after: Option<Value> = conn
-                        .exec_first(
-                            format!("SELECT MIN({col}) FROM {table} WHERE {col} > ?"),
-                            (cur.clone(),),
-                        )
-                        .await
-                        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+                    let after: Option<Value> = first(
+                        conn,
+                        format!("SELECT MIN({col}) FROM {table} WHERE {col} > ?"),
+                        (cur.clone(),),
+                        limit,
+                        ctx,
+                    )
+                    .await?;
                     match after {
                         Some(v) if v != Value::NULL => next = v,
                         _ => break,
@@ -177,23 +200,24 @@ pub async fn plan_chunks(
     Ok(chunks)
 }
 
-/// Whether the server considers two key values equal under the column's type and collation.
-/// `a` is a value present in the table, so a row matches both iff they are equal.
-async fn same_in_server(
+/// The first row of a query, waiting at most `limit` for it.
+async fn first<T, P>(
     conn: &mut Conn,
-    col: &str,
-    table: &str,
-    a: &Value,
-    b: &Value,
-) -> SourceResult<bool> {
-    let hit: Option<u8> = conn
-        .exec_first(
-            format!("SELECT 1 FROM {table} WHERE {col} = ? AND {col} = ? LIMIT 1"),
-            (a.clone(), b.clone()),
-        )
-        .await
-        .map_err(|e| SourceError::from_mysql("comparing chunk boundaries", e))?;
-    Ok(hit.is_some())
+    sql: String,
+    params: P,
+    limit: Duration,
+    context: impl Fn() -> String,
+) -> SourceResult<Option<T>>
+where
+    T: mysql_async::prelude::FromRow + Send + 'static,
+    P: Into<mysql_async::Params> + Send,
+{
+    let read = async {
+        conn.exec_first(sql, params)
+            .await
+            .map_err(|e| SourceError::from_mysql(context(), e))
+    };
+    bounded(limit, &context, read).await
 }
 
 /// One chunk, read and normalised: its rows are the table's state at `high` within `range`.

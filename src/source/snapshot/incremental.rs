@@ -213,11 +213,14 @@ pub async fn plan_snapshot(
                 .filter(|c| c.table == t)
                 .map(|c| c.range.clone())
                 .collect(),
-            (None, Some(key)) => plan_chunks(&mut conn, schema, key, options.chunk_size).await?,
+            (None, Some(key)) => {
+                let limit = connect.read_timeout;
+                plan_chunks(&mut conn, schema, key, options.chunk_size, limit).await?
+            }
             (None, None) => vec![ChunkRange::ALL],
         };
         let check = match key {
-            Some(key) => Some(RangeCheck::new(&mut conn, schema, key).await?),
+            Some(key) => Some(RangeCheck::new(&mut conn, schema, key, connect.read_timeout).await?),
             None => None,
         };
         let codec = RowCodec::new(Arc::clone(schema))

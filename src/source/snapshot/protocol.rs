@@ -24,10 +24,10 @@ use super::incremental::{
     ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, SnapshotRun,
 };
 use super::select::{
-    select_batches, select_batches_locked, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
+    select_batches_locked, select_batches_within, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
-use crate::change::position::{BinlogCoord, StartPosition};
+use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::TableId;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::current_position;
@@ -43,7 +43,7 @@ impl SnapshotRun {
         self.feed
             .get_or_try_init(|| async {
                 let mut conn = self.connect.connect().await?;
-                let (start, _) = current_position(&mut conn, self.info.flavor).await?;
+                let (start, _) = self.position(&mut conn).await?;
                 drop(conn);
                 let ids: Vec<TableId> = self.tables.iter().map(|t| t.schema.id.clone()).collect();
                 let filter: TableFilter = Arc::new(move |t: &TableId| ids.contains(t));
@@ -57,6 +57,31 @@ impl SnapshotRun {
                 ))
             })
             .await
+    }
+
+    /// The server's binlog end, within the read timeout.
+    async fn position(&self, conn: &mut Conn) -> SourceResult<(BinlogCoord, GtidSet)> {
+        self.connect
+            .bounded(
+                || "reading the binlog position".into(),
+                current_position(conn, self.info.flavor),
+            )
+            .await
+    }
+
+    /// Runs a statement that returns no rows, within the read timeout.
+    async fn run(
+        &self,
+        conn: &mut Conn,
+        sql: &str,
+        context: impl Fn() -> String,
+    ) -> SourceResult<()> {
+        let run = async {
+            conn.query_drop(sql)
+                .await
+                .map_err(|e| SourceError::from_mysql(context(), e))
+        };
+        self.connect.bounded(&context, run).await
     }
 
     async fn hook(&self, point: HookPoint, t: usize, index: usize) {
@@ -111,7 +136,7 @@ impl SnapshotRun {
         };
         let (rows, window_changes) = if low == high {
             let rows = concat_batches(&schema.arrow, &scanned)
-                .map_err(|e| SourceError::Config(format!("chunk of {}: {e}", schema.id)))?;
+                .map_err(|e| SourceError::arrow(format!("chunk of {}", schema.id), e))?;
             (rows, 0)
         } else {
             let feed = self.feed().await?;
@@ -178,7 +203,7 @@ impl SnapshotRun {
         // before its LOW): folding changes the SELECT already saw again is harmless (full images,
         // in order), missing one is not.
         let pin = feed.pin();
-        let server_low = current_position(conn, self.info.flavor).await;
+        let server_low = self.position(conn).await;
         let low = match server_low {
             Ok((server_low, _)) if pin.file.is_empty() => server_low,
             Ok(_) => pin.clone(),
@@ -192,13 +217,16 @@ impl SnapshotRun {
             feed.release(&pin);
         }
         self.hook(HookPoint::AfterLow, t, index).await;
+        let limit = self.connect.read_timeout;
+        let flavor = self.info.flavor;
         let barrier =
-            visibility_barrier(conn, schema, self.info.flavor, predicate, params.clone()).await;
+            visibility_barrier(conn, schema, flavor, predicate, params.clone(), limit).await;
         if let Err(e) = barrier {
             feed.release(&low);
             return Err(e);
         }
-        let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await;
+        let scanned =
+            select_batches_within(conn, schema, predicate, params, DEFAULT_BATCH_ROWS, limit).await;
         let scanned = match scanned {
             Ok(s) => s,
             Err(e) => {
@@ -208,7 +236,7 @@ impl SnapshotRun {
         };
         self.hook(HookPoint::AfterSelect, t, index).await;
         self.hook(HookPoint::BeforeHigh, t, index).await;
-        let high = match current_position(conn, self.info.flavor).await {
+        let high = match self.position(conn).await {
             Ok((high, _)) => high,
             Err(e) => {
                 feed.release(&low);
@@ -240,16 +268,17 @@ impl SnapshotRun {
             )
         };
         self.hook(HookPoint::BeforeLow, t, index).await;
-        conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .await
-            .map_err(|e| SourceError::from_mysql(ctx("setting the isolation level"), e))?;
+        let isolation = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+        self.run(conn, isolation, || ctx("setting the isolation level"))
+            .await?;
         // The read never waits for a lock (so it cannot take part in a deadlock with the
         // application's transactions): on a conflict it lets go of everything and tries again.
         let mut retry = LockRetry::within(LOCKED_READ_BUDGET);
         let (high, scanned) = loop {
-            conn.query_drop("START TRANSACTION")
-                .await
-                .map_err(|e| SourceError::from_mysql(ctx("starting the transaction"), e))?;
+            self.run(conn, "START TRANSACTION", || {
+                ctx("starting the transaction")
+            })
+            .await?;
             let read = async {
                 let scanned = select_batches_locked(
                     conn,
@@ -258,17 +287,20 @@ impl SnapshotRun {
                     predicate,
                     params.clone(),
                     DEFAULT_BATCH_ROWS,
+                    self.connect.read_timeout,
                 )
                 .await?;
-                let (high, _) = current_position(conn, self.info.flavor).await?;
+                let (high, _) = self.position(conn).await?;
                 Ok::<_, SourceError>((high, scanned))
             }
             .await;
             // Ends the transaction (and frees the locks) whatever happened.
-            let ended = conn.query_drop("COMMIT").await;
+            let ended = self
+                .run(conn, "COMMIT", || ctx("ending the transaction"))
+                .await;
             match read {
                 Ok(done) => {
-                    ended.map_err(|e| SourceError::from_mysql(ctx("ending the transaction"), e))?;
+                    ended?;
                     break done;
                 }
                 Err(e) => {
@@ -300,13 +332,18 @@ impl SnapshotRun {
         let schema = &self.tables[t].schema;
         let ctx = |what: &str| format!("{what} for a chunk of {}", schema.id);
         self.hook(HookPoint::BeforeLow, t, index).await;
-        conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            .await
-            .map_err(|e| SourceError::from_mysql(ctx("starting a consistent snapshot"), e))?;
-        let status: Vec<(String, String)> = conn
-            .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
-            .await
-            .map_err(|e| SourceError::from_mysql(ctx("reading the snapshot position"), e))?;
+        let start = "START TRANSACTION WITH CONSISTENT SNAPSHOT";
+        self.run(conn, start, || ctx("starting a consistent snapshot"))
+            .await?;
+        let read = async {
+            conn.query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+                .await
+                .map_err(|e| SourceError::from_mysql(ctx("reading the snapshot position"), e))
+        };
+        let status: Vec<(String, String)> = self
+            .connect
+            .bounded(|| ctx("reading the snapshot position"), read)
+            .await?;
         let get = |name: &str| {
             status
                 .iter()
@@ -316,21 +353,24 @@ impl SnapshotRun {
         let (Some(file), Some(offset)) =
             (get("Binlog_snapshot_file"), get("Binlog_snapshot_position"))
         else {
-            return Err(SourceError::Config(
-                "the server reports no binlog_snapshot_file/position; use the watermark method"
+            return Err(SourceError::NotSupported(
+                "the consistent-snapshot method on a server that reports no \
+                 binlog_snapshot_file/position (use snapshot_method = 'watermarks')"
                     .into(),
             ));
         };
-        let offset: u64 = offset
-            .parse()
-            .map_err(|_| SourceError::Config(format!("bad binlog_snapshot_position {offset:?}")))?;
+        let offset: u64 = offset.parse().map_err(|_| {
+            SourceError::NotSupported(format!("the server's binlog_snapshot_position {offset:?}"))
+        })?;
         let at = BinlogCoord::new(file, offset);
         self.hook(HookPoint::AfterLow, t, index).await;
-        let scanned = select_batches(conn, schema, predicate, params, DEFAULT_BATCH_ROWS).await?;
+        let limit = self.connect.read_timeout;
+        let scanned =
+            select_batches_within(conn, schema, predicate, params, DEFAULT_BATCH_ROWS, limit)
+                .await?;
         self.hook(HookPoint::AfterSelect, t, index).await;
-        conn.query_drop("COMMIT")
-            .await
-            .map_err(|e| SourceError::from_mysql(ctx("ending the consistent snapshot"), e))?;
+        self.run(conn, "COMMIT", || ctx("ending the consistent snapshot"))
+            .await?;
         self.hook(HookPoint::BeforeHigh, t, index).await;
         self.hook(HookPoint::AfterHigh, t, index).await;
         Ok((at.clone(), at, scanned))

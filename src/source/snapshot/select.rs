@@ -20,6 +20,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
 use crate::change::schema::{quote_ident, ColumnKind, Flavor, TableSchema};
+use crate::source::connect::{bounded, DEFAULT_READ_TIMEOUT};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
     bit_value, finish_batch, parse_decimal_text, time_to_micros, ColumnBuilder,
@@ -65,12 +66,14 @@ impl<'a> SelectReader<'a> {
     pub fn push_row(&mut self, row: mysql_async::Row) -> SourceResult<()> {
         let values = row.unwrap_raw();
         if values.len() != self.builders.len() {
-            return Err(SourceError::Config(format!(
-                "SELECT of {} returned {} columns, the schema has {}",
-                self.schema.id,
-                values.len(),
-                self.builders.len()
-            )));
+            return Err(SourceError::Raced {
+                context: format!("SELECT of {}", self.schema.id),
+                detail: format!(
+                    "it returned {} columns, the schema read before has {}",
+                    values.len(),
+                    self.builders.len()
+                ),
+            });
         }
         let fields = self.schema.arrow.fields();
         // One builder and one field per schema column, and `values` has as many (checked).
@@ -208,13 +211,15 @@ impl LockRetry {
 /// A transaction that is still open (not in the binlog, so not this barrier's concern) also
 /// holds locks, possibly for long. The barrier therefore tries for at most a second and then
 /// goes on: a transaction already in the binlog finishes its commit within milliseconds, so
-/// after that it is visible too. Returns whether the barrier passed within that time.
+/// after that it is visible too. Returns whether the barrier passed within that time. Each
+/// read waits at most `limit` for its answer (see `connect`).
 pub async fn visibility_barrier(
     conn: &mut Conn,
     schema: &TableSchema,
     flavor: Flavor,
     predicate: Option<&str>,
     params: Vec<Value>,
+    limit: Duration,
 ) -> SourceResult<bool> {
     let ctx = || {
         format!(
@@ -230,13 +235,20 @@ pub async fn visibility_barrier(
     sql.push_str(nowait_share_lock(flavor));
     let mut retry = LockRetry::within(BARRIER_BUDGET);
     loop {
-        match conn
-            .exec_drop(
-                sql.as_str(),
-                mysql_async::Params::Positional(params.clone()),
-            )
-            .await
-        {
+        let read = conn.exec_drop(
+            sql.as_str(),
+            mysql_async::Params::Positional(params.clone()),
+        );
+        let answer = match tokio::time::timeout(limit, read).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                return Err(SourceError::ReadTimeout {
+                    context: ctx(),
+                    after: limit,
+                })
+            }
+        };
+        match answer {
             Ok(()) => return Ok(true),
             Err(mysql_async::Error::Server(e)) if is_lock_conflict(e.code) => {
                 if !retry.again(Some(e.code)).await {
@@ -249,7 +261,8 @@ pub async fn visibility_barrier(
     }
 }
 
-/// Reads `SELECT <all columns> FROM table [WHERE predicate]` into batches of `batch_rows`.
+/// Reads `SELECT <all columns> FROM table [WHERE predicate]` into batches of `batch_rows`,
+/// waiting at most [`DEFAULT_READ_TIMEOUT`] for each answer.
 pub async fn select_batches(
     conn: &mut Conn,
     schema: &TableSchema,
@@ -257,7 +270,27 @@ pub async fn select_batches(
     params: Vec<Value>,
     batch_rows: usize,
 ) -> SourceResult<Vec<RecordBatch>> {
-    select(conn, schema, predicate, params, batch_rows, None).await
+    select_batches_within(
+        conn,
+        schema,
+        predicate,
+        params,
+        batch_rows,
+        DEFAULT_READ_TIMEOUT,
+    )
+    .await
+}
+
+/// [`select_batches`] waiting at most `limit` for the result and for each of its rows.
+pub async fn select_batches_within(
+    conn: &mut Conn,
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    params: Vec<Value>,
+    batch_rows: usize,
+    limit: Duration,
+) -> SourceResult<Vec<RecordBatch>> {
+    select(conn, schema, predicate, params, batch_rows, None, limit).await
 }
 
 /// [`select_batches`] as a locking read (`LOCK IN SHARE MODE`): inside a transaction it reads
@@ -272,9 +305,19 @@ pub async fn select_batches_locked(
     predicate: Option<&str>,
     params: Vec<Value>,
     batch_rows: usize,
+    limit: Duration,
 ) -> SourceResult<Vec<RecordBatch>> {
     let lock = nowait_share_lock(flavor);
-    select(conn, schema, predicate, params, batch_rows, Some(lock)).await
+    select(
+        conn,
+        schema,
+        predicate,
+        params,
+        batch_rows,
+        Some(lock),
+        limit,
+    )
+    .await
 }
 
 async fn select(
@@ -284,6 +327,7 @@ async fn select(
     params: Vec<Value>,
     batch_rows: usize,
     lock: Option<&str>,
+    limit: Duration,
 ) -> SourceResult<Vec<RecordBatch>> {
     let mut sql = format!(
         "SELECT {} FROM {}",
@@ -298,21 +342,22 @@ async fn select(
         sql.push_str(lock);
     }
     let ctx = || format!("reading {}", schema.id);
-    let mut result = conn
-        .exec_iter(sql.as_str(), mysql_async::Params::Positional(params))
-        .await
-        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    let mysql = |e| SourceError::from_mysql(ctx(), e);
+    let run = async {
+        conn.exec_iter(sql.as_str(), mysql_async::Params::Positional(params))
+            .await
+            .map_err(mysql)
+    };
+    let mut result = bounded(limit, ctx, run).await?;
     let mut reader = SelectReader::new(schema, batch_rows);
     let mut batches = Vec::new();
-    let mut stream = result
-        .stream::<mysql_async::Row>()
-        .await
-        .map_err(|e| SourceError::from_mysql(ctx(), e))?
-        .ok_or_else(|| {
-            SourceError::Config(format!("SELECT of {} returned no result set", schema.id))
-        })?;
-    while let Some(row) = stream.next().await {
-        reader.push_row(row.map_err(|e| SourceError::from_mysql(ctx(), e))?)?;
+    let opened = async { result.stream::<mysql_async::Row>().await.map_err(mysql) };
+    let mut stream = bounded(limit, ctx, opened).await?.ok_or_else(|| {
+        SourceError::Internal(format!("SELECT of {} returned no result set", schema.id))
+    })?;
+    // The limit is per row: a large chunk may take longer than it as a whole.
+    while let Some(row) = bounded(limit, ctx, async { Ok(stream.next().await) }).await? {
+        reader.push_row(row.map_err(mysql)?)?;
         if reader.len() >= batch_rows {
             batches.push(reader.finish()?);
         }

@@ -34,6 +34,7 @@ use crate::change::position::BinlogCoord;
 use crate::change::schema::{ColumnKind, TableId, TableSchema};
 use crate::change::SourceTransaction;
 use crate::source::binlog::BinlogReader;
+use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::chunks::ChunkRange;
 use crate::source::types::arrow_to_mysql;
@@ -42,7 +43,8 @@ use crate::source::types::arrow_to_mysql;
 #[derive(Debug, Clone)]
 enum FeedStatus {
     Reading(Option<BinlogCoord>),
-    Failed(String),
+    /// Kept whole, so the chunks fail with its kind: a transient one restarts the snapshot.
+    Failed(Arc<SourceError>),
     /// The reader's task panicked: a bug, not a server problem.
     Panicked(String),
 }
@@ -52,9 +54,7 @@ impl FeedStatus {
     fn error(&self) -> Option<SourceError> {
         match self {
             FeedStatus::Reading(_) => None,
-            FeedStatus::Failed(e) => Some(SourceError::Config(format!(
-                "the snapshot's binlog reader failed: {e}"
-            ))),
+            FeedStatus::Failed(e) => Some(SourceError::WindowReader(Arc::clone(e))),
             FeedStatus::Panicked(e) => Some(SourceError::Internal(format!(
                 "the snapshot's window reader failed unexpectedly ({e})"
             ))),
@@ -102,7 +102,7 @@ impl WindowFeed {
                         .push_back(Arc::new(t)),
                     Ok(None) => {}
                     Err(e) => {
-                        let _ = tx.send(FeedStatus::Failed(e.to_string()));
+                        let _ = tx.send(FeedStatus::Failed(Arc::new(e)));
                         return;
                     }
                 }
@@ -210,7 +210,7 @@ impl WindowFeed {
                 FeedStatus::Failed(_) | FeedStatus::Panicked(_) => true,
             })
             .await
-            .map_err(|_| SourceError::Config("the snapshot's binlog reader stopped".into()))?
+            .map_err(|_| SourceError::Internal("the snapshot's binlog reader stopped".into()))?
             .clone();
         if let Some(e) = reached.error() {
             return Err(e);
@@ -232,13 +232,20 @@ impl WindowFeed {
 #[derive(Debug)]
 pub struct RangeCheck {
     column: usize,
+    /// The longest wait for the server's answer to one comparison.
+    limit: std::time::Duration,
     /// The SQL expression that turns a parameter into a value of the column's type and
     /// collation; `None` for integers, compared in Rust.
     cast: Option<String>,
 }
 
 impl RangeCheck {
-    pub async fn new(conn: &mut Conn, schema: &TableSchema, column: usize) -> SourceResult<Self> {
+    pub async fn new(
+        conn: &mut Conn,
+        schema: &TableSchema,
+        column: usize,
+        limit: std::time::Duration,
+    ) -> SourceResult<Self> {
         let col = &schema.columns[column];
         let cast = match &col.kind {
             ColumnKind::Int { .. } | ColumnKind::Year => None,
@@ -253,14 +260,17 @@ impl RangeCheck {
             ColumnKind::Time { .. } => Some("CAST(? AS TIME(6))".to_string()),
             ColumnKind::Binary { .. } => Some("CAST(? AS BINARY)".to_string()),
             ColumnKind::Text { .. } => {
-                let row: Option<(String, String)> = conn
-                    .exec_first(
+                let ctx = || "reading the chunk key's collation".to_string();
+                let read = async {
+                    conn.exec_first(
                         "SELECT CHARACTER_SET_NAME, COLLATION_NAME FROM information_schema.COLUMNS \
                          WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND COLUMN_NAME = ?",
                         (&schema.id.db, &schema.id.table, &col.name),
                     )
                     .await
-                    .map_err(|e| SourceError::from_mysql("reading the chunk key's collation", e))?;
+                    .map_err(|e| SourceError::from_mysql(ctx(), e))
+                };
+                let row: Option<(String, String)> = bounded(limit, ctx, read).await?;
                 let (charset, collation) =
                     row.ok_or_else(|| SourceError::NoSuchTable(schema.id.to_string()))?;
                 Some(format!("CONVERT(? USING {charset}) COLLATE {collation}"))
@@ -274,7 +284,11 @@ impl RangeCheck {
                 )))
             }
         };
-        Ok(Self { column, cast })
+        Ok(Self {
+            column,
+            limit,
+            cast,
+        })
     }
 
     /// Whether the chunk key of `row` in `batch` is in `range` (NULL keys are in the first chunk).
@@ -312,10 +326,13 @@ impl RangeCheck {
                 if conds.is_empty() {
                     return Ok(true);
                 }
-                let inside: Option<Option<i64>> = conn
-                    .exec_first(format!("SELECT {}", conds.join(" AND ")), params)
-                    .await
-                    .map_err(|e| SourceError::from_mysql("checking a window row's chunk", e))?;
+                let ctx = || "checking a window row's chunk".to_string();
+                let read = async {
+                    conn.exec_first(format!("SELECT {}", conds.join(" AND ")), params)
+                        .await
+                        .map_err(|e| SourceError::from_mysql(ctx(), e))
+                };
+                let inside: Option<Option<i64>> = bounded(self.limit, ctx, read).await?;
                 Ok(inside.flatten() == Some(1))
             }
         }
@@ -359,7 +376,7 @@ pub async fn normalize(
 ) -> SourceResult<(RecordBatch, usize)> {
     let table: &TableId = &codec.schema().id;
     let arrow_err = |e: arrow::error::ArrowError| {
-        SourceError::Config(format!("normalising a chunk of {table}: {e}"))
+        SourceError::arrow(format!("normalising a chunk of {table}"), e)
     };
     // key → (full row, copies): copies only exceed 1 for keyless tables.
     let mut rows: BTreeMap<OwnedRow, (OwnedRow, u32)> = BTreeMap::new();
@@ -373,8 +390,9 @@ pub async fn normalize(
     for tx in window {
         for change in tx.changes.iter().filter(|c| c.table.id == *table) {
             if change.table.columns != codec.schema().columns {
-                return Err(SourceError::Config(format!(
-                    "the schema of {table} changed during the chunk's window; the chunk must be re-read"
+                return Err(SourceError::Precondition(format!(
+                    "the schema of {table} changed during a snapshot chunk's window; \
+                     the snapshot cannot follow it yet: ALTER SOURCE ... RESNAPSHOT reads it again"
                 )));
             }
             let before = change
