@@ -69,18 +69,46 @@ impl Moto {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Creates a bucket (moto takes an unsigned `PUT /bucket`).
+    /// Creates a bucket (moto takes an unsigned `PUT /bucket`). A server that has just begun
+    /// to listen may reset a connection before it answers: that is tried again, a few times.
     fn create_bucket(&self, name: &str) {
-        let mut conn = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let mut attempts = 0;
+        let answer = loop {
+            attempts += 1;
+            match self.put_bucket(name) {
+                Ok(answer) => break answer,
+                Err(e) if attempts < 20 => {
+                    eprintln!("creating bucket {name}: {e}; trying again");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("creating bucket {name}: {e}"),
+            }
+        };
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    /// One `PUT /bucket`: the answer, or the error that came before any answer.
+    fn put_bucket(&self, name: &str) -> std::io::Result<String> {
+        let mut conn = TcpStream::connect(("127.0.0.1", self.port))?;
         write!(
             conn,
             "PUT /{name} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
             self.port
-        )
-        .unwrap();
-        let mut answer = String::new();
-        conn.read_to_string(&mut answer).unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        )?;
+        // The server may also reset the connection right after its answer.
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match conn.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset && !answer.is_empty() => {
+                    break
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(String::from_utf8_lossy(&answer).into_owned())
     }
 
     /// The options that point the state store at this server.

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use crate::capture::{CaptureOptions, SnapshotMode};
 use crate::change::schema::TableId;
 #[cfg(doc)]
-use crate::source::{position::StartPosition, snapshot::incremental::SnapshotOptions};
+use crate::{change::position::StartPosition, source::snapshot::incremental::SnapshotOptions};
 
 /// Tables captured when `tables` is not given: every table outside the system databases
 /// (which the capture's table filter always leaves out).
