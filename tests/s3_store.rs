@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use cdcfusion::change::schema::Flavor;
+use cdcfusion::devserver::DevServer;
 use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
 use cdcfusion::durable::store::{FileKind, StoreError};
 use cdcfusion::durable::{DurableOptions, Store, StoreOptions};
@@ -170,13 +171,8 @@ async fn check(engine: &Engine, db: &str) {
     check_table(srv, engine, "s3s", db, "t", "id, v, n", true, &from, &end).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
-    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
-    moto.create_bucket(BUCKET);
-    let location = format!("s3://{BUCKET}/engines/one");
-    let srv = server();
-    let db = "s3_db";
+/// A fresh database `db` holding table `t` with 300 rows; the connection that made it.
+async fn table_of_300_rows(srv: &DevServer, db: &str) -> mysql_async::Conn {
     let mut conn = root_conn(srv).await;
     fresh_db(&mut conn, db).await;
     conn.query_drop(format!(
@@ -185,6 +181,17 @@ async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
     ))
     .await
     .unwrap();
+    conn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
+    moto.create_bucket(BUCKET);
+    let location = format!("s3://{BUCKET}/engines/one");
+    let srv = server();
+    let db = "s3_db";
+    let mut conn = table_of_300_rows(srv, db).await;
     let engine = Engine::open(&location, engine_options(&moto))
         .await
         .unwrap();
@@ -328,14 +335,7 @@ async fn checkpoints_that_cannot_reach_the_store_are_retried_and_lose_nothing() 
     let location = format!("s3://{BUCKET}/engines/faults");
     let srv = server();
     let db = "s3_faults_db";
-    let mut conn = root_conn(srv).await;
-    fresh_db(&mut conn, db).await;
-    conn.query_drop(format!(
-        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(32), n INT);
-         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_300;"
-    ))
-    .await
-    .unwrap();
+    let mut conn = table_of_300_rows(srv, db).await;
     let engine = Engine::open(&location, options.clone()).await.unwrap();
     engine
         .sql(&format!(
