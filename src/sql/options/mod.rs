@@ -150,6 +150,28 @@ mod tests {
     }
 
     #[test]
+    fn the_read_timeout_reaches_the_capture_and_is_written_only_when_set() {
+        let default = SourceOptions::default();
+        assert_eq!(
+            default.to_capture_options().read_timeout,
+            crate::source::connect::DEFAULT_READ_TIMEOUT
+        );
+        assert!(!default.to_string().contains("read_timeout_seconds"));
+        let short = ok("read_timeout_seconds = 5");
+        assert_eq!(
+            short.to_capture_options().read_timeout,
+            std::time::Duration::from_secs(5)
+        );
+        assert!(short.to_string().contains("read_timeout_seconds = 5"));
+        assert_eq!(ok(&short.to_string()), short);
+        assert_refused(
+            "read_timeout_seconds = 0",
+            "22023",
+            "read_timeout_seconds: 0 is out of range 1..=86400",
+        );
+    }
+
+    #[test]
     fn option_names_are_case_insensitive_unless_quoted() {
         assert_eq!(ok("CHUNK_SIZE = 5").chunk_size, 5);
         assert_eq!(ok("Chunk_Size = 5").chunk_size, 5);

@@ -17,7 +17,7 @@ use std::fmt;
 use sqlparser::tokenizer::Location;
 
 use super::formats::{parse_chunk_keys, parse_start, parse_tables, ModeName};
-use super::typed::{SourceOptions, MAX_PARALLELISM, MAX_SERVER_ID};
+use super::typed::{SourceOptions, MAX_PARALLELISM, MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID};
 use crate::capture::SnapshotMode;
 use crate::change::position::StartPosition;
 use crate::source::binlog::table_filter;
@@ -63,7 +63,7 @@ enum ValueType {
 const MAX_CHUNK_SIZE: u64 = usize::MAX as u64;
 
 /// Every option, in the order of the SQL reference and of rendering.
-pub static OPTIONS: [OptionSpec; 9] = [
+pub static OPTIONS: [OptionSpec; 10] = [
     OptionSpec {
         name: "tables",
         value: ValueType::String {
@@ -178,6 +178,21 @@ pub static OPTIONS: [OptionSpec; 9] = [
         written_at_default: false,
         summary: "Whether the tables are listed and queryable while the initial snapshot runs",
         render: |o| Some(o.visible_during_snapshot.to_string()),
+    },
+    OptionSpec {
+        name: "read_timeout_seconds",
+        value: ValueType::Integer {
+            min: 1,
+            max: MAX_READ_TIMEOUT_SECONDS,
+            set: |d, n| {
+                d.options.read_timeout = std::time::Duration::from_secs(n);
+                Ok(())
+            },
+        },
+        unset: None,
+        written_at_default: false,
+        summary: "How long any read from the server may wait for an answer",
+        render: |o| Some(o.read_timeout.as_secs().to_string()),
     },
 ];
 

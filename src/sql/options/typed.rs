@@ -24,6 +24,9 @@ pub const DEFAULT_TABLES: &str = "*.*";
 /// so this bounds both the load on the source and our memory.
 pub const MAX_PARALLELISM: u64 = 64;
 
+/// Longest `read_timeout_seconds`: a day; a read that waits longer has stalled.
+pub const MAX_READ_TIMEOUT_SECONDS: u64 = 86_400;
+
 /// Largest `server_id`: the snapshot's window reader registers as `server_id + 1`, which must
 /// still be a valid (32-bit, non-zero) server id.
 pub const MAX_SERVER_ID: u64 = u32::MAX as u64 - 1;
@@ -53,6 +56,9 @@ pub struct SourceOptions {
     pub validate: bool,
     /// `visible_during_snapshot`: the initial snapshot's chunks are queryable as they finish.
     pub(super) visible_during_snapshot: bool,
+    /// `read_timeout_seconds`: the longest any read from the server waits for an answer
+    /// before it fails as transient and the part that read starts again.
+    pub(super) read_timeout: std::time::Duration,
 }
 
 impl Default for SourceOptions {
@@ -67,6 +73,7 @@ impl Default for SourceOptions {
             server_id: capture.server_id,
             validate: true,
             visible_during_snapshot: capture.visible_during_snapshot,
+            read_timeout: capture.read_timeout,
         }
     }
 }
@@ -77,6 +84,7 @@ impl SourceOptions {
         let mut capture = CaptureOptions::new(self.tables.join(", "), self.mode.clone());
         capture.server_id = self.server_id;
         capture.visible_during_snapshot = self.visible_during_snapshot;
+        capture.read_timeout = self.read_timeout;
         capture.snapshot.chunk_size = self.chunk_size;
         capture.snapshot.parallelism = self.parallelism;
         capture.snapshot.chunk_keys = self.chunk_keys.clone().into_iter().collect();
