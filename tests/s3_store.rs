@@ -171,6 +171,21 @@ async fn check(engine: &Engine, db: &str) {
     check_table(srv, engine, "s3s", db, "t", "id, v, n", true, &from, &end).await;
 }
 
+/// Thirty transactions on `db.t`, each an update, a delete and an insert.
+async fn thirty_transactions(conn: &mut mysql_async::Conn, db: &str) {
+    for i in 0..30 {
+        conn.query_drop(format!(
+            "UPDATE {db}.t SET n = n + 1 WHERE id = {}; DELETE FROM {db}.t WHERE id = {};
+             INSERT INTO {db}.t VALUES ({}, 'new', {i})",
+            i + 1,
+            i + 100,
+            1000 + i
+        ))
+        .await
+        .unwrap();
+    }
+}
+
 /// A fresh database `db` holding table `t` with 300 rows; the connection that made it.
 async fn table_of_300_rows(srv: &DevServer, db: &str) -> mysql_async::Conn {
     let mut conn = root_conn(srv).await;
@@ -204,17 +219,7 @@ async fn checkpoints_on_s3_resume_exactly_and_damage_is_refused() {
         .await
         .unwrap();
     engine.wait_ready("s3s").await.unwrap();
-    for i in 0..30 {
-        conn.query_drop(format!(
-            "UPDATE {db}.t SET n = n + 1 WHERE id = {}; DELETE FROM {db}.t WHERE id = {};
-             INSERT INTO {db}.t VALUES ({}, 'new', {i})",
-            i + 1,
-            i + 100,
-            1000 + i
-        ))
-        .await
-        .unwrap();
-    }
+    thirty_transactions(&mut conn, db).await;
     caught_up(&engine).await;
     engine.shutdown().await.unwrap();
     let before = engine_changelog(&engine, "s3s", db, "t", "id, v, n").await;
@@ -358,17 +363,7 @@ async fn checkpoints_that_cannot_reach_the_store_are_retried_and_lose_nothing() 
     // The store goes away: open connections are reset, new ones dropped as they come.
     proxy.refuse_new(true);
     proxy.reset_all();
-    for i in 0..30 {
-        conn.query_drop(format!(
-            "UPDATE {db}.t SET n = n + 1 WHERE id = {}; DELETE FROM {db}.t WHERE id = {};
-             INSERT INTO {db}.t VALUES ({}, 'new', {i})",
-            i + 1,
-            i + 100,
-            1000 + i
-        ))
-        .await
-        .unwrap();
-    }
+    thirty_transactions(&mut conn, db).await;
     wait_status(&engine, "state", "retrying", |r| r == "state=retrying").await;
     // Capture goes on meanwhile; only durability waits.
     caught_up(&engine).await;

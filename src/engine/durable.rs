@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use super::error::EngineError;
 use super::session::{Engine, EngineOptions};
-use super::source::RunningSource;
 use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, Durability, DurableError, Store};
@@ -53,13 +52,7 @@ impl Engine {
 
     /// Writes a last checkpoint of every durable source (a clean stop).
     pub async fn shutdown(&self) -> Result<(), EngineError> {
-        let sources: Vec<Arc<RunningSource>> = self
-            .sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let sources = self.running_sources();
         for source in sources {
             source.checkpoint_now().await?;
         }

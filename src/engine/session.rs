@@ -83,6 +83,16 @@ impl Engine {
         Self::build(None)
     }
 
+    /// Every running source, taken out of the lock.
+    pub(super) fn running_sources(&self) -> Vec<Arc<RunningSource>> {
+        self.sources
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Names of the sources.
     pub fn source_names(&self) -> Vec<String> {
         self.sources
@@ -358,13 +368,7 @@ impl Engine {
                 Ok(self.ctx.read_empty()?)
             }
             CdcStatement::ShowSources => {
-                let sources: Vec<Arc<RunningSource>> = self
-                    .sources
-                    .read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .values()
-                    .cloned()
-                    .collect();
+                let sources = self.running_sources();
                 let text = |v: Vec<Option<String>>| -> ArrayRef { Arc::new(StringArray::from(v)) };
                 let name = sources.iter().map(|s| Some(s.name.clone())).collect();
                 let url = sources.iter().map(|s| Some(s.url.clone())).collect();
