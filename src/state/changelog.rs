@@ -28,7 +28,7 @@ use arrow::datatypes::{
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
-use crate::change::schema::{TableId, TableSchema};
+use crate::change::schema::TableId;
 use crate::change::SourceTransaction;
 use crate::state::merge::{ChangelogEvent, TableState};
 
@@ -192,28 +192,31 @@ pub fn transaction_batches(
     tx: &SourceTransaction,
     tx_seq: u64,
 ) -> Result<Vec<(TableId, RecordBatch)>, ArrowError> {
-    let mut tables: Vec<(Arc<TableSchema>, Vec<ChangelogEvent>)> = Vec::new();
+    // One codec per table, made at its first change and kept for its rendering.
+    let mut tables: Vec<(RowCodec, Vec<ChangelogEvent>)> = Vec::new();
     for change in &tx.changes {
-        let at = match tables.iter().position(|(t, _)| t.id == change.table.id) {
+        let at = match tables
+            .iter()
+            .position(|(c, _)| c.schema().id == change.table.id)
+        {
             Some(at) => at,
             None => {
-                tables.push((Arc::clone(&change.table), Vec::new()));
+                tables.push((RowCodec::new(Arc::clone(&change.table))?, Vec::new()));
                 tables.len() - 1
             }
         };
-        let codec = RowCodec::new(Arc::clone(&change.table))?;
-        TableState::binlog_events(&codec, tx, change, &mut tables[at].1)?;
+        let (codec, events) = &mut tables[at];
+        TableState::binlog_events(codec, tx, change, events)?;
     }
     tables
         .into_iter()
         .filter(|(_, events)| !events.is_empty())
-        .map(|(table, events)| {
-            let codec = RowCodec::new(Arc::clone(&table))?;
+        .map(|(codec, events)| {
             let refs: Vec<&ChangelogEvent> = events.iter().collect();
             let seq = vec![tx_seq; refs.len()];
-            let schema = changelog_schema(&table.arrow);
+            let schema = changelog_schema(&codec.schema().arrow);
             let segment = changelog_batch(&codec, &schema, &refs, &seq)?;
-            Ok((table.id.clone(), segment.batch))
+            Ok((codec.schema().id.clone(), segment.batch))
         })
         .collect()
 }
