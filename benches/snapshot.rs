@@ -89,9 +89,10 @@ async fn main() {
         let mut options = CaptureOptions::new("bench.t", SnapshotMode::SnapshotOnly);
         options.server_id = 8990;
         options.snapshot.window_server_id = 8991;
-        let warm = Capture::start(
+        let warm = Capture::start_with_progress(
             ConnectOptions::from_url(&server.cdc_url()).unwrap(),
             options,
+            Default::default(),
         )
         .await
         .unwrap();
@@ -111,18 +112,23 @@ async fn main() {
             reset_peak_rss();
             let base = peak_rss_mib();
             let started = Instant::now();
-            let (capture, events) = Capture::start(
+            let (mut capture, log) = Capture::start_with_progress(
                 ConnectOptions::from_url(&server.cdc_url()).unwrap(),
                 options,
+                Default::default(),
             )
             .await
             .unwrap();
+            // Queryable: the table published as a version.
+            let published = capture.snapshot_table(0, None).unwrap();
             let elapsed = started.elapsed();
+            assert_eq!(published.len() as u64, total);
             let peak = peak_rss_mib();
             assert_eq!(capture.state(0).len() as u64, total);
-            assert_eq!(events.len() as u64, total);
+            assert_eq!(log.len() as u64, total);
             let chunks = capture.progress().report().chunks_total;
-            drop(events);
+            drop(log);
+            drop(published);
             drop(capture);
             let r = rate(total, elapsed);
             println!(

@@ -30,11 +30,14 @@
 //! tables go on.
 //!
 //! # Output
-//! [`Capture::start`] returns the changelog of the snapshot and hand-off (up to `max(HIGH)`)
-//! sorted by position; [`Capture::next`] returns the changelog of each later transaction.
+//! [`Capture::start_with_progress`] returns the changelog of the snapshot and hand-off (up to
+//! `max(HIGH)`) as a [`HandoffLog`]: each chunk's entries column-wise, and the changes streamed
+//! meanwhile, every entry at its own position ([`handoff`]); [`Capture::start`] lists them one
+//! by one. [`Capture::next`] returns the changelog of each later transaction.
 //! Replaying all of it in position order gives exactly the current state.
 
 mod display;
+pub mod handoff;
 pub mod version;
 
 use std::collections::HashMap;
@@ -56,7 +59,10 @@ use crate::source::snapshot::incremental::{
     plan_snapshot, Phase, Progress, SnapshotOptions, SnapshotRun,
 };
 use crate::state::current::TableSnapshot;
-use crate::state::merge::{ChangelogEvent, TableState};
+use crate::state::merge::TableState;
+
+use handoff::Ordinals;
+pub use handoff::{ChunkChange, HandoffLog, HandoffPart, TableChange};
 
 /// How a capture begins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,13 +99,6 @@ impl CaptureOptions {
             read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
         }
     }
-}
-
-/// One changelog entry of one captured table (an index into [`Capture::tables`]).
-#[derive(Debug, Clone)]
-pub struct TableChange {
-    pub table: usize,
-    pub event: ChangelogEvent,
 }
 
 /// A table whose capture stopped: a statement changed it outside row events (a DDL the
@@ -155,7 +154,10 @@ impl Capture {
         connect: ConnectOptions,
         options: CaptureOptions,
     ) -> SourceResult<(Self, Vec<TableChange>)> {
-        Self::start_with_progress(connect, options, Arc::new(Progress::default())).await
+        let (capture, log) =
+            Self::start_with_progress(connect, options, Arc::new(Progress::default())).await?;
+        let events = log.into_events(|t| capture.states[t].codec().as_ref())?;
+        Ok((capture, events))
     }
 
     /// [`Capture::start`], reporting into `progress` while the snapshot runs.
@@ -163,7 +165,7 @@ impl Capture {
         connect: ConnectOptions,
         options: CaptureOptions,
         progress: Arc<Progress>,
-    ) -> SourceResult<(Self, Vec<TableChange>)> {
+    ) -> SourceResult<(Self, HandoffLog)> {
         let (info, tables) = Self::matching_tables(&connect, &options.tables).await?;
         Self::start_resolved(connect, options, info, tables, progress).await
     }
@@ -176,7 +178,7 @@ impl Capture {
         info: ServerInfo,
         tables: Vec<Arc<TableSchema>>,
         progress: Arc<Progress>,
-    ) -> SourceResult<(Self, Vec<TableChange>)> {
+    ) -> SourceResult<(Self, HandoffLog)> {
         let run = match options.mode {
             SnapshotMode::StreamOnly(_) => None,
             _ => Some(
@@ -202,7 +204,7 @@ impl Capture {
         tables: Vec<Arc<TableSchema>>,
         run: Option<Arc<SnapshotRun>>,
         progress: Arc<Progress>,
-    ) -> SourceResult<(Self, Vec<TableChange>)> {
+    ) -> SourceResult<(Self, HandoffLog)> {
         let index = tables
             .iter()
             .enumerate()
@@ -248,7 +250,7 @@ impl Capture {
                     .map_err(|e| SourceError::arrow("starting the stream", e))?;
             }
             capture.progress.set_phase(Phase::Streaming);
-            return Ok((capture, Vec::new()));
+            return Ok((capture, HandoffLog::default()));
         }
         let started = std::time::Instant::now();
         let run = run.ok_or_else(|| {
@@ -262,25 +264,31 @@ impl Capture {
         };
         let (min_high, max_high) = (first.high.clone(), last.high.clone());
         tracing::info!(chunks = chunks.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
-        let mut out = Vec::new();
-        // Consumed one by one, so each chunk's rows are freed once applied.
+        let mut log = HandoffLog::default();
+        let mut ordinals = Ordinals::default();
+        // Consumed one by one: a chunk's batch becomes its table's state and its changelog.
         for chunk in chunks {
-            let mut events = Vec::new();
-            capture.states[chunk.table]
-                .apply_snapshot(&chunk.high, &chunk.rows, &mut events)
+            let entries = capture.states[chunk.table]
+                .apply_snapshot(&chunk.high, chunk.rows)
                 .map_err(|e| SourceError::arrow("applying a chunk", e))?;
-            out.extend(events.into_iter().map(|event| TableChange {
+            let first = ordinals.take(&chunk.high, entries.len())?;
+            log.chunks.push(ChunkChange {
                 table: chunk.table,
-                event,
-            }));
+                high: chunk.high,
+                first,
+                entries,
+            });
         }
-        tracing::info!(rows = out.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
+        tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         capture.progress.set_phase(Phase::CatchUp);
         let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
-        capture.follow(&mut reader, &max_high, &mut out).await?;
+        capture
+            .follow(&mut reader, &max_high, &mut log.changes)
+            .await?;
         tracing::info!(elapsed = ?started.elapsed(), "caught up to the last HIGH");
-        // Stable: entries of one chunk keep their order under their shared position.
-        out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
+        // Stable: already in binlog order, which is position order.
+        log.changes
+            .sort_by(|a, b| a.event.position.cmp(&b.event.position));
         for state in &mut capture.states {
             state
                 .finish_handoff()
@@ -295,7 +303,7 @@ impl Capture {
             capture.progress.set_phase(Phase::Streaming);
             capture.reader = Some(reader);
         }
-        Ok((capture, out))
+        Ok((capture, log))
     }
 
     /// Checks the server and loads the schemas of the tables `patterns` selects, in the order

@@ -61,6 +61,14 @@ impl RowCodec {
     /// with no Arrow form (a zero or invalid date), and distinct such values (`0000-00-00`,
     /// `2024-00-00`) would share one key and overwrite each other.
     pub fn encode(&self, batch: &RecordBatch) -> Result<(Rows, Rows), ArrowError> {
+        Ok((
+            self.keys(batch)?,
+            self.full.convert_columns(batch.columns())?,
+        ))
+    }
+
+    /// The keys of every row of `batch`, with the check of [`RowCodec::encode`].
+    pub fn keys(&self, batch: &RecordBatch) -> Result<Rows, ArrowError> {
         let key_cols: Vec<ArrayRef> = self
             .key_columns
             .iter()
@@ -81,10 +89,13 @@ impl RowCodec {
                 )));
             }
         }
-        Ok((
-            self.key.convert_columns(&key_cols)?,
-            self.full.convert_columns(batch.columns())?,
-        ))
+        self.key.convert_columns(&key_cols)
+    }
+
+    /// Row `row` of `batch` in Arrow's row format (full row).
+    pub fn row_of(&self, batch: &RecordBatch, row: usize) -> Result<OwnedRow, ArrowError> {
+        let one = batch.slice(row, 1);
+        Ok(self.full.convert_columns(one.columns())?.row(0).owned())
     }
 
     /// Keys of rows given only by their key columns (in key order).

@@ -105,15 +105,30 @@ pub struct ChangePosition {
     pub sub: u8,
 }
 
+impl ChangePosition {
+    /// Writes the text form of the position `(tx, event_index, row_index, sub)` (what
+    /// `Display` writes), without building a `ChangePosition`.
+    pub fn write_text(
+        w: &mut impl fmt::Write,
+        tx: &BinlogCoord,
+        event_index: u32,
+        row_index: u32,
+        sub: u8,
+    ) -> fmt::Result {
+        write!(
+            w,
+            "{}:{:012}:{:010}:{:010}:{}",
+            tx.file, tx.offset, event_index, row_index, sub
+        )
+    }
+}
+
 impl fmt::Display for ChangePosition {
     /// Renders as text that sorts like the position when compared as a string within one file
-    /// name length: `binlog.000003:000000001234:00002:00000:0`.
+    /// name length: `binlog.000003:000000001234:0000000002:0000000000:0`. Every index is
+    /// padded to its type's full width, so the order holds for any transaction size.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{:012}:{:05}:{:05}:{}",
-            self.tx.file, self.tx.offset, self.event_index, self.row_index, self.sub
-        )
+        Self::write_text(f, &self.tx, self.event_index, self.row_index, self.sub)
     }
 }
 
@@ -428,6 +443,21 @@ mod tests {
         assert_eq!(p.to_string().parse::<ChangePosition>().unwrap(), p);
         assert!("binlog.000001:4:0:0".parse::<ChangePosition>().is_err());
         assert!("binlog.000001:4:0:x:0".parse::<ChangePosition>().is_err());
+    }
+
+    #[test]
+    fn position_text_sorts_like_positions_past_five_digits() {
+        let v = [
+            pos("binlog.000009", 900, 0, 99_999),
+            pos("binlog.000009", 900, 0, 100_000),
+            pos("binlog.000009", 900, 1, 0),
+            pos("binlog.000009", 900, 123_456, 0),
+            pos("binlog.000009", 900, u32::MAX, u32::MAX),
+        ];
+        let text: Vec<String> = v.iter().map(ToString::to_string).collect();
+        let mut sorted = text.clone();
+        sorted.sort();
+        assert_eq!(sorted, text);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use super::retry::MemoryJournal;
 use super::source_status::SourceStatus;
 use super::stop::Stop;
 use crate::capture::version::{Published, SourceVersion};
-use crate::capture::{Capture, CaptureOptions, TableChange, TableStop};
+use crate::capture::{Capture, CaptureOptions, HandoffLog, HandoffPart, TableChange, TableStop};
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableId;
 use crate::durable::progress::{self, ProgressJournal};
@@ -35,7 +35,7 @@ use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
 use crate::source::snapshot::journal::SnapshotJournal;
-use crate::state::changelog::{changelog_batch, Changelog};
+use crate::state::changelog::{changelog_batch, chunk_changelog, Changelog};
 use crate::state::current::CurrentTable;
 use crate::state::merge::TableState;
 
@@ -152,7 +152,7 @@ pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
         .map(|t| Changelog::new(&t.arrow))
         .collect();
     let mut numbers = TxNumbers::default();
-    append(&capture, &mut changelogs, &handoff, &mut numbers)?;
+    append_handoff(&capture, &mut changelogs, &handoff, &mut numbers)?;
     Ok(Started {
         consistent_from: handoff_end(&task.progress),
         capture,
@@ -312,6 +312,39 @@ pub(super) async fn resume_published(
         consistent_from,
         stopped: (*previous.stopped).clone(),
     })
+}
+
+/// Appends the changelog of a snapshot and its hand-off in position order: each chunk as a
+/// segment of its own rows, the changes between chunks as [`append`] does.
+pub(super) fn append_handoff(
+    capture: &Capture,
+    changelogs: &mut [Changelog],
+    log: &HandoffLog,
+    numbers: &mut TxNumbers,
+) -> SourceResult<()> {
+    for part in log.parts() {
+        match part {
+            HandoffPart::Changes(changes) => append(capture, changelogs, changes, numbers)?,
+            HandoffPart::Chunk(chunk) => {
+                let t = chunk.table;
+                let segment = chunk_changelog(
+                    capture.state(t).codec(),
+                    &changelogs[t].schema,
+                    &chunk.entries,
+                    &chunk.high,
+                    chunk.first,
+                )
+                .map_err(|e| {
+                    SourceError::arrow(
+                        format!("building the changelog of {}", capture.tables()[t].id),
+                        e,
+                    )
+                })?;
+                changelogs[t].append(segment);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Appends changes to the changelogs, one segment per table.

@@ -17,19 +17,22 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, UInt64Array,
+    ArrayRef, RecordBatch, StringArray, StringBuilder, StructArray, TimestampMicrosecondArray,
+    UInt32Array, UInt64Array,
 };
 use arrow::array::{AsArray, BooleanArray};
 use arrow::buffer::NullBuffer;
-use arrow::compute::nullif;
+use arrow::compute::{nullif, take};
 use arrow::datatypes::{
     DataType, Field, Fields, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
 };
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
+use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::TableId;
-use crate::change::SourceTransaction;
+use crate::change::{Op, SourceTransaction};
+use crate::state::handoff::ChunkEntries;
 use crate::state::merge::{ChangelogEvent, TableState};
 
 /// Metadata columns that precede the table's columns.
@@ -173,6 +176,85 @@ pub fn changelog_batch(
         min_commit_ts: ts.iter().min().copied(),
         max_commit_ts: ts.iter().max().copied(),
         batch,
+    })
+}
+
+/// The changelog segment of one applied snapshot chunk: the chunk's own rows (shared, not
+/// copied) with the metadata columns, entry `i` at its own position `(high, 0, first + i, 0)`:
+/// `r`, or `u` with `_before` where the key held an older row.
+pub fn chunk_changelog(
+    codec: &RowCodec,
+    schema: &SchemaRef,
+    entries: &ChunkEntries,
+    high: &BinlogCoord,
+    first: u32,
+) -> Result<ChangelogSegment, ArrowError> {
+    let n = entries.len();
+    let table = codec.schema();
+    let mut ops = vec![Op::Read.code(); n];
+    for (i, _) in &entries.before {
+        ops[*i as usize] = Op::Update.code();
+    }
+    let mut positions = StringBuilder::with_capacity(n, n * (high.file.len() + 37));
+    for i in 0..n as u32 {
+        ChangePosition::write_text(&mut positions, high, 0, first + i, 0)
+            .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
+        positions.append_value("");
+    }
+    let positions = positions.finish();
+    let (min_position, max_position) = match n {
+        0 => (String::new(), String::new()),
+        _ => (
+            positions.value(0).to_string(),
+            positions.value(n - 1).to_string(),
+        ),
+    };
+    let DataType::Struct(before_fields) =
+        schema.field(schema.fields().len() - 1).data_type().clone()
+    else {
+        unreachable!("the last changelog column is the _before struct")
+    };
+    let before: ArrayRef = if entries.before.is_empty() {
+        Arc::new(StructArray::new_null(before_fields, n))
+    } else {
+        // Row j of the decoded before images goes to entry `entries.before[j].0`.
+        let images = codec.decode(entries.before.iter().map(|(_, row)| row))?;
+        let mut take_from: Vec<Option<u32>> = vec![None; n];
+        for (j, (i, _)) in entries.before.iter().enumerate() {
+            take_from[*i as usize] = Some(j as u32);
+        }
+        let take_from = UInt32Array::from(take_from);
+        let children = images
+            .columns()
+            .iter()
+            .map(|c| take(c, &take_from, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        let present = NullBuffer::from(take_from.iter().map(|t| t.is_some()).collect::<Vec<_>>());
+        Arc::new(StructArray::try_new(
+            before_fields,
+            children,
+            Some(present),
+        )?)
+    };
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(ops)),
+        Arc::new(positions),
+        Arc::new(StringArray::new_null(n)),
+        Arc::new(UInt64Array::from(vec![0; n])),
+        Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")),
+        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+            table.id.to_string(),
+            n,
+        ))),
+    ];
+    columns.extend(entries.rows.columns().iter().cloned());
+    columns.push(before);
+    Ok(ChangelogSegment {
+        batch: RecordBatch::try_new(Arc::clone(schema), columns)?,
+        min_position,
+        max_position,
+        min_commit_ts: None,
+        max_commit_ts: None,
     })
 }
 

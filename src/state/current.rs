@@ -1,13 +1,15 @@
 //! The current table after the hand-off: compact, keyed, and published as immutable snapshots.
 //!
 //! # Representation
-//! A table is an immutable *base* (one Arrow batch of rows plus an index from key bytes to row)
-//! and a persistent *overlay* of the keys changed since the base was built (upsert or delete).
-//! Applying a change touches only the overlay; [`CurrentTable::snapshot`] clones the overlay in
-//! O(1) (it is a persistent hash map) and shares the base, so publishing a new version costs
-//! O(changed rows), readers never block ingestion, and ingestion never waits for readers. When
-//! the overlay grows past a fraction of the base, the two are merged into a new base: O(table),
-//! amortised over at least that many changes.
+//! A table is an immutable *base* (Arrow batches of rows, their keys in Arrow's row format and a
+//! [`KeyIndex`] from key to row) and a persistent *overlay* of the keys changed since the base
+//! was built (upsert or delete). Applying a change touches only the overlay;
+//! [`CurrentTable::snapshot`] clones the overlay in O(1) (it is a persistent hash map) and
+//! shares the base, so publishing a new version costs O(changed rows), readers never block
+//! ingestion, and ingestion never waits for readers. When the overlay grows past a fraction of
+//! the base, the two are merged into a new base: O(table), amortised over at least that many
+//! changes. A base built at the end of a snapshot keeps the snapshot's chunk batches as they
+//! were read (shared with the changelog's `r` entries), so a snapshot's rows are held once.
 //!
 //! # Invariants
 //! * A key appears at most once in a snapshot: the overlay entry for a key hides its base row.
@@ -15,18 +17,20 @@
 //! * Tables without a primary key are keyed by the whole row with a copy count (a multiset).
 //!
 //! # Memory
-//! The base is plain Arrow; the index holds the key bytes and a row number per row, and the
-//! overlay holds Arrow's row format of changed rows. `benches` measures the total against the
-//! Arrow size of the rows.
+//! The base is plain Arrow plus the key bytes and 20 bytes of index per row; the overlay holds
+//! Arrow's row format of changed rows. `benches` measures the total against the Arrow size of
+//! the rows.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use arrow::array::{BooleanArray, RecordBatch, UInt32Array};
-use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
+use arrow::compute::{
+    concat_batches, filter_record_batch, interleave_record_batch, take_record_batch,
+};
 use arrow::error::ArrowError;
-use arrow::row::OwnedRow;
+use arrow::row::{OwnedRow, Rows};
 
+use super::index::KeyIndex;
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
@@ -39,19 +43,38 @@ const COMPACT_MIN: usize = 4096;
 /// Key bytes in Arrow's row format.
 pub type KeyBytes = Box<[u8]>;
 
-/// One row of the base: its index in the base batch and its copy count.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    row: u32,
-    count: u32,
-}
-
+/// The immutable rows of a table: distinct rows in batches, with their keys and index.
 #[derive(Debug)]
-struct Base {
-    rows: RecordBatch,
-    index: HashMap<KeyBytes, Slot, ahash::RandomState>,
+pub struct Base {
+    batches: Vec<RecordBatch>,
+    /// Key bytes of every row of `batches`, one buffer per batch.
+    keys: Vec<Rows>,
+    index: KeyIndex,
     /// Sum of copy counts.
     len: usize,
+}
+
+impl Base {
+    /// A base over `batches` whose rows are distinct keys, with `keys[b]` the key bytes of
+    /// batch `b` and `index` naming every row exactly once.
+    pub fn from_parts(batches: Vec<RecordBatch>, keys: Vec<Rows>, index: KeyIndex) -> Self {
+        let len = index.iter().map(|s| s.count as usize).sum();
+        Self {
+            batches,
+            keys,
+            index,
+            len,
+        }
+    }
+
+    fn find(&self, key: &[u8]) -> Option<super::index::Slot> {
+        self.index.get(self.index.hash(key), key, &self.keys)
+    }
+
+    /// Rows held, distinct keys once.
+    fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
 }
 
 /// An overlay value: the row and its copy count, or a delete.
@@ -79,46 +102,29 @@ pub struct TableSnapshot {
 }
 
 impl CurrentTable {
-    /// Builds the table from rows (e.g. the state at the end of the hand-off).
+    /// Builds the table from rows (e.g. a checkpoint's rows).
     pub fn new(codec: Arc<RowCodec>, rows: &RecordBatch) -> Result<Self, ArrowError> {
         let base = build_base(&codec, rows)?;
-        Ok(Self {
-            len: base.len,
-            codec,
-            base: Arc::new(base),
-            overlay: imbl::HashMap::new(),
-        })
+        Ok(Self::from_base(codec, base, Vec::new()))
     }
 
-    /// Builds the table from distinct keys with their rows and copy counts (the merge's state
-    /// at the end of the hand-off), without encoding the keys again.
-    pub fn from_rows(
+    /// The table made of `base` and the upserts in `overlay` (keys the base does not hold),
+    /// e.g. the end of a snapshot hand-off: its chunks and the changes streamed meanwhile.
+    pub fn from_base(
         codec: Arc<RowCodec>,
-        rows: impl Iterator<Item = (OwnedRow, OwnedRow, u32)>,
-    ) -> Result<Self, ArrowError> {
-        let (lower, _) = rows.size_hint();
-        let mut index: HashMap<KeyBytes, Slot, ahash::RandomState> =
-            HashMap::with_capacity_and_hasher(lower, ahash::RandomState::new());
-        let mut full = Vec::with_capacity(lower);
-        let mut len = 0;
-        for (key, row, count) in rows {
-            index.insert(
-                key.as_ref().into(),
-                Slot {
-                    row: full.len() as u32,
-                    count,
-                },
-            );
-            len += count as usize;
-            full.push(row);
-        }
-        let rows = codec.decode(full.iter())?;
-        Ok(Self {
-            len,
+        base: Base,
+        overlay: Vec<(KeyBytes, OwnedRow, u32)>,
+    ) -> Self {
+        let len = base.len + overlay.iter().map(|(_, _, n)| *n as usize).sum::<usize>();
+        Self {
             codec,
-            base: Arc::new(Base { rows, index, len }),
-            overlay: imbl::HashMap::new(),
-        })
+            base: Arc::new(base),
+            overlay: overlay
+                .into_iter()
+                .map(|(k, row, n)| (k, Some((Arc::new(row), n))))
+                .collect(),
+            len,
+        }
     }
 
     /// The table as `snapshot` holds it, to go on changing from there (a capture restarted
@@ -150,24 +156,29 @@ impl CurrentTable {
     }
 
     /// The row and count under `key` now, if any.
-    fn lookup(&self, key: &[u8]) -> OverlayValue {
-        match self.overlay.get(key) {
-            Some(v) => v.clone(),
-            None => self.base.index.get(key).map(|slot| {
-                let batch = self.base.rows.slice(slot.row as usize, 1);
-                let row = self
-                    .codec
-                    .encode(&batch)
-                    .map(|(_, full)| full.row(0).owned())
-                    .expect("a base row encodes like it did when the base was built");
-                (Arc::new(row), slot.count)
-            }),
+    fn lookup(&self, key: &[u8]) -> Result<OverlayValue, ArrowError> {
+        if let Some(v) = self.overlay.get(key) {
+            return Ok(v.clone());
         }
+        let Some(slot) = self.base.find(key) else {
+            return Ok(None);
+        };
+        let batch = self.base.batches[slot.batch as usize].slice(slot.row as usize, 1);
+        let (_, full) = self.codec.encode(&batch)?;
+        Ok(Some((Arc::new(full.row(0).owned()), slot.count)))
     }
 
     /// Copies currently stored under `key`.
     pub fn count(&self, key: &[u8]) -> u32 {
-        self.lookup(key).map_or(0, |(_, n)| n)
+        match self.overlay.get(key) {
+            Some(v) => v.as_ref().map_or(0, |(_, n)| *n),
+            None => self.base.find(key).map_or(0, |s| s.count),
+        }
+    }
+
+    /// The row stored under `key` now, if any (in Arrow's row format).
+    pub fn row(&self, key: &[u8]) -> Result<Option<Arc<OwnedRow>>, ArrowError> {
+        Ok(self.lookup(key)?.map(|(row, _)| row))
     }
 
     /// Stores `row` under `key` with `count` copies (keyed tables: 1), or deletes the key.
@@ -215,37 +226,47 @@ impl CurrentTable {
     }
 }
 
+/// A one-batch base of `rows`; identical keys (keyless tables) become one row with a count.
 fn build_base(codec: &RowCodec, rows: &RecordBatch) -> Result<Base, ArrowError> {
     let (keys, _) = codec.encode(rows)?;
-    let mut index: HashMap<KeyBytes, Slot, ahash::RandomState> =
-        HashMap::with_capacity_and_hasher(rows.num_rows(), ahash::RandomState::new());
-    let mut keep = Vec::with_capacity(rows.num_rows());
-    for (i, key) in keys.iter().enumerate() {
-        match index.get_mut(key.as_ref()) {
-            // Identical rows of a keyless table: one base row with a count.
-            Some(slot) => slot.count += 1,
+    let keys = vec![keys];
+    let mut index = KeyIndex::with_capacity(rows.num_rows());
+    let mut keep = Vec::new();
+    let mut unique = true;
+    for i in 0..rows.num_rows() {
+        let key = keys[0].row(i).data();
+        let hash = index.hash(key);
+        match index.get_mut(hash, key, &keys) {
+            Some(slot) => {
+                slot.count += 1;
+                unique = false;
+            }
             None => {
-                index.insert(
-                    key.as_ref().into(),
-                    Slot {
-                        row: keep.len() as u32,
-                        count: 1,
-                    },
-                );
+                index.insert_new(hash, 0, i as u32, 1);
                 keep.push(i as u32);
             }
         }
     }
-    let unique = if keep.len() == rows.num_rows() {
-        rows.clone()
-    } else {
-        take_record_batch(rows, &UInt32Array::from(keep))?
+    if unique {
+        return Ok(Base::from_parts(vec![rows.clone()], keys, index));
+    }
+    // Keep the first row of each key; its slot is rebuilt at its new place.
+    let rows = take_record_batch(rows, &UInt32Array::from(keep))?;
+    let counts: Vec<u32> = {
+        let mut by_row = vec![0u32; keys[0].num_rows()];
+        for slot in index.iter() {
+            by_row[slot.row as usize] = slot.count;
+        }
+        by_row.into_iter().filter(|n| *n > 0).collect()
     };
-    Ok(Base {
-        len: rows.num_rows(),
-        rows: unique,
-        index,
-    })
+    let (kept_keys, _) = codec.encode(&rows)?;
+    let kept_keys = vec![kept_keys];
+    let mut kept = KeyIndex::with_capacity(rows.num_rows());
+    for (i, count) in counts.into_iter().enumerate() {
+        let key = kept_keys[0].row(i).data();
+        kept.insert_new(kept.hash(key), 0, i as u32, count);
+    }
+    Ok(Base::from_parts(vec![rows], kept_keys, kept))
 }
 
 impl TableSnapshot {
@@ -273,22 +294,46 @@ impl TableSnapshot {
             return Ok(rows.clone());
         }
         let base = &self.base;
-        let mut out = Vec::new();
-        let hidden: Vec<u32> = self
-            .overlay
-            .keys()
-            .filter_map(|k| base.index.get(k).map(|s| s.row))
-            .collect();
-        let visible = if hidden.is_empty() {
-            base.rows.clone()
-        } else {
-            let mut mask = vec![true; base.rows.num_rows()];
-            for r in hidden {
-                mask[r as usize] = false;
+        let mut hidden: Vec<Vec<u32>> = vec![Vec::new(); base.batches.len()];
+        for key in self.overlay.keys() {
+            if let Some(slot) = base.find(key) {
+                hidden[slot.batch as usize].push(slot.row);
             }
-            filter_record_batch(&base.rows, &BooleanArray::from(mask))?
-        };
-        out.push(self.repeat_counts(visible)?);
+        }
+        let copies = self.copies();
+        let mut out = Vec::with_capacity(base.batches.len() + 1);
+        for (b, batch) in base.batches.iter().enumerate() {
+            let rows = match &copies {
+                // Keyless tables: each row as often as it occurs, hidden ones not at all.
+                Some(copies) => {
+                    let mut counts = copies[b].clone();
+                    for r in &hidden[b] {
+                        counts[*r as usize] = 0;
+                    }
+                    let idx: Vec<u32> = counts
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, n)| std::iter::repeat_n(i as u32, *n as usize))
+                        .collect();
+                    if idx.len() == batch.num_rows() && hidden[b].is_empty() {
+                        batch.clone()
+                    } else {
+                        take_record_batch(batch, &UInt32Array::from(idx))?
+                    }
+                }
+                None if hidden[b].is_empty() => batch.clone(),
+                None => {
+                    let mut mask = vec![true; batch.num_rows()];
+                    for r in &hidden[b] {
+                        mask[*r as usize] = false;
+                    }
+                    filter_record_batch(batch, &BooleanArray::from(mask))?
+                }
+            };
+            if rows.num_rows() > 0 || out.is_empty() {
+                out.push(rows);
+            }
+        }
         let upserts: Vec<(&Arc<OwnedRow>, u32)> = self
             .overlay
             .values()
@@ -304,18 +349,22 @@ impl TableSnapshot {
         Ok(out)
     }
 
-    /// Repeats base rows of keyless tables by their copy count.
-    fn repeat_counts(&self, visible: RecordBatch) -> Result<RecordBatch, ArrowError> {
-        if !self.codec.keyless() || self.base.len == self.base.rows.num_rows() {
-            return Ok(visible);
+    /// Copy counts of every base row per batch, when some row stands for several (keyless
+    /// tables with identical rows); `None` when every row is one.
+    fn copies(&self) -> Option<Vec<Vec<u32>>> {
+        if self.base.len == self.base.rows() {
+            return None;
         }
-        let (keys, _) = self.codec.encode(&visible)?;
-        let mut idx = Vec::with_capacity(visible.num_rows());
-        for (i, k) in keys.iter().enumerate() {
-            let n = self.base.index.get(k.as_ref()).map_or(1, |s| s.count);
-            idx.extend(std::iter::repeat_n(i as u32, n as usize));
+        let mut copies: Vec<Vec<u32>> = self
+            .base
+            .batches
+            .iter()
+            .map(|b| vec![0; b.num_rows()])
+            .collect();
+        for slot in self.base.index.iter() {
+            copies[slot.batch as usize][slot.row as usize] = slot.count;
         }
-        take_record_batch(&visible, &UInt32Array::from(idx))
+        Some(copies)
     }
 
     /// The rows under each of `keys` (key bytes), in the order given, without scanning.
@@ -329,13 +378,24 @@ impl TableSnapshot {
                 }
                 Some(None) => {}
                 None => {
-                    if let Some(slot) = self.base.index.get(key) {
-                        base_rows.extend(std::iter::repeat_n(slot.row, slot.count as usize));
+                    if let Some(slot) = self.base.find(key) {
+                        base_rows.extend(std::iter::repeat_n(
+                            (slot.batch as usize, slot.row as usize),
+                            slot.count as usize,
+                        ));
                     }
                 }
             }
         }
-        let from_base = take_record_batch(&self.base.rows, &UInt32Array::from(base_rows))?;
+        let batches: Vec<&RecordBatch> = self.base.batches.iter().collect();
+        let from_base = if base_rows.is_empty() {
+            RecordBatch::new_empty(Arc::clone(&self.codec.schema().arrow))
+        } else {
+            interleave_record_batch(&batches, &base_rows)?
+        };
+        if overlay_rows.is_empty() {
+            return Ok(from_base);
+        }
         let from_overlay = self.codec.decode(overlay_rows.iter().map(Arc::as_ref))?;
         concat_batches(&self.codec.schema().arrow, [&from_base, &from_overlay])
     }
@@ -344,19 +404,22 @@ impl TableSnapshot {
         &self.codec
     }
 
-    /// Bytes held by this version: the base rows, its index (entries, table slots and key
-    /// bytes) and the overlay's rows. An estimate of allocations, for status and benchmarks.
+    /// Bytes held by this version: the base rows, their keys and index, and the overlay's
+    /// rows. An estimate of allocations, for status and benchmarks.
     pub fn memory_size(&self) -> usize {
-        let base_rows = self.base.rows.get_array_memory_size();
-        let slot = std::mem::size_of::<(KeyBytes, Slot)>() + 1;
-        let index = self.base.index.capacity() * slot
-            + self.base.index.keys().map(|k| k.len()).sum::<usize>();
+        let base_rows: usize = self
+            .base
+            .batches
+            .iter()
+            .map(RecordBatch::get_array_memory_size)
+            .sum();
+        let keys: usize = self.base.keys.iter().map(Rows::size).sum();
         let overlay = self
             .overlay
             .iter()
             .map(|(k, v)| k.len() + v.as_ref().map_or(0, |(r, _)| r.as_ref().as_ref().len()) + 64)
             .sum::<usize>();
-        base_rows + index + overlay
+        base_rows + keys + self.base.index.memory_size() + overlay
     }
 }
 

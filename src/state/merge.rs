@@ -25,17 +25,15 @@
 //! (in HIGH order) before its binlog phase starts at `min(HIGH)`; replaying the changelog in
 //! position order then gives exactly the current state (`tests/snapshot_scenarios.rs`).
 
-use std::collections::hash_map::Entry as MapEntry;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
 use arrow::error::ArrowError;
 use arrow::row::{OwnedRow, Rows};
 
-use arrow::compute::concat_batches;
-
 use super::current::{CurrentTable, TableSnapshot};
+use super::handoff::{ChunkEntries, Handoff};
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::TableSchema;
@@ -57,22 +55,12 @@ pub struct ChangelogEvent {
     pub after: Option<OwnedRow>,
 }
 
-/// The version and value of one key.
-#[derive(Debug)]
-struct Entry {
-    version: ChangePosition,
-    /// `None` is a tombstone.
-    row: Option<OwnedRow>,
-    /// Copies of the row: always 1 for keyed tables, the multiplicity for keyless ones.
-    count: u32,
-}
-
 /// The current state of one table under the merge rule.
 #[derive(Debug)]
 pub struct TableState {
     codec: Arc<RowCodec>,
-    /// Versioned entries until the hand-off is complete.
-    entries: HashMap<OwnedRow, Entry, ahash::RandomState>,
+    /// Versioned chunks and changes until the hand-off is complete.
+    handoff: Handoff,
     /// After the hand-off every change is newer than every version, so versions are dropped
     /// and the compact, snapshot-able representation takes over.
     current: Option<CurrentTable>,
@@ -93,7 +81,7 @@ impl TableState {
     pub fn new(schema: Arc<TableSchema>) -> Result<Self, ArrowError> {
         Ok(Self {
             codec: Arc::new(RowCodec::new(schema)?),
-            entries: HashMap::default(),
+            handoff: Handoff::default(),
             current: None,
         })
     }
@@ -106,7 +94,7 @@ impl TableState {
     pub fn from_current(current: CurrentTable) -> Self {
         Self {
             codec: Arc::clone(current.codec()),
-            entries: HashMap::default(),
+            handoff: Handoff::default(),
             current: Some(current),
         }
     }
@@ -115,11 +103,8 @@ impl TableState {
     /// are no longer needed and the state becomes a [`CurrentTable`].
     pub fn finish_handoff(&mut self) -> Result<(), ArrowError> {
         if self.current.is_none() {
-            let entries = std::mem::take(&mut self.entries);
-            let live = entries
-                .into_iter()
-                .filter_map(|(key, e)| e.row.map(|row| (key, row, e.count)));
-            self.current = Some(CurrentTable::from_rows(Arc::clone(&self.codec), live)?);
+            let handoff = std::mem::take(&mut self.handoff);
+            self.current = Some(handoff.finish(Arc::clone(&self.codec))?);
         }
         Ok(())
     }
@@ -135,75 +120,20 @@ impl TableState {
     }
 
     /// Applies a chunk normalised to `high` (its rows are the table's state at `high` within
-    /// the chunk's range).
+    /// the chunk's range); returns its changelog entries, all at `high`: `r` for a key that held
+    /// no row, `u` (with the row it held) for one that held an older row.
     pub fn apply_snapshot(
         &mut self,
         high: &BinlogCoord,
-        rows: &RecordBatch,
-        out: &mut Vec<ChangelogEvent>,
-    ) -> Result<(), ArrowError> {
+        rows: RecordBatch,
+    ) -> Result<ChunkEntries, ArrowError> {
         if self.current.is_some() {
             return Err(ArrowError::InvalidArgumentError(
                 "a snapshot chunk arrived after the hand-off ended".into(),
             ));
         }
-        let version = snapshot_position(high);
-        let (keys, full) = self.codec.encode(rows)?;
-        let mut counts: Vec<(OwnedRow, OwnedRow, u32)> = Vec::with_capacity(rows.num_rows());
-        if self.codec.keyless() {
-            // Identical rows share a key: count them first.
-            let mut index: HashMap<OwnedRow, usize, ahash::RandomState> = HashMap::default();
-            for (k, r) in keys.iter().zip(full.iter()) {
-                match index.entry(k.owned()) {
-                    MapEntry::Occupied(o) => counts[*o.get()].2 += 1,
-                    MapEntry::Vacant(v) => {
-                        v.insert(counts.len());
-                        counts.push((k.owned(), r.owned(), 1));
-                    }
-                }
-            }
-        } else {
-            // Keys are unique within a chunk.
-            counts.extend(
-                keys.iter()
-                    .zip(full.iter())
-                    .map(|(k, r)| (k.owned(), r.owned(), 1)),
-            );
-        }
-        self.entries.reserve(counts.len());
-        out.reserve(counts.len());
-        for (key, row, count) in counts {
-            let before = match self.entries.get(&key) {
-                Some(e) if e.version >= version => continue,
-                Some(e) => e.row.clone(),
-                None => None,
-            };
-            let op = if before.is_some() {
-                Op::Update
-            } else {
-                Op::Read
-            };
-            for _ in 0..count {
-                out.push(ChangelogEvent {
-                    op,
-                    key: key.clone(),
-                    position: version.clone(),
-                    gtid: None,
-                    commit_ts_micros: 0,
-                    before: before.clone(),
-                    after: Some(row.clone()),
-                });
-            }
-            self.entries.insert(
-                key,
-                Entry {
-                    version: version.clone(),
-                    row: Some(row),
-                    count,
-                },
-            );
-        }
-        Ok(())
+        self.handoff
+            .add_chunk(&self.codec, snapshot_position(high), rows)
     }
 
     /// Applies the rows of one change batch of `tx`.
@@ -272,9 +202,9 @@ impl TableState {
                     if let Some((ok, orow)) = old {
                         if self.newer(&ok, &pos(0)) {
                             let left = if keyless {
-                                self.entries
-                                    .get(&ok)
-                                    .map_or(0, |e| e.count.saturating_sub(1))
+                                self.handoff
+                                    .row(&self.codec, ok.row().data())?
+                                    .map_or(0, |(_, n)| n.saturating_sub(1))
                             } else {
                                 0
                             };
@@ -286,12 +216,13 @@ impl TableState {
                     if let Some((nk, nrow)) = new {
                         let sub = if batch.op == Op::Update { 1 } else { 0 };
                         if self.newer(&nk, &pos(sub)) {
-                            let existing = self.entries.get(&nk).and_then(|e| e.row.clone());
+                            let held = self.handoff.row(&self.codec, nk.row().data())?;
                             let count = if keyless {
-                                self.entries.get(&nk).map_or(0, |e| e.count) + 1
+                                held.as_ref().map_or(0, |(_, n)| *n) + 1
                             } else {
                                 1
                             };
+                            let existing = held.map(|(row, _)| row);
                             let op = match (batch.op, &existing) {
                                 (Op::Insert, None) | (Op::Update, None) => Op::Insert,
                                 _ if keyless => Op::Insert,
@@ -359,35 +290,26 @@ impl TableState {
     }
 
     fn newer(&self, key: &OwnedRow, pos: &ChangePosition) -> bool {
-        self.entries.get(key).is_none_or(|e| *pos > e.version)
+        self.handoff
+            .version(key.row().data())
+            .is_none_or(|version| pos > version)
     }
 
     fn put(&mut self, key: OwnedRow, version: ChangePosition, row: Option<OwnedRow>, count: u32) {
-        self.entries.insert(
-            key,
-            Entry {
-                version,
-                row,
-                count,
-            },
-        );
+        self.handoff.put(key.row().data(), version, row, count);
     }
 
     /// Forgets tombstones; safe once the stream has passed every chunk's HIGH.
     pub fn drop_tombstones(&mut self) {
-        self.entries.retain(|_, e| e.row.is_some());
+        self.handoff.drop_tombstones();
     }
 
     /// Live rows (counting copies of keyless rows).
     pub fn len(&self) -> usize {
-        if let Some(current) = &self.current {
-            return current.len();
+        match &self.current {
+            Some(current) => current.len(),
+            None => self.handoff.len(),
         }
-        self.entries
-            .values()
-            .filter(|e| e.row.is_some())
-            .map(|e| e.count as usize)
-            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -396,21 +318,13 @@ impl TableState {
 
     /// The current rows as a batch (in no particular order).
     pub fn to_batch(&self) -> Result<RecordBatch, ArrowError> {
-        if let Some(current) = &self.current {
-            let snapshot = TableSnapshot::of(current);
-            return concat_batches(&self.codec.schema().arrow, &snapshot.scan_all()?);
+        match &self.current {
+            Some(current) => {
+                let snapshot = TableSnapshot::of(current);
+                concat_batches(&self.codec.schema().arrow, &snapshot.scan_all()?)
+            }
+            None => self.handoff.to_batch(&self.codec),
         }
-        let rows: Vec<&OwnedRow> = self
-            .entries
-            .values()
-            .filter_map(|e| {
-                e.row
-                    .as_ref()
-                    .map(|r| std::iter::repeat_n(r, e.count as usize))
-            })
-            .flatten()
-            .collect();
-        self.codec.decode(rows)
     }
 }
 

@@ -1,11 +1,15 @@
 //! The state stage: what the engine knows about each captured table.
 //!
 //! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
-//! changelog entries that replay to them; after the hand-off, [`current`] keeps them compactly
+//! changelog entries that replay to them, holding the hand-off's chunks column-wise
+//! ([`handoff`]) with one compact key index ([`index`]); after the hand-off, [`current`] keeps
+//! them compactly
 //! and publishes immutable snapshots for queries; [`changelog`] keeps every change as
 //! append-only Arrow batches; [`diff`] gives the entries between two states (re-snapshots).
 
 pub mod changelog;
 pub mod current;
 pub mod diff;
+pub mod handoff;
+pub mod index;
 pub mod merge;

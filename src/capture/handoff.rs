@@ -1,0 +1,169 @@
+//! The changelog of a snapshot and its hand-off, as the capture produced it: one part per
+//! applied chunk (its own rows, column-wise) and the binlog changes streamed up to `max(HIGH)`.
+//!
+//! # Positions
+//! Every entry has a position of its own, so a reader can resume strictly after any entry:
+//! the entries of a chunk read at HIGH `h` are at `(h, 0, k, 0)` with `k` counting every
+//! chunk entry at `h` (chunks that share a HIGH, of any table, continue one count), in the
+//! order the chunks are applied (HIGH order). Binlog changes have event index ≥ 1, so the
+//! snapshot entries at `h` come before the changes of the transaction that starts at `h`.
+//! The order of chunks and the count are the same whenever the same chunks are applied, so
+//! positions are stable across restarts.
+
+use crate::change::keys::RowCodec;
+use crate::change::position::{BinlogCoord, ChangePosition};
+use crate::change::Op;
+use crate::source::error::{SourceError, SourceResult};
+use crate::state::handoff::ChunkEntries;
+use crate::state::merge::ChangelogEvent;
+
+/// One changelog entry of one captured table (an index into the capture's tables).
+#[derive(Debug, Clone)]
+pub struct TableChange {
+    pub table: usize,
+    pub event: ChangelogEvent,
+}
+
+/// One applied snapshot chunk of table `table` (an index into the capture's tables): its
+/// entries are at `(high, 0, first + i, 0)`.
+#[derive(Debug, Clone)]
+pub struct ChunkChange {
+    pub table: usize,
+    pub high: BinlogCoord,
+    pub first: u32,
+    pub entries: ChunkEntries,
+}
+
+impl ChunkChange {
+    /// Where the chunk's first entry is.
+    fn start(&self) -> ChangePosition {
+        ChangePosition {
+            tx: self.high.clone(),
+            event_index: 0,
+            row_index: self.first,
+            sub: 0,
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct HandoffLog {
+    /// In the order they were applied (HIGH order).
+    pub chunks: Vec<ChunkChange>,
+    /// In position order.
+    pub changes: Vec<TableChange>,
+}
+
+/// A run of the hand-off changelog in position order.
+#[derive(Debug, Clone, Copy)]
+pub enum HandoffPart<'a> {
+    Chunk(&'a ChunkChange),
+    Changes(&'a [TableChange]),
+}
+
+/// Numbers chunk entries per HIGH; see the module docs.
+#[derive(Debug, Default)]
+pub(super) struct Ordinals {
+    high: Option<BinlogCoord>,
+    next: u32,
+}
+
+impl Ordinals {
+    /// The first ordinal of `n` entries at `high` (chunks come in HIGH order).
+    pub(super) fn take(&mut self, high: &BinlogCoord, n: usize) -> SourceResult<u32> {
+        if self.high.as_ref() != Some(high) {
+            self.high = Some(high.clone());
+            self.next = 0;
+        }
+        let first = self.next;
+        self.next = u32::try_from(n)
+            .ok()
+            .and_then(|n| first.checked_add(n))
+            .ok_or_else(|| {
+                SourceError::Internal(format!(
+                    "more than {} snapshot entries at one position ({high})",
+                    u32::MAX
+                ))
+            })?;
+        Ok(first)
+    }
+}
+
+impl HandoffLog {
+    /// Entries in all.
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(|c| c.entries.len()).sum::<usize>() + self.changes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The chunks and the runs of changes between them, in position order.
+    pub fn parts(&self) -> Vec<HandoffPart<'_>> {
+        let mut parts = Vec::with_capacity(self.chunks.len() * 2 + 1);
+        let mut rest = self.changes.as_slice();
+        for chunk in &self.chunks {
+            let start = chunk.start();
+            let before = rest.partition_point(|c| c.event.position < start);
+            if before > 0 {
+                parts.push(HandoffPart::Changes(&rest[..before]));
+            }
+            rest = &rest[before..];
+            parts.push(HandoffPart::Chunk(chunk));
+        }
+        if !rest.is_empty() {
+            parts.push(HandoffPart::Changes(rest));
+        }
+        parts
+    }
+
+    /// Every entry as a [`TableChange`], in position order: the row-wise form, for tools and
+    /// tests that inspect entries one by one.
+    /// `codec(t)` is the row codec of table `t`.
+    pub fn into_events<'a>(
+        self,
+        codec: impl Fn(usize) -> &'a RowCodec,
+    ) -> SourceResult<Vec<TableChange>> {
+        let mut out = Vec::with_capacity(self.len());
+        for part in self.parts() {
+            match part {
+                HandoffPart::Changes(changes) => out.extend_from_slice(changes),
+                HandoffPart::Chunk(chunk) => {
+                    let codec = codec(chunk.table);
+                    let fail = |e| SourceError::arrow("listing the snapshot's entries", e);
+                    let (keys, rows) = codec.encode(&chunk.entries.rows).map_err(fail)?;
+                    let mut before = chunk.entries.before.iter().peekable();
+                    for i in 0..chunk.entries.len() {
+                        let prior = before
+                            .next_if(|(at, _)| *at as usize == i)
+                            .map(|(_, row)| row.clone());
+                        out.push(TableChange {
+                            table: chunk.table,
+                            event: ChangelogEvent {
+                                op: if prior.is_some() {
+                                    Op::Update
+                                } else {
+                                    Op::Read
+                                },
+                                key: keys.row(i).owned(),
+                                position: ChangePosition {
+                                    tx: chunk.high.clone(),
+                                    event_index: 0,
+                                    row_index: chunk.first + i as u32,
+                                    sub: 0,
+                                },
+                                gtid: None,
+                                commit_ts_micros: 0,
+                                before: prior,
+                                after: Some(rows.row(i).owned()),
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
