@@ -1,11 +1,13 @@
 //! Incremental snapshot throughput and memory, beside the raw `SELECT *` rate of the same table
 //! measured in the same run.
 //!
-//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N`, default 1,000,000). It
-//! starts its own private MariaDB, fills a 7-column table, and prints rows/s of:
-//! a plain `SELECT *` through mysql_async (rows decoded, then dropped), the `mariadb` client,
-//! and cdcfusion's snapshot (`snapshot_only`, both methods) at parallelism 1, 2 and 4, with the
-//! peak resident memory of each snapshot run.
+//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R`, default
+//! 1,000,000 rows and 5 rounds). It starts its own private MariaDB, fills a 7-column table, and
+//! alternates (ABAB) a plain `SELECT *` through mysql_async (rows decoded, then dropped) with
+//! cdcfusion's snapshot until the table is queryable (default options, chunks applied and the
+//! table published as a version). It prints each round and the medians: the rate ratio, the
+//! CPU time per row of this process and of mysqld, the peak resident memory of the snapshot
+//! against the Arrow size of the rows, and the published table's own memory against it.
 
 mod common;
 
@@ -14,7 +16,6 @@ use std::time::{Duration, Instant};
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::snapshot::incremental::SnapshotMethod;
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -58,10 +59,22 @@ async fn main() {
     conn.query_drop("ANALYZE TABLE bench.t").await.unwrap();
     println!("snapshot of {total} rows (7 columns)");
 
-    // References: a raw SELECT * through mysql_async, and the mariadb client.
-    let mut best_raw = Duration::MAX;
-    let mut best_client = Duration::MAX;
-    for _ in 0..2 {
+    let rounds = arg("--rounds", 5);
+    let mysqld = server.pid().expect("the server runs");
+    let mut ratios = Vec::new();
+    let mut rss = Vec::new();
+    let mut held = Vec::new();
+    let mut cpu_ours = Vec::new();
+    let mut cpu_server = Vec::new();
+    let mut cpu_server_raw = Vec::new();
+    let mut server_id = 9000;
+    println!(
+        "  mariadb --quick > /dev/null: {:>12.0} rows/s",
+        rate(total, common::time_mariadb_client(server.port()))
+    );
+    for round in 1..=rounds {
+        // A: the reference.
+        let server_before = cpu_seconds(mysqld);
         let started = Instant::now();
         let mut result = conn.exec_iter("SELECT * FROM bench.t", ()).await.unwrap();
         let mut stream = result.stream::<mysql_async::Row>().await.unwrap().unwrap();
@@ -73,70 +86,108 @@ async fn main() {
         drop(stream);
         drop(result);
         assert_eq!(n, total);
-        best_raw = best_raw.min(started.elapsed());
-        best_client = best_client.min(common::time_mariadb_client(server.port()));
-    }
-    let raw = rate(total, best_raw);
-    println!("  raw SELECT * via mysql_async:          {raw:>12.0} rows/s");
-    println!(
-        "  mariadb --quick > /dev/null:           {:>12.0} rows/s",
-        rate(total, best_client)
-    );
+        let raw = started.elapsed();
+        cpu_server_raw.push((cpu_seconds(mysqld) - server_before) / total as f64);
 
-    let mut server_id = 9000;
-    // One untimed run first, so that no configuration pays for the first page faults.
-    {
+        // B: cdcfusion's snapshot, until the table is queryable.
         let mut options = CaptureOptions::new("bench.t", SnapshotMode::SnapshotOnly);
-        options.server_id = 8990;
-        options.snapshot.window_server_id = 8991;
-        let warm = Capture::start_with_progress(
+        server_id += 2;
+        options.server_id = server_id;
+        options.snapshot.window_server_id = server_id + 1;
+        reset_peak_rss();
+        let base = peak_rss_mib();
+        let ours_before = cpu_seconds(std::process::id());
+        let server_before = cpu_seconds(mysqld);
+        let started = Instant::now();
+        let (mut capture, log) = Capture::start_with_progress(
             ConnectOptions::from_url(&server.cdc_url()).unwrap(),
             options,
             Default::default(),
         )
         .await
         .unwrap();
-        drop(warm);
+        let published = capture.snapshot_table(0, None).unwrap();
+        let ours = started.elapsed();
+        let peak = peak_rss_mib() - base;
+        cpu_ours.push((cpu_seconds(std::process::id()) - ours_before) / total as f64);
+        cpu_server.push((cpu_seconds(mysqld) - server_before) / total as f64);
+        assert_eq!(published.len() as u64, total);
+        assert_eq!(log.len() as u64, total);
+        let arrow_mib = published
+            .scan_all()
+            .unwrap()
+            .iter()
+            .map(|b| b.get_array_memory_size())
+            .sum::<usize>() as f64
+            / MIB;
+        let table_mib = published.memory_size() as f64 / MIB;
+        drop(log);
+        drop(published);
+        drop(capture);
+        let ratio = raw.as_secs_f64() / ours.as_secs_f64();
+        println!(
+            "  round {round}: raw {:>10.0} rows/s, cdcfusion {:>10.0} rows/s, ratio {ratio:.2}; \
+             peak RSS +{peak:.0} MiB, table {table_mib:.0} MiB, Arrow size {arrow_mib:.0} MiB",
+            rate(total, raw),
+            rate(total, ours),
+        );
+        ratios.push(ratio);
+        rss.push(peak / arrow_mib);
+        held.push(table_mib / arrow_mib);
     }
-    for method in [
-        SnapshotMethod::ConsistentSnapshot,
-        SnapshotMethod::Watermarks,
-    ] {
-        for parallelism in [1, 2, 4] {
-            let mut options = CaptureOptions::new("bench.t", SnapshotMode::SnapshotOnly);
-            server_id += 2;
-            options.server_id = server_id;
-            options.snapshot.window_server_id = server_id + 1;
-            options.snapshot.parallelism = parallelism;
-            options.snapshot.method = method;
-            reset_peak_rss();
-            let base = peak_rss_mib();
-            let started = Instant::now();
-            let (mut capture, log) = Capture::start_with_progress(
-                ConnectOptions::from_url(&server.cdc_url()).unwrap(),
-                options,
-                Default::default(),
-            )
-            .await
-            .unwrap();
-            // Queryable: the table published as a version.
-            let published = capture.snapshot_table(0, None).unwrap();
-            let elapsed = started.elapsed();
-            assert_eq!(published.len() as u64, total);
-            let peak = peak_rss_mib();
-            assert_eq!(capture.state(0).len() as u64, total);
-            assert_eq!(log.len() as u64, total);
-            let chunks = capture.progress().report().chunks_total;
-            drop(log);
-            drop(published);
-            drop(capture);
-            let r = rate(total, elapsed);
-            println!(
-                "  cdcfusion {method:?} parallelism {parallelism} ({chunks} chunks): {r:>12.0} rows/s  ratio {:.2}  peak RSS {:.0} MiB (from {:.0})",
-                r / raw,
-                peak,
-                base
-            );
-        }
-    }
+    println!("median of {rounds} rounds (ABAB):");
+    println!(
+        "  snapshot rate / raw SELECT *:          {:.2}",
+        median(&mut ratios)
+    );
+    println!(
+        "  peak RSS / Arrow size of the rows:     {:.2}",
+        median(&mut rss)
+    );
+    println!(
+        "  current-table memory / Arrow size:     {:.2}",
+        median(&mut held)
+    );
+    println!(
+        "  CPU per row: cdcfusion {:.0} ns, mysqld {:.0} ns (raw SELECT *: mysqld {:.0} ns)",
+        median(&mut cpu_ours) * 1e9,
+        median(&mut cpu_server) * 1e9,
+        median(&mut cpu_server_raw) * 1e9
+    );
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// `--name N` from the command line, else `default`.
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// User plus system CPU seconds of process `pid` so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }

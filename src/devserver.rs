@@ -340,6 +340,11 @@ impl DevServer {
         self.signal("-CONT")
     }
 
+    /// The server's process id while it runs (benchmarks read its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.server.as_ref().map(|c| c.id())
+    }
+
     fn signal(&self, signal: &str) -> io::Result<()> {
         let child = self
             .server
