@@ -17,7 +17,7 @@
 //! * Tables without a primary key are keyed by the whole row with a copy count (a multiset).
 //!
 //! # Memory
-//! The base is plain Arrow plus the key bytes and 20 bytes of index per row; the overlay holds
+//! The base is plain Arrow plus the key bytes and 16 bytes of index per row; the overlay holds
 //! Arrow's row format of changed rows. `benches` measures the total against the Arrow size of
 //! the rows.
 
@@ -242,7 +242,7 @@ fn build_base(codec: &RowCodec, rows: &RecordBatch) -> Result<Base, ArrowError> 
                 unique = false;
             }
             None => {
-                index.insert_new(hash, 0, i as u32, 1);
+                index.insert_new(hash, 0, i as u32, 1, &keys);
                 keep.push(i as u32);
             }
         }
@@ -264,7 +264,7 @@ fn build_base(codec: &RowCodec, rows: &RecordBatch) -> Result<Base, ArrowError> 
     let mut kept = KeyIndex::with_capacity(rows.num_rows());
     for (i, count) in counts.into_iter().enumerate() {
         let key = kept_keys[0].row(i).data();
-        kept.insert_new(kept.hash(key), 0, i as u32, count);
+        kept.insert_new(kept.hash(key), 0, i as u32, count, &kept_keys);
     }
     Ok(Base::from_parts(vec![rows], kept_keys, kept))
 }

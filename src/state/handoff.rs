@@ -2,7 +2,7 @@
 //!
 //! Snapshot chunks stay the Arrow batches they were read as. Each chunk carries one version
 //! (the position of its HIGH) and a [`KeyIndex`] names the newest chunk row of every key, so a
-//! chunk costs its Arrow size, its key bytes and 20 bytes of index per row: no heap object per
+//! chunk costs its Arrow size, its key bytes and 16 bytes of index per row: no heap object per
 //! row. Binlog changes applied before the hand-off ends, and the deletes among them
 //! (tombstones), go to a small *delta* keyed by key, each with its own position.
 //!
@@ -187,7 +187,7 @@ impl Handoff {
                 }
                 None => {}
             }
-            self.index.insert_new(hash, c, i, 1);
+            self.index.insert_new(hash, c, i, 1, &self.keys);
             passing.push(i);
         }
         let entries = if passing.len() == n {

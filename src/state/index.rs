@@ -1,9 +1,9 @@
 //! A key index with no heap object per key: hash → (batch, row, copies).
 //!
 //! The rows of a table live in Arrow batches and their keys in Arrow's row format, one
-//! [`Rows`] buffer per batch. The index stores only the key's 64-bit hash and where its row is,
-//! so an entry is 20 bytes in a flat table and a key is compared by reading its bytes from the
-//! batch's key buffer. The same index serves the snapshot hand-off (newest chunk row of each
+//! [`Rows`] buffer per batch. The index stores only 32 bits of the key's hash and where its
+//! row is, so an entry is 16 bytes in a flat table, and a key is compared by reading its bytes
+//! from the batch's key buffer (as is its full hash when the table grows). The same index serves the snapshot hand-off (newest chunk row of each
 //! key), the current table (its base rows) and point lookups.
 //!
 //! # Invariant
@@ -11,13 +11,14 @@
 //! key (the caller passes the key buffers the entries point into).
 
 use arrow::row::Rows;
-use hashbrown::hash_table::{Entry, HashTable};
+use hashbrown::hash_table::HashTable;
 
 /// Where the row of one key is, and how many identical copies it stands for (keyless tables
 /// keep identical rows once, with a count; keyed tables always 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
-    hash: u64,
+    /// The low 32 bits of the key's hash: most mismatches end here, before the key bytes.
+    tag: u32,
     pub batch: u32,
     pub row: u32,
     pub count: u32,
@@ -28,6 +29,11 @@ pub struct Slot {
 pub struct KeyIndex {
     table: HashTable<Slot>,
     hasher: ahash::RandomState,
+}
+
+/// Whether a slot holds `key` (whose hash is `hash`).
+fn matches<'a>(hash: u64, key: &'a [u8], keys: &'a [Rows]) -> impl Fn(&Slot) -> bool + 'a {
+    move |s| s.tag == hash as u32 && key_of(keys, s.batch, s.row) == key
 }
 
 /// The key bytes of one row of one batch, from the batches' key buffers.
@@ -50,43 +56,35 @@ impl KeyIndex {
 
     /// The slot of `key`, if any; `keys[b]` is the key buffer of batch `b`.
     pub fn get(&self, hash: u64, key: &[u8], keys: &[Rows]) -> Option<Slot> {
-        self.table
-            .find(hash, |s| {
-                s.hash == hash && key_of(keys, s.batch, s.row) == key
-            })
-            .copied()
+        self.table.find(hash, matches(hash, key, keys)).copied()
     }
 
     /// The slot of `key` to change in place, if any.
     pub fn get_mut(&mut self, hash: u64, key: &[u8], keys: &[Rows]) -> Option<&mut Slot> {
-        self.table.find_mut(hash, |s| {
-            s.hash == hash && key_of(keys, s.batch, s.row) == key
-        })
+        self.table.find_mut(hash, matches(hash, key, keys))
     }
 
-    /// Stores a key that has no slot yet (the caller checked with [`KeyIndex::get`]).
-    pub fn insert_new(&mut self, hash: u64, batch: u32, row: u32, count: u32) {
-        self.table.insert_unique(
+    /// Stores a key that has no slot yet (the caller checked with [`KeyIndex::get`]); `keys`
+    /// must hold the key bytes of every slot, its own included (a growing table rehashes them).
+    pub fn insert_new(&mut self, hash: u64, batch: u32, row: u32, count: u32, keys: &[Rows]) {
+        let Self { table, hasher } = self;
+        table.insert_unique(
             hash,
             Slot {
-                hash,
+                tag: hash as u32,
                 batch,
                 row,
                 count,
             },
-            |s| s.hash,
+            |s| hasher.hash_one(key_of(keys, s.batch, s.row)),
         );
     }
 
     /// Removes `key`'s slot and returns it.
     pub fn remove(&mut self, hash: u64, key: &[u8], keys: &[Rows]) -> Option<Slot> {
-        match self.table.entry(
-            hash,
-            |s| s.hash == hash && key_of(keys, s.batch, s.row) == key,
-            |s| s.hash,
-        ) {
-            Entry::Occupied(o) => Some(o.remove().0),
-            Entry::Vacant(_) => None,
+        match self.table.find_entry(hash, matches(hash, key, keys)) {
+            Ok(o) => Some(o.remove().0),
+            Err(_) => None,
         }
     }
 
@@ -139,7 +137,7 @@ mod tests {
                 let hash = index.hash(key);
                 match index.get_mut(hash, key, &keys) {
                     Some(slot) => slot.count += 1,
-                    None => index.insert_new(hash, b as u32, r as u32, 1),
+                    None => index.insert_new(hash, b as u32, r as u32, 1, &keys),
                 }
             }
         }

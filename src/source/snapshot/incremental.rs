@@ -165,6 +165,9 @@ pub struct SnapshotRun {
     pub(super) outcomes: Mutex<HashMap<(usize, usize), ChunkOutcome>>,
     /// Chunks an interrupted snapshot had finished (resumed, not read again).
     pub(super) done: Mutex<Vec<SnapshotChunk>>,
+    /// Connections of chunks that finished cleanly, for the next chunks (at most
+    /// `parallelism` exist at a time): each keeps its prepared statements.
+    pub(super) idle: Mutex<Vec<mysql_async::Conn>>,
 }
 
 impl std::fmt::Debug for SnapshotRun {
@@ -313,6 +316,7 @@ pub async fn plan_snapshot(
         feed: tokio::sync::OnceCell::new(),
         outcomes: Mutex::new(HashMap::new()),
         done: Mutex::new(done),
+        idle: Mutex::new(Vec::new()),
     }))
 }
 
@@ -363,7 +367,7 @@ impl SnapshotRun {
             .flat_map(|(t, p)| (0..p.ranges.len()).map(move |i| (t, i)))
             .filter(|(t, i)| !done.iter().any(|d| d.table == *t && d.index == *i))
             .collect();
-        let mut chunks: Vec<SnapshotChunk> = futures::stream::iter(parts)
+        let chunks: SourceResult<Vec<SnapshotChunk>> = futures::stream::iter(parts)
             .map(|(t, index)| async move {
                 let rows = self.read_chunk(t, index).await?;
                 let chunk = self.finished(t, index, &[rows])?;
@@ -377,7 +381,13 @@ impl SnapshotRun {
             })
             .buffer_unordered(self.options.parallelism.max(1))
             .try_collect()
-            .await?;
+            .await;
+        // The chunk connections are not needed past the run's chunks.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+        let mut chunks: Vec<SnapshotChunk> = chunks?;
         if let Some(feed) = self.feed.get() {
             feed.check()?;
         }

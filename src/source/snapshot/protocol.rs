@@ -59,6 +59,26 @@ impl SnapshotRun {
             .await
     }
 
+    /// A connection for a chunk: an idle one that still answers (within the read timeout), or
+    /// a new one.
+    async fn chunk_connection(&self) -> SourceResult<Conn> {
+        loop {
+            let idle = self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop();
+            let Some(mut conn) = idle else {
+                return self.connect.connect().await;
+            };
+            // A server restarted since the connection was last used would fail the chunk's
+            // first statement; one round trip tells.
+            if let Ok(Ok(())) = tokio::time::timeout(self.connect.read_timeout, conn.ping()).await {
+                return Ok(conn);
+            }
+        }
+    }
+
     /// The server's binlog end, within the read timeout.
     async fn position(&self, conn: &mut Conn) -> SourceResult<(BinlogCoord, GtidSet)> {
         self.connect
@@ -118,7 +138,7 @@ impl SnapshotRun {
         let table = &self.tables[t];
         let schema = &table.schema;
         let range = &table.ranges[index];
-        let mut conn = self.connect.connect().await?;
+        let mut conn = self.chunk_connection().await?;
         let (predicate, params) = match table.key {
             Some(key) => range.predicate(&schema.columns[key].name),
             None => (None, vec![]),
@@ -161,6 +181,12 @@ impl SnapshotRun {
             c.high = Some(high.clone());
         });
         tracing::debug!(table = %schema.id, chunk = index, range = %range.describe(), %low, %high, rows = n, window_changes, "chunk done");
+        // Only a chunk that ended cleanly gives its connection back: after an error its state
+        // (an open transaction, a half-read result) is unknown, and it is dropped.
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(conn);
         self.outcomes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
