@@ -2,7 +2,9 @@
 //! the same run with the same client (tokio-postgres): `SELECT 1` over the simple protocol, a
 //! primary-key lookup whose literal changes every time over the simple protocol (so no cache
 //! of statement text can flatter it), a prepared primary-key lookup (p50, p99), and rows/s of
-//! a large result in binary format.
+//! a large result in binary format. The prepared lookup is measured again on a session that
+//! plans every statement (`cdcfusion.point_lookups = off`), to show what the lookup from the
+//! key index saves.
 //!
 //! cdcfusion runs as its own process (`cdcfusion serve`, as PostgreSQL does), capturing the
 //! shared 7-column table from a private MariaDB. The two servers are measured alternately,
@@ -159,7 +161,7 @@ impl Drop for Served {
 
 /// Starts `cdcfusion serve` capturing `bench.t` from `url` on a free port, and returns it
 /// with a client once the table holds all `total` rows.
-async fn serve(url: &str, total: u64, dir: &std::path::Path) -> (Served, Client) {
+async fn serve(url: &str, total: u64, dir: &std::path::Path) -> (Served, Client, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -200,7 +202,7 @@ async fn serve(url: &str, total: u64, dir: &std::path::Path) -> (Served, Client)
                 .ok()
                 .map(|row| row.get::<_, i64>(0));
             if count == Some(total as i64) {
-                return (served, client);
+                return (served, client, conninfo);
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -243,9 +245,19 @@ async fn main() {
     common::insert_rows(&mut conn, 1, total).await;
     let dir = std::env::temp_dir().join(format!("cdcfusion-pgwire-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (_served, ours) = serve(&mariadb.cdc_url(), total, &dir).await;
+    let (_served, ours, conninfo) = serve(&mariadb.cdc_url(), total, &dir).await;
     let ours = Side {
         client: ours,
+        table: "bench.t".into(),
+    };
+    // The same server with every statement planned (no point lookups from the key index).
+    let planned = connect(&conninfo).await;
+    planned
+        .batch_execute("SET cdcfusion.point_lookups = off")
+        .await
+        .unwrap();
+    let planned = Side {
+        client: planned,
         table: "bench.t".into(),
     };
 
@@ -293,6 +305,12 @@ async fn main() {
         t.push(prepared_lookups(&theirs, total, round).await);
     }
     report_latency("PK lookup, prepared", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(prepared_lookups(&planned, total, round).await);
+        t.push(prepared_lookups(&theirs, total, round).await);
+    }
+    report_latency("PK lookup, prepared, planned", &o, &t);
     let (mut o, mut t) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         o.push(scan(&ours, total).await);
