@@ -1,38 +1,46 @@
 //! The PostgreSQL front end beside the machine's PostgreSQL serving the same rows, measured in
-//! the same run with the same client (tokio-postgres): simple-query round trip and primary-key
-//! point lookup (p50, p99), and rows/s of a large result.
+//! the same run with the same client (tokio-postgres): `SELECT 1` over the simple protocol, a
+//! primary-key lookup whose literal changes every time over the simple protocol (so no cache
+//! of statement text can flatter it), a prepared primary-key lookup (p50, p99), and rows/s of
+//! a large result in binary format. The prepared lookup is measured again on a session that
+//! plans every statement (`cdcfusion.point_lookups = off`), to show what the lookup from the
+//! key index saves.
 //!
-//! Run with `cargo bench --bench pgwire` (optionally `-- --rows N`, default 200,000). It starts
-//! its own private MariaDB, captures the shared 7-column table, serves it on a free port, and
-//! needs a PostgreSQL on 127.0.0.1:5432 that trusts local connections and has a database
-//! `test` (override with `PGBENCH_REFERENCE`, a libpq connection string); it creates a
-//! uniquely named table there and drops it at the end.
+//! cdcfusion runs as its own process (`cdcfusion serve`, as PostgreSQL does), capturing the
+//! shared 7-column table from a private MariaDB. The two servers are measured alternately,
+//! cdcfusion then PostgreSQL, for [`ROUNDS`] rounds; each figure is the median over the
+//! rounds, and each ratio the median of the rounds' ratios (cdcfusion / PostgreSQL for
+//! latencies, so lower is better; rows/s for the large result, so higher is better).
+//!
+//! Run with `cargo bench --bench pgwire` (optionally `-- --rows N`, default 200,000). It needs
+//! a PostgreSQL on 127.0.0.1:5432 that trusts local connections and has a database `test`
+//! (override with `PGBENCH_REFERENCE`, a libpq connection string); it creates a uniquely named
+//! table there and drops it at the end.
 
 mod common;
 
-use std::sync::Arc;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cdcfusion::capture::{CaptureOptions, SnapshotMode};
-use cdcfusion::config::{AuthMethod, FrontendSettings};
 use cdcfusion::devserver::{DevServer, DevServerOptions};
-use cdcfusion::engine::Engine;
-use cdcfusion::frontend::Server;
 use futures::{pin_mut, TryStreamExt};
 use rand::{Rng, SeedableRng};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-/// The allocator the `cdcfusion` binary uses, so the figures match it.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// Round trips and point lookups per side.
-const SAMPLES: usize = 2000;
-/// Full reads per side (the best one counts).
-const SCANS: usize = 3;
+/// Alternating rounds per measurement (ours, then the reference, each round).
+const ROUNDS: usize = 7;
+/// Round trips or lookups per side and round.
+const SAMPLES: usize = 500;
+/// Requests before each measurement, not counted.
+const WARM_UP: usize = 100;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 async fn connect(conninfo: &str) -> Client {
@@ -45,63 +53,178 @@ async fn connect(conninfo: &str) -> Client {
     client
 }
 
-/// p50 and p99 of `SELECT 1` over the simple protocol.
-async fn round_trips(client: &Client) -> (Duration, Duration) {
+/// One server as the bench sees it: a client and the name of the table.
+struct Side {
+    client: Client,
+    table: String,
+}
+
+/// p50 and p99 (µs) of `SAMPLES` runs of `once`.
+async fn latencies<F, Fut>(mut once: F) -> (f64, f64)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for i in 0..WARM_UP {
+        once(i).await;
+    }
     let mut times = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
+    for i in 0..SAMPLES {
         let started = Instant::now();
-        client.simple_query("SELECT 1").await.unwrap();
+        once(i).await;
         times.push(started.elapsed());
     }
     times.sort();
-    (percentile(&times, 0.5), percentile(&times, 0.99))
+    let micros = |d: Duration| d.as_secs_f64() * 1e6;
+    (
+        micros(percentile(&times, 0.5)),
+        micros(percentile(&times, 0.99)),
+    )
 }
 
-/// p50 and p99 of a prepared primary-key lookup with random keys.
-async fn lookups(client: &Client, table: &str, total: u64) -> (Duration, Duration) {
-    let statement = client
-        .prepare(&format!("SELECT * FROM {table} WHERE id = $1"))
-        .await
-        .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut times = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        let id = rng.random_range(1..=total) as i64;
-        let started = Instant::now();
-        let rows = client.query(&statement, &[&id]).await.unwrap();
-        times.push(started.elapsed());
-        assert_eq!(rows.len(), 1);
-    }
-    times.sort();
-    (percentile(&times, 0.5), percentile(&times, 0.99))
+/// `SELECT 1` over the simple protocol.
+async fn select_one(side: &Side) -> (f64, f64) {
+    latencies(|_| async {
+        side.client.simple_query("SELECT 1").await.unwrap();
+    })
+    .await
 }
 
-/// Rows/s of `SELECT *` streamed in binary format (best of [`SCANS`]).
-async fn scan(client: &Client, table: &str, total: u64) -> f64 {
-    let statement = client
-        .prepare(&format!("SELECT * FROM {table}"))
-        .await
-        .unwrap();
-    let mut best = Duration::MAX;
-    for _ in 0..SCANS {
-        let started = Instant::now();
-        let rows = client
-            .query_raw(&statement, std::iter::empty::<i64>())
-            .await
-            .unwrap();
-        pin_mut!(rows);
-        let mut n = 0u64;
-        while rows.try_next().await.unwrap().is_some() {
-            n += 1;
+/// `SELECT * FROM t WHERE id = <random>` over the simple protocol: new text every time.
+async fn literal_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
+    let rng = std::cell::RefCell::new(rand::rngs::StdRng::seed_from_u64(seed));
+    latencies(|_| {
+        let id = rng.borrow_mut().random_range(1..=total);
+        let sql = format!("SELECT * FROM {} WHERE id = {id}", side.table);
+        async move {
+            let messages = side.client.simple_query(&sql).await.unwrap();
+            let rows = messages
+                .iter()
+                .filter(|m| matches!(m, SimpleQueryMessage::Row(_)))
+                .count();
+            assert_eq!(rows, 1);
         }
-        assert_eq!(n, total);
-        best = best.min(started.elapsed());
-    }
-    total as f64 / best.as_secs_f64()
+    })
+    .await
 }
 
-fn ratio(ours: Duration, reference: Duration) -> f64 {
-    ours.as_secs_f64() / reference.as_secs_f64()
+/// A prepared `SELECT * FROM t WHERE id = $1` with random keys.
+async fn prepared_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
+    let statement = side
+        .client
+        .prepare(&format!("SELECT * FROM {} WHERE id = $1", side.table))
+        .await
+        .unwrap();
+    let rng = std::cell::RefCell::new(rand::rngs::StdRng::seed_from_u64(seed));
+    latencies(|_| {
+        let id = rng.borrow_mut().random_range(1..=total) as i64;
+        let statement = &statement;
+        async move {
+            let rows = side.client.query(statement, &[&id]).await.unwrap();
+            assert_eq!(rows.len(), 1);
+        }
+    })
+    .await
+}
+
+/// Rows/s of `SELECT *` streamed in binary format.
+async fn scan(side: &Side, total: u64) -> f64 {
+    let statement = side
+        .client
+        .prepare(&format!("SELECT * FROM {}", side.table))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let rows = side
+        .client
+        .query_raw(&statement, std::iter::empty::<i64>())
+        .await
+        .unwrap();
+    pin_mut!(rows);
+    let mut n = 0u64;
+    while rows.try_next().await.unwrap().is_some() {
+        n += 1;
+    }
+    assert_eq!(n, total);
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The `cdcfusion serve` process, killed when dropped.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cdcfusion serve` capturing `bench.t` from `url` on a free port, and returns it
+/// with a client once the table holds all `total` rows.
+async fn serve(url: &str, total: u64, dir: &std::path::Path) -> (Served, Client, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let init = dir.join("init.sql");
+    std::fs::write(
+        &init,
+        format!(
+            "CREATE SOURCE src FROM MYSQL '{url}' WITH (tables = 'bench.t', server_id = 9200);\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--init"])
+        .arg(&init)
+        .env("CDCFUSION_AUTH", "trust")
+        .env("RUST_LOG", "cdcfusion=warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("starting cdcfusion serve");
+    let served = Served(child);
+    let conninfo = format!("host=127.0.0.1 port={port} user=bench dbname=src");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "cdcfusion did not capture the table"
+        );
+        if let Ok((client, connection)) = tokio_postgres::connect(&conninfo, NoTls).await {
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            let count = client
+                .query_one("SELECT count(*) FROM bench.t", &[])
+                .await
+                .ok()
+                .map(|row| row.get::<_, i64>(0));
+            if count == Some(total as i64) {
+                return (served, client, conninfo);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Medians over the rounds of one latency measurement, printed.
+fn report_latency(name: &str, ours: &[(f64, f64)], theirs: &[(f64, f64)]) {
+    for (label, pick) in [("p50", 0usize), ("p99", 1)] {
+        let get = |v: &(f64, f64)| if pick == 0 { v.0 } else { v.1 };
+        let ratios = ours
+            .iter()
+            .zip(theirs)
+            .map(|(o, t)| get(o) / get(t))
+            .collect();
+        println!(
+            "  {name:<30} {label}: cdcfusion {:>7.0} µs, PostgreSQL {:>7.0} µs, ratio {:.2}",
+            median(ours.iter().map(get).collect()),
+            median(theirs.iter().map(get).collect()),
+            median(ratios)
+        );
+    }
 }
 
 #[tokio::main]
@@ -113,38 +236,30 @@ async fn main() {
         format!("host=127.0.0.1 port=5432 dbname=test user={user}")
     });
 
-    // cdcfusion: capture the table, serve it.
+    // cdcfusion: its own process capturing the table from a private MariaDB.
     let mariadb = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
     let mut conn = mysql_async::Conn::from_url(mariadb.root_url())
         .await
         .unwrap();
     common::create_table(&mut conn).await;
     common::insert_rows(&mut conn, 1, total).await;
-    let engine = Arc::new(Engine::new());
-    let mut options = CaptureOptions::new("bench.t", SnapshotMode::Initial);
-    options.server_id = 9200;
-    options.snapshot.window_server_id = 9201;
-    engine
-        .create_source("src", &mariadb.cdc_url(), options)
-        .unwrap();
-    engine.wait_ready("src").await.unwrap();
-    let settings = FrontendSettings {
-        auth: AuthMethod::Trust,
-        ..FrontendSettings::default()
+    let dir = std::env::temp_dir().join(format!("cdcfusion-pgwire-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (_served, ours, conninfo) = serve(&mariadb.cdc_url(), total, &dir).await;
+    let ours = Side {
+        client: ours,
+        table: "bench.t".into(),
     };
-    let server = Server::bind(
-        Arc::clone(&engine),
-        "127.0.0.1:0".parse().unwrap(),
-        settings,
-    )
-    .await
-    .unwrap();
-    let port = server.local_addr().port();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
-    let ours = connect(&format!("host=127.0.0.1 port={port} user=bench dbname=src")).await;
+    // The same server with every statement planned (no point lookups from the key index).
+    let planned = connect(&conninfo).await;
+    planned
+        .batch_execute("SET cdcfusion.point_lookups = off")
+        .await
+        .unwrap();
+    let planned = Side {
+        client: planned,
+        table: "bench.t".into(),
+    };
 
     // The reference: the same rows in the machine's PostgreSQL.
     let pg = connect(&reference).await;
@@ -166,38 +281,54 @@ async fn main() {
     ))
     .await
     .unwrap();
+    let theirs = Side { client: pg, table };
 
-    println!("PostgreSQL front end, {total} rows × 7 columns, beside PostgreSQL on the same rows");
-    let (o50, o99) = round_trips(&ours).await;
-    let (r50, r99) = round_trips(&pg).await;
     println!(
-        "  simple-query round trip  p50: cdcfusion {o50:?}, PostgreSQL {r50:?}, ratio {:.2}",
-        ratio(o50, r50)
+        "PostgreSQL front end, {total} rows × 7 columns, beside PostgreSQL on the same rows \
+         ({ROUNDS} alternating rounds, medians)"
     );
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        o.push(select_one(&ours).await);
+        t.push(select_one(&theirs).await);
+    }
+    report_latency("SELECT 1 (simple)", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(literal_lookups(&ours, total, round).await);
+        t.push(literal_lookups(&theirs, total, round).await);
+    }
+    report_latency("PK lookup, literal (simple)", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(prepared_lookups(&ours, total, round).await);
+        t.push(prepared_lookups(&theirs, total, round).await);
+    }
+    report_latency("PK lookup, prepared", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(prepared_lookups(&planned, total, round).await);
+        t.push(prepared_lookups(&theirs, total, round).await);
+    }
+    report_latency("PK lookup, prepared, planned", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        o.push(scan(&ours, total).await);
+        t.push(scan(&theirs, total).await);
+    }
+    let ratios = o.iter().zip(&t).map(|(o, t)| o / t).collect();
     println!(
-        "  simple-query round trip  p99: cdcfusion {o99:?}, PostgreSQL {r99:?}, ratio {:.2}",
-        ratio(o99, r99)
-    );
-    let (o50, o99) = lookups(&ours, "bench.t", total).await;
-    let (r50, r99) = lookups(&pg, &table, total).await;
-    println!(
-        "  PK point lookup          p50: cdcfusion {o50:?}, PostgreSQL {r50:?}, ratio {:.2}",
-        ratio(o50, r50)
-    );
-    println!(
-        "  PK point lookup          p99: cdcfusion {o99:?}, PostgreSQL {r99:?}, ratio {:.2}",
-        ratio(o99, r99)
-    );
-    let ours_rate = scan(&ours, "bench.t", total).await;
-    let pg_rate = scan(&pg, &table, total).await;
-    println!(
-        "  large result (binary)        : cdcfusion {ours_rate:.0} rows/s, PostgreSQL {pg_rate:.0} rows/s, ratio {:.2}",
-        ours_rate / pg_rate
+        "  {:<30}    : cdcfusion {:.0} rows/s, PostgreSQL {:.0} rows/s, ratio {:.2}",
+        "large result (binary)",
+        median(o),
+        median(t),
+        median(ratios)
     );
 
-    pg.batch_execute(&format!("DROP TABLE {table}"))
+    theirs
+        .client
+        .batch_execute(&format!("DROP TABLE {}", theirs.table))
         .await
         .unwrap();
-    let _ = stop.send(());
-    let _ = serving.await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,6 +20,7 @@ use datafusion::catalog::MemoryCatalogProviderList;
 use datafusion::error::DataFusionError;
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::{DataFrame, SessionConfig};
 use datafusion::sql::parser::Statement as DFStatement;
 
@@ -317,8 +318,20 @@ impl Engine {
         self.check_statement_locations(&statement)?;
         let plan = state.statement_to_plan(statement).await?;
         self.allowed.check(&plan)?;
-        let ctx = SessionContext::new_with_state(state);
-        Ok(ctx.execute_logical_plan(plan).await?)
+        match plan {
+            // Statements that change the session or its catalogs take effect through a
+            // context, as DataFusion runs them.
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
+                let ctx = SessionContext::new_with_state(state);
+                Ok(ctx.execute_logical_plan(plan).await?)
+            }
+            // Everything else is a frame over this state as it is (a context would hand out a
+            // copy of it), with the statement's start time for `now()`.
+            plan => {
+                state.mark_start_execution();
+                Ok(DataFrame::new(state, plan))
+            }
+        }
     }
 
     /// The locations DataFusion's own statements name, refused before they are planned.

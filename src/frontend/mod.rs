@@ -10,6 +10,7 @@
 //! * `users`: the users who may log in and their password verifiers;
 //! * `tls`: the rustls acceptor of the configured certificate;
 //! * `query`: the simple and extended protocols, running each statement by its type;
+//! * `lookup`: primary-key point lookups answered from the key index without planning;
 //! * `statement`: a statement parsed once into its type (ours, session, `COPY`, DataFusion's);
 //! * `planner`: the connection's DataFusion session state, and planning a statement in it
 //!   through [`Engine::plan`](crate::engine::Engine::plan);
@@ -43,6 +44,7 @@ mod copy;
 mod encode;
 mod error;
 mod keys;
+mod lookup;
 mod pg_functions;
 mod planner;
 mod query;

@@ -59,19 +59,22 @@ impl Planner {
         self.conn.start_statement(timeout)
     }
 
-    /// Plans `statement` for this session, stoppable by `stop`.
+    /// Plans `statement` for this session, stoppable by `stop`; with the read policy the
+    /// statement collects its stale-read warnings in.
     pub async fn plan(
         &self,
         statement: DFStatement,
         metadata: &HashMap<String, String>,
         stop: &Stop,
-    ) -> PgWireResult<DataFrame> {
-        let state = self.state(metadata)?;
+    ) -> PgWireResult<(DataFrame, Arc<ReadPolicy>)> {
+        let (state, policy) = self.state(metadata)?;
         let stopped = stop.stopped();
         tokio::select! {
             biased;
             why = stopped => Err(canceled(why == Stopped::TimedOut)),
-            planned = self.shared.engine.plan(state, statement) => planned.map_err(engine_error),
+            planned = self.shared.engine.plan(state, statement) => {
+                planned.map(|df| (df, policy)).map_err(engine_error)
+            }
         }
     }
 
@@ -86,7 +89,10 @@ impl Planner {
     }
 
     /// A copy of the session's state for one statement (see the module docs).
-    fn state(&self, metadata: &HashMap<String, String>) -> PgWireResult<SessionState> {
+    fn state(
+        &self,
+        metadata: &HashMap<String, String>,
+    ) -> PgWireResult<(SessionState, Arc<ReadPolicy>)> {
         let mut state = {
             let mut built = self.built.lock().expect("session state");
             match built.as_ref() {
@@ -98,9 +104,9 @@ impl Planner {
                 }
             }
         };
-        let policy = ReadPolicy::new(session::stale_reads(metadata));
-        state.config_mut().set_extension(Arc::new(policy));
-        Ok(state)
+        let policy = Arc::new(ReadPolicy::new(session::stale_reads(metadata)));
+        state.config_mut().set_extension(Arc::clone(&policy));
+        Ok((state, policy))
     }
 
     /// The engine's state adapted to this session and its settings now.

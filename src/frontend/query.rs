@@ -18,10 +18,11 @@ use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ParamValues;
+use datafusion::sql::parser::Statement as DFStatement;
 use futures::{Sink, StreamExt};
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{CopyResponse, FieldInfo, Response, Tag};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
@@ -36,8 +37,9 @@ use super::conn::{ConnState, Shared};
 use super::copy;
 use super::encode;
 use super::error::datafusion_error;
+use super::lookup;
 use super::planner::Planner;
-use super::results::{self, execute, read_policy, rows, warn_stale};
+use super::results::{self, execute, rows, warn_stale};
 use super::session::{self, SessionStatement};
 use super::statement::{self, ours_answer, Answer, Parsed, Prepared};
 
@@ -100,7 +102,7 @@ impl Parser {
             Parsed::Copy(out) => {
                 let stop = self.planner.start(&metadata);
                 let query = statement::copied_query(out);
-                let df = self.planner.plan(query, &metadata, &stop).await?;
+                let (df, policy) = self.planner.plan(query, &metadata, &stop).await?;
                 let options = Arc::new(FormatOptions::from_client_metadata(&metadata));
                 let fields = Arc::new(encode::pg_fields(
                     df.schema().as_arrow(),
@@ -110,16 +112,28 @@ impl Parser {
                 let header = out.header_line(&fields);
                 let encoder = out.encoder(Arc::clone(&fields));
                 let columns = fields.len();
-                let policy = read_policy(&df);
                 let batches = execute(df, stop, session::time_zone(&metadata)).await?;
-                warn_stale(client, policy).await?;
+                warn_stale(client, &policy).await?;
                 let lines = encode::copy_rows(batches, fields, encoder);
                 let lines = copy::with_header(header, lines);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, lines)))
             }
             Parsed::DataFusion { statement, answer } => {
                 let stop = self.planner.start(&metadata);
-                let mut df = self
+                if let Some(response) = self
+                    .point_lookup(
+                        client,
+                        statement,
+                        answer,
+                        params.as_ref(),
+                        format,
+                        &metadata,
+                    )
+                    .await?
+                {
+                    return Ok(Response::Query(response));
+                }
+                let (mut df, policy) = self
                     .planner
                     .plan(statement.clone(), &metadata, &stop)
                     .await?;
@@ -128,9 +142,8 @@ impl Parser {
                 }
                 let (tag, counted) = match answer {
                     Answer::Rows => {
-                        let policy = read_policy(&df);
                         let response = rows(df, format, &metadata, stop).await?;
-                        warn_stale(client, policy).await?;
+                        warn_stale(client, &policy).await?;
                         return Ok(Response::Query(response));
                     }
                     Answer::Inserted => (Tag::new("INSERT").with_oid(0), true),
@@ -152,6 +165,44 @@ impl Parser {
         }
     }
 
+    /// Answers a primary-key point lookup from the key index (`lookup`), if `statement` is
+    /// one and the session has not turned lookups off; `None` sends it to the planner.
+    async fn point_lookup<C>(
+        &self,
+        client: &mut C,
+        statement: &DFStatement,
+        answer: &Answer,
+        params: Option<&ParamValues>,
+        format: &Format,
+        metadata: &HashMap<String, String>,
+    ) -> PgWireResult<Option<QueryResponse>>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (DFStatement::Statement(statement), Answer::Rows) = (statement, answer) else {
+            return Ok(None);
+        };
+        let Some(session) = self.conn.session() else {
+            return Ok(None);
+        };
+        if !session::point_lookups(metadata) {
+            return Ok(None);
+        }
+        let Some(found) = lookup::answer(
+            &self.shared.engine,
+            &session.catalog,
+            statement,
+            params,
+            session::stale_reads(metadata),
+        )?
+        else {
+            return Ok(None);
+        };
+        results::warn(client, found.warnings).await?;
+        Ok(Some(results::batch_rows(found.rows, format, metadata)?))
+    }
+
     /// Plans a statement for `Parse`: result columns and parameter types. Nothing runs:
     /// our own statements other than `SHOW SOURCES` are only described at `Execute`.
     async fn prepare<C: ClientInfo>(&self, client: &C, parsed: Parsed) -> PgWireResult<Prepared> {
@@ -160,7 +211,7 @@ impl Parser {
         match &prepared.parsed {
             Parsed::DataFusion { statement, answer } => {
                 let stop = self.planner.start(metadata);
-                let df = self
+                let (df, _) = self
                     .planner
                     .plan(statement.clone(), metadata, &stop)
                     .await?;

@@ -26,22 +26,23 @@ use super::error::{canceled, datafusion_error};
 use super::session;
 use crate::provider::health::ReadPolicy;
 
-/// The read policy a statement was planned with (it collects the stale-read warnings).
-pub fn read_policy(df: &DataFrame) -> Option<Arc<ReadPolicy>> {
-    df.task_ctx().session_config().get_extension::<ReadPolicy>()
-}
-
 /// Tells the client, with a WARNING notice each, which stopped tables the statement read
 /// stale (only a session with `cdcfusion.stale_reads` on reads them at all).
-pub async fn warn_stale<C>(client: &mut C, policy: Option<Arc<ReadPolicy>>) -> PgWireResult<()>
+pub async fn warn_stale<C>(client: &mut C, policy: &ReadPolicy) -> PgWireResult<()>
 where
     C: Sink<PgWireBackendMessage> + Unpin + Send,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let Some(policy) = policy else {
-        return Ok(());
-    };
-    for warning in policy.take_warnings() {
+    warn(client, policy.take_warnings()).await
+}
+
+/// Sends each of `warnings` as a stale-read WARNING notice.
+pub async fn warn<C>(client: &mut C, warnings: Vec<String>) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for warning in warnings {
         let notice = ErrorInfo::new("WARNING".into(), SQLSTATE_STALE_READ.into(), warning);
         client
             .feed(PgWireBackendMessage::NoticeResponse(notice.into()))
@@ -98,6 +99,22 @@ pub async fn rows(
         Arc::clone(&fields),
         encode::data_rows(batches, fields),
     ))
+}
+
+/// The rows of one batch in `format`, as [`rows`] sends a planned statement's.
+pub fn batch_rows(
+    batch: RecordBatch,
+    format: &Format,
+    metadata: &HashMap<String, String>,
+) -> PgWireResult<QueryResponse> {
+    let options = Arc::new(FormatOptions::from_client_metadata(metadata));
+    let fields = Arc::new(encode::pg_fields(batch.schema_ref(), format, &options)?);
+    let batch = match session::time_zone(metadata) {
+        Some(zone) => encode::in_time_zone(batch, &zone)?,
+        None => batch,
+    };
+    let rows = encode::data_rows(futures::stream::iter([Ok(batch)]), Arc::clone(&fields));
+    Ok(QueryResponse::new(fields, rows))
 }
 
 /// Rows an `INSERT` reports (DataFusion answers with a `count` column).

@@ -52,12 +52,24 @@ pub fn stale_reads(metadata: &HashMap<String, String>) -> bool {
         .unwrap_or(false)
 }
 
+/// The session setting that answers primary-key point lookups from the key index without
+/// planning them (`lookup`); `off` plans every statement.
+pub const POINT_LOOKUPS: &str = "cdcfusion.point_lookups";
+
+/// Whether the session answers point lookups from the key index (on unless set off).
+pub fn point_lookups(metadata: &HashMap<String, String>) -> bool {
+    get(metadata, POINT_LOOKUPS)
+        .and_then(|v| crate::provider::health::parse_bool(&v))
+        .unwrap_or(true)
+}
+
 /// Settings every session has, with their defaults.
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("application_name", ""),
     ("bytea_output", "hex"),
     // Serve the last state of tables whose capture stopped, with a warning (`provider::health`).
     (STALE_READS, "off"),
+    (POINT_LOOKUPS, "on"),
     ("client_encoding", "UTF8"),
     ("client_min_messages", "notice"),
     ("datestyle", "ISO, MDY"),
@@ -272,12 +284,12 @@ pub fn set(
             } else {
                 value
             };
-            if name == STALE_READS && crate::provider::health::parse_bool(&value).is_none() {
+            if (name == STALE_READS || name == POINT_LOOKUPS)
+                && crate::provider::health::parse_bool(&value).is_none()
+            {
                 return Err(user_error(
                     crate::sql::SQLSTATE_INVALID_PARAMETER_VALUE,
-                    format!(
-                        "parameter \"{STALE_READS}\" requires a Boolean value, not \"{value}\""
-                    ),
+                    format!("parameter \"{name}\" requires a Boolean value, not \"{value}\""),
                 ));
             }
             if name == "statement_timeout" {

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
@@ -25,7 +26,7 @@ use super::health::SharedHealth;
 use super::{memory_scan, version_for};
 use crate::capture::version::Published;
 use crate::change::schema::TableSchema;
-use crate::state::current::KeyBytes;
+use crate::state::current::{KeyBytes, TableSnapshot};
 
 /// The current table `index` of a source.
 #[derive(Debug)]
@@ -172,7 +173,7 @@ impl TableProvider for CurrentTableProvider {
             }
         }
         let batches = match keys {
-            Some(values) => vec![snap.lookup(&self.encode_keys(&values)?)?],
+            Some(values) => vec![snap.lookup(&self.encode_keys(snap, &values)?)?],
             None => snap.scan_all()?,
         };
         let partitions = partition(
@@ -186,11 +187,7 @@ impl TableProvider for CurrentTableProvider {
 
 /// Cuts batches into slices of `batch_size` rows dealt over `n` partitions, so that scans of a
 /// large table run in parallel (slicing shares the buffers; nothing is copied).
-fn partition(
-    batches: Vec<arrow::array::RecordBatch>,
-    n: usize,
-    batch_size: usize,
-) -> Vec<Vec<arrow::array::RecordBatch>> {
+fn partition(batches: Vec<RecordBatch>, n: usize, batch_size: usize) -> Vec<Vec<RecordBatch>> {
     let n = n.max(1);
     let mut out = vec![Vec::new(); n];
     let mut i = 0;
@@ -211,27 +208,50 @@ fn partition(
 }
 
 impl CurrentTableProvider {
-    /// Key bytes of literal key values, cast to the key column's type; values that do not fit
-    /// the type select nothing.
-    fn encode_keys(&self, values: &[ScalarValue]) -> Result<Vec<KeyBytes>> {
-        let k = self.table.primary_key[0];
-        let data_type = self.table.arrow.field(k).data_type();
+    /// Key bytes of literal key values (single-column key) in the version the scan reads;
+    /// values that do not fit the key column's type select nothing.
+    fn encode_keys(&self, snap: &TableSnapshot, values: &[ScalarValue]) -> Result<Vec<KeyBytes>> {
         let mut out = Vec::with_capacity(values.len());
-        let version = self.published.load_full();
-        let Some(snap) = version.tables.get(self.index) else {
-            return Ok(out);
-        };
         for v in values {
-            let Ok(cast) = v.cast_to(data_type) else {
-                continue;
-            };
-            // A lossy cast (e.g. 1.5 to an integer) would find the wrong row.
-            if cast.cast_to(&v.data_type()).ok().as_ref() != Some(v) {
-                continue;
+            if let Some(key) = key_bytes(snap, std::slice::from_ref(v))? {
+                out.push(key);
             }
-            let rows = snap.codec().encode_keys(&[cast.to_array()?])?;
-            out.push(rows.row(0).as_ref().into());
         }
         Ok(out)
+    }
+}
+
+/// The key bytes of one value per primary-key column (in key order), each cast to its
+/// column's type. `None` when the key selects nothing: a NULL, a value that does not fit its
+/// column's type (a lossy cast, e.g. 1.5 to an integer, would find the wrong row), or a
+/// number of values other than the key's.
+pub fn key_bytes(snap: &TableSnapshot, values: &[ScalarValue]) -> Result<Option<KeyBytes>> {
+    let schema = snap.schema();
+    if values.len() != schema.primary_key.len() {
+        return Ok(None);
+    }
+    let mut columns = Vec::with_capacity(values.len());
+    for (v, &k) in values.iter().zip(&schema.primary_key) {
+        if v.is_null() {
+            return Ok(None);
+        }
+        let Ok(cast) = v.cast_to(schema.arrow.field(k).data_type()) else {
+            return Ok(None);
+        };
+        if cast.cast_to(&v.data_type()).ok().as_ref() != Some(v) {
+            return Ok(None);
+        }
+        columns.push(cast.to_array()?);
+    }
+    let rows = snap.codec().encode_keys(&columns)?;
+    Ok(Some(rows.row(0).as_ref().into()))
+}
+
+/// The row under one primary key (one value per key column, see [`key_bytes`]) in `snap`,
+/// as a batch of the table's schema with at most one row.
+pub fn lookup_key(snap: &TableSnapshot, values: &[ScalarValue]) -> Result<RecordBatch> {
+    match key_bytes(snap, values)? {
+        Some(key) => Ok(snap.lookup(&[key])?),
+        None => Ok(RecordBatch::new_empty(Arc::clone(&snap.schema().arrow))),
     }
 }

@@ -127,20 +127,42 @@ impl Health {
         shown: &str,
         stop: Option<&TableStop>,
     ) -> Result<(), DataFusionError> {
+        let policy = session.config().get_extension::<ReadPolicy>();
+        let stale_reads = policy.as_ref().is_some_and(|p| p.stale_reads);
+        match self.admit(stale_reads, source, table, shown, stop) {
+            Ok(Some(warning)) => {
+                if let Some(policy) = policy {
+                    policy.warn(warning);
+                }
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(error) => Err(DataFusionError::External(error)),
+        }
+    }
+
+    /// [`Health::check`] for a read that is not planned (the front end's point lookups):
+    /// `Ok(Some(warning))` when it reads stale state, because `stale_reads` is on.
+    pub fn admit(
+        &self,
+        stale_reads: bool,
+        source: &str,
+        table: &TableId,
+        shown: &str,
+        stop: Option<&TableStop>,
+    ) -> Result<Option<String>, Box<TableUnavailable>> {
         let Some(fault) = self.fault_of(table, stop) else {
-            return Ok(());
+            return Ok(None);
         };
         let error = TableUnavailable {
             source_name: source.to_string(),
             table: shown.to_string(),
             fault,
         };
-        match session.config().get_extension::<ReadPolicy>() {
-            Some(policy) if policy.stale_reads => {
-                policy.warn(error.warning());
-                Ok(())
-            }
-            _ => Err(DataFusionError::External(Box::new(error))),
+        if stale_reads {
+            Ok(Some(error.warning()))
+        } else {
+            Err(Box::new(error))
         }
     }
 

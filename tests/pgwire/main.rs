@@ -10,6 +10,7 @@ mod reference;
 mod clients;
 mod complexity;
 mod files;
+mod lookups;
 mod malformed;
 mod psql;
 mod savepoints;
