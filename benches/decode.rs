@@ -21,7 +21,7 @@ use arrow::array::{Array, AsArray};
 use arrow::datatypes::{Decimal128Type, Int64Type, TimestampMicrosecondType};
 use cdcfusion::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 use cdcfusion::source::binlog::rows::TableDecoder;
-use cdcfusion::source::types::{date_to_days, ColumnBuilder};
+use cdcfusion::source::types::date_to_days;
 use mysql_async::binlog::events::{Event, FormatDescriptionEvent, TableMapEvent};
 use mysql_async::binlog::BinlogVersion;
 
@@ -145,18 +145,13 @@ fn decode(decoder: &TableDecoder, txs: &[Vec<Vec<u8>>], check: bool) -> u64 {
     let present = [0x7fu8];
     let mut rows = 0u64;
     for (t, events) in txs.iter().enumerate() {
-        let mut builders: Vec<ColumnBuilder> = decoder
-            .schema
-            .columns
-            .iter()
-            .map(|c| ColumnBuilder::new(&c.kind, 1024))
-            .collect();
+        let mut image = decoder.image();
         for body in events {
             rows += decoder
-                .decode_rows(body, None, Some(&present), None, Some(&mut builders))
+                .decode_rows(body, None, Some(&present), None, Some(&mut image))
                 .expect("the encoded rows decode") as u64;
         }
-        let batch = decoder.finish(&mut builders).expect("a batch");
+        let batch = decoder.finish(image).expect("a batch");
         if check && t == 0 {
             check_batch(&batch);
         }
