@@ -1,8 +1,12 @@
 //! Capture throughput, each figure beside a reference measured in the same run on the same data.
 //!
-//! * Binlog: our decoder (rows into Arrow) versus reading the same binlog stream without
-//!   decoding rows, and versus mysql_common's own row decoder.
+//! * Binlog: our decoder (rows into Arrow, every event's CRC32 verified) versus reading the same
+//!   binlog stream without decoding rows, once verifying every CRC32 as we do (the reference of
+//!   the ratio) and once without; and versus mysql_common's own row decoder.
 //! * Snapshot: `SELECT` into Arrow versus `mariadb --quick -e 'SELECT ...' > /dev/null`.
+//!
+//! Each round runs every contender once, in the same order (ABAB...); the figures are medians
+//! over the rounds and each ratio is the median of the per-round ratios.
 //!
 //! Run with `cargo bench --bench capture` (optionally `-- --rows N`, default 1,000,000). It starts its own private
 //! MariaDB and prints rows/s and the ratios; nothing is asserted.
@@ -23,19 +27,30 @@ use mysql_async::binlog::events::EventData;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn};
 
-/// Runs of each measurement; the best is reported (least disturbed by the rest of the machine).
-const RUNS: usize = 3;
+/// Alternating rounds of each measurement; medians are reported.
+const ROUNDS: usize = 5;
 
 fn rate(rows: u64, d: Duration) -> f64 {
     rows as f64 / d.as_secs_f64()
 }
 
-async fn raw_stream(
-    url: &str,
-    from: &BinlogCoord,
-    to: &BinlogCoord,
-    decode_with_mysql_common: bool,
-) -> (u64, Duration) {
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// How the reference reads the stream.
+#[derive(Clone, Copy, PartialEq)]
+enum Raw {
+    /// Frames events only.
+    Read,
+    /// Frames events and verifies each one's CRC32, as our reader does.
+    VerifyCrc,
+    /// Also decodes every row with mysql_common.
+    MysqlCommon,
+}
+
+async fn raw_stream(url: &str, from: &BinlogCoord, to: &BinlogCoord, mode: Raw) -> (u64, Duration) {
     let mut conn = Conn::from_url(url).await.unwrap();
     conn.query_drop("SET @mariadb_slave_capability = 4")
         .await
@@ -58,6 +73,13 @@ async fn raw_stream(
         started.get_or_insert_with(Instant::now);
         let event = event.unwrap();
         let log_pos = event.header().log_pos() as u64;
+        if mode != Raw::Read && event.footer().get_checksum_enabled() {
+            if let (Some(expected), Ok(Some(alg))) =
+                (event.checksum(), event.footer().get_checksum_alg())
+            {
+                assert_eq!(u32::from_le_bytes(expected), event.calc_checksum(alg));
+            }
+        }
         if let Ok(Some(data)) = event.read_data() {
             match data {
                 EventData::RotateEvent(r) => {
@@ -70,7 +92,7 @@ async fn raw_stream(
                     };
                 }
                 EventData::RowsEvent(re) => {
-                    if decode_with_mysql_common {
+                    if mode == Raw::MysqlCommon {
                         let tme = stream.get_tme(re.table_id()).unwrap();
                         for row in re.rows(tme) {
                             let (_, after) = row.unwrap();
@@ -148,33 +170,39 @@ async fn main() {
         }
         return;
     }
-    let mut best = [Duration::MAX; 3];
-    for _ in 0..RUNS {
-        let (events, raw) = raw_stream(&url, &from, &to, false).await;
-        let (rows_mc, mc) = raw_stream(&url, &from, &to, true).await;
+    let mut rates: [Vec<f64>; 4] = Default::default();
+    let (mut vs_crc, mut vs_read, mut vs_mc) = (vec![], vec![], vec![]);
+    for _ in 0..ROUNDS {
+        let (events, crc) = raw_stream(&url, &from, &to, Raw::VerifyCrc).await;
+        let (_, raw) = raw_stream(&url, &from, &to, Raw::Read).await;
+        let (rows_mc, mc) = raw_stream(&url, &from, &to, Raw::MysqlCommon).await;
         let (rows_ours, ours_t) = ours(&url, &from, &to).await;
         assert!(events > 0);
         assert_eq!(rows_mc, total, "mysql_common decoded every row");
         assert_eq!(rows_ours, total, "our decoder decoded every row");
-        best[0] = best[0].min(raw);
-        best[1] = best[1].min(mc);
-        best[2] = best[2].min(ours_t);
+        for (r, t) in rates.iter_mut().zip([crc, raw, mc, ours_t]) {
+            r.push(rate(total, t));
+        }
+        vs_crc.push(crc.as_secs_f64() / ours_t.as_secs_f64());
+        vs_read.push(raw.as_secs_f64() / ours_t.as_secs_f64());
+        vs_mc.push(mc.as_secs_f64() / ours_t.as_secs_f64());
     }
-    let (raw, mc, ours_t) = (
-        rate(total, best[0]),
-        rate(total, best[1]),
-        rate(total, best[2]),
-    );
+    let [crc, raw, mc, ours_t] = rates.map(median);
+    println!("  raw stream read, CRC32 verified:     {crc:>12.0} rows/s");
     println!("  raw stream read (no row decoding):   {raw:>12.0} rows/s");
     println!("  mysql_common row decoder:            {mc:>12.0} rows/s");
     println!("  cdcfusion decoder into Arrow:        {ours_t:>12.0} rows/s");
     println!(
+        "  ratio cdcfusion / raw, both CRC32:   {:>12.2}",
+        median(vs_crc)
+    );
+    println!(
         "  ratio cdcfusion / raw stream:        {:>12.2}",
-        ours_t / raw
+        median(vs_read)
     );
     println!(
         "  ratio cdcfusion / mysql_common:      {:>12.2}",
-        ours_t / mc
+        median(vs_mc)
     );
 
     let mut snap = ConnectOptions::from_url(&url)
@@ -186,26 +214,28 @@ async fn main() {
         .await
         .unwrap()
         .unwrap();
-    let mut best_select = Duration::MAX;
-    let mut best_client = Duration::MAX;
-    for _ in 0..RUNS {
+    let (mut selects, mut clients, mut ratios) = (vec![], vec![], vec![]);
+    for _ in 0..ROUNDS {
         let started = Instant::now();
         let batches = select_batches(&mut snap, &schema, None, vec![], DEFAULT_BATCH_ROWS)
             .await
             .unwrap();
-        best_select = best_select.min(started.elapsed());
+        let select = started.elapsed();
         assert_eq!(
             batches.iter().map(|b| b.num_rows() as u64).sum::<u64>(),
             total
         );
-        best_client = best_client.min(common::time_mariadb_client(server.port()));
+        let client = common::time_mariadb_client(server.port());
+        selects.push(rate(total, select));
+        clients.push(rate(total, client));
+        ratios.push(client.as_secs_f64() / select.as_secs_f64());
     }
-    let (select, client) = (rate(total, best_select), rate(total, best_client));
+    let (select, client) = (median(selects), median(clients));
     println!("snapshot: SELECT of {total} rows");
     println!("  mariadb --quick > /dev/null:         {client:>12.0} rows/s");
     println!("  cdcfusion SELECT into Arrow:         {select:>12.0} rows/s");
     println!(
         "  ratio cdcfusion / mariadb client:    {:>12.2}",
-        select / client
+        median(ratios)
     );
 }

@@ -32,18 +32,13 @@ use mysql_async::Conn;
 
 use super::cursor::RowsError;
 use super::filter::TableFilter;
-use super::rows::{CollationMap, TableDecoder};
+use super::rows::{CollationMap, ImageColumns, ImageError, TableDecoder};
 use crate::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{ChangeBatch, Ddl, Op, SourceTransaction};
 use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::load_table_schema;
-use crate::source::types::ColumnBuilder;
-
-/// Initial row capacity of a batch's builders: bulk transactions fill hundreds of rows per
-/// event, and growing from a small capacity costs copies.
-const BUILDER_CAPACITY: usize = 1024;
 /// Rows per change batch before a large transaction's batch is cut.
 const MAX_BATCH_ROWS: usize = 65_536;
 
@@ -65,22 +60,32 @@ mod mariadb {
     pub const FL_STANDALONE: u8 = 1;
 }
 
-/// Rows of one table and operation being accumulated.
+/// Rows of one table and operation being accumulated. The images' buffers start empty and grow
+/// per rows event by the event's row count, so a one-row transaction allocates one row.
 struct OpenBatch {
     table_id: u64,
     decoder: Arc<TableDecoder>,
     op: Op,
-    before: Option<Vec<ColumnBuilder>>,
-    after: Option<Vec<ColumnBuilder>>,
+    before: Option<ImageColumns>,
+    after: Option<ImageColumns>,
     index: Vec<(u32, u32)>,
 }
 
 impl OpenBatch {
     /// The batch of the rows decoded so far; `at` is the transaction's start, for errors.
-    fn finish(mut self, at: &BinlogCoord) -> SourceResult<ChangeBatch> {
+    fn finish(self, at: &BinlogCoord) -> SourceResult<ChangeBatch> {
         let decoder = &self.decoder;
-        let mut finish = |b: &mut Vec<ColumnBuilder>| {
-            decoder.finish(b).map_err(|detail| {
+        let index = &self.index;
+        let finish = |image: ImageColumns| {
+            decoder.finish(image).map_err(|e: ImageError| {
+                // Name the row by its event in the transaction, as positions do.
+                let detail = match e.row.and_then(|r| index.get(r)) {
+                    Some((event, row)) => format!(
+                        "column {}, row {row} of event {event} of the transaction: {}",
+                        e.column, e.detail
+                    ),
+                    None => e.to_string(),
+                };
                 decode_err(
                     &format!("rows of {} in the transaction", decoder.schema.id),
                     at,
@@ -88,8 +93,8 @@ impl OpenBatch {
                 )
             })
         };
-        let before = self.before.as_mut().map(&mut finish).transpose()?;
-        let after = self.after.as_mut().map(&mut finish).transpose()?;
+        let before = self.before.map(finish).transpose()?;
+        let after = self.after.map(finish).transpose()?;
         Ok(ChangeBatch {
             table: Arc::clone(&self.decoder.schema),
             op: self.op,
@@ -601,14 +606,7 @@ impl Assembler {
             tx.flush()?;
         }
         let open = tx.open.get_or_insert_with(|| {
-            let make = || {
-                decoder
-                    .schema
-                    .columns
-                    .iter()
-                    .map(|c| ColumnBuilder::new(&c.kind, BUILDER_CAPACITY))
-                    .collect::<Vec<_>>()
-            };
+            let make = || decoder.image();
             OpenBatch {
                 table_id,
                 decoder: Arc::clone(&decoder),
@@ -633,8 +631,8 @@ impl Assembler {
                 rows.rows_data(),
                 before_bits.as_deref(),
                 after_bits.as_deref(),
-                open.before.as_deref_mut(),
-                open.after.as_deref_mut(),
+                open.before.as_mut(),
+                open.after.as_mut(),
             )
             .map_err(|e| match e {
                 RowsError::Partial(detail) => SourceError::PartialRowImage {

@@ -40,16 +40,40 @@ impl<'a> Cursor<'a> {
             .pos
             .checked_add(n)
             .filter(|e| *e <= self.data.len())
-            .ok_or_else(|| {
-                RowsError::Value(format!(
-                    "row image truncated: need {n} bytes at offset {}, {} left",
-                    self.pos,
-                    self.data.len() - self.pos
-                ))
-            })?;
+            .ok_or_else(|| self.truncated(n))?;
         let s = &self.data[self.pos..end];
         self.pos = end;
         Ok(s)
+    }
+
+    /// The next `N` bytes as an array, for fixed-width values.
+    #[inline]
+    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N], RowsError> {
+        match self
+            .data
+            .get(self.pos..)
+            .and_then(|rest| rest.first_chunk::<N>())
+        {
+            Some(bytes) => {
+                self.pos += N;
+                Ok(*bytes)
+            }
+            None => Err(self.truncated(N)),
+        }
+    }
+
+    /// Bytes not read yet.
+    pub(super) fn remaining(&self) -> usize {
+        self.data.len().saturating_sub(self.pos)
+    }
+
+    #[cold]
+    fn truncated(&self, n: usize) -> RowsError {
+        RowsError::Value(format!(
+            "row image truncated: need {n} bytes at offset {}, {} left",
+            self.pos,
+            self.data.len() - self.pos
+        ))
     }
 
     #[inline]

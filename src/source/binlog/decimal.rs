@@ -16,75 +16,152 @@ const DIGITS_PER_GROUP: usize = 9;
 
 /// MySQL's binary DECIMAL: integer and fraction digits in big-endian groups of nine, the sign
 /// in the inverted top bit, negative numbers stored bitwise inverted. Returns the unscaled
-/// value (exactly `scale` fraction digits).
+/// value (exactly `scale` fraction digits). Columns keep their [`DecimalLayout`] instead.
+#[cfg(test)]
 pub(super) fn read_decimal(
     cur: &mut Cursor<'_>,
     precision: u8,
     scale: u8,
 ) -> Result<Unscaled, RowsError> {
-    let wide = precision > DECIMAL128_DIGITS;
-    let (precision, scale) = (precision as usize, scale as usize);
-    if scale > precision || precision > MAX_DECIMAL_DIGITS {
-        return Err(RowsError::Value(format!(
-            "DECIMAL({precision},{scale}) is invalid"
-        )));
-    }
-    let intg = precision - scale;
-    let (intg0, intg0x) = (intg / DIGITS_PER_GROUP, intg % DIGITS_PER_GROUP);
-    let (frac0, frac0x) = (scale / DIGITS_PER_GROUP, scale % DIGITS_PER_GROUP);
-    let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
-    let raw = cur.take(size)?;
-    if raw.is_empty() {
-        return Ok(Unscaled::Narrow(0));
-    }
-    let negative = raw[0] & 0x80 == 0;
-    let mask = if negative { 0xff } else { 0 };
-    // At most 65 digits take at most 30 bytes (see `decimal_sizes_fit_the_buffer`).
-    let mut buf = [0u8; 32];
-    let bytes = &mut buf[..size];
-    for (dst, src) in bytes.iter_mut().zip(raw) {
-        *dst = src ^ mask;
-    }
-    bytes[0] ^= 0x80;
-    // Digit groups, most significant first: a partial group, full groups of nine, a partial
-    // group. Each is checked to hold no more digits than it may.
-    let mut pos = 0;
-    let mut next = |len: usize, digits: usize| -> Result<u64, String> {
-        let g = bytes[pos..pos + len]
-            .iter()
-            .fold(0u64, |a, b| (a << 8) | *b as u64);
-        pos += len;
-        if g >= POW10[digits] {
-            return Err(format!("DECIMAL group {g} exceeds {digits} digits"));
+    let layout = DecimalLayout::new(precision, scale)?;
+    Ok(if layout.wide() {
+        Unscaled::Wide(layout.read_i256(cur)?)
+    } else {
+        Unscaled::Narrow(layout.read_i128(cur)?)
+    })
+}
+
+/// Where the digit groups of a `DECIMAL(p,s)` image lie, worked out once per column: a partial
+/// integer group, full groups of nine digits, a partial fraction group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DecimalLayout {
+    precision: u8,
+    scale: u8,
+    /// Bytes and digits of the leading partial group (0 when there is none).
+    lead: (u8, u8),
+    /// Full 4-byte groups, integer and fraction together.
+    full: u8,
+    /// Bytes and digits of the trailing partial group (0 when there is none).
+    tail: (u8, u8),
+    size: u8,
+}
+
+impl DecimalLayout {
+    /// The layout of `DECIMAL(precision, scale)`; an error unless MySQL allows the type.
+    pub(super) fn new(precision: u8, scale: u8) -> Result<Self, String> {
+        let (p, s) = (precision as usize, scale as usize);
+        if s > p || p > MAX_DECIMAL_DIGITS {
+            return Err(format!("DECIMAL({precision},{scale}) is invalid"));
         }
-        Ok(g)
-    };
-    let layout = std::iter::once((DIG2BYTES[intg0x], intg0x))
-        .chain(std::iter::repeat_n((4, DIGITS_PER_GROUP), intg0 + frac0))
-        .chain(std::iter::once((DIG2BYTES[frac0x], frac0x)))
-        .filter(|(_, digits)| *digits > 0);
-    // Up to 38 digits fit i128 arithmetic, which is much cheaper than i256.
-    Ok(if wide {
+        let intg = p - s;
+        let (intg0, intg0x) = (intg / DIGITS_PER_GROUP, intg % DIGITS_PER_GROUP);
+        let (frac0, frac0x) = (s / DIGITS_PER_GROUP, s % DIGITS_PER_GROUP);
+        let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
+        // At most 65 digits take at most 30 bytes (see `decimal_sizes_fit_the_buffer`).
+        Ok(Self {
+            precision,
+            scale,
+            lead: (DIG2BYTES[intg0x] as u8, intg0x as u8),
+            full: (intg0 + frac0) as u8,
+            tail: (DIG2BYTES[frac0x] as u8, frac0x as u8),
+            size: size as u8,
+        })
+    }
+
+    /// Whether values need 256 bits (more than 38 digits).
+    pub(super) fn wide(&self) -> bool {
+        self.precision > DECIMAL128_DIGITS
+    }
+
+    /// Takes one image off `cur`: its bytes with the sign undone (negative values inverted back)
+    /// and whether it is negative.
+    #[inline]
+    fn take<'b>(
+        &self,
+        cur: &mut Cursor<'_>,
+        buf: &'b mut [u8; 32],
+    ) -> Result<(&'b [u8], bool), RowsError> {
+        let raw = cur.take(self.size as usize)?;
+        let bytes = &mut buf[..raw.len()];
+        // Only DECIMAL(0,0), which no server writes, has an empty image: it reads as 0.
+        let Some(&first) = raw.first() else {
+            return Ok((bytes, false));
+        };
+        let negative = first & 0x80 == 0;
+        let mask = if negative { 0xff } else { 0 };
+        for (dst, src) in bytes.iter_mut().zip(raw) {
+            *dst = src ^ mask;
+        }
+        bytes[0] ^= 0x80;
+        Ok((bytes, negative))
+    }
+
+    /// Calls `add(group, digits)` for each digit group, most significant first, each checked to
+    /// hold no more digits than it may.
+    #[inline]
+    fn groups(&self, bytes: &[u8], mut add: impl FnMut(u64, usize)) -> Result<(), RowsError> {
+        let mut pos = 0;
+        let mut group = |len: usize, digits: usize| -> Result<(), RowsError> {
+            let g = bytes[pos..pos + len]
+                .iter()
+                .fold(0u64, |a, b| (a << 8) | *b as u64);
+            pos += len;
+            if g >= POW10[digits] {
+                return Err(RowsError::Value(format!(
+                    "DECIMAL group {g} exceeds {digits} digits"
+                )));
+            }
+            add(g, digits);
+            Ok(())
+        };
+        if self.lead.1 > 0 {
+            group(self.lead.0 as usize, self.lead.1 as usize)?;
+        }
+        for _ in 0..self.full {
+            group(4, DIGITS_PER_GROUP)?;
+        }
+        if self.tail.1 > 0 {
+            group(self.tail.0 as usize, self.tail.1 as usize)?;
+        }
+        Ok(())
+    }
+
+    /// One value of at most 38 digits, unscaled.
+    #[inline]
+    pub(super) fn read_i128(&self, cur: &mut Cursor<'_>) -> Result<i128, RowsError> {
+        let mut buf = [0u8; 32];
+        let (bytes, negative) = self.take(cur, &mut buf)?;
+        // Up to 18 digits fit u64 arithmetic, which is cheaper still.
+        let v = if self.precision <= 18 {
+            let mut v = 0u64;
+            self.groups(bytes, |g, digits| v = v * POW10[digits] + g)?;
+            v as i128
+        } else if !self.wide() {
+            let mut v = 0i128;
+            // At most 38 digits in all: below 10^38, far from i128's limit.
+            self.groups(bytes, |g, digits| v = v * POW10[digits] as i128 + g as i128)?;
+            v
+        } else {
+            return Err(RowsError::Value(format!(
+                "DECIMAL({},{}) does not fit 128 bits",
+                self.precision, self.scale
+            )));
+        };
+        Ok(if negative { -v } else { v })
+    }
+
+    /// One value of any precision, unscaled.
+    pub(super) fn read_i256(&self, cur: &mut Cursor<'_>) -> Result<i256, RowsError> {
+        let mut buf = [0u8; 32];
+        let (bytes, negative) = self.take(cur, &mut buf)?;
         let mut v = i256::ZERO;
-        for (len, digits) in layout {
-            let g = next(len, digits)?;
+        self.groups(bytes, |g, digits| {
             v = v
                 .wrapping_mul(i256::from_i128(POW10[digits] as i128))
                 .wrapping_add(i256::from_i128(g as i128));
-        }
-        Unscaled::Wide(if negative { v.wrapping_neg() } else { v })
-    } else {
-        let mut v: i128 = 0;
-        for (len, digits) in layout {
-            let g = next(len, digits)?;
-            // At most 38 digits in all: below 10^38, far from i128's limit.
-            v = v
-                .checked_mul(POW10[digits] as i128)
-                .and_then(|v| v.checked_add(g as i128))
-                .ok_or_else(|| format!("DECIMAL({precision},{scale}) value overflows"))?;
-        }
-        Unscaled::Narrow(if negative { -v } else { v })
-    })
+        })?;
+        Ok(if negative { v.wrapping_neg() } else { v })
+    }
 }
 
 /// Powers of ten up to one DECIMAL digit group.
@@ -108,12 +185,14 @@ const MAX_DECIMAL_DIGITS: usize = 65;
 const DECIMAL128_DIGITS: u8 = 38;
 
 /// An unscaled DECIMAL value, narrow when its precision allows.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Unscaled {
     Narrow(i128),
     Wide(i256),
 }
 
+#[cfg(test)]
 impl std::fmt::Display for Unscaled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

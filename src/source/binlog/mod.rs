@@ -4,7 +4,8 @@
 //! * [`reader`]: the replica connection, its start position and reconnects;
 //! * [`assemble`]: events into transactions with positions, DDL and skipped events;
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
-//! * [`wire`]: each column's layout in a row image and its value decoding;
+//! * `columns`: each column's compiled operation and the typed Arrow buffer it fills;
+//! * [`wire`]: each column's layout in a row image and the readers of its values;
 //! * [`decimal`]: MySQL's binary `DECIMAL` into an unscaled integer;
 //! * `cursor`: bounds-checked reads of row-image bytes and the decoder's error;
 //! * [`filter`]: which tables are decoded;
@@ -14,6 +15,7 @@
 //! maps and rows-event headers; the row bytes are ours (see `rows` for why).
 
 pub mod assemble;
+mod columns;
 mod cursor;
 mod decimal;
 pub mod filter;

@@ -1,18 +1,17 @@
 //! The layout of one column's value in a row image, and decoding it into Arrow.
 //!
-//! A [`Wire`] is read from the table map (type byte plus metadata) once per table; decoding a
-//! value is then a match on it and a bounded read from a [`Cursor`]. Every read is
-//! bounds-checked: malformed or truncated images are errors, never panics or misreads.
-//! Conversions that must agree with the snapshot path go through [`ColumnBuilder`].
+//! A [`Wire`] is read from the table map (type byte plus metadata) once per table and compiled,
+//! with the column's kind, into the column's decoding operation (see `columns`); the readers
+//! here take one value's bytes off a [`Cursor`]. Every read is bounds-checked: malformed or
+//! truncated images are errors, never panics or misreads. Conversions that must agree with the
+//! snapshot path are the shared ones of `source::types`.
 
 use mysql_async::binlog::events::TableMapEvent;
 use mysql_async::consts::ColumnType;
 
 use super::cursor::{Cursor, RowsError};
-use super::decimal::{read_decimal, Unscaled};
-use super::mysql_json;
-use crate::change::schema::{Charset, ColumnKind};
-use crate::source::types::{bit_value, decode_text, set_labels, time_to_micros, ColumnBuilder};
+use crate::change::schema::ColumnKind;
+use crate::source::types::{date_to_days, datetime_to_micros, epoch_to_micros, time_to_micros};
 
 /// How one column's value is laid out in a row image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +195,7 @@ impl Wire {
 
 /// Sign-extends the low `bits` bits of `v`.
 #[inline]
-fn sign_extend(v: u64, bits: u32) -> i64 {
+pub(super) fn sign_extend(v: u64, bits: u32) -> i64 {
     let shift = 64 - bits;
     ((v << shift) as i64) >> shift
 }
@@ -207,170 +206,103 @@ fn sign_extend(v: u64, bits: u32) -> i64 {
 fn read_frac(cur: &mut Cursor<'_>, fsp: u8) -> Result<u32, RowsError> {
     Ok(match fsp {
         0 => 0,
-        1 | 2 => cur.uint_be(1)? as u32 * 10_000,
-        3 | 4 => cur.uint_be(2)? as u32 * 100,
-        _ => cur.uint_be(3)? as u32,
+        1 | 2 => cur.array::<1>()?[0] as u32 * 10_000,
+        3 | 4 => u16::from_be_bytes(cur.array()?) as u32 * 100,
+        _ => {
+            let [a, b, c] = cur.array::<3>()?;
+            u32::from_be_bytes([0, a, b, c])
+        }
     })
 }
 
+/// A length prefix of `bytes` bytes (1-4 for strings and blobs), little-endian.
 #[inline]
-pub(super) fn decode_value(
-    wire: Wire,
-    kind: &ColumnKind,
-    cur: &mut Cursor<'_>,
-    b: &mut ColumnBuilder,
-    scratch: &mut String,
-) -> Result<(), RowsError> {
-    let unsigned = matches!(kind, ColumnKind::Int { unsigned: true, .. });
-    let int = |b: &mut ColumnBuilder, raw: u64, bits: u32| {
-        if unsigned {
-            b.append_u64(raw)
-        } else {
-            b.append_i64(sign_extend(raw, bits))
-        }
-    };
-    match wire {
-        Wire::Tiny => int(b, cur.uint_le(1)?, 8)?,
-        Wire::Short => int(b, cur.uint_le(2)?, 16)?,
-        Wire::Int24 => int(b, cur.uint_le(3)?, 24)?,
-        Wire::Long => int(b, cur.uint_le(4)?, 32)?,
-        Wire::LongLong => int(b, cur.uint_le(8)?, 64)?,
-        Wire::Float => b.append_f32(f32::from_bits(cur.uint_le(4)? as u32))?,
-        Wire::Double => b.append_f64(f64::from_bits(cur.uint_le(8)?))?,
-        Wire::NewDecimal { precision, scale } => match read_decimal(cur, precision, scale)? {
-            Unscaled::Narrow(v) => b.append_decimal128(v)?,
-            Unscaled::Wide(v) => b.append_decimal(v)?,
-        },
-        Wire::Date => {
-            let v = cur.uint_le(3)? as u32;
-            b.append_date(v >> 9, (v >> 5) & 15, v & 31)?
-        }
-        Wire::TimeOld => {
-            let v = sign_extend(cur.uint_le(3)?, 24);
-            let (neg, a) = (v < 0, v.unsigned_abs());
-            b.append_time_micros(time_to_micros(
-                neg,
-                (a / 10_000) as u32,
-                (a / 100 % 100) as u32,
-                (a % 100) as u32,
-                0,
-            )?)?
-        }
-        Wire::Time2 { fsp } => b.append_time_micros(read_time2(cur, fsp)?)?,
-        Wire::DateTimeOld => {
-            let v = cur.uint_le(8)?;
-            let (date, time) = (v / 1_000_000, v % 1_000_000);
-            b.append_datetime(
-                (date / 10_000) as u32,
-                (date / 100 % 100) as u32,
-                (date % 100) as u32,
-                (time / 10_000) as u32,
-                (time / 100 % 100) as u32,
-                (time % 100) as u32,
-                0,
-            )?
-        }
-        Wire::DateTime2 { fsp } => {
-            // DATETIME2 is never negative: its sign bit is always set on the wire.
-            let packed = (cur.uint_be(5)? as i64)
-                .checked_sub(0x80_0000_0000)
-                .filter(|p| *p >= 0)
-                .ok_or_else(|| RowsError::Value("negative DATETIME2 value".into()))?;
-            let frac = read_frac(cur, fsp)?;
-            let ymd = packed >> 17;
-            let ym = ymd >> 5;
-            let hms = packed % (1 << 17);
-            b.append_datetime(
-                (ym / 13) as u32,
-                (ym % 13) as u32,
-                (ymd % 32) as u32,
-                (hms >> 12) as u32,
-                ((hms >> 6) % 64) as u32,
-                (hms % 64) as u32,
-                frac,
-            )?
-        }
-        Wire::TimestampOld => b.append_epoch(cur.uint_le(4)? as u32, 0)?,
-        Wire::Timestamp2 { fsp } => {
-            let secs = cur.uint_be(4)? as u32;
-            let frac = read_frac(cur, fsp)?;
-            b.append_epoch(secs, frac)?
-        }
-        Wire::Year => {
-            let y = cur.uint_le(1)?;
-            b.append_i64(if y == 0 { 0 } else { 1900 + y as i64 })?
-        }
-        Wire::VarLen { prefix, .. } => {
-            let len = cur.uint_le(prefix as usize)? as usize;
-            let bytes = cur.take(len)?;
-            append_string(kind, bytes, b, scratch)?
-        }
-        Wire::Enum { pack } => {
-            let idx = cur.uint_le(pack as usize)? as usize;
-            let ColumnKind::Enum { labels } = kind else {
-                return Err(RowsError::Value("enum value for a non-enum column".into()));
-            };
-            // Index 0 is the empty string MySQL stores for an invalid value.
-            let label = match idx {
-                0 => "",
-                i => labels
-                    .get(i - 1)
-                    .ok_or_else(|| format!("enum index {i} beyond {} labels", labels.len()))?,
-            };
-            b.append_str(label)?
-        }
-        Wire::Set { pack } => {
-            let mask = cur.uint_le(pack as usize)?;
-            let ColumnKind::Set { labels } = kind else {
-                return Err(RowsError::Value("set value for a non-set column".into()));
-            };
-            set_labels(labels, mask, scratch)?;
-            b.append_str(scratch)?
-        }
-        Wire::Bit { bits } => {
-            let bytes = cur.take((bits as usize).div_ceil(8))?;
-            b.append_u64(bit_value(bytes)?)?
-        }
-        Wire::Blob { prefix } | Wire::Geometry { prefix } | Wire::Vector { prefix } => {
-            let len = cur.uint_le(prefix as usize)? as usize;
-            let bytes = cur.take(len)?;
-            append_string(kind, bytes, b, scratch)?
-        }
-        Wire::Json { prefix } => {
-            let len = cur.uint_le(prefix as usize)? as usize;
-            let bytes = cur.take(len)?;
-            scratch.clear();
-            if bytes.is_empty() {
-                // An empty JSON value is how MySQL logs a JSON null literal in some paths.
-                scratch.push_str("null");
-            } else {
-                mysql_json::binary_json_to_text(bytes, scratch)
-                    .map_err(|e| format!("binary JSON: {e}"))?;
-            }
-            b.append_str(scratch)?
-        }
-    }
-    Ok(())
+pub(super) fn read_len(cur: &mut Cursor<'_>, bytes: u8) -> Result<usize, RowsError> {
+    Ok(match bytes {
+        1 => cur.array::<1>()?[0] as usize,
+        2 => u16::from_le_bytes(cur.array()?) as usize,
+        _ => cur.uint_le(bytes as usize)? as usize,
+    })
 }
 
+/// A 3-byte little-endian integer.
 #[inline]
-fn append_string(
-    kind: &ColumnKind,
-    bytes: &[u8],
-    b: &mut ColumnBuilder,
-    scratch: &mut String,
-) -> Result<(), String> {
-    match kind {
-        ColumnKind::Text { charset } => b.append_str(decode_text(*charset, bytes, scratch)?),
-        ColumnKind::Json => b.append_str(decode_text(Charset::Utf8, bytes, scratch)?),
-        ColumnKind::Binary { pad_to } => b.append_bytes(bytes, *pad_to),
-        _ => b.append_bytes(bytes, None),
-    }
+pub(super) fn read_u24(cur: &mut Cursor<'_>) -> Result<u32, RowsError> {
+    let [a, b, c] = cur.array::<3>()?;
+    Ok(u32::from_le_bytes([a, b, c, 0]))
+}
+
+/// `DATE`: `day | month << 5 | year << 9` in 3 bytes; `None` for dates with no calendar meaning.
+#[inline]
+pub(super) fn read_date(cur: &mut Cursor<'_>) -> Result<Option<i32>, RowsError> {
+    let v = read_u24(cur)?;
+    Ok(date_to_days(v >> 9, (v >> 5) & 15, v & 31)?)
+}
+
+/// Pre-5.6 `TIME`: a 3-byte signed integer HHMMSS.
+pub(super) fn read_time_old(cur: &mut Cursor<'_>) -> Result<i64, RowsError> {
+    let v = sign_extend(read_u24(cur)? as u64, 24);
+    let (neg, a) = (v < 0, v.unsigned_abs());
+    Ok(time_to_micros(
+        neg,
+        (a / 10_000) as u32,
+        (a / 100 % 100) as u32,
+        (a % 100) as u32,
+        0,
+    )?)
+}
+
+/// Pre-5.6 `DATETIME`: an 8-byte integer YYYYMMDDHHMMSS.
+pub(super) fn read_datetime_old(cur: &mut Cursor<'_>) -> Result<Option<i64>, RowsError> {
+    let v = u64::from_le_bytes(cur.array()?);
+    let (date, time) = (v / 1_000_000, v % 1_000_000);
+    Ok(datetime_to_micros(
+        (date / 10_000) as u32,
+        (date / 100 % 100) as u32,
+        (date % 100) as u32,
+        (time / 10_000) as u32,
+        (time / 100 % 100) as u32,
+        (time % 100) as u32,
+        0,
+    )?)
+}
+
+/// `DATETIME2`: 5 bytes big-endian of packed fields plus `0x80_0000_0000`, then the fraction.
+#[inline]
+pub(super) fn read_datetime2(cur: &mut Cursor<'_>, fsp: u8) -> Result<Option<i64>, RowsError> {
+    let [a, b, c, d, e] = cur.array::<5>()?;
+    // DATETIME2 is never negative: its sign bit is always set on the wire.
+    let packed = (u64::from_be_bytes([0, 0, 0, a, b, c, d, e]) as i64)
+        .checked_sub(0x80_0000_0000)
+        .filter(|p| *p >= 0)
+        .ok_or_else(|| RowsError::Value("negative DATETIME2 value".into()))?;
+    let frac = read_frac(cur, fsp)?;
+    let ymd = packed >> 17;
+    let ym = ymd >> 5;
+    let hms = packed % (1 << 17);
+    Ok(datetime_to_micros(
+        (ym / 13) as u32,
+        (ym % 13) as u32,
+        (ymd % 32) as u32,
+        (hms >> 12) as u32,
+        ((hms >> 6) % 64) as u32,
+        (hms % 64) as u32,
+        frac,
+    )?)
+}
+
+/// `TIMESTAMP2`: 4 bytes big-endian of seconds since the epoch, then the fraction; `None` for
+/// the zero timestamp.
+#[inline]
+pub(super) fn read_timestamp2(cur: &mut Cursor<'_>, fsp: u8) -> Result<Option<i64>, RowsError> {
+    let secs = u32::from_be_bytes(cur.array()?);
+    let frac = read_frac(cur, fsp)?;
+    Ok(epoch_to_micros(secs, frac)?)
 }
 
 /// `TIME2`: 3 bytes big-endian `(hour << 12 | minute << 6 | second) + 0x800000`, then the
 /// fraction; negative values borrow from the integer part when they have a fraction.
-fn read_time2(cur: &mut Cursor<'_>, fsp: u8) -> Result<i64, RowsError> {
+pub(super) fn read_time2(cur: &mut Cursor<'_>, fsp: u8) -> Result<i64, RowsError> {
     let packed: i64 = match fsp {
         0 => (cur.uint_be(3)? as i64 - 0x80_0000) << 24,
         1 | 2 => {
@@ -406,6 +338,7 @@ fn read_time2(cur: &mut Cursor<'_>, fsp: u8) -> Result<i64, RowsError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::columns::Column;
     use super::*;
     use arrow::array::{Array, ArrayRef, AsArray};
     use arrow::datatypes::UInt64Type;
@@ -439,12 +372,14 @@ mod tests {
         assert!(c.uint_le(4).is_err());
     }
 
-    /// Decodes one value of `wire` into a fresh builder of `kind`.
+    /// Decodes one value of `wire` into a fresh column of `kind`.
     fn decode_one(wire: Wire, kind: &ColumnKind, bytes: &[u8]) -> Result<ArrayRef, RowsError> {
-        let mut b = ColumnBuilder::new(kind, 1);
+        let mut column = Column::compile(wire, kind, true)?;
         let mut c = Cursor::new(bytes);
-        decode_value(wire, kind, &mut c, &mut b, &mut String::new())?;
-        Ok(b.finish()?)
+        column.decode(&mut c, &mut String::new())?;
+        Ok(column
+            .finish(&kind.field("c", true))
+            .map_err(|e| e.detail)?)
     }
 
     #[test]

@@ -158,11 +158,7 @@ impl ColumnBuilder {
     pub fn append_decimal128(&mut self, unscaled: i128) -> Result<(), String> {
         match self {
             ColumnBuilder::Decimal128(b, p, _) => {
-                check_precision(
-                    Decimal128Type::is_valid_decimal_precision(unscaled, *p),
-                    *p,
-                    unscaled,
-                )?;
+                decimal128_fits(unscaled, *p)?;
                 b.append_value(unscaled)
             }
             ColumnBuilder::Decimal256(..) => return self.append_decimal(i256::from_i128(unscaled)),
@@ -183,11 +179,7 @@ impl ColumnBuilder {
                 )
             }
             ColumnBuilder::Decimal256(b, p, _) => {
-                check_precision(
-                    Decimal256Type::is_valid_decimal_precision(unscaled, *p),
-                    *p,
-                    unscaled,
-                )?;
+                decimal256_fits(unscaled, *p)?;
                 b.append_value(unscaled)
             }
             other => return Err(format!("decimal value for a {other:?} column")),
@@ -230,19 +222,9 @@ impl ColumnBuilder {
     /// Appends a `TIMESTAMP` given as seconds since the epoch; 0 is MySQL's zero timestamp.
     #[inline]
     pub fn append_epoch(&mut self, seconds: u32, micros: u32) -> Result<(), String> {
-        if micros as i64 >= MICROS {
-            return Err(format!(
-                "timestamp fraction {micros} exceeds a second of microseconds"
-            ));
-        }
+        let value = epoch_to_micros(seconds, micros)?;
         match self {
-            ColumnBuilder::TimestampUtc(b) => {
-                if seconds == 0 && micros == 0 {
-                    b.append_null()
-                } else {
-                    b.append_value(seconds as i64 * MICROS + micros as i64)
-                }
-            }
+            ColumnBuilder::TimestampUtc(b) => b.append_option(value),
             other => return Err(format!("timestamp value for a {other:?} column")),
         }
         Ok(())
@@ -274,8 +256,7 @@ impl ColumnBuilder {
             ColumnBuilder::Binary(b) => match pad_to {
                 Some(n) if v.len() < n => {
                     let mut padded = Vec::with_capacity(n);
-                    padded.extend_from_slice(v);
-                    padded.resize(n, 0);
+                    append_padded(&mut padded, v, pad_to);
                     b.append_value(&padded)
                 }
                 _ => b.append_value(v),
@@ -323,17 +304,52 @@ impl ColumnBuilder {
 
 /// An error unless an unscaled decimal fits the column's precision (a value read from a
 /// corrupt image or text could otherwise make an invalid Arrow array).
-fn check_precision(
-    valid: bool,
-    precision: u8,
-    unscaled: impl std::fmt::Display,
-) -> Result<(), String> {
-    if valid {
+#[inline]
+pub fn decimal128_fits(unscaled: i128, precision: u8) -> Result<(), String> {
+    if Decimal128Type::is_valid_decimal_precision(unscaled, precision) {
         Ok(())
     } else {
-        Err(format!(
-            "decimal {unscaled} (unscaled) has more than {precision} digits"
-        ))
+        Err(too_many_digits(unscaled, precision))
+    }
+}
+
+/// [`decimal128_fits`] for values of more than 38 digits.
+#[inline]
+pub fn decimal256_fits(unscaled: i256, precision: u8) -> Result<(), String> {
+    if Decimal256Type::is_valid_decimal_precision(unscaled, precision) {
+        Ok(())
+    } else {
+        Err(too_many_digits(unscaled, precision))
+    }
+}
+
+#[cold]
+fn too_many_digits(unscaled: impl std::fmt::Display, precision: u8) -> String {
+    format!("decimal {unscaled} (unscaled) has more than {precision} digits")
+}
+
+/// A `TIMESTAMP` given as seconds since the epoch in microseconds; `None` for 0, MySQL's zero
+/// timestamp; an error for a fraction of a second or more.
+#[inline]
+pub fn epoch_to_micros(seconds: u32, micros: u32) -> Result<Option<i64>, String> {
+    if micros as i64 >= MICROS {
+        return Err(format!(
+            "timestamp fraction {micros} exceeds a second of microseconds"
+        ));
+    }
+    Ok((seconds != 0 || micros != 0).then_some(seconds as i64 * MICROS + micros as i64))
+}
+
+/// Appends `v` to `out`, zero-padded to `pad_to` bytes (for `BINARY(n)`, which the binlog
+/// stores stripped of its padding).
+#[inline]
+pub fn append_padded(out: &mut Vec<u8>, v: &[u8], pad_to: Option<usize>) {
+    let start = out.len();
+    out.extend_from_slice(v);
+    if let Some(n) = pad_to {
+        if v.len() < n {
+            out.resize(start + n, 0);
+        }
     }
 }
 

@@ -37,7 +37,10 @@ use arrow::datatypes::{i256, DataType};
 use crate::change::schema::Charset;
 pub use crate::change::schema::MYSQL_TYPE_KEY;
 
-pub use builder::{finish_batch, ColumnBuilder, FinishError};
+pub use builder::{
+    append_padded, decimal128_fits, decimal256_fits, epoch_to_micros, finish_batch, ColumnBuilder,
+    FinishError,
+};
 pub(crate) use temporal::MICROS;
 pub use temporal::{civil_from_days, date_to_days, datetime_to_micros, time_to_micros};
 

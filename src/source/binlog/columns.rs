@@ -1,0 +1,807 @@
+//! One compiled decoding operation per column, fused with the Arrow buffer it fills.
+//!
+//! A table map compiles once (see `rows::TableDecoder`) into one [`Column`] per column: its
+//! wire layout and its Arrow type decided together, so decoding a value is a single match, a
+//! bounded read and a push onto a typed buffer. Buffers grow per rows event from the row count
+//! the event's first row implies; a column's validity bitmap only exists once it holds a NULL;
+//! UTF-8 text is checked once per column buffer, when the batch is finished, instead of once
+//! per value.
+//!
+//! # Invariants
+//! * Every value pushes exactly one entry onto its column's values and validity, so a column's
+//!   buffers always agree on its length; a value that fails to decode pushes nothing.
+//! * The Arrow type a column builds is `ColumnKind::data_type` of its kind: compiling refuses
+//!   any pairing of wire layout and kind it has no operation for, and finishing checks the
+//!   built type against the table's field.
+//! * Conversions that must agree with the snapshot path (dates, times, timestamps, decimals'
+//!   precision, `BIT`, `SET` labels, latin1, `BINARY(n)` padding) are the shared functions of
+//!   `source::types`, which the snapshot's `ColumnBuilder` also calls.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BinaryArray, PrimitiveArray, StringArray};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{
+    i256, ArrowPrimitiveType, Date32Type, Decimal128Type, Decimal256Type, DurationMicrosecondType,
+    Field, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type,
+    TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
+
+use super::cursor::{Cursor, RowsError};
+use super::decimal::DecimalLayout;
+use super::mysql_json;
+use super::wire::{
+    read_date, read_datetime2, read_datetime_old, read_len, read_time2, read_time_old,
+    read_timestamp2, read_u24, sign_extend, Wire,
+};
+use crate::change::schema::{Charset, ColumnKind};
+use crate::source::types::{
+    append_padded, bit_value, decimal128_fits, decimal256_fits, decode_text, epoch_to_micros,
+    set_labels,
+};
+
+/// The values of one column, typed by its Arrow type, with how each is read off the wire.
+#[derive(Debug, Clone)]
+enum Values {
+    Int8(Vec<i8>),
+    UInt8(Vec<u8>),
+    Int16(Vec<i16>),
+    UInt16(Vec<u16>),
+    /// `MEDIUMINT`: 3 bytes on the wire, 32 bits in Arrow.
+    Int24(Vec<i32>),
+    UInt24(Vec<u32>),
+    Int32(Vec<i32>),
+    UInt32(Vec<u32>),
+    Int64(Vec<i64>),
+    UInt64(Vec<u64>),
+    /// One byte on the wire (years since 1900, 0 for the zero year).
+    Year(Vec<i16>),
+    /// `bytes` big-endian bytes.
+    Bit {
+        bytes: u8,
+        values: Vec<u64>,
+    },
+    Float32(Vec<f32>),
+    Float64(Vec<f64>),
+    Decimal128 {
+        layout: DecimalLayout,
+        precision: u8,
+        scale: i8,
+        values: Vec<i128>,
+    },
+    Decimal256 {
+        layout: DecimalLayout,
+        precision: u8,
+        scale: i8,
+        values: Vec<i256>,
+    },
+    Date(Vec<i32>),
+    TimeOld(Vec<i64>),
+    Time2 {
+        fsp: u8,
+        values: Vec<i64>,
+    },
+    DateTimeOld(Vec<i64>),
+    DateTime2 {
+        fsp: u8,
+        values: Vec<i64>,
+    },
+    TimestampOld(Vec<i64>),
+    Timestamp2 {
+        fsp: u8,
+        values: Vec<i64>,
+    },
+    /// UTF-8 text behind a length prefix of `prefix` bytes, checked when finished.
+    Utf8 {
+        prefix: u8,
+        text: Bytes,
+    },
+    /// latin1 (code page 1252) text, converted to UTF-8 as it is read.
+    Latin1 {
+        prefix: u8,
+        text: Bytes,
+    },
+    Binary {
+        prefix: u8,
+        pad_to: Option<usize>,
+        bytes: Bytes,
+    },
+    Enum {
+        pack: u8,
+        labels: Arc<[String]>,
+        text: Bytes,
+    },
+    Set {
+        pack: u8,
+        labels: Arc<[String]>,
+        text: Bytes,
+    },
+    /// MySQL's binary JSON, printed as MySQL prints it.
+    Json {
+        prefix: u8,
+        text: Bytes,
+    },
+}
+
+/// Variable-length values: Arrow's offsets and data.
+#[derive(Debug, Clone)]
+struct Bytes {
+    offsets: Vec<i32>,
+    data: Vec<u8>,
+}
+
+impl Bytes {
+    fn new() -> Self {
+        Self {
+            offsets: vec![0],
+            data: Vec::new(),
+        }
+    }
+
+    /// Ends the value whose bytes were just appended to `data`.
+    #[inline]
+    fn end_value(&mut self) -> Result<(), RowsError> {
+        let end = i32::try_from(self.data.len()).map_err(|_| {
+            RowsError::Value(format!(
+                "more than {} bytes of values in one batch",
+                i32::MAX
+            ))
+        })?;
+        self.offsets.push(end);
+        Ok(())
+    }
+
+    #[inline]
+    fn push(&mut self, v: &[u8]) -> Result<(), RowsError> {
+        self.data.extend_from_slice(v);
+        self.end_value()
+    }
+
+    #[inline]
+    fn push_empty(&mut self) {
+        let last = self.offsets.last().copied().unwrap_or(0);
+        self.offsets.push(last);
+    }
+
+    fn offsets(&mut self) -> OffsetBuffer<i32> {
+        // Offsets start at 0 and only ever repeat or grow with `data`.
+        OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut self.offsets)))
+    }
+}
+
+/// A column's validity, materialised only at its first NULL: until then every value is valid
+/// and only the count is kept.
+#[derive(Debug, Clone, Default)]
+struct Validity {
+    /// One bit per value, least significant first, once a NULL was pushed.
+    bits: Option<Vec<u8>>,
+    len: usize,
+}
+
+impl Validity {
+    #[inline]
+    fn push(&mut self, valid: bool) {
+        if let Some(bits) = &mut self.bits {
+            if self.len.is_multiple_of(8) {
+                bits.push(0);
+            }
+            if valid {
+                if let Some(last) = bits.last_mut() {
+                    *last |= 1 << (self.len % 8);
+                }
+            }
+        } else if !valid {
+            self.materialise();
+        }
+        self.len += 1;
+    }
+
+    /// Writes the bits of the values so far (all valid) and a cleared bit for the NULL that
+    /// `push` is adding.
+    #[cold]
+    fn materialise(&mut self) {
+        let mut bits = vec![0xffu8; self.len / 8];
+        bits.push(((1u16 << (self.len % 8)) - 1) as u8);
+        self.bits = Some(bits);
+    }
+
+    fn finish(&mut self) -> Option<NullBuffer> {
+        let bits = self.bits.take()?;
+        Some(NullBuffer::new(BooleanBuffer::new(
+            Buffer::from_vec(bits),
+            0,
+            self.len,
+        )))
+    }
+}
+
+/// One column of a row image being decoded: see the module docs.
+#[derive(Debug, Clone)]
+pub(super) struct Column {
+    values: Values,
+    nulls: Validity,
+    /// Whether the column's Arrow field takes NULLs.
+    nullable: bool,
+}
+
+/// Pushes `v` or, for `None`, a placeholder; returns whether the value is valid.
+#[inline]
+fn push_opt<T: Default>(values: &mut Vec<T>, v: Option<T>) -> bool {
+    let valid = v.is_some();
+    values.push(v.unwrap_or_default());
+    valid
+}
+
+impl Column {
+    /// The operation for a value laid out as `wire` in a column of `kind`; an error for a
+    /// pairing with no operation (the table map and the schema disagree).
+    pub(super) fn compile(wire: Wire, kind: &ColumnKind, nullable: bool) -> Result<Self, String> {
+        use ColumnKind as K;
+        let no_op = || format!("no decoding of {wire:?} into {}", kind.mysql_type());
+        let unsigned = matches!(kind, K::Int { unsigned: true, .. });
+        let values = match (wire, kind) {
+            (Wire::Tiny, K::Int { bits: 8, .. }) if unsigned => Values::UInt8(vec![]),
+            (Wire::Tiny, K::Int { bits: 8, .. }) => Values::Int8(vec![]),
+            (Wire::Short, K::Int { bits: 16, .. }) if unsigned => Values::UInt16(vec![]),
+            (Wire::Short, K::Int { bits: 16, .. }) => Values::Int16(vec![]),
+            (Wire::Int24, K::Int { bits: 24, .. }) if unsigned => Values::UInt24(vec![]),
+            (Wire::Int24, K::Int { bits: 24, .. }) => Values::Int24(vec![]),
+            (Wire::Long, K::Int { bits: 32, .. }) if unsigned => Values::UInt32(vec![]),
+            (Wire::Long, K::Int { bits: 32, .. }) => Values::Int32(vec![]),
+            (Wire::LongLong, K::Int { bits: 64, .. }) if unsigned => Values::UInt64(vec![]),
+            (Wire::LongLong, K::Int { bits: 64, .. }) => Values::Int64(vec![]),
+            (Wire::Year, K::Year) => Values::Year(vec![]),
+            (Wire::Bit { bits }, K::Bit { bits: b }) if bits == *b => Values::Bit {
+                bytes: u8::try_from(bits.div_ceil(8)).map_err(|_| no_op())?,
+                values: vec![],
+            },
+            (Wire::Float, K::Float) => Values::Float32(vec![]),
+            (Wire::Double, K::Double) => Values::Float64(vec![]),
+            (
+                Wire::NewDecimal { precision, scale },
+                K::Decimal {
+                    precision: p,
+                    scale: s,
+                },
+            ) if precision == *p && scale == *s => {
+                let layout = DecimalLayout::new(precision, scale)?;
+                if layout.wide() {
+                    Values::Decimal256 {
+                        layout,
+                        precision,
+                        scale: scale as i8,
+                        values: vec![],
+                    }
+                } else {
+                    Values::Decimal128 {
+                        layout,
+                        precision,
+                        scale: scale as i8,
+                        values: vec![],
+                    }
+                }
+            }
+            (Wire::Date, K::Date) => Values::Date(vec![]),
+            (Wire::TimeOld, K::Time { .. }) => Values::TimeOld(vec![]),
+            (Wire::Time2 { fsp }, K::Time { fsp: f }) if fsp == *f => Values::Time2 {
+                fsp,
+                values: vec![],
+            },
+            (Wire::DateTimeOld, K::DateTime { .. }) => Values::DateTimeOld(vec![]),
+            (Wire::DateTime2 { fsp }, K::DateTime { fsp: f }) if fsp == *f => Values::DateTime2 {
+                fsp,
+                values: vec![],
+            },
+            (Wire::TimestampOld, K::Timestamp { .. }) => Values::TimestampOld(vec![]),
+            (Wire::Timestamp2 { fsp }, K::Timestamp { fsp: f }) if fsp == *f => {
+                Values::Timestamp2 {
+                    fsp,
+                    values: vec![],
+                }
+            }
+            (
+                Wire::VarLen { prefix, .. } | Wire::Blob { prefix },
+                K::Text {
+                    charset: Charset::Utf8,
+                },
+            )
+            // MariaDB's JSON is a LONGTEXT holding JSON text.
+            | (Wire::Blob { prefix }, K::Json) => Values::Utf8 {
+                prefix,
+                text: Bytes::new(),
+            },
+            (
+                Wire::VarLen { prefix, .. } | Wire::Blob { prefix },
+                K::Text {
+                    charset: Charset::Latin1,
+                },
+            ) => Values::Latin1 {
+                prefix,
+                text: Bytes::new(),
+            },
+            (Wire::VarLen { prefix, .. } | Wire::Blob { prefix }, K::Binary { pad_to }) => {
+                Values::Binary {
+                    prefix,
+                    pad_to: *pad_to,
+                    bytes: Bytes::new(),
+                }
+            }
+            (Wire::Geometry { prefix }, K::Geometry) | (Wire::Vector { prefix }, K::Vector) => {
+                Values::Binary {
+                    prefix,
+                    pad_to: None,
+                    bytes: Bytes::new(),
+                }
+            }
+            (Wire::Enum { pack }, K::Enum { labels }) => Values::Enum {
+                pack,
+                labels: Arc::clone(labels),
+                text: Bytes::new(),
+            },
+            (Wire::Set { pack }, K::Set { labels }) => Values::Set {
+                pack,
+                labels: Arc::clone(labels),
+                text: Bytes::new(),
+            },
+            (Wire::Json { prefix }, K::Json) => Values::Json {
+                prefix,
+                text: Bytes::new(),
+            },
+            _ => return Err(no_op()),
+        };
+        Ok(Self {
+            values,
+            nulls: Validity::default(),
+            nullable,
+        })
+    }
+
+    /// Whether NULLs fit the column's field.
+    pub(super) fn nullable(&self) -> bool {
+        self.nullable
+    }
+
+    /// Makes room for `rows` more values.
+    pub(super) fn reserve(&mut self, rows: usize) {
+        use Values as V;
+        match &mut self.values {
+            V::Int8(v) => v.reserve(rows),
+            V::UInt8(v) => v.reserve(rows),
+            V::Int16(v) | V::Year(v) => v.reserve(rows),
+            V::UInt16(v) => v.reserve(rows),
+            V::Int24(v) | V::Int32(v) | V::Date(v) => v.reserve(rows),
+            V::UInt24(v) | V::UInt32(v) => v.reserve(rows),
+            V::Int64(v)
+            | V::TimeOld(v)
+            | V::Time2 { values: v, .. }
+            | V::DateTimeOld(v)
+            | V::DateTime2 { values: v, .. }
+            | V::TimestampOld(v)
+            | V::Timestamp2 { values: v, .. } => v.reserve(rows),
+            V::UInt64(v) | V::Bit { values: v, .. } => v.reserve(rows),
+            V::Float32(v) => v.reserve(rows),
+            V::Float64(v) => v.reserve(rows),
+            V::Decimal128 { values, .. } => values.reserve(rows),
+            V::Decimal256 { values, .. } => values.reserve(rows),
+            V::Utf8 { text: b, .. }
+            | V::Latin1 { text: b, .. }
+            | V::Binary { bytes: b, .. }
+            | V::Enum { text: b, .. }
+            | V::Set { text: b, .. }
+            | V::Json { text: b, .. } => b.offsets.reserve(rows),
+        }
+        if let Some(bits) = &mut self.nulls.bits {
+            bits.reserve(rows.div_ceil(8));
+        }
+    }
+
+    /// Appends a NULL (the caller checked that the column takes it).
+    #[inline]
+    pub(super) fn push_null(&mut self) {
+        use Values as V;
+        match &mut self.values {
+            V::Int8(v) => v.push(0),
+            V::UInt8(v) => v.push(0),
+            V::Int16(v) | V::Year(v) => v.push(0),
+            V::UInt16(v) => v.push(0),
+            V::Int24(v) | V::Int32(v) | V::Date(v) => v.push(0),
+            V::UInt24(v) | V::UInt32(v) => v.push(0),
+            V::Int64(v)
+            | V::TimeOld(v)
+            | V::Time2 { values: v, .. }
+            | V::DateTimeOld(v)
+            | V::DateTime2 { values: v, .. }
+            | V::TimestampOld(v)
+            | V::Timestamp2 { values: v, .. } => v.push(0),
+            V::UInt64(v) | V::Bit { values: v, .. } => v.push(0),
+            V::Float32(v) => v.push(0.0),
+            V::Float64(v) => v.push(0.0),
+            V::Decimal128 { values, .. } => values.push(0),
+            V::Decimal256 { values, .. } => values.push(i256::ZERO),
+            V::Utf8 { text: b, .. }
+            | V::Latin1 { text: b, .. }
+            | V::Binary { bytes: b, .. }
+            | V::Enum { text: b, .. }
+            | V::Set { text: b, .. }
+            | V::Json { text: b, .. } => b.push_empty(),
+        }
+        self.nulls.push(false);
+    }
+
+    /// Reads one value off `cur` and appends it.
+    #[inline]
+    pub(super) fn decode(
+        &mut self,
+        cur: &mut Cursor<'_>,
+        scratch: &mut String,
+    ) -> Result<(), RowsError> {
+        use Values as V;
+        let valid = match &mut self.values {
+            V::Int8(v) => {
+                v.push(i8::from_le_bytes(cur.array()?));
+                true
+            }
+            V::UInt8(v) => {
+                v.push(u8::from_le_bytes(cur.array()?));
+                true
+            }
+            V::Int16(v) => {
+                v.push(i16::from_le_bytes(cur.array()?));
+                true
+            }
+            V::UInt16(v) => {
+                v.push(u16::from_le_bytes(cur.array()?));
+                true
+            }
+            V::Int24(v) => {
+                v.push(sign_extend(read_u24(cur)? as u64, 24) as i32);
+                true
+            }
+            V::UInt24(v) => {
+                v.push(read_u24(cur)?);
+                true
+            }
+            V::Int32(v) => {
+                v.push(i32::from_le_bytes(cur.array()?));
+                true
+            }
+            V::UInt32(v) => {
+                v.push(u32::from_le_bytes(cur.array()?));
+                true
+            }
+            V::Int64(v) => {
+                v.push(i64::from_le_bytes(cur.array()?));
+                true
+            }
+            V::UInt64(v) => {
+                v.push(u64::from_le_bytes(cur.array()?));
+                true
+            }
+            V::Year(v) => {
+                let [y] = cur.array::<1>()?;
+                v.push(if y == 0 { 0 } else { 1900 + y as i16 });
+                true
+            }
+            V::Bit { bytes, values } => {
+                values.push(bit_value(cur.take(*bytes as usize)?)?);
+                true
+            }
+            V::Float32(v) => {
+                v.push(f32::from_le_bytes(cur.array()?));
+                true
+            }
+            V::Float64(v) => {
+                v.push(f64::from_le_bytes(cur.array()?));
+                true
+            }
+            V::Decimal128 {
+                layout,
+                precision,
+                values,
+                ..
+            } => {
+                let v = layout.read_i128(cur)?;
+                decimal128_fits(v, *precision)?;
+                values.push(v);
+                true
+            }
+            V::Decimal256 {
+                layout,
+                precision,
+                values,
+                ..
+            } => {
+                let v = layout.read_i256(cur)?;
+                decimal256_fits(v, *precision)?;
+                values.push(v);
+                true
+            }
+            V::Date(v) => push_opt(v, read_date(cur)?),
+            V::TimeOld(v) => {
+                v.push(read_time_old(cur)?);
+                true
+            }
+            V::Time2 { fsp, values } => {
+                values.push(read_time2(cur, *fsp)?);
+                true
+            }
+            V::DateTimeOld(v) => push_opt(v, read_datetime_old(cur)?),
+            V::DateTime2 { fsp, values } => push_opt(values, read_datetime2(cur, *fsp)?),
+            V::TimestampOld(v) => {
+                let secs = u32::from_le_bytes(cur.array()?);
+                push_opt(v, epoch_to_micros(secs, 0)?)
+            }
+            V::Timestamp2 { fsp, values } => push_opt(values, read_timestamp2(cur, *fsp)?),
+            V::Utf8 { prefix, text } => {
+                let len = read_len(cur, *prefix)?;
+                text.push(cur.take(len)?)?;
+                true
+            }
+            V::Latin1 { prefix, text } => {
+                let len = read_len(cur, *prefix)?;
+                let bytes = cur.take(len)?;
+                text.push(decode_text(Charset::Latin1, bytes, scratch)?.as_bytes())?;
+                true
+            }
+            V::Binary {
+                prefix,
+                pad_to,
+                bytes,
+            } => {
+                let len = read_len(cur, *prefix)?;
+                append_padded(&mut bytes.data, cur.take(len)?, *pad_to);
+                bytes.end_value()?;
+                true
+            }
+            V::Enum { pack, labels, text } => {
+                let idx = cur.uint_le(*pack as usize)? as usize;
+                // Index 0 is the empty string MySQL stores for an invalid value.
+                let label = match idx {
+                    0 => "",
+                    i => labels
+                        .get(i - 1)
+                        .ok_or_else(|| format!("enum index {i} beyond {} labels", labels.len()))?,
+                };
+                text.push(label.as_bytes())?;
+                true
+            }
+            V::Set { pack, labels, text } => {
+                let mask = cur.uint_le(*pack as usize)?;
+                set_labels(labels, mask, scratch)?;
+                text.push(scratch.as_bytes())?;
+                true
+            }
+            V::Json { prefix, text } => {
+                let len = read_len(cur, *prefix)?;
+                let bytes = cur.take(len)?;
+                scratch.clear();
+                if bytes.is_empty() {
+                    // An empty JSON value is how MySQL logs a JSON null literal in some paths.
+                    scratch.push_str("null");
+                } else {
+                    mysql_json::binary_json_to_text(bytes, scratch)
+                        .map_err(|e| format!("binary JSON: {e}"))?;
+                }
+                text.push(scratch.as_bytes())?;
+                true
+            }
+        };
+        self.nulls.push(valid);
+        Ok(())
+    }
+
+    /// The column's values as an array of `field`'s type. An error names the value (its index
+    /// among the column's values) when one is at fault.
+    pub(super) fn finish(mut self, field: &Field) -> Result<ArrayRef, ColumnError> {
+        use Values as V;
+        let nulls = self.nulls.finish();
+        fn prim<T: ArrowPrimitiveType>(
+            values: Vec<T::Native>,
+            nulls: Option<NullBuffer>,
+        ) -> Result<PrimitiveArray<T>, ColumnError> {
+            PrimitiveArray::try_new(ScalarBuffer::from(values), nulls).map_err(ColumnError::arrow)
+        }
+        let array: ArrayRef = match self.values {
+            V::Int8(v) => Arc::new(prim::<Int8Type>(v, nulls)?),
+            V::UInt8(v) => Arc::new(prim::<UInt8Type>(v, nulls)?),
+            V::Int16(v) | V::Year(v) => Arc::new(prim::<Int16Type>(v, nulls)?),
+            V::UInt16(v) => Arc::new(prim::<UInt16Type>(v, nulls)?),
+            V::Int24(v) | V::Int32(v) => Arc::new(prim::<Int32Type>(v, nulls)?),
+            V::UInt24(v) | V::UInt32(v) => Arc::new(prim::<UInt32Type>(v, nulls)?),
+            V::Int64(v) => Arc::new(prim::<Int64Type>(v, nulls)?),
+            V::UInt64(v) | V::Bit { values: v, .. } => Arc::new(prim::<UInt64Type>(v, nulls)?),
+            V::Float32(v) => Arc::new(prim::<Float32Type>(v, nulls)?),
+            V::Float64(v) => Arc::new(prim::<Float64Type>(v, nulls)?),
+            V::Decimal128 {
+                precision,
+                scale,
+                values,
+                ..
+            } => Arc::new(
+                prim::<Decimal128Type>(values, nulls)?
+                    .with_precision_and_scale(precision, scale)
+                    .map_err(ColumnError::arrow)?,
+            ),
+            V::Decimal256 {
+                precision,
+                scale,
+                values,
+                ..
+            } => Arc::new(
+                prim::<Decimal256Type>(values, nulls)?
+                    .with_precision_and_scale(precision, scale)
+                    .map_err(ColumnError::arrow)?,
+            ),
+            V::Date(v) => Arc::new(prim::<Date32Type>(v, nulls)?),
+            V::TimeOld(v) | V::Time2 { values: v, .. } => {
+                Arc::new(prim::<DurationMicrosecondType>(v, nulls)?)
+            }
+            V::DateTimeOld(v) | V::DateTime2 { values: v, .. } => {
+                Arc::new(prim::<TimestampMicrosecondType>(v, nulls)?)
+            }
+            V::TimestampOld(v) | V::Timestamp2 { values: v, .. } => {
+                Arc::new(prim::<TimestampMicrosecondType>(v, nulls)?.with_timezone("UTC"))
+            }
+            V::Utf8 { text: mut b, .. }
+            | V::Latin1 { text: mut b, .. }
+            | V::Enum { text: mut b, .. }
+            | V::Set { text: mut b, .. }
+            | V::Json { text: mut b, .. } => {
+                let offsets = b.offsets();
+                // The one UTF-8 check of the column's values; only a failure looks at them one
+                // by one, to name the first bad one.
+                let data = Buffer::from_vec(b.data);
+                match StringArray::try_new(offsets.clone(), data.clone(), nulls) {
+                    Ok(array) => Arc::new(array),
+                    Err(e) => {
+                        return Err(ColumnError::utf8(&offsets, &data)
+                            .unwrap_or_else(|| ColumnError::arrow(e)))
+                    }
+                }
+            }
+            V::Binary { mut bytes, .. } => {
+                let offsets = bytes.offsets();
+                Arc::new(
+                    BinaryArray::try_new(offsets, Buffer::from_vec(bytes.data), nulls)
+                        .map_err(ColumnError::arrow)?,
+                )
+            }
+        };
+        if array.data_type() != field.data_type() {
+            return Err(ColumnError {
+                value: None,
+                detail: format!(
+                    "built as {}, the field is {}",
+                    array.data_type(),
+                    field.data_type()
+                ),
+            });
+        }
+        if !field.is_nullable() && array.null_count() > 0 {
+            return Err(ColumnError {
+                value: None,
+                detail: "NULL in a non-nullable field".into(),
+            });
+        }
+        Ok(array)
+    }
+}
+
+/// Why a column's values did not make an array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnError {
+    /// The index of the value at fault among the column's values, when one is.
+    pub value: Option<usize>,
+    pub detail: String,
+}
+
+impl ColumnError {
+    fn arrow(e: arrow::error::ArrowError) -> Self {
+        Self {
+            value: None,
+            detail: e.to_string(),
+        }
+    }
+
+    /// The first value of `offsets` into `data` that is not valid UTF-8.
+    #[cold]
+    fn utf8(offsets: &OffsetBuffer<i32>, data: &[u8]) -> Option<Self> {
+        offsets.windows(2).enumerate().find_map(|(i, w)| {
+            let bytes = data.get(w[0] as usize..w[1] as usize)?;
+            std::str::from_utf8(bytes).err().map(|e| Self {
+                value: Some(i),
+                detail: format!("invalid UTF-8 in text value: {e}"),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::AsArray;
+
+    fn text_column() -> (Column, Field) {
+        let kind = ColumnKind::Text {
+            charset: Charset::Utf8,
+        };
+        let column = Column::compile(
+            Wire::VarLen {
+                prefix: 1,
+                max_len: 40,
+            },
+            &kind,
+            true,
+        )
+        .unwrap();
+        (column, kind.field("s", true))
+    }
+
+    /// Decodes length-prefixed `values` (`None` for NULL) into a text column.
+    fn texts(values: &[Option<&[u8]>]) -> Result<ArrayRef, ColumnError> {
+        let (mut column, field) = text_column();
+        let mut scratch = String::new();
+        for v in values {
+            match v {
+                None => column.push_null(),
+                Some(bytes) => {
+                    let mut image = vec![bytes.len() as u8];
+                    image.extend_from_slice(bytes);
+                    column
+                        .decode(&mut Cursor::new(&image), &mut scratch)
+                        .unwrap();
+                }
+            }
+        }
+        column.finish(&field)
+    }
+
+    #[test]
+    fn validity_appears_only_with_the_first_null() {
+        let all = texts(&[Some(b"a"), Some(b""), Some(b"c")]).unwrap();
+        assert!(all.nulls().is_none());
+        // The NULL comes after more than a byte's worth of valid values.
+        let mut values: Vec<Option<&[u8]>> = vec![Some(b"x"); 11];
+        values.push(None);
+        values.push(Some(b"y"));
+        let some = texts(&values).unwrap();
+        assert_eq!(some.null_count(), 1);
+        assert!(some.is_null(11));
+        assert!((0..11).chain([12]).all(|i| some.is_valid(i)));
+        assert_eq!(some.as_string::<i32>().value(12), "y");
+    }
+
+    #[test]
+    fn bad_utf8_names_its_value_even_when_the_buffer_is_valid() {
+        let err = texts(&[Some(b"ok"), Some(b"\xff")]).unwrap_err();
+        assert_eq!(err.value, Some(1));
+        assert!(err.detail.contains("invalid UTF-8"), "{}", err.detail);
+        // "é" split across two values: the buffer is valid UTF-8, each value is not.
+        let err = texts(&[Some(b"\xc3"), Some(b"\xa9")]).unwrap_err();
+        assert_eq!(err.value, Some(0));
+    }
+
+    #[test]
+    fn truncated_values_push_nothing() {
+        let (mut column, field) = text_column();
+        let mut scratch = String::new();
+        assert!(column
+            .decode(&mut Cursor::new(&[5, b'a']), &mut scratch)
+            .is_err());
+        column
+            .decode(&mut Cursor::new(&[1, b'a']), &mut scratch)
+            .unwrap();
+        assert_eq!(column.finish(&field).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn pairings_without_an_operation_are_refused() {
+        let int = ColumnKind::Int {
+            bits: 8,
+            unsigned: false,
+        };
+        assert!(Column::compile(Wire::Long, &int, false).is_err());
+        assert!(Column::compile(Wire::Tiny, &ColumnKind::Double, false).is_err());
+        assert!(Column::compile(Wire::Tiny, &int, false).is_ok());
+    }
+}
