@@ -334,12 +334,7 @@ pub(super) fn append_handoff(
                     &chunk.high,
                     chunk.first,
                 )
-                .map_err(|e| {
-                    SourceError::arrow(
-                        format!("building the changelog of {}", capture.tables()[t].id),
-                        e,
-                    )
-                })?;
+                .map_err(changelog_error(capture, t))?;
                 changelogs[t].append(segment);
             }
         }
@@ -369,13 +364,21 @@ pub(super) fn append(
             &events,
             &tx,
         )
-        .map_err(|e| {
-            SourceError::arrow(
-                format!("building the changelog of {}", capture.tables()[t].id),
-                e,
-            )
-        })?;
+        .map_err(changelog_error(capture, t))?;
         changelogs[t].append(segment);
     }
     Ok(())
+}
+
+/// The error of a changelog batch of table `t` that could not be built.
+fn changelog_error(
+    capture: &Capture,
+    t: usize,
+) -> impl FnOnce(arrow::error::ArrowError) -> SourceError + '_ {
+    move |e| {
+        SourceError::arrow(
+            format!("building the changelog of {}", capture.tables()[t].id),
+            e,
+        )
+    }
 }

@@ -426,66 +426,12 @@ impl TableSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::change::schema::{ColumnKind, ColumnSpec, TableId};
-    use arrow::array::{Array, AsArray, Int32Array, StringArray};
-    use arrow::datatypes::Int32Type;
-
-    fn codec(keyed: bool) -> Arc<RowCodec> {
-        let columns = vec![
-            ColumnSpec {
-                name: "id".into(),
-                kind: ColumnKind::Int {
-                    bits: 32,
-                    unsigned: false,
-                },
-                nullable: false,
-            },
-            ColumnSpec {
-                name: "v".into(),
-                kind: ColumnKind::Text {
-                    charset: crate::change::schema::Charset::Utf8,
-                },
-                nullable: true,
-            },
-        ];
-        let pk = if keyed { vec![0] } else { vec![] };
-        Arc::new(
-            RowCodec::new(Arc::new(TableSchema::new(
-                TableId::new("d", "t"),
-                columns,
-                pk,
-            )))
-            .unwrap(),
-        )
-    }
-
-    fn batch(codec: &RowCodec, rows: &[(i32, &str)]) -> RecordBatch {
-        RecordBatch::try_new(
-            Arc::clone(&codec.schema().arrow),
-            vec![
-                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.0))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
-            ],
-        )
-        .unwrap()
-    }
+    use crate::state::fixtures::{batch, codec, ids};
+    use arrow::array::Array;
 
     fn encode(codec: &RowCodec, id: i32, v: &str) -> (KeyBytes, Arc<OwnedRow>) {
         let (k, r) = codec.encode(&batch(codec, &[(id, v)])).unwrap();
         (k.row(0).as_ref().into(), Arc::new(r.row(0).owned()))
-    }
-
-    fn ids(batches: &[RecordBatch]) -> Vec<(i32, String)> {
-        let mut out: Vec<(i32, String)> = batches
-            .iter()
-            .flat_map(|b| {
-                let id = b.column(0).as_primitive::<Int32Type>().clone();
-                let v = b.column(1).as_string::<i32>().clone();
-                (0..b.num_rows()).map(move |i| (id.value(i), v.value(i).to_string()))
-            })
-            .collect();
-        out.sort();
-        out
     }
 
     #[test]

@@ -94,49 +94,7 @@ pub fn diff(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-
-    use arrow::array::{Int32Array, StringArray};
-
-    use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
-
-    fn codec(keyed: bool) -> RowCodec {
-        let columns = vec![
-            ColumnSpec {
-                name: "id".into(),
-                kind: ColumnKind::Int {
-                    bits: 32,
-                    unsigned: false,
-                },
-                nullable: false,
-            },
-            ColumnSpec {
-                name: "v".into(),
-                kind: ColumnKind::Text {
-                    charset: Charset::Utf8,
-                },
-                nullable: true,
-            },
-        ];
-        let pk = if keyed { vec![0] } else { vec![] };
-        RowCodec::new(Arc::new(TableSchema::new(
-            TableId::new("d", "t"),
-            columns,
-            pk,
-        )))
-        .unwrap()
-    }
-
-    fn batch(codec: &RowCodec, rows: &[(i32, &str)]) -> RecordBatch {
-        RecordBatch::try_new(
-            Arc::clone(&codec.schema().arrow),
-            vec![
-                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.0))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
-            ],
-        )
-        .unwrap()
-    }
+    use crate::state::fixtures::{batch, codec};
 
     fn ops(events: &[ChangelogEvent]) -> Vec<&'static str> {
         let mut v: Vec<&str> = events.iter().map(|e| e.op.code()).collect();

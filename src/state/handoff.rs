@@ -327,44 +327,8 @@ impl Handoff {
 mod tests {
     use super::*;
     use crate::change::position::BinlogCoord;
-    use crate::change::schema::{ColumnKind, ColumnSpec, TableId, TableSchema};
-    use arrow::array::{AsArray, Int32Array, StringArray};
-    use arrow::datatypes::Int32Type;
+    use crate::state::fixtures::{batch, codec, ids as rows};
     use std::sync::Arc;
-
-    fn codec(keyed: bool) -> Arc<RowCodec> {
-        let columns = vec![
-            ColumnSpec {
-                name: "id".into(),
-                kind: ColumnKind::Int {
-                    bits: 32,
-                    unsigned: false,
-                },
-                nullable: false,
-            },
-            ColumnSpec {
-                name: "v".into(),
-                kind: ColumnKind::Text {
-                    charset: crate::change::schema::Charset::Utf8,
-                },
-                nullable: true,
-            },
-        ];
-        let pk = if keyed { vec![0] } else { vec![] };
-        let schema = TableSchema::new(TableId::new("d", "t"), columns, pk);
-        Arc::new(RowCodec::new(Arc::new(schema)).unwrap())
-    }
-
-    fn batch(codec: &RowCodec, rows: &[(i32, &str)]) -> RecordBatch {
-        RecordBatch::try_new(
-            Arc::clone(&codec.schema().arrow),
-            vec![
-                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.0))),
-                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
-            ],
-        )
-        .unwrap()
-    }
 
     fn at(offset: u64, event_index: u32) -> ChangePosition {
         ChangePosition {
@@ -373,19 +337,6 @@ mod tests {
             row_index: 0,
             sub: 0,
         }
-    }
-
-    fn rows(batches: &[RecordBatch]) -> Vec<(i32, String)> {
-        let mut out: Vec<(i32, String)> = batches
-            .iter()
-            .flat_map(|b| {
-                let id = b.column(0).as_primitive::<Int32Type>().clone();
-                let v = b.column(1).as_string::<i32>().clone();
-                (0..b.num_rows()).map(move |i| (id.value(i), v.value(i).to_string()))
-            })
-            .collect();
-        out.sort();
-        out
     }
 
     fn key(codec: &RowCodec, id: i32, v: &str) -> (Vec<u8>, OwnedRow) {

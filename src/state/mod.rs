@@ -10,6 +10,8 @@
 pub mod changelog;
 pub mod current;
 pub mod diff;
+#[cfg(test)]
+mod fixtures;
 pub mod handoff;
 pub mod index;
 pub mod merge;
