@@ -139,11 +139,7 @@ pub fn changelog_batch(
         (None, None) => unreachable!("an event has an image"),
     });
     let before_image = codec.decode(before_rows)?;
-    let DataType::Struct(before_fields) =
-        schema.field(schema.fields().len() - 1).data_type().clone()
-    else {
-        unreachable!("the last changelog column is the _before struct")
-    };
+    let before_fields = before_fields(schema);
     // Children are NULL where the struct is, so `_before['col']` is NULL for non-updates.
     let absent = BooleanArray::from(has_before.iter().map(|b| !b).collect::<Vec<_>>());
     let children = before_image
@@ -152,7 +148,7 @@ pub fn changelog_batch(
         .map(|c| nullif(c, &absent))
         .collect::<Result<Vec<_>, _>>()?;
     let before = StructArray::try_new(before_fields, children, Some(NullBuffer::from(has_before)))?;
-    let mut columns: Vec<ArrayRef> = vec![
+    let meta: [ArrayRef; 5] = [
         Arc::new(StringArray::from_iter_values(
             events.iter().map(|e| e.op.code()),
         )),
@@ -164,11 +160,8 @@ pub fn changelog_batch(
         )),
         Arc::new(UInt64Array::from(tx.to_vec())),
         Arc::new(TimestampMicrosecondArray::from(ts.clone()).with_timezone("UTC")),
-        Arc::new(StringArray::from(vec![table.id.to_string(); events.len()])),
     ];
-    columns.extend(image.columns().iter().cloned());
-    columns.push(Arc::new(before));
-    let batch = RecordBatch::try_new(Arc::clone(schema), columns)?;
+    let batch = assemble(schema, &table.id, meta, image.columns(), Arc::new(before))?;
     let ts: Vec<i64> = ts.into_iter().flatten().collect();
     Ok(ChangelogSegment {
         min_position: positions.iter().min().cloned().unwrap_or_default(),
@@ -209,11 +202,7 @@ pub fn chunk_changelog(
             positions.value(n - 1).to_string(),
         ),
     };
-    let DataType::Struct(before_fields) =
-        schema.field(schema.fields().len() - 1).data_type().clone()
-    else {
-        unreachable!("the last changelog column is the _before struct")
-    };
+    let before_fields = before_fields(schema);
     let before: ArrayRef = if entries.before.is_empty() {
         Arc::new(StructArray::new_null(before_fields, n))
     } else {
@@ -236,26 +225,51 @@ pub fn chunk_changelog(
             Some(present),
         )?)
     };
-    let mut columns: Vec<ArrayRef> = vec![
+    let meta: [ArrayRef; 5] = [
         Arc::new(StringArray::from(ops)),
         Arc::new(positions),
         Arc::new(StringArray::new_null(n)),
         Arc::new(UInt64Array::from(vec![0; n])),
         Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")),
-        Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-            table.id.to_string(),
-            n,
-        ))),
     ];
-    columns.extend(entries.rows.columns().iter().cloned());
-    columns.push(before);
     Ok(ChangelogSegment {
-        batch: RecordBatch::try_new(Arc::clone(schema), columns)?,
+        batch: assemble(schema, &table.id, meta, entries.rows.columns(), before)?,
         min_position,
         max_position,
         min_commit_ts: None,
         max_commit_ts: None,
     })
+}
+
+/// The fields of the `_before` struct, the last column of a changelog schema.
+fn before_fields(schema: &SchemaRef) -> Fields {
+    match schema.field(schema.fields().len() - 1).data_type() {
+        DataType::Struct(fields) => fields.clone(),
+        _ => unreachable!("the last changelog column is the _before struct"),
+    }
+}
+
+/// A changelog batch from its metadata columns before `_table` (`_op`, `_position`, `_gtid`,
+/// `_tx`, `_commit_ts`), the image columns and `_before`.
+fn assemble(
+    schema: &SchemaRef,
+    table: &TableId,
+    meta: [ArrayRef; 5],
+    image: &[ArrayRef],
+    before: ArrayRef,
+) -> Result<RecordBatch, ArrowError> {
+    let n = before.len();
+    let table: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+        table.to_string(),
+        n,
+    )));
+    let columns: Vec<ArrayRef> = meta
+        .into_iter()
+        .chain([table])
+        .chain(image.iter().cloned())
+        .chain([before])
+        .collect();
+    RecordBatch::try_new(Arc::clone(schema), columns)
 }
 
 /// A changelog batch as it is printed: every column but `_tx`, `_table` and `_before`.

@@ -155,30 +155,12 @@ impl CurrentTable {
         self.len == 0
     }
 
-    /// The row and count under `key` now, if any.
-    fn lookup(&self, key: &[u8]) -> Result<OverlayValue, ArrowError> {
-        if let Some(v) = self.overlay.get(key) {
-            return Ok(v.clone());
-        }
-        let Some(slot) = self.base.find(key) else {
-            return Ok(None);
-        };
-        let batch = self.base.batches[slot.batch as usize].slice(slot.row as usize, 1);
-        let (_, full) = self.codec.encode(&batch)?;
-        Ok(Some((Arc::new(full.row(0).owned()), slot.count)))
-    }
-
     /// Copies currently stored under `key`.
     pub fn count(&self, key: &[u8]) -> u32 {
         match self.overlay.get(key) {
             Some(v) => v.as_ref().map_or(0, |(_, n)| *n),
             None => self.base.find(key).map_or(0, |s| s.count),
         }
-    }
-
-    /// The row stored under `key` now, if any (in Arrow's row format).
-    pub fn row(&self, key: &[u8]) -> Result<Option<Arc<OwnedRow>>, ArrowError> {
-        Ok(self.lookup(key)?.map(|(row, _)| row))
     }
 
     /// Stores `row` under `key` with `count` copies (keyed tables: 1), or deletes the key.
