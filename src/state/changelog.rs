@@ -3,7 +3,8 @@
 //! # Invariants
 //! * Entries are appended in the order the capture emits them: the hand-off changelog sorted by
 //!   position, then each later transaction in binlog order. A plain `ORDER BY _position` sorts
-//!   them in source order; binlog-derived entries never share a `_position`.
+//!   them in source order; no two entries share a `_position` (snapshot entries are numbered
+//!   within their HIGH, see `capture::handoff`).
 //! * A batch is immutable once appended; readers take a prefix (the batches published at a
 //!   position) and never see a later append or half a transaction.
 //!
