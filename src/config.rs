@@ -8,6 +8,7 @@
 //! | SQL files run at start, in order | `init = [...]` | — | `--init` (repeatable) | none |
 //! | time between checkpoints (with a state directory) | `checkpoint_interval` | `CDCFUSION_CHECKPOINT_INTERVAL` | `--checkpoint-interval` | `10s` |
 //! | changes since a table's last state snapshot before its rows are written again (at least a quarter of its rows) | `state_snapshot_min_changes` | `CDCFUSION_STATE_SNAPSHOT_MIN_CHANGES` | `--state-snapshot-min-changes` | `100000` |
+//! | memory for each source's changelogs (older entries are read back from the state directory; `0` = no limit) | `changelog_memory_budget` | `CDCFUSION_CHANGELOG_MEMORY_BUDGET` | `--changelog-memory-budget` | `256MiB` |
 //! | default password method | `auth` | `CDCFUSION_AUTH` | — | `scram-sha-256` |
 //! | users | `[[users]]` (`name`, `password`, `method`) | `CDCFUSION_USER` + `CDCFUSION_PASSWORD` (one user) | — | none |
 //! | TLS certificate and key (PEM) | `tls_cert`, `tls_key` | `CDCFUSION_TLS_CERT`, `CDCFUSION_TLS_KEY` | — | none |
@@ -50,6 +51,8 @@ pub enum ConfigError {
         "invalid state_snapshot_min_changes {value:?} (from {origin}): expected a whole number"
     )]
     MinChanges { value: String, origin: &'static str },
+    #[error("invalid changelog memory budget {value:?} (from {origin}): expected bytes with an optional unit, e.g. 512MiB or 2GiB (0: no limit)")]
+    Budget { value: String, origin: &'static str },
     #[error("invalid checkpoint interval (from {origin}): {message}")]
     Interval {
         message: String,
@@ -73,6 +76,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "m" => Ok(Duration::from_secs(n * 60)),
         _ => Err(format!("bad duration unit in {s:?} (use ms, s or m)")),
     }
+}
+
+/// Parses a size: bytes, or a number with `KiB`, `MiB`, `GiB` (or `KB`, `MB`, `GB`, also
+/// powers of 1024, as memory sizes are usually meant).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().ok()?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
 }
 
 /// How a user proves who they are.
@@ -167,6 +186,7 @@ pub struct FileSettings {
     pub init: Vec<PathBuf>,
     pub checkpoint_interval: Option<String>,
     pub state_snapshot_min_changes: Option<u64>,
+    pub changelog_memory_budget: Option<String>,
     pub auth: Option<String>,
     #[serde(default)]
     pub users: Vec<UserSettings>,
@@ -192,6 +212,7 @@ pub struct FlagSettings {
     pub config: Option<PathBuf>,
     pub checkpoint_interval: Option<String>,
     pub state_snapshot_min_changes: Option<u64>,
+    pub changelog_memory_budget: Option<String>,
 }
 
 /// The resolved settings.
@@ -203,6 +224,8 @@ pub struct Settings {
     pub init: Vec<PathBuf>,
     pub checkpoint_interval: Duration,
     pub state_snapshot_min_changes: u64,
+    /// Bytes; 0 = no limit.
+    pub changelog_memory_budget: u64,
     pub frontend: FrontendSettings,
     /// Where SQL may read and write files; nowhere by default.
     pub allowed_locations: AllowedLocations,
@@ -265,12 +288,24 @@ impl Settings {
                 .state_snapshot_min_changes
                 .unwrap_or(crate::durable::checkpoint::DEFAULT_STATE_SNAPSHOT_MIN_CHANGES),
         };
+        let (budget, origin) = if let Some(b) = flags.changelog_memory_budget {
+            (Some(b), "--changelog-memory-budget")
+        } else if let Some(b) = env("CDCFUSION_CHANGELOG_MEMORY_BUDGET") {
+            (Some(b), "CDCFUSION_CHANGELOG_MEMORY_BUDGET")
+        } else {
+            (file.changelog_memory_budget, "the config file")
+        };
+        let changelog_memory_budget = match budget {
+            Some(value) => parse_size(&value).ok_or(ConfigError::Budget { value, origin })?,
+            None => crate::durable::checkpoint::DEFAULT_CHANGELOG_MEMORY_BUDGET,
+        };
         Ok(Self {
             listen,
             state_dir,
             init,
             checkpoint_interval,
             state_snapshot_min_changes,
+            changelog_memory_budget,
             frontend,
             allowed_locations,
         })
@@ -372,6 +407,37 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn the_changelog_budget_takes_sizes_and_names_a_bad_one() {
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("2 GB"), Some(2 << 30));
+        assert_eq!(parse_size("1.5G"), None);
+        assert_eq!(parse_size("12 parsecs"), None);
+        let defaults = Settings::resolve(FlagSettings::default(), no_env).unwrap();
+        assert_eq!(
+            defaults.changelog_memory_budget,
+            crate::durable::checkpoint::DEFAULT_CHANGELOG_MEMORY_BUDGET
+        );
+        let env = |k: &str| (k == "CDCFUSION_CHANGELOG_MEMORY_BUDGET").then(|| "64MiB".into());
+        let set = Settings::resolve(FlagSettings::default(), env).unwrap();
+        assert_eq!(set.changelog_memory_budget, 64 << 20);
+        let bad = Settings::resolve(
+            FlagSettings {
+                changelog_memory_budget: Some("lots".into()),
+                ..Default::default()
+            },
+            env,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            bad.contains("\"lots\"") && bad.contains("--changelog-memory-budget"),
+            "{bad}"
+        );
     }
 
     #[test]

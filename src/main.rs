@@ -69,7 +69,7 @@ enum Command {
         #[arg(long)]
         init: Vec<PathBuf>,
         /// TOML file with the same settings (`listen`, `state_dir`, `init`,
-        /// `checkpoint_interval`, `state_snapshot_min_changes`).
+        /// `checkpoint_interval`, `state_snapshot_min_changes`, `changelog_memory_budget`).
         #[arg(long)]
         config: Option<PathBuf>,
         /// Time between checkpoints of each source (`500ms`, `10s`, `1m`) [default: 10s]
@@ -79,6 +79,10 @@ enum Command {
         /// least a quarter of its rows) [default: 100000]
         #[arg(long)]
         state_snapshot_min_changes: Option<u64>,
+        /// Memory for each source's changelog entries (`512MiB`, `2GiB`; `0`: no limit); older
+        /// entries are read back from the state directory [default: 256MiB]
+        #[arg(long)]
+        changelog_memory_budget: Option<String>,
         /// Exit (non-zero) when an init statement fails or an init source stops before its
         /// first consistent state, instead of serving it as failed.
         #[arg(long)]
@@ -136,6 +140,7 @@ async fn main() -> Result<()> {
             config,
             checkpoint_interval,
             state_snapshot_min_changes,
+            changelog_memory_budget,
             fail_fast,
         } => {
             let flags = FlagSettings {
@@ -145,6 +150,7 @@ async fn main() -> Result<()> {
                 config,
                 checkpoint_interval,
                 state_snapshot_min_changes,
+                changelog_memory_budget,
             };
             serve(
                 Settings::resolve(flags, |k| std::env::var(k).ok())?,
@@ -239,6 +245,7 @@ async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
                 durable: DurableOptions {
                     checkpoint_interval: settings.checkpoint_interval,
                     state_snapshot_min_changes: settings.state_snapshot_min_changes,
+                    changelog_memory_budget: settings.changelog_memory_budget,
                 },
                 allowed_locations: settings.allowed_locations.clone(),
                 ..Default::default()

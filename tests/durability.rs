@@ -23,15 +23,21 @@ use common::workload::*;
 use common::*;
 use rand::{Rng, SeedableRng};
 
+/// Checkpoints every `interval_ms`, state snapshots after `min_changes`, and a changelog budget
+/// small enough that these tests read most of their changelogs back from the store.
 fn options(interval_ms: u64, min_changes: u64) -> EngineOptions {
     EngineOptions {
         durable: DurableOptions {
             checkpoint_interval: Duration::from_millis(interval_ms),
             state_snapshot_min_changes: min_changes,
+            changelog_memory_budget: SMALL_BUDGET,
         },
         ..Default::default()
     }
 }
+
+/// Bytes of changelog a source keeps in memory in these tests.
+const SMALL_BUDGET: u64 = 16 * 1024;
 
 async fn end_position(srv: &DevServer) -> BinlogCoord {
     current_position(&mut root_conn(srv).await, Flavor::MariaDb)
@@ -333,6 +339,7 @@ fn spawn_serve(dir: &Path, init: &Path, log: &Path) -> Child {
             "40ms",
         ])
         .args(["--state-snapshot-min-changes", "150"])
+        .args(["--changelog-memory-budget", &SMALL_BUDGET.to_string()])
         .arg("--state-dir")
         .arg(dir)
         .arg("--init")

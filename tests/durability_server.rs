@@ -26,6 +26,7 @@ fn options() -> EngineOptions {
         durable: DurableOptions {
             checkpoint_interval: Duration::from_millis(50),
             state_snapshot_min_changes: 50,
+            ..Default::default()
         },
         ..Default::default()
     }

@@ -139,6 +139,8 @@ fn engine_options(moto: &Moto) -> EngineOptions {
         durable: DurableOptions {
             checkpoint_interval: Duration::from_millis(50),
             state_snapshot_min_changes: 20,
+            // Small: most of the changelog is read back from the bucket.
+            changelog_memory_budget: 16 * 1024,
         },
         store: moto.options(),
         ..Default::default()

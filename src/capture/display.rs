@@ -34,7 +34,7 @@ impl Capture {
                 &events,
                 &vec![0; events.len()],
             )
-            .and_then(|segment| display_columns(&segment.batch))
+            .and_then(|segment| display_columns(&segment))
             .map_err(|e| {
                 SourceError::Internal(format!("rendering the changelog of {}: {e}", table.id))
             })?;

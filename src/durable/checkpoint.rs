@@ -28,22 +28,25 @@ use std::time::Duration;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::UInt64Type;
-use arrow::error::ArrowError;
 use rand::Rng;
 
+use super::error::DurableError;
 use super::ipc;
 use super::manifest::{
     commit_json, load_newest_manifest, manifest_dir, numbered, numbered_path, source_dir, Manifest,
     ManifestError, SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
 };
+use super::spill::{spill_over_budget, StoredChangelog};
 use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
 use crate::capture::version::SourceVersion;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
-use crate::state::changelog::changelog_schema;
+use crate::state::changelog::{changelog_schema, Changelog, POSITION_COLUMN};
 
-/// Covered segments merged into one beyond this many per table.
+/// Covered segments are merged beyond this many per table.
 pub const COMPACT_SEGMENTS: usize = 16;
+/// Entries of one compacted changelog file, at most (unless one checkpoint wrote more).
+const COMPACT_MAX_ROWS: u64 = 256 * 1024;
 /// A table's rows are written again once the changelog since the last write exceeds
 /// `rows / STATE_FRACTION` entries.
 const STATE_FRACTION: u64 = 4;
@@ -57,62 +60,25 @@ pub struct DurableOptions {
     /// Least number of changelog entries since a table's last state snapshot before its rows
     /// are written again.
     pub state_snapshot_min_changes: u64,
+    /// Bytes of changelog entries a source keeps in memory; older entries already in its
+    /// checkpoints are read back from the store when scanned. 0: no limit.
+    pub changelog_memory_budget: u64,
 }
 
 /// Default time between checkpoints.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(10);
 /// Default least number of changes between two state snapshots of a table.
 pub const DEFAULT_STATE_SNAPSHOT_MIN_CHANGES: u64 = 100_000;
+/// Default memory budget of a source's changelogs.
+pub const DEFAULT_CHANGELOG_MEMORY_BUDGET: u64 = 256 * 1024 * 1024;
 
 impl Default for DurableOptions {
     fn default() -> Self {
         Self {
             checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             state_snapshot_min_changes: DEFAULT_STATE_SNAPSHOT_MIN_CHANGES,
+            changelog_memory_budget: DEFAULT_CHANGELOG_MEMORY_BUDGET,
         }
-    }
-}
-
-/// Errors writing or reading a source's checkpoints.
-#[derive(Debug, thiserror::Error)]
-pub enum DurableError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Manifest(#[from] ManifestError),
-    #[error("encoding {what}: {source}")]
-    Encode {
-        what: String,
-        #[source]
-        source: ArrowError,
-    },
-    /// A file that passed its checksum but does not decode, or decodes to other columns.
-    #[error("state file {path} cannot be used: {message}")]
-    Decode { path: String, message: String },
-    /// The manifest and the server disagree (a table gone, the binlog purged...).
-    #[error("checkpoint {manifest} cannot be resumed: {message}")]
-    Resume { manifest: String, message: String },
-}
-
-impl DurableError {
-    /// The SQLSTATE a client is given: a damaged file is data corruption, a checkpoint that
-    /// cannot continue on this server needs repair, anything else is an I/O error.
-    pub fn sqlstate(&self) -> &'static str {
-        match self {
-            // data_corrupted
-            DurableError::Store(StoreError::Corrupt { .. }) | DurableError::Decode { .. } => {
-                "XX001"
-            }
-            // object_not_in_prerequisite_state
-            DurableError::Resume { .. } => "55000",
-            // io_error
-            _ => "58030",
-        }
-    }
-
-    /// Whether writing the checkpoint again can succeed (see [`StoreError::is_transient`]).
-    pub fn is_transient(&self) -> bool {
-        matches!(self, DurableError::Store(e) if e.is_transient())
     }
 }
 
@@ -121,9 +87,11 @@ impl DurableError {
 struct Committed {
     manifest: Option<Manifest>,
     previous: Option<Manifest>,
-    /// Per table, how many in-memory changelog segments are already in files.
+    /// Per table, how many changelog entries are already in files.
     persisted: Vec<usize>,
     tables: Vec<Arc<TableSchema>>,
+    /// Per table, where its spilled changelog segments are read back from.
+    stores: Vec<Arc<StoredChangelog>>,
     /// `None` until known (a stream-only source started from a GTID set): then the first
     /// checkpoint's position, since its changelog holds only binlog changes from there.
     consistent_from: Option<BinlogCoord>,
@@ -168,9 +136,6 @@ impl Checkpointer {
         Ok(load_newest_manifest(&self.store, &self.id).await?)
     }
 
-    /// Starts checkpointing a source whose first version is published: `persisted[t]`
-    /// changelog segments of table `t` are already in files named by `manifest`. Does nothing
-    /// when already armed (a recovered source is armed before it resumes).
     /// Forgets the committed checkpoints' layout, so the next [`Checkpointer::arm`] starts a
     /// new one (a source started over with other tables or columns); older files become
     /// garbage once the next manifest is committed.
@@ -178,6 +143,9 @@ impl Checkpointer {
         *self.state.lock().await = None;
     }
 
+    /// Starts checkpointing a source whose first version is published: `persisted[t]`
+    /// changelog entries of table `t` are already in files named by `manifest`. Does nothing
+    /// when already armed (a recovered source is armed before it resumes).
     pub async fn arm(
         &self,
         tables: Vec<Arc<TableSchema>>,
@@ -200,15 +168,34 @@ impl Checkpointer {
                 .and_then(|m| m.last().map(|(seq, _)| seq + 1))
                 .unwrap_or(1),
         };
+        let stores = self.stores(&tables);
         *state = Some(Committed {
             next_seq,
             manifest,
             previous: None,
             persisted,
+            stores,
             tables,
             consistent_from,
             tx_seq,
         });
+    }
+
+    /// Where the spilled changelog segments of each of `tables` are read back from.
+    pub fn stores(&self, tables: &[Arc<TableSchema>]) -> Vec<Arc<StoredChangelog>> {
+        tables
+            .iter()
+            .enumerate()
+            .map(|(t, schema)| {
+                Arc::new(StoredChangelog::new(
+                    self.store.clone(),
+                    &self.id,
+                    t,
+                    schema.id.clone(),
+                    changelog_schema(&schema.arrow),
+                ))
+            })
+            .collect()
     }
 
     /// A re-snapshot moved the end of the hand-off.
@@ -244,11 +231,7 @@ impl Checkpointer {
             let previous = c.manifest.as_ref().and_then(|m| m.tables.get(t));
             let mut segments = previous.map(|p| p.segments.clone()).unwrap_or_default();
             let changelog = &version.changelogs[t];
-            let new: Vec<RecordBatch> = changelog
-                .segments()
-                .skip(c.persisted[t])
-                .map(|s| s.batch.clone())
-                .collect();
+            let new = entries_from(changelog, c.persisted[t]).await?;
             let rows: usize = new.iter().map(RecordBatch::num_rows).sum();
             if rows > 0 {
                 for batch in &new {
@@ -267,6 +250,7 @@ impl Checkpointer {
                     first_seq: seq,
                     last_seq: seq,
                     rows: rows as u64,
+                    positions: position_range(&new),
                     file,
                 });
             }
@@ -330,13 +314,14 @@ impl Checkpointer {
         }
         tracing::debug!(source = %self.id, seq, position = %position, "checkpoint committed");
         c.next_seq = seq + 1;
-        c.persisted = version
-            .changelogs
-            .iter()
-            .map(|l| l.num_segments())
-            .collect();
+        c.persisted = version.changelogs.iter().map(Changelog::num_rows).collect();
         c.tx_seq = tx_seq;
         c.previous = c.manifest.replace(manifest);
+        let budget = self.options.changelog_memory_budget;
+        let spilled = spill_over_budget(&version.changelogs, &c.persisted, &c.stores, budget);
+        if spilled > 0 {
+            tracing::debug!(source = %self.id, bytes = spilled, "changelog entries spilled to the store");
+        }
         if let Err(e) = self.clean(c).await {
             // Garbage only costs space; the next checkpoint tries again.
             tracing::warn!(error = %e, "removing old checkpoint files failed");
@@ -358,6 +343,8 @@ impl Checkpointer {
     }
 
     /// Merges the segments the state covers once there are too many; see the module docs.
+    /// Runs of neighbours are merged up to [`COMPACT_MAX_ROWS`] entries per file, so a scan
+    /// reading spilled entries back never holds more than one such file.
     async fn compact(
         &self,
         schema: &TableSchema,
@@ -374,32 +361,58 @@ impl Checkpointer {
         if covered <= COMPACT_SEGMENTS {
             return Ok(segments);
         }
-        let log_schema = changelog_schema(&schema.arrow);
-        let mut batches = Vec::new();
-        for s in &segments[..covered] {
-            let bytes = self.store.read_ref(&s.file, FileKind::Segment).await?;
-            batches.extend(ipc::decode(&bytes, &log_schema).map_err(|message| {
-                DurableError::Decode {
-                    path: self.store.describe(&s.file.path),
-                    message,
+        // Runs of covered neighbours that fit in one file together.
+        let mut runs: Vec<Vec<SegmentRef>> = Vec::new();
+        for s in segments.iter().take(covered) {
+            match runs.last_mut() {
+                Some(run)
+                    if run.iter().map(|r| r.rows).sum::<u64>() + s.rows <= COMPACT_MAX_ROWS =>
+                {
+                    run.push(s.clone())
                 }
-            })?);
+                _ => runs.push(vec![s.clone()]),
+            }
         }
-        let bytes = ipc::encode(&log_schema, &batches).map_err(|source| DurableError::Encode {
-            what: format!("the compacted changelog of {}", schema.id),
-            source,
-        })?;
-        let path = format!(
-            "{}/tables/{t}/changelog/{seq:020}-{token}-compacted.arrow",
-            source_dir(&self.id)
-        );
-        let merged = SegmentRef {
-            first_seq: segments[0].first_seq,
-            last_seq: segments[covered - 1].last_seq,
-            rows: segments[..covered].iter().map(|s| s.rows).sum(),
-            file: self.store.write(&path, FileKind::Segment, &bytes).await?,
-        };
-        let mut out = vec![merged];
+        let log_schema = changelog_schema(&schema.arrow);
+        let mut out = Vec::with_capacity(runs.len() + segments.len() - covered);
+        for (i, run) in runs.into_iter().enumerate() {
+            if run.len() == 1 {
+                out.extend(run);
+                continue;
+            }
+            let mut batches = Vec::new();
+            for s in &run {
+                let bytes = self.store.read_ref(&s.file, FileKind::Segment).await?;
+                batches.extend(ipc::decode(&bytes, &log_schema).map_err(|message| {
+                    DurableError::Decode {
+                        path: self.store.describe(&s.file.path),
+                        message,
+                    }
+                })?);
+            }
+            let bytes =
+                ipc::encode(&log_schema, &batches).map_err(|source| DurableError::Encode {
+                    what: format!("the compacted changelog of {}", schema.id),
+                    source,
+                })?;
+            let path = format!(
+                "{}/tables/{t}/changelog/{seq:020}-{token}-compacted-{i}.arrow",
+                source_dir(&self.id)
+            );
+            let positions = match (&run[0].positions, &run[run.len() - 1].positions) {
+                (Some((lo, _)), Some((_, hi))) if run.iter().all(|s| s.positions.is_some()) => {
+                    Some((lo.clone(), hi.clone()))
+                }
+                _ => None,
+            };
+            out.push(SegmentRef {
+                first_seq: run[0].first_seq,
+                last_seq: run[run.len() - 1].last_seq,
+                rows: run.iter().map(|s| s.rows).sum(),
+                positions,
+                file: self.store.write(&path, FileKind::Segment, &bytes).await?,
+            });
+        }
         out.extend(segments.into_iter().skip(covered));
         Ok(out)
     }
@@ -439,4 +452,41 @@ impl Checkpointer {
         }
         Ok(())
     }
+}
+
+/// Entries `from..` of `changelog`, read back from the store where spilled.
+async fn entries_from(
+    changelog: &Changelog,
+    from: usize,
+) -> Result<Vec<RecordBatch>, DurableError> {
+    let (segments, mut skip) = changelog.segments_from(from);
+    let mut out = Vec::with_capacity(segments.len());
+    for segment in segments {
+        let batch = segment
+            .batch(&changelog.schema)
+            .await
+            .map_err(|e| DurableError::Decode {
+                path: "a spilled changelog segment".into(),
+                message: e.to_string(),
+            })?;
+        let n = batch.num_rows();
+        if skip < n {
+            out.push(batch.slice(skip, n - skip));
+        }
+        skip = skip.saturating_sub(n);
+    }
+    Ok(out)
+}
+
+/// The first and last `_position` of entries in position order.
+fn position_range(batches: &[RecordBatch]) -> Option<(String, String)> {
+    let first = batches.iter().find(|b| b.num_rows() > 0)?;
+    let last = batches.iter().rev().find(|b| b.num_rows() > 0)?;
+    let position = |b: &RecordBatch, i: usize| {
+        b.column(POSITION_COLUMN)
+            .as_string::<i32>()
+            .value(i)
+            .to_string()
+    };
+    Some((position(first, 0), position(last, last.num_rows() - 1)))
 }

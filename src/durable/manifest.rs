@@ -76,6 +76,10 @@ pub struct SegmentRef {
     pub first_seq: u64,
     pub last_seq: u64,
     pub rows: u64,
+    /// The first and last `_position` of its entries (absent in files written before they
+    /// were recorded): spilled segments are found by them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub positions: Option<(String, String)>,
     pub file: FileRef,
 }
 

@@ -14,6 +14,11 @@
 //! Every file is framed and checksummed ([`store`]); a manifest records the size and CRC of
 //! each file it names ([`manifest`]).
 //!
+//! # Memory
+//! Changelog entries already in a checkpoint's files leave memory, oldest first, once a
+//! source's changelogs outgrow [`DurableOptions::changelog_memory_budget`]; scans read them
+//! back from those files ([`spill`]).
+//!
 //! # Exactly once
 //! * *Nothing doubled.* A checkpoint holds the changelog up to its position `P` and no further
 //!   ([`checkpoint`] writes it from one published version); recovery resumes the binlog at `P`
@@ -35,15 +40,18 @@
 //! progress is kept instead ([`progress`]), so a restart reads only the chunks not done.
 
 pub mod checkpoint;
+pub mod error;
 pub mod ipc;
 pub mod manifest;
 pub mod progress;
 pub mod recover;
+pub mod spill;
 pub mod store;
 
 use rand::Rng;
 
-pub use checkpoint::{Checkpointer, DurableError, DurableOptions};
+pub use checkpoint::{Checkpointer, DurableOptions};
+pub use error::DurableError;
 pub use manifest::{Catalog, CatalogSource};
 pub use store::{Store, StoreError, StoreOptions};
 

@@ -16,7 +16,7 @@ use arrow::compute::concat_batches;
 use mysql_async::Value;
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::DurableError;
+use super::error::DurableError;
 use super::ipc;
 use super::manifest::{commit_json, numbered, numbered_path, read_json, source_dir};
 use super::store::{FileKind, FileRef, Store};

@@ -8,16 +8,18 @@
 //! for a keyless table (a multiset) `c` adds one copy and `d` removes one. The result is the
 //! state at the manifest's position, where the binlog resumes; the engine drops any change
 //! before it (`Capture::resume`). Every file is checked (framing CRC, the size and CRC the
-//! manifest recorded, the columns) before any of it is used.
+//! manifest recorded, the columns) before any of it is used. Changelog entries past the
+//! source's memory budget stay in their files (see `spill`).
 
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::concat_batches;
 
-use super::checkpoint::DurableError;
+use super::error::DurableError;
 use super::ipc;
 use super::manifest::Manifest;
+use super::spill::{spill_over_budget, StoredChangelog};
 use super::store::{FileKind, FileRef, Store};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
@@ -35,11 +37,15 @@ pub struct Recovered {
     pub changelogs: Vec<Changelog>,
 }
 
-/// Loads `manifest` for `tables` (resolved on the server, in the manifest's order).
+/// Loads `manifest` for `tables` (resolved on the server, in the manifest's order). Changelog
+/// entries beyond `budget` bytes (0: no limit) are left in the store, oldest first, to be read
+/// back from `stores` (one per table) when scanned.
 pub async fn load(
     store: &Store,
     manifest: &Manifest,
     tables: &[Arc<TableSchema>],
+    stores: &[Arc<StoredChangelog>],
+    budget: u64,
 ) -> Result<Recovered, DurableError> {
     let resume_err = |message: String| DurableError::Resume {
         manifest: format!("{} of source {}", manifest.seq, manifest.source_id),
@@ -82,7 +88,8 @@ pub async fn load(
                 message: e.to_string(),
             })?;
         let log_schema = changelog_schema(&schema.arrow);
-        let mut changelog = Changelog::new(&schema.arrow);
+        let t = changelogs.len();
+        changelogs.push(Changelog::new(&schema.arrow));
         for segment in &entry.segments {
             let batches =
                 read_batches(store, &segment.file, FileKind::Segment, &log_schema).await?;
@@ -96,11 +103,18 @@ pub async fn load(
                         }
                     })?;
                 }
-                changelog.append(ChangelogSegment::of_batch(batch));
+                changelogs[t]
+                    .append(ChangelogSegment::of_batch(batch))
+                    .map_err(|e| DurableError::Decode {
+                        path: store.describe(&segment.file.path),
+                        message: e.to_string(),
+                    })?;
             }
+            // Everything loaded is in the store: memory stays within the budget as files load.
+            let persisted: Vec<usize> = changelogs.iter().map(Changelog::num_rows).collect();
+            spill_over_budget(&changelogs, &persisted, stores, budget);
         }
         states.push(TableState::from_current(current));
-        changelogs.push(changelog);
     }
     Ok(Recovered {
         position,

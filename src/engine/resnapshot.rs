@@ -40,8 +40,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-
 use super::stop::Stop;
 use super::task::{append, fresh, handoff_end, Mode, Started, Task, TxNumbers};
 use crate::capture::version::SourceVersion;
@@ -50,7 +48,7 @@ use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::source::error::SourceError;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress};
-use crate::state::changelog::{Changelog, POSITION_COLUMN};
+use crate::state::changelog::Changelog;
 use crate::state::current::CurrentTable;
 use crate::state::diff::diff;
 use crate::state::merge::{ChangelogEvent, TableState};
@@ -271,7 +269,6 @@ fn number_after(events: &mut [ChangelogEvent], log: &Changelog, at: &BinlogCoord
 
 /// The position of the last entry of `log`: entries are appended in position order.
 fn last_position(log: &Changelog) -> Option<ChangePosition> {
-    let segment = log.segments().filter(|s| s.batch.num_rows() > 0).last()?;
-    let positions = segment.batch.column(POSITION_COLUMN).as_string::<i32>();
-    positions.value(positions.len() - 1).parse().ok()
+    let segment = log.segments().filter(|s| s.rows > 0).last()?;
+    segment.max_position.parse().ok()
 }

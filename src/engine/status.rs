@@ -246,6 +246,7 @@ fn build(
             let mut cols: [Vec<Option<String>>; 8] = Default::default();
             let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
             let mut complete = Vec::new();
+            let (mut log_rows, mut log_memory, mut log_spilled) = (vec![], vec![], vec![]);
             for s in sources {
                 let report = s.progress.report();
                 let version = version(s);
@@ -262,6 +263,15 @@ fn build(
                     cols[4].push(highs.iter().min().cloned());
                     cols[5].push(highs.iter().max().cloned());
                     rows.push(version.tables.get(i).map(|v| v.len() as u64));
+                    let log = version.changelogs.get(i);
+                    log_rows.push(log.map(|l| l.num_rows() as u64));
+                    log_memory.push(log.map(|l| l.resident_bytes() as u64));
+                    log_spilled.push(log.map(|l| {
+                        l.segments()
+                            .filter(|s| s.is_spilled())
+                            .map(|s| s.rows as u64)
+                            .sum::<u64>()
+                    }));
                     done.push(
                         chunks
                             .iter()
@@ -298,6 +308,15 @@ fn build(
                 ("snapshot_max_high", text(high)),
                 ("keyless", Arc::new(BooleanArray::from(keyless))),
                 ("complete", Arc::new(BooleanArray::from(complete))),
+                ("changelog_entries", Arc::new(UInt64Array::from(log_rows))),
+                (
+                    "changelog_memory_bytes",
+                    Arc::new(UInt64Array::from(log_memory)),
+                ),
+                (
+                    "changelog_spilled_entries",
+                    Arc::new(UInt64Array::from(log_spilled)),
+                ),
             ])
         }
         "chunks" => {

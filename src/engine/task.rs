@@ -16,8 +16,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::AsArray;
-use arrow::datatypes::UInt64Type;
 use tokio::sync::watch;
 
 use super::partial::PartialView;
@@ -35,7 +33,7 @@ use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
 use crate::source::snapshot::journal::SnapshotJournal;
-use crate::state::changelog::{changelog_batch, chunk_changelog, Changelog};
+use crate::state::changelog::{changelog_batch, Changelog, ChangelogSegment, ChunkSegment};
 use crate::state::current::CurrentTable;
 use crate::state::merge::TableState;
 
@@ -92,10 +90,7 @@ impl TxNumbers {
         let next = changelogs
             .iter()
             .flat_map(|l| l.segments())
-            .flat_map(|s| {
-                let tx = s.batch.column(3).as_primitive::<UInt64Type>();
-                tx.iter().flatten().max()
-            })
+            .map(|s| s.max_tx)
             .max()
             .unwrap_or(0);
         Self { next, last: None }
@@ -180,7 +175,10 @@ pub(super) async fn recover(
         .map(|t| TableId::new(t.db.as_str(), t.table.as_str()))
         .collect();
     let (info, tables) = Capture::resolve_tables(&task.connect, &ids).await?;
-    let mut recovered = recover::load(checkpointer.store(), &manifest, &tables).await?;
+    let stores = checkpointer.stores(&tables);
+    let budget = checkpointer.options.changelog_memory_budget;
+    let mut recovered =
+        recover::load(checkpointer.store(), &manifest, &tables, &stores, budget).await?;
     // Tables whose capture had stopped stay stopped: their state ends where they stopped.
     let mut stopped = BTreeMap::new();
     for (t, entry) in manifest.tables.iter().enumerate() {
@@ -234,7 +232,7 @@ pub(super) async fn recover(
     let persisted = recovered
         .changelogs
         .iter()
-        .map(Changelog::num_segments)
+        .map(Changelog::num_rows)
         .collect();
     checkpointer
         .arm(
@@ -327,15 +325,16 @@ pub(super) fn append_handoff(
             HandoffPart::Changes(changes) => append(capture, changelogs, changes, numbers)?,
             HandoffPart::Chunk(chunk) => {
                 let t = chunk.table;
-                let segment = chunk_changelog(
-                    capture.state(t).codec(),
-                    &changelogs[t].schema,
-                    &chunk.entries,
-                    &chunk.high,
-                    chunk.first,
-                )
-                .map_err(changelog_error(capture, t))?;
-                changelogs[t].append(segment);
+                let segment = ChangelogSegment::of_chunk(ChunkSegment {
+                    codec: Arc::clone(capture.state(t).codec()),
+                    schema: Arc::clone(&changelogs[t].schema),
+                    entries: chunk.entries.clone(),
+                    high: chunk.high.clone(),
+                    first: chunk.first,
+                });
+                changelogs[t]
+                    .append(segment)
+                    .map_err(changelog_error(capture, t))?;
             }
         }
     }
@@ -358,14 +357,16 @@ pub(super) fn append(
         entry.1.push(n);
     }
     for (t, (events, tx)) in per_table {
-        let segment = changelog_batch(
+        let batch = changelog_batch(
             capture.state(t).codec(),
             &changelogs[t].schema,
             &events,
             &tx,
         )
         .map_err(changelog_error(capture, t))?;
-        changelogs[t].append(segment);
+        changelogs[t]
+            .append(ChangelogSegment::of_batch(batch))
+            .map_err(changelog_error(capture, t))?;
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use pgwire::error::{ErrorInfo, PgWireError};
 use crate::engine::EngineError;
 use crate::provider::health::TableUnavailable;
 use crate::sql::SqlError;
+use crate::state::changelog::StoredSegmentError;
 
 /// `undefined_table`.
 pub const SQLSTATE_UNDEFINED_TABLE: &str = "42P01";
@@ -160,6 +161,8 @@ pub fn datafusion_sqlstate(error: &DataFusionError) -> &'static str {
                 e.sqlstate()
             } else if let Some(e) = e.downcast_ref::<TableUnavailable>() {
                 e.sqlstate()
+            } else if let Some(e) = e.downcast_ref::<StoredSegmentError>() {
+                e.sqlstate
             } else {
                 SQLSTATE_INTERNAL
             }

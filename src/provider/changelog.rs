@@ -2,7 +2,8 @@
 //!
 //! A bounded scan returns the history up to the version's position. Filters on `_position`
 //! and `_commit_ts` (comparisons with literals) prune whole segments by their ranges; they are
-//! reported inexact, so DataFusion still applies them row by row.
+//! reported inexact, so DataFusion still applies them row by row. Segments spilled to the state
+//! store are read back as the scan reaches them ([`SegmentsExec`]).
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPu
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::health::SharedHealth;
+use super::segments::SegmentsExec;
 use super::{memory_scan, version_for, CHANGELOG_SUFFIX};
 use crate::capture::version::Published;
 use crate::change::schema::TableId;
@@ -164,16 +166,26 @@ impl TableProvider for ChangelogProvider {
             health.check(state, &self.source, table, &shown, stop)?;
         }
         let bounds: Vec<Bound> = filters.iter().filter_map(bound).collect();
-        let batches = version
+        let segments: Vec<Arc<ChangelogSegment>> = version
             .changelogs
             .get(self.index)
             .map(|log| {
                 log.segments()
                     .filter(|s| keep(s, &bounds))
-                    .map(|s| s.batch.clone())
+                    .cloned()
                     .collect()
             })
             .unwrap_or_default();
-        memory_scan(&[batches], self.schema(), projection, limit)
+        // Entries held as batches are scanned in place; a snapshot chunk's are built and
+        // spilled ones read back as the scan reaches them.
+        match segments.iter().map(|s| s.as_batch()).collect() {
+            Some(batches) => memory_scan(&[batches], self.schema(), projection, limit),
+            None => Ok(Arc::new(SegmentsExec::try_new(
+                segments,
+                &self.schema,
+                projection,
+                limit,
+            )?)),
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! * [`current`]: `db.table`, the state at the version's position, with projection, primary-key
 //!   lookup, limit and row-count statistics;
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
-//!   position and commit time;
+//!   position and commit time; [`segments`] reads segments spilled to the state store back;
 //! * [`health`]: the faults that stopped a source or table; scans of a stopped table fail
 //!   unless the session reads stale state;
 //! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table')`, for pipelines
@@ -25,6 +25,7 @@ pub mod current;
 pub mod health;
 pub mod mysql;
 pub mod plans;
+pub mod segments;
 pub mod tail;
 
 use std::collections::HashMap;

@@ -2,19 +2,44 @@
 //!
 //! A [`ChangelogTail`] is a DataFusion [`PartitionStream`] (wrapped in an infinite
 //! `StreamingTable`): it emits the changelog segments of the version current when the scan
-//! starts, then waits for each newly published version and emits the segments appended since.
-//! Segments are whole transactions, so a consumer never sees half of one, and each is emitted
-//! exactly once per scan, in the order the capture appended them.
+//! starts, then waits for each newly published version and emits the entries appended since
+//! (counted by entry, as segments merge; spilled ones are read back from the state store).
+//! Segments are whole transactions, so a consumer never sees half of one, and each entry is
+//! emitted exactly once per scan, in the order the capture appended them.
 
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
 use crate::capture::version::Published;
+use crate::state::changelog::{read_segments, Changelog};
+
+/// The entries of `log` from entry `from` on, in order; segments merged since entries were
+/// sent are sliced past them.
+fn entries_from(log: &Changelog, from: usize) -> BoxStream<'static, Result<RecordBatch>> {
+    let (segments, mut skip) = log.segments_from(from);
+    read_segments(segments)
+        .map_err(|e| DataFusionError::External(Box::new(e)))
+        .try_filter_map(move |batch| {
+            let n = batch.num_rows();
+            let out = match skip {
+                0 => Some(batch),
+                s if s >= n => None,
+                s => Some(batch.slice(s, n - s)),
+            };
+            skip = skip.saturating_sub(n);
+            futures::future::ready(Ok(out))
+        })
+        .boxed()
+}
 
 /// Tails table `index` of a source; see the module docs.
 #[derive(Debug)]
@@ -51,25 +76,36 @@ impl PartitionStream for ChangelogTail {
         let published = Arc::clone(&self.published);
         let versions = self.versions.clone();
         let index = self.index;
+        // State: the version counter, entries sent so far, and the entries still to send.
         let stream = futures::stream::unfold(
-            (versions, 0usize, Vec::new()),
-            move |(mut versions, mut sent, mut queue)| {
+            (
+                versions,
+                0usize,
+                None::<BoxStream<'static, Result<RecordBatch>>>,
+            ),
+            move |(mut versions, mut sent, mut pending)| {
                 let published = Arc::clone(&published);
                 async move {
                     loop {
-                        if let Some(batch) = queue.pop() {
-                            return Some((Ok(batch), (versions, sent, queue)));
+                        if let Some(batches) = pending.as_mut() {
+                            match batches.next().await {
+                                Some(Ok(batch)) => {
+                                    sent += batch.num_rows();
+                                    return Some((Ok(batch), (versions, sent, pending)));
+                                }
+                                Some(Err(e)) => return Some((Err(e), (versions, sent, None))),
+                                None => pending = None,
+                            }
                         }
                         versions.borrow_and_update();
                         let version = published.load_full();
                         if let Some(log) = version.changelogs.get(index) {
-                            let new: Vec<_> =
-                                log.segments().skip(sent).map(|s| s.batch.clone()).collect();
-                            sent += new.len();
-                            // Popped from the back: keep the oldest last.
-                            queue = new.into_iter().rev().collect();
+                            if log.num_rows() > sent {
+                                pending = Some(entries_from(log, sent));
+                                continue;
+                            }
                         }
-                        if queue.is_empty() && versions.changed().await.is_err() {
+                        if versions.changed().await.is_err() {
                             // The source was dropped: the stream ends.
                             return None;
                         }

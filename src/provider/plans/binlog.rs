@@ -131,7 +131,7 @@ impl Tail {
             self.tx_seq += 1;
             let refs: Vec<&ChangelogEvent> = events.iter().collect();
             let seq = vec![self.tx_seq; refs.len()];
-            let batch = changelog_batch(&self.codec, &self.full, &refs, &seq)?.batch;
+            let batch = changelog_batch(&self.codec, &self.full, &refs, &seq)?;
             return Ok(match &self.projection {
                 Some(p) => batch.project(p)?,
                 None => batch,

@@ -1,12 +1,5 @@
-//! The changelog of one table: append-only Arrow batches, one per applied source transaction.
-//!
-//! # Invariants
-//! * Entries are appended in the order the capture emits them: the hand-off changelog sorted by
-//!   position, then each later transaction in binlog order. A plain `ORDER BY _position` sorts
-//!   them in source order; no two entries share a `_position` (snapshot entries are numbered
-//!   within their HIGH, see `capture::handoff`).
-//! * A batch is immutable once appended; readers take a prefix (the batches published at a
-//!   position) and never see a later append or half a transaction.
+//! Building changelog batches: the schema of a table's changelog and the batches of its
+//! entries, from binlog changes or from an applied snapshot chunk.
 //!
 //! # Columns
 //! The table's own columns hold the after image, or for deletes the deleted row, so
@@ -17,16 +10,14 @@
 
 use std::sync::Arc;
 
+use arrow::array::BooleanArray;
 use arrow::array::{
     ArrayRef, RecordBatch, StringArray, StringBuilder, StructArray, TimestampMicrosecondArray,
     UInt32Array, UInt64Array,
 };
-use arrow::array::{AsArray, BooleanArray};
 use arrow::buffer::NullBuffer;
 use arrow::compute::{nullif, take};
-use arrow::datatypes::{
-    DataType, Field, Fields, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
-};
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
@@ -42,6 +33,8 @@ pub const META_COLUMNS: [&str; 6] = ["_op", "_position", "_gtid", "_tx", "_commi
 /// Column index of `_position` and `_commit_ts` in a changelog batch.
 pub const POSITION_COLUMN: usize = 1;
 pub const COMMIT_TS_COLUMN: usize = 4;
+/// Column index of `_tx`.
+pub const TX_COLUMN: usize = 3;
 
 /// The Arrow schema of a table's changelog.
 pub fn changelog_schema(table: &Schema) -> SchemaRef {
@@ -68,45 +61,6 @@ pub fn changelog_schema(table: &Schema) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// One appended batch with the range of positions and commit times it covers, for pruning.
-#[derive(Debug, Clone)]
-pub struct ChangelogSegment {
-    pub batch: RecordBatch,
-    pub min_position: String,
-    pub max_position: String,
-    /// Commit times (µs), `None` for snapshot reads only.
-    pub min_commit_ts: Option<i64>,
-    pub max_commit_ts: Option<i64>,
-}
-
-impl ChangelogSegment {
-    /// A segment of a changelog batch read back from a checkpoint, with its ranges recomputed.
-    pub fn of_batch(batch: RecordBatch) -> Self {
-        let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
-        let ts = batch
-            .column(COMMIT_TS_COLUMN)
-            .as_primitive::<TimestampMicrosecondType>();
-        let ts: Vec<i64> = ts.iter().flatten().collect();
-        Self {
-            min_position: positions
-                .iter()
-                .flatten()
-                .min()
-                .unwrap_or_default()
-                .to_string(),
-            max_position: positions
-                .iter()
-                .flatten()
-                .max()
-                .unwrap_or_default()
-                .to_string(),
-            min_commit_ts: ts.iter().min().copied(),
-            max_commit_ts: ts.iter().max().copied(),
-            batch,
-        }
-    }
-}
-
 /// Builds the changelog batch of `events` (all of one table); `tx[i]` is the transaction
 /// sequence number of event `i` (0 for snapshot reads).
 pub fn changelog_batch(
@@ -114,7 +68,7 @@ pub fn changelog_batch(
     schema: &SchemaRef,
     events: &[&ChangelogEvent],
     tx: &[u64],
-) -> Result<ChangelogSegment, ArrowError> {
+) -> Result<RecordBatch, ArrowError> {
     let table = codec.schema();
     let rows = events.iter().map(|e| {
         e.after
@@ -153,36 +107,29 @@ pub fn changelog_batch(
         Arc::new(StringArray::from_iter_values(
             events.iter().map(|e| e.op.code()),
         )),
-        Arc::new(StringArray::from(positions.clone())),
+        Arc::new(StringArray::from(positions)),
         Arc::new(StringArray::from_iter(
             events
                 .iter()
                 .map(|e| e.gtid.as_ref().map(ToString::to_string)),
         )),
         Arc::new(UInt64Array::from(tx.to_vec())),
-        Arc::new(TimestampMicrosecondArray::from(ts.clone()).with_timezone("UTC")),
+        Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
     ];
-    let batch = assemble(schema, &table.id, meta, image.columns(), Arc::new(before))?;
-    let ts: Vec<i64> = ts.into_iter().flatten().collect();
-    Ok(ChangelogSegment {
-        min_position: positions.iter().min().cloned().unwrap_or_default(),
-        max_position: positions.iter().max().cloned().unwrap_or_default(),
-        min_commit_ts: ts.iter().min().copied(),
-        max_commit_ts: ts.iter().max().copied(),
-        batch,
-    })
+    assemble(schema, &table.id, meta, image.columns(), Arc::new(before))
 }
 
-/// The changelog segment of one applied snapshot chunk: the chunk's own rows (shared, not
+/// The changelog batch of one applied snapshot chunk: the chunk's own rows (shared, not
 /// copied) with the metadata columns, entry `i` at its own position `(high, 0, first + i, 0)`:
-/// `r`, or `u` with `_before` where the key held an older row.
-pub fn chunk_changelog(
+/// `r`, or `u` with `_before` where the key held an older row. A chunk's segment keeps only
+/// the chunk and builds this when read ([`ChangelogSegment::of_chunk`](super::ChangelogSegment::of_chunk)).
+pub fn chunk_batch(
     codec: &RowCodec,
     schema: &SchemaRef,
     entries: &ChunkEntries,
     high: &BinlogCoord,
     first: u32,
-) -> Result<ChangelogSegment, ArrowError> {
+) -> Result<RecordBatch, ArrowError> {
     let n = entries.len();
     let table = codec.schema();
     let mut ops = vec![Op::Read.code(); n];
@@ -196,13 +143,6 @@ pub fn chunk_changelog(
         positions.append_value("");
     }
     let positions = positions.finish();
-    let (min_position, max_position) = match n {
-        0 => (String::new(), String::new()),
-        _ => (
-            positions.value(0).to_string(),
-            positions.value(n - 1).to_string(),
-        ),
-    };
     let before_fields = before_fields(schema);
     let before: ArrayRef = if entries.before.is_empty() {
         Arc::new(StructArray::new_null(before_fields, n))
@@ -233,13 +173,7 @@ pub fn chunk_changelog(
         Arc::new(UInt64Array::from(vec![0; n])),
         Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")),
     ];
-    Ok(ChangelogSegment {
-        batch: assemble(schema, &table.id, meta, entries.rows.columns(), before)?,
-        min_position,
-        max_position,
-        min_commit_ts: None,
-        max_commit_ts: None,
-    })
+    assemble(schema, &table.id, meta, entries.rows.columns(), before)
 }
 
 /// The fields of the `_before` struct, the last column of a changelog schema.
@@ -312,48 +246,8 @@ pub fn transaction_batches(
             let refs: Vec<&ChangelogEvent> = events.iter().collect();
             let seq = vec![tx_seq; refs.len()];
             let schema = changelog_schema(&codec.schema().arrow);
-            let segment = changelog_batch(&codec, &schema, &refs, &seq)?;
-            Ok((codec.schema().id.clone(), segment.batch))
+            let batch = changelog_batch(&codec, &schema, &refs, &seq)?;
+            Ok((codec.schema().id.clone(), batch))
         })
         .collect()
-}
-
-/// The changelog of one table: segments appended by the capture, shared with readers.
-#[derive(Debug, Clone)]
-pub struct Changelog {
-    pub schema: SchemaRef,
-    segments: imbl::Vector<Arc<ChangelogSegment>>,
-    rows: usize,
-}
-
-impl Changelog {
-    pub fn new(table: &Schema) -> Self {
-        Self {
-            schema: changelog_schema(table),
-            segments: imbl::Vector::new(),
-            rows: 0,
-        }
-    }
-
-    pub fn append(&mut self, segment: ChangelogSegment) {
-        self.rows += segment.batch.num_rows();
-        self.segments.push_back(Arc::new(segment));
-    }
-
-    /// A copy sharing every segment (O(1)): what a query reads.
-    pub fn snapshot(&self) -> Changelog {
-        self.clone()
-    }
-
-    pub fn segments(&self) -> impl Iterator<Item = &Arc<ChangelogSegment>> {
-        self.segments.iter()
-    }
-
-    pub fn num_rows(&self) -> usize {
-        self.rows
-    }
-
-    pub fn num_segments(&self) -> usize {
-        self.segments.len()
-    }
 }

@@ -1,0 +1,25 @@
+//! The changelog of one table: append-only Arrow batches of whole source transactions, held
+//! in segments ([`segments`]: in memory, or read back from the state store once spilled).
+//!
+//! # Invariants
+//! * Entries are appended in the order the capture emits them: the hand-off changelog sorted by
+//!   position, then each later transaction in binlog order. A plain `ORDER BY _position` sorts
+//!   them in source order; no two entries share a `_position` (snapshot entries are numbered
+//!   within their HIGH, see `capture::handoff`).
+//! * Entries are immutable once appended; readers take a prefix (the segments published at a
+//!   position) and never see a later append or half a transaction.
+//!
+//! [`batch`] builds the entries' Arrow batches (the columns are described there);
+//! [`segments`] holds them.
+
+mod batch;
+mod segments;
+
+pub use batch::{
+    changelog_batch, changelog_schema, chunk_batch, display_columns, transaction_batches,
+    COMMIT_TS_COLUMN, META_COLUMNS, POSITION_COLUMN, TX_COLUMN,
+};
+pub use segments::{
+    read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore, StoredSegmentError,
+    MERGE_FANOUT,
+};
