@@ -34,7 +34,7 @@ use super::error::DurableError;
 use super::ipc;
 use super::manifest::{
     commit_json, load_newest_manifest, manifest_dir, numbered, numbered_path, source_dir, Manifest,
-    ManifestError, SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
+    SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
 };
 use super::spill::{spill_over_budget, StoredChangelog};
 use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
