@@ -5,10 +5,20 @@
 //! row format is a canonical, comparable byte encoding of the values). Tables without a primary
 //! key are keyed by the whole row, which makes their state a multiset: two identical rows are
 //! one key with a count. That is the weaker guarantee documented for keyless tables.
+//!
+//! # Integer keys
+//! A primary key of one integer column (or of a type stored as one: dates, times, timestamps)
+//! has row-format bytes that follow from the value alone: a valid marker, then the value
+//! big-endian with the sign bit flipped for signed types. [`IntKey`] writes those bytes from
+//! the column, so the state need not keep a second copy of every key. The codec only offers an
+//! [`IntKey`] after checking, on probe values covering every byte position and both signs,
+//! that it writes exactly what Arrow's row converter writes; otherwise keys are converted.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{make_array, Array, ArrayData, ArrayRef, RecordBatch};
+use arrow::buffer::Buffer;
+use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 
@@ -21,6 +31,125 @@ pub struct RowCodec {
     key: RowConverter,
     full: RowConverter,
     key_columns: Vec<usize>,
+    /// Set when the key is one integer column whose bytes [`IntKey`] writes exactly.
+    int_key: Option<IntKey>,
+}
+
+/// The longest key an [`IntKey`] writes: the valid marker and 8 value bytes.
+pub const INT_KEY_LEN: usize = 9;
+
+/// The row-format key of one integer column, written from the column's values; see the
+/// module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntKey {
+    /// The key column's index in the table's schema.
+    column: usize,
+    /// Bytes per value: 1, 2, 4 or 8.
+    width: usize,
+    signed: bool,
+}
+
+/// Key bytes written by [`IntKey::write`], held inline.
+#[derive(Debug, Clone, Copy)]
+pub struct InlineKey {
+    bytes: [u8; INT_KEY_LEN],
+    len: u8,
+}
+
+impl std::ops::Deref for InlineKey {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl IntKey {
+    /// The layout of `data_type` when it is stored as a signed or unsigned integer.
+    fn of(column: usize, data_type: &DataType) -> Option<Self> {
+        use DataType as D;
+        let (width, signed) = match data_type {
+            D::Int8 => (1, true),
+            D::Int16 => (2, true),
+            D::Int32 | D::Date32 | D::Time32(_) => (4, true),
+            D::Int64 | D::Date64 | D::Time64(_) | D::Timestamp(..) | D::Duration(_) => (8, true),
+            D::UInt8 => (1, false),
+            D::UInt16 => (2, false),
+            D::UInt32 => (4, false),
+            D::UInt64 => (8, false),
+            _ => return None,
+        };
+        Some(Self {
+            column,
+            width,
+            signed,
+        })
+    }
+
+    /// The key column's index in the table's schema.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// Bytes per value in the column.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The values of the key column of `batch`: one little-endian integer of
+    /// [`IntKey::width`] bytes per row (shared with the column, not copied).
+    pub fn values(&self, batch: &RecordBatch) -> Buffer {
+        let data = batch.column(self.column).to_data();
+        data.buffers()[0].slice_with_length(data.offset() * self.width, data.len() * self.width)
+    }
+
+    /// The key bytes of row `row` of `values` (from [`IntKey::values`]).
+    pub fn write(&self, values: &[u8], row: usize) -> InlineKey {
+        let mut bytes = [0u8; INT_KEY_LEN];
+        bytes[0] = 1;
+        let value = &values[row * self.width..(row + 1) * self.width];
+        for (to, from) in bytes[1..=self.width].iter_mut().zip(value.iter().rev()) {
+            *to = *from;
+        }
+        if self.signed {
+            bytes[1] ^= 0x80;
+        }
+        InlineKey {
+            bytes,
+            len: (1 + self.width) as u8,
+        }
+    }
+
+    /// Whether [`IntKey::write`] agrees with `converter` (the key converter) on probe values
+    /// with every byte position set, both signs and the extremes.
+    fn agrees_with(&self, converter: &RowConverter, data_type: &DataType) -> bool {
+        let w = self.width;
+        let mut probes: Vec<Vec<u8>> = vec![vec![0; w], vec![0xFF; w]];
+        for at in 0..w {
+            let mut one = vec![0; w];
+            one[at] = 0x81;
+            probes.push(one);
+            let mut low = vec![0xFF; w];
+            low[at] = 0x7E;
+            probes.push(low);
+        }
+        let bytes: Vec<u8> = probes.concat();
+        let n = probes.len();
+        let Ok(data) = ArrayData::try_new(
+            data_type.clone(),
+            n,
+            None,
+            0,
+            vec![Buffer::from_vec(bytes.clone())],
+            vec![],
+        ) else {
+            return false;
+        };
+        let Ok(rows) = converter.convert_columns(&[make_array(data)]) else {
+            return false;
+        };
+        (0..n).all(|i| rows.row(i).data() == &*self.write(&bytes, i))
+    }
 }
 
 impl RowCodec {
@@ -38,12 +167,25 @@ impl RowCodec {
         };
         let key = RowConverter::new(key_columns.iter().map(|i| fields[*i].clone()).collect())?;
         let full = RowConverter::new(fields)?;
+        let int_key = match schema.primary_key.as_slice() {
+            [column] => {
+                let data_type = schema.arrow.field(*column).data_type();
+                IntKey::of(*column, data_type).filter(|k| k.agrees_with(&key, data_type))
+            }
+            _ => None,
+        };
         Ok(Self {
             schema,
             key,
             full,
             key_columns,
+            int_key,
         })
+    }
+
+    /// How keys are written from their column, when the key is one integer column.
+    pub fn int_key(&self) -> Option<&IntKey> {
+        self.int_key.as_ref()
     }
 
     pub fn schema(&self) -> &Arc<TableSchema> {
@@ -69,27 +211,35 @@ impl RowCodec {
 
     /// The keys of every row of `batch`, with the check of [`RowCodec::encode`].
     pub fn keys(&self, batch: &RecordBatch) -> Result<Rows, ArrowError> {
+        self.check_keys(batch)?;
         let key_cols: Vec<ArrayRef> = self
             .key_columns
             .iter()
             .map(|i| Arc::clone(batch.column(*i)))
             .collect();
-        if !self.keyless() {
-            if let Some((i, _)) = self
-                .key_columns
-                .iter()
-                .zip(&key_cols)
-                .find(|(_, c)| c.null_count() > 0)
-            {
+        self.key.convert_columns(&key_cols)
+    }
+
+    /// The check of [`RowCodec::encode`] alone: every row of `batch` can be keyed.
+    pub fn check_keys(&self, batch: &RecordBatch) -> Result<(), ArrowError> {
+        if self.keyless() {
+            return Ok(());
+        }
+        match self
+            .key_columns
+            .iter()
+            .find(|i| batch.column(**i).null_count() > 0)
+        {
+            Some(i) => {
                 let column = self.schema.columns.get(*i).map_or("?", |c| c.name.as_str());
-                return Err(ArrowError::InvalidArgumentError(format!(
+                Err(ArrowError::InvalidArgumentError(format!(
                     "primary key column {column} of {} holds a value with no Arrow form \
                      (a zero or invalid date, read as NULL), so its row cannot be keyed",
                     self.schema.id
-                )));
+                )))
             }
+            None => Ok(()),
         }
-        self.key.convert_columns(&key_cols)
     }
 
     /// Row `row` of `batch` in Arrow's row format (full row).
@@ -165,6 +315,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("primary key column d of db.t"), "{err}");
+    }
+
+    #[test]
+    fn integer_keys_are_written_as_the_row_converter_writes_them() {
+        use arrow::array::{Int64Array, UInt16Array};
+        for (pk, column) in [(vec![0], 0), (vec![1], 1)] {
+            let codec = codec(pk);
+            let int_key = *codec.int_key().expect("a one-column integer key");
+            assert_eq!(int_key.column(), column);
+            let dates = vec![Some(i32::MIN), Some(-1), Some(0), Some(1), Some(i32::MAX)];
+            let rows = batch(&codec, dates);
+            let keys = codec.keys(&rows).unwrap();
+            let values = int_key.values(&rows);
+            for i in 0..rows.num_rows() {
+                assert_eq!(keys.row(i).data(), &*int_key.write(&values, i));
+            }
+            // A slice of the batch keeps its rows' keys.
+            let sliced = rows.slice(2, 3);
+            let values = int_key.values(&sliced);
+            for i in 0..3 {
+                assert_eq!(keys.row(i + 2).data(), &*int_key.write(&values, i));
+            }
+        }
+        // The widths and signs the probe check covers.
+        for array in [
+            Arc::new(Int64Array::from(vec![i64::MIN, -2, 0, 7, i64::MAX])) as ArrayRef,
+            Arc::new(UInt16Array::from(vec![0, 1, 256, u16::MAX, 40000])),
+        ] {
+            let converter =
+                RowConverter::new(vec![SortField::new(array.data_type().clone())]).unwrap();
+            let key = IntKey::of(0, array.data_type()).unwrap();
+            assert!(key.agrees_with(&converter, array.data_type()));
+            let keys = converter.convert_columns(&[Arc::clone(&array)]).unwrap();
+            let batch = RecordBatch::try_from_iter([("k", array)]).unwrap();
+            let values = key.values(&batch);
+            for i in 0..batch.num_rows() {
+                assert_eq!(keys.row(i).data(), &*key.write(&values, i));
+            }
+        }
+        assert!(codec(vec![]).int_key().is_none(), "keyless: the whole row");
+        assert!(codec(vec![0, 1]).int_key().is_none(), "two key columns");
     }
 
     #[test]

@@ -17,9 +17,12 @@
 //! * Tables without a primary key are keyed by the whole row with a copy count (a multiset).
 //!
 //! # Memory
-//! The base is plain Arrow plus the key bytes and 16 bytes of index per row; the overlay holds
-//! Arrow's row format of changed rows. `benches` measures the total against the Arrow size of
-//! the rows.
+//! The base is plain Arrow plus an index of 4 bytes (a row id) per bucket and a control byte,
+//! in a table sized to a power of two; key bytes are kept only when the key is not one integer
+//! column (an integer key is written from its column when compared). The overlay holds Arrow's
+//! row format of changed rows. `benches/snapshot.rs` measures the total against the Arrow size
+//! of the rows: 1.14× for 1,000,000 rows of 7 columns with a `BIGINT` key, where 16-byte
+//! index entries and stored key bytes made it 1.66×.
 
 use std::sync::{Arc, OnceLock};
 
@@ -28,9 +31,9 @@ use arrow::compute::{
     concat_batches, filter_record_batch, interleave_record_batch, take_record_batch,
 };
 use arrow::error::ArrowError;
-use arrow::row::{OwnedRow, Rows};
+use arrow::row::OwnedRow;
 
-use super::index::KeyIndex;
+use super::index::{BatchKeys, KeyIndex, Keys};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
@@ -47,18 +50,18 @@ pub type KeyBytes = Box<[u8]>;
 #[derive(Debug)]
 pub struct Base {
     batches: Vec<RecordBatch>,
-    /// Key bytes of every row of `batches`, one buffer per batch.
-    keys: Vec<Rows>,
+    /// Key bytes of every row of `batches`, numbered across them in order.
+    keys: BatchKeys,
     index: KeyIndex,
     /// Sum of copy counts.
     len: usize,
 }
 
 impl Base {
-    /// A base over `batches` whose rows are distinct keys, with `keys[b]` the key bytes of
-    /// batch `b` and `index` naming every row exactly once.
-    pub fn from_parts(batches: Vec<RecordBatch>, keys: Vec<Rows>, index: KeyIndex) -> Self {
-        let len = index.iter().map(|s| s.count as usize).sum();
+    /// A base over `batches` whose rows are distinct keys, with `keys` the keys of their rows
+    /// (batch by batch) and `index` naming every row exactly once.
+    pub fn from_parts(batches: Vec<RecordBatch>, keys: BatchKeys, index: KeyIndex) -> Self {
+        let len = index.rows();
         Self {
             batches,
             keys,
@@ -67,8 +70,11 @@ impl Base {
         }
     }
 
-    fn find(&self, key: &[u8]) -> Option<super::index::Slot> {
-        self.index.get(self.index.hash(key), key, &self.keys)
+    /// The batch, row and copy count of `key`, if the base holds it.
+    fn find(&self, key: &[u8]) -> Option<(usize, usize, u32)> {
+        let id = self.index.get(self.index.hash(key), key, &self.keys)?;
+        let (batch, row) = self.keys.locate(id);
+        Some((batch, row, self.index.count(id)))
     }
 
     /// Rows held, distinct keys once.
@@ -159,7 +165,7 @@ impl CurrentTable {
     pub fn count(&self, key: &[u8]) -> u32 {
         match self.overlay.get(key) {
             Some(v) => v.as_ref().map_or(0, |(_, n)| *n),
-            None => self.base.find(key).map_or(0, |s| s.count),
+            None => self.base.find(key).map_or(0, |(_, _, n)| n),
         }
     }
 
@@ -210,43 +216,34 @@ impl CurrentTable {
 
 /// A one-batch base of `rows`; identical keys (keyless tables) become one row with a count.
 fn build_base(codec: &RowCodec, rows: &RecordBatch) -> Result<Base, ArrowError> {
-    let (keys, _) = codec.encode(rows)?;
-    let keys = vec![keys];
+    let mut keys = BatchKeys::default();
+    keys.push(Keys::of(codec, rows)?)?;
     let mut index = KeyIndex::with_capacity(rows.num_rows());
     let mut keep = Vec::new();
-    let mut unique = true;
-    for i in 0..rows.num_rows() {
-        let key = keys[0].row(i).data();
-        let hash = index.hash(key);
-        match index.get_mut(hash, key, &keys) {
-            Some(slot) => {
-                slot.count += 1;
-                unique = false;
-            }
+    for id in 0..keys.len() {
+        let key = keys.key(id);
+        let hash = index.hash(&key);
+        match index.get(hash, &key, &keys) {
+            Some(held) => index.set_count(held, index.count(held) + 1),
             None => {
-                index.insert_new(hash, 0, i as u32, 1, &keys);
-                keep.push(i as u32);
+                index.insert_new(hash, id, &keys);
+                keep.push(id);
             }
         }
     }
-    if unique {
+    if keep.len() == rows.num_rows() {
         return Ok(Base::from_parts(vec![rows.clone()], keys, index));
     }
-    // Keep the first row of each key; its slot is rebuilt at its new place.
+    // Keep the first row of each key; its entry is rebuilt at its new place.
+    let counts: Vec<u32> = keep.iter().map(|id| index.count(*id)).collect();
     let rows = take_record_batch(rows, &UInt32Array::from(keep))?;
-    let counts: Vec<u32> = {
-        let mut by_row = vec![0u32; keys[0].num_rows()];
-        for slot in index.iter() {
-            by_row[slot.row as usize] = slot.count;
-        }
-        by_row.into_iter().filter(|n| *n > 0).collect()
-    };
-    let (kept_keys, _) = codec.encode(&rows)?;
-    let kept_keys = vec![kept_keys];
+    let mut kept_keys = BatchKeys::default();
+    kept_keys.push(Keys::of(codec, &rows)?)?;
     let mut kept = KeyIndex::with_capacity(rows.num_rows());
-    for (i, count) in counts.into_iter().enumerate() {
-        let key = kept_keys[0].row(i).data();
-        kept.insert_new(kept.hash(key), 0, i as u32, count, &kept_keys);
+    for (id, count) in (0..kept_keys.len()).zip(counts) {
+        let key = kept_keys.key(id);
+        kept.insert_new(kept.hash(&key), id, &kept_keys);
+        kept.set_count(id, count);
     }
     Ok(Base::from_parts(vec![rows], kept_keys, kept))
 }
@@ -276,10 +273,10 @@ impl TableSnapshot {
             return Ok(rows.clone());
         }
         let base = &self.base;
-        let mut hidden: Vec<Vec<u32>> = vec![Vec::new(); base.batches.len()];
+        let mut hidden: Vec<Vec<usize>> = vec![Vec::new(); base.batches.len()];
         for key in self.overlay.keys() {
-            if let Some(slot) = base.find(key) {
-                hidden[slot.batch as usize].push(slot.row);
+            if let Some((batch, row, _)) = base.find(key) {
+                hidden[batch].push(row);
             }
         }
         let copies = self.copies();
@@ -290,7 +287,7 @@ impl TableSnapshot {
                 Some(copies) => {
                     let mut counts = copies[b].clone();
                     for r in &hidden[b] {
-                        counts[*r as usize] = 0;
+                        counts[*r] = 0;
                     }
                     let idx: Vec<u32> = counts
                         .iter()
@@ -307,7 +304,7 @@ impl TableSnapshot {
                 None => {
                     let mut mask = vec![true; batch.num_rows()];
                     for r in &hidden[b] {
-                        mask[*r as usize] = false;
+                        mask[*r] = false;
                     }
                     filter_record_batch(batch, &BooleanArray::from(mask))?
                 }
@@ -343,8 +340,9 @@ impl TableSnapshot {
             .iter()
             .map(|b| vec![0; b.num_rows()])
             .collect();
-        for slot in self.base.index.iter() {
-            copies[slot.batch as usize][slot.row as usize] = slot.count;
+        for (id, count) in self.base.index.iter() {
+            let (batch, row) = self.base.keys.locate(id);
+            copies[batch][row] = count;
         }
         Some(copies)
     }
@@ -360,11 +358,8 @@ impl TableSnapshot {
                 }
                 Some(None) => {}
                 None => {
-                    if let Some(slot) = self.base.find(key) {
-                        base_rows.extend(std::iter::repeat_n(
-                            (slot.batch as usize, slot.row as usize),
-                            slot.count as usize,
-                        ));
+                    if let Some((batch, row, count)) = self.base.find(key) {
+                        base_rows.extend(std::iter::repeat_n((batch, row), count as usize));
                     }
                 }
             }
@@ -395,7 +390,7 @@ impl TableSnapshot {
             .iter()
             .map(RecordBatch::get_array_memory_size)
             .sum();
-        let keys: usize = self.base.keys.iter().map(Rows::size).sum();
+        let keys = self.base.keys.memory_size();
         let overlay = self
             .overlay
             .iter()

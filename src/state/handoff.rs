@@ -2,8 +2,8 @@
 //!
 //! Snapshot chunks stay the Arrow batches they were read as. Each chunk carries one version
 //! (the position of its HIGH) and a [`KeyIndex`] names the newest chunk row of every key, so a
-//! chunk costs its Arrow size, its key bytes and 16 bytes of index per row: no heap object per
-//! row. Binlog changes applied before the hand-off ends, and the deletes among them
+//! chunk costs its Arrow size, its key bytes (none for a one-column integer key) and a few
+//! bytes of index per row: no heap object per row. Binlog changes applied before the hand-off ends, and the deletes among them
 //! (tombstones), go to a small *delta* keyed by key, each with its own position.
 //!
 //! # Invariants
@@ -20,10 +20,10 @@ use std::collections::HashMap;
 use arrow::array::{BooleanArray, BooleanBufferBuilder, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::error::ArrowError;
-use arrow::row::{OwnedRow, Rows};
+use arrow::row::OwnedRow;
 
 use super::current::{Base, CurrentTable, KeyBytes};
-use super::index::KeyIndex;
+use super::index::{BatchKeys, KeyIndex, Keys};
 use crate::change::keys::RowCodec;
 use crate::change::position::ChangePosition;
 
@@ -70,8 +70,8 @@ impl ChunkEntries {
 #[derive(Debug, Default)]
 pub struct Handoff {
     chunks: Vec<Chunk>,
-    /// Key bytes of every chunk's rows, one buffer per chunk (what the index compares).
-    keys: Vec<Rows>,
+    /// Keys of every chunk's rows, numbered across the chunks (what the index compares).
+    keys: BatchKeys,
     index: KeyIndex,
     delta: HashMap<KeyBytes, Versioned, ahash::RandomState>,
 }
@@ -82,8 +82,8 @@ impl Handoff {
         if let Some(d) = self.delta.get(key) {
             return Some(&d.version);
         }
-        let slot = self.index.get(self.index.hash(key), key, &self.keys)?;
-        Some(&self.chunks[slot.batch as usize].version)
+        let id = self.index.get(self.index.hash(key), key, &self.keys)?;
+        Some(&self.chunks[self.keys.locate(id).0].version)
     }
 
     /// The live row under `key` and its copies, if any.
@@ -92,12 +92,10 @@ impl Handoff {
             return Ok(d.row.clone().map(|r| (r, d.count)));
         }
         match self.index.get(self.index.hash(key), key, &self.keys) {
-            Some(slot) => {
-                let chunk = &self.chunks[slot.batch as usize];
-                Ok(Some((
-                    codec.row_of(&chunk.rows, slot.row as usize)?,
-                    slot.count,
-                )))
+            Some(id) => {
+                let (chunk, row) = self.keys.locate(id);
+                let rows = &self.chunks[chunk].rows;
+                Ok(Some((codec.row_of(rows, row)?, self.index.count(id))))
             }
             None => Ok(None),
         }
@@ -106,9 +104,10 @@ impl Handoff {
     /// Stores a binlog change of `key` (the merge rule found `version` newer than the key's).
     pub fn put(&mut self, key: &[u8], version: ChangePosition, row: Option<OwnedRow>, count: u32) {
         let hash = self.index.hash(key);
-        if let Some(slot) = self.index.remove(hash, key, &self.keys) {
-            let chunk = &mut self.chunks[slot.batch as usize];
-            chunk.live.set_bit(slot.row as usize, false);
+        if let Some(id) = self.index.remove(hash, key, &self.keys) {
+            let (chunk, row) = self.keys.locate(id);
+            let chunk = &mut self.chunks[chunk];
+            chunk.live.set_bit(row, false);
             chunk.dead += 1;
         }
         self.delta.insert(
@@ -130,56 +129,56 @@ impl Handoff {
         rows: RecordBatch,
     ) -> Result<ChunkEntries, ArrowError> {
         let n = rows.num_rows();
-        let c = self.chunks.len() as u32;
-        self.keys.push(codec.keys(&rows)?);
+        let c = self.chunks.len();
+        let first = self.keys.push(Keys::of(codec, &rows)?)?;
         let mut live = BooleanBufferBuilder::new(n);
         live.append_n(n, true);
         let mut dead = 0;
         let mut passing: Vec<u32> = Vec::with_capacity(n);
         let mut before: Vec<(u32, OwnedRow)> = Vec::new();
         // Before images by chunk row, for later copies of a keyless row that replaced one.
-        let mut replaced: HashMap<u32, OwnedRow> = HashMap::new();
-        for i in 0..n as u32 {
-            let key = self.keys[c as usize].row(i as usize).data();
-            let hash = self.index.hash(key);
-            let slot = self.index.get_mut(hash, key, &self.keys);
-            if let Some(slot) = slot {
-                if slot.batch == c {
+        let mut replaced: HashMap<usize, OwnedRow> = HashMap::new();
+        for i in 0..n {
+            let id = first + i as u32;
+            let key = self.keys.key(id);
+            let hash = self.index.hash(&key);
+            if let Some(held) = self.index.get(hash, &key, &self.keys) {
+                let (batch, row) = self.keys.locate(held);
+                if batch == c {
                     // Another copy of an identical row of this chunk (keyless tables): the
-                    // first copy's slot counts it, and it is entered like the first copy.
-                    slot.count += 1;
-                    live.set_bit(i as usize, false);
+                    // first copy's entry counts it, and it is entered like the first copy.
+                    self.index.set_count(held, self.index.count(held) + 1);
+                    live.set_bit(i, false);
                     dead += 1;
-                    passing.push(i);
-                    if let Some(b) = replaced.get(&slot.row) {
+                    passing.push(i as u32);
+                    if let Some(b) = replaced.get(&row) {
                         before.push((passing.len() as u32 - 1, b.clone()));
                     }
                     continue;
                 }
-                let older = &self.chunks[slot.batch as usize];
+                let older = &mut self.chunks[batch];
                 if older.version >= version {
-                    live.set_bit(i as usize, false);
+                    live.set_bit(i, false);
                     dead += 1;
                     continue;
                 }
-                let prior = codec.row_of(&older.rows, slot.row as usize)?;
-                let older = &mut self.chunks[slot.batch as usize];
-                older.live.set_bit(slot.row as usize, false);
+                let prior = codec.row_of(&older.rows, row)?;
+                older.live.set_bit(row, false);
                 older.dead += 1;
-                (slot.batch, slot.row, slot.count) = (c, i, 1);
-                passing.push(i);
+                self.index.replace(hash, held, id);
+                passing.push(i as u32);
                 before.push((passing.len() as u32 - 1, prior.clone()));
                 replaced.insert(i, prior);
                 continue;
             }
-            match self.delta.get(key) {
+            match self.delta.get(&*key) {
                 Some(d) if d.version >= version => {
-                    live.set_bit(i as usize, false);
+                    live.set_bit(i, false);
                     dead += 1;
                     continue;
                 }
                 Some(_) => {
-                    let prior = self.delta.remove(key).and_then(|d| d.row);
+                    let prior = self.delta.remove(&*key).and_then(|d| d.row);
                     if let Some(prior) = prior {
                         before.push((passing.len() as u32, prior.clone()));
                         replaced.insert(i, prior);
@@ -187,8 +186,8 @@ impl Handoff {
                 }
                 None => {}
             }
-            self.index.insert_new(hash, c, i, 1, &self.keys);
-            passing.push(i);
+            self.index.insert_new(hash, id, &self.keys);
+            passing.push(i as u32);
         }
         let entries = if passing.len() == n {
             rows.clone()
@@ -214,7 +213,7 @@ impl Handoff {
 
     /// Live rows, counting copies.
     pub fn len(&self) -> usize {
-        let chunks: usize = self.index.iter().map(|s| s.count as usize).sum();
+        let chunks = self.index.rows();
         let delta: usize = self
             .delta
             .values()
@@ -235,8 +234,9 @@ impl Handoff {
             .iter()
             .map(|c| vec![0; c.rows.num_rows()])
             .collect();
-        for slot in self.index.iter() {
-            copies[slot.batch as usize][slot.row as usize] = slot.count;
+        for (id, count) in self.index.iter() {
+            let (chunk, row) = self.keys.locate(id);
+            copies[chunk][row] = count;
         }
         let mut batches = Vec::with_capacity(self.chunks.len() + 1);
         for (chunk, copies) in self.chunks.iter().zip(copies) {
@@ -269,21 +269,21 @@ impl Handoff {
             mut index,
             delta,
         } = self;
-        // Where each chunk row goes: (new batch, new row), for chunks that keep any row.
+        // Where each chunk's rows go: the row id of its first kept row, and the new place of
+        // each row among the kept ones when some died; `None` for chunks that keep no row.
         let mut moves: Vec<Option<(u32, Vec<u32>)>> = Vec::with_capacity(chunks.len());
         let mut batches = Vec::new();
-        let mut base_keys = Vec::new();
-        for (chunk, chunk_keys) in chunks.into_iter().zip(keys) {
+        let mut base_keys = BatchKeys::default();
+        let starts: Vec<u32> = (0..chunks.len()).map(|c| keys.start(c)).collect();
+        for (chunk, chunk_keys) in chunks.into_iter().zip(keys.into_batches()) {
             let n = chunk.rows.num_rows();
             if chunk.dead == n {
                 moves.push(None);
                 continue;
             }
-            let b = batches.len() as u32;
             if chunk.dead == 0 {
-                moves.push(Some((b, Vec::new())));
+                moves.push(Some((base_keys.push(chunk_keys)?, Vec::new())));
                 batches.push(chunk.rows);
-                base_keys.push(chunk_keys);
                 continue;
             }
             let mut live = chunk.live;
@@ -299,21 +299,26 @@ impl Handoff {
                 })
                 .collect();
             let kept = filter_record_batch(&chunk.rows, &mask)?;
-            base_keys.push(codec.keys(&kept)?);
+            let first = base_keys.push(Keys::of(&codec, &kept)?)?;
             batches.push(kept);
-            moves.push(Some((b, renumber)));
+            moves.push(Some((first, renumber)));
         }
-        index.remap(|slot| {
-            let (b, renumber) = moves[slot.batch as usize]
-                .as_ref()
-                .expect("a live key's chunk keeps its row");
-            let row = if renumber.is_empty() {
-                slot.row
-            } else {
-                renumber[slot.row as usize]
-            };
-            (*b, row)
-        });
+        index.remap(
+            |id| {
+                let chunk = starts.partition_point(|s| *s <= id) - 1;
+                let row = id - starts[chunk];
+                let (first, renumber) = moves[chunk]
+                    .as_ref()
+                    .expect("a live key's chunk keeps its row");
+                first
+                    + if renumber.is_empty() {
+                        row
+                    } else {
+                        renumber[row as usize]
+                    }
+            },
+            &base_keys,
+        );
         let overlay = delta
             .into_iter()
             .filter_map(|(k, d)| d.row.map(|r| (k, r, d.count)))
