@@ -12,10 +12,14 @@
 //! rounds, and each ratio the median of the rounds' ratios (cdcfusion / PostgreSQL for
 //! latencies, so lower is better; rows/s for the large result, so higher is better).
 //!
-//! Run with `cargo bench --bench pgwire` (optionally `-- --rows N`, default 200,000). It needs
-//! a PostgreSQL on 127.0.0.1:5432 that trusts local connections and has a database `test`
-//! (override with `PGBENCH_REFERENCE`, a libpq connection string); it creates a uniquely named
-//! table there and drops it at the end.
+//! Last, `pgbench -M prepared` runs a point-lookup script (a random key per transaction) on each
+//! server with [`PGBENCH_CLIENTS`] clients, alternating for the same rounds, and compares the
+//! transactions per second (higher is better). It is skipped, saying so, without `pgbench`.
+//!
+//! Run with `cargo bench --bench pgwire` (optionally `-- --rows N`, default 200,000, and
+//! `--pgbench-seconds S`, default 10). It needs a PostgreSQL on 127.0.0.1:5432 that trusts
+//! local connections and has a database `test` (override with `PGBENCH_REFERENCE`, a libpq
+//! connection string); it creates a uniquely named table there and drops it at the end.
 
 mod common;
 
@@ -33,6 +37,9 @@ const ROUNDS: usize = 7;
 const SAMPLES: usize = 500;
 /// Requests before each measurement, not counted.
 const WARM_UP: usize = 100;
+/// `pgbench` clients (`-c`) and threads (`-j`).
+const PGBENCH_CLIENTS: usize = 4;
+const PGBENCH_THREADS: usize = 2;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -149,6 +156,49 @@ async fn scan(side: &Side, total: u64) -> f64 {
     total as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Transactions per second of `pgbench -M prepared` running `script` for `seconds` against
+/// `conninfo` (a libpq connection string, passed as the database name).
+fn pgbench(conninfo: &str, script: &std::path::Path, seconds: u64) -> f64 {
+    let out = Command::new("pgbench")
+        .args(["-n", "-M", "prepared", "-f"])
+        .arg(script)
+        .args(["-c", &PGBENCH_CLIENTS.to_string()])
+        .args(["-j", &PGBENCH_THREADS.to_string()])
+        .args(["-T", &seconds.to_string()])
+        .arg(conninfo)
+        .output()
+        .expect("running pgbench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pgbench against {conninfo} failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `tps = 1234.567890 (without initial connection time)`
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|tps| tps.parse().ok())
+        .unwrap_or_else(|| panic!("no tps in pgbench's output: {stdout}"))
+}
+
+/// The point-lookup script of `pgbench` for `table` of `total` rows.
+fn pgbench_script(
+    dir: &std::path::Path,
+    name: &str,
+    table: &str,
+    total: u64,
+) -> std::path::PathBuf {
+    let path = dir.join(format!("{name}.pgbench"));
+    std::fs::write(
+        &path,
+        format!("\\set id random(1, {total})\nSELECT * FROM {table} WHERE id = :id;\n"),
+    )
+    .unwrap();
+    path
+}
+
 /// The `cdcfusion serve` process, killed when dropped.
 struct Served(Child);
 
@@ -225,6 +275,17 @@ fn report_latency(name: &str, ours: &[(f64, f64)], theirs: &[(f64, f64)]) {
             median(ratios)
         );
     }
+}
+
+/// Medians over the rounds of one rate (higher is better), printed.
+fn report_rate(name: &str, unit: &str, ours: &[f64], theirs: &[f64]) {
+    let ratios = ours.iter().zip(theirs).map(|(o, t)| o / t).collect();
+    println!(
+        "  {name:<30}    : cdcfusion {:.0} {unit}, PostgreSQL {:.0} {unit}, ratio {:.2}",
+        median(ours.to_vec()),
+        median(theirs.to_vec()),
+        median(ratios)
+    );
 }
 
 #[tokio::main]
@@ -316,14 +377,31 @@ async fn main() {
         o.push(scan(&ours, total).await);
         t.push(scan(&theirs, total).await);
     }
-    let ratios = o.iter().zip(&t).map(|(o, t)| o / t).collect();
-    println!(
-        "  {:<30}    : cdcfusion {:.0} rows/s, PostgreSQL {:.0} rows/s, ratio {:.2}",
-        "large result (binary)",
-        median(o),
-        median(t),
-        median(ratios)
-    );
+    report_rate("large result (binary)", "rows/s", &o, &t);
+
+    let has_pgbench = Command::new("pgbench")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if has_pgbench {
+        let seconds = common::u64_arg("--pgbench-seconds", 10);
+        let ours_script = pgbench_script(&dir, "ours", &ours.table, total);
+        let theirs_script = pgbench_script(&dir, "theirs", &theirs.table, total);
+        let (mut o, mut t) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            o.push(pgbench(&conninfo, &ours_script, seconds));
+            t.push(pgbench(&reference, &theirs_script, seconds));
+        }
+        report_rate(
+            &format!("pgbench -M prepared, -c {PGBENCH_CLIENTS}"),
+            "tps",
+            &o,
+            &t,
+        );
+    } else {
+        println!("  pgbench -M prepared: skipped, no `pgbench` on the PATH");
+    }
 
     theirs
         .client

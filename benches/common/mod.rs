@@ -10,9 +10,14 @@ use mysql_async::Conn;
 
 /// `--rows N` from the command line, else `default`.
 pub fn rows_arg(default: u64) -> u64 {
+    u64_arg("--rows", default)
+}
+
+/// `name N` from the command line, else `default`.
+pub fn u64_arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
-        .position(|a| a == "--rows")
+        .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)

@@ -12,6 +12,7 @@
 //! * `run`: the capture task's loop with its retries, and the checkpoint loop;
 //! * `source`: one running source and the engine's set of them;
 //! * `status`, `functions`, `catalog`: the `cdc` tables, table functions and catalogs;
+//! * `reuse`: logical plans kept for running again, and when they may be;
 //! * `session`: the [`Engine`] itself; `durable`: its state store (open, create, drop).
 
 mod catalog;
@@ -23,6 +24,7 @@ pub mod limits;
 mod partial;
 mod resnapshot;
 mod retry;
+mod reuse;
 mod run;
 mod session;
 pub mod source;
@@ -34,6 +36,7 @@ mod task;
 pub use error::{parser_error, EngineError};
 pub use files::{AllowedLocations, BadLocation, FileAccessDenied};
 pub use limits::TooComplex;
+pub use reuse::{CatalogGeneration, KeptPlan};
 pub use session::{Engine, EngineOptions};
 pub use source::RunningSource;
 pub use source_status::SourceStatus;

@@ -112,7 +112,7 @@ impl SnapshotJournal for PartialView {
         self.status
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .tables = tables.to_vec();
+            .set_tables(tables.to_vec());
         self.publish(&partial);
     }
 

@@ -199,7 +199,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         let mut s = status
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.tables = capture.tables().to_vec();
+        s.set_tables(capture.tables().to_vec());
         s.server_version = capture.server().version.clone();
         s.flavor = format!("{:?}", capture.server().flavor);
         s.consistent_from = consistent_from.clone();

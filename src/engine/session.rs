@@ -14,6 +14,7 @@
 //! its newest checkpoint.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use datafusion::catalog::MemoryCatalogProviderList;
@@ -31,6 +32,7 @@ use super::error::{parser_error, EngineError};
 use super::files::{AllowedLocations, FileAccessDenied};
 use super::functions;
 use super::limits;
+use super::reuse::{CatalogGeneration, KeptPlan};
 use super::source::{RunningSource, Sources};
 use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::CaptureOptions;
@@ -54,6 +56,8 @@ pub struct Engine {
     pub(super) sources: Arc<Sources>,
     pub(super) durable: Option<Arc<Durability>>,
     pub(super) allowed: AllowedLocations,
+    /// Counts the changes of what names resolve to (see `reuse`).
+    pub(super) generation: AtomicU64,
 }
 
 impl std::fmt::Debug for Engine {
@@ -136,6 +140,7 @@ impl Engine {
             sources,
             durable,
             allowed: AllowedLocations::default(),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -228,6 +233,7 @@ impl Engine {
             checkpointer,
         )?);
         sources.insert(name.to_string(), source);
+        self.catalog_changed();
         Ok(())
     }
 
@@ -260,7 +266,10 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(name);
         match removed {
-            Some(_) => Ok(()),
+            Some(_) => {
+                self.catalog_changed();
+                Ok(())
+            }
             None => Err(EngineError::NoSuchSource(name.to_string())),
         }
     }
@@ -302,18 +311,23 @@ impl Engine {
     /// [`Engine::sql_with`].
     pub async fn plan(
         &self,
-        mut state: SessionState,
+        state: SessionState,
         statement: DFStatement,
     ) -> Result<DataFrame, EngineError> {
+        Ok(self.plan_and_keep(state, statement).await?.0)
+    }
+
+    /// [`Engine::plan`], with the statement's logical plan kept for running again
+    /// ([`Engine::run_kept`]) when it may be (see `reuse`).
+    pub async fn plan_and_keep(
+        &self,
+        mut state: SessionState,
+        statement: DFStatement,
+    ) -> Result<(DataFrame, Option<KeptPlan>), EngineError> {
+        // Read before anything resolves: a change during planning makes the plan stale.
+        let generation = self.catalog_generation();
         // Pinned after the session adapted its state, so no session plans unpinned.
-        let pinned = {
-            let sources = self
-                .sources
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
-        };
-        state.config_mut().set_extension(Arc::new(pinned));
+        self.pin_versions(&mut state);
         limits::check_df_statement(&statement, limits::MAX_DEPTH)?;
         self.check_statement_locations(&statement)?;
         let plan = state.statement_to_plan(statement).await?;
@@ -323,15 +337,59 @@ impl Engine {
             // context, as DataFusion runs them.
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
                 let ctx = SessionContext::new_with_state(state);
-                Ok(ctx.execute_logical_plan(plan).await?)
+                let done = ctx.execute_logical_plan(plan).await;
+                self.catalog_changed();
+                Ok((done?, None))
             }
             // Everything else is a frame over this state as it is (a context would hand out a
             // copy of it), with the statement's start time for `now()`.
             plan => {
+                let kept = KeptPlan::new(&plan, generation);
                 state.mark_start_execution();
-                Ok(DataFrame::new(state, plan))
+                Ok((DataFrame::new(state, plan), kept))
             }
         }
+    }
+
+    /// The catalog as plans resolve it (see `reuse`).
+    pub fn catalog_generation(&self) -> CatalogGeneration {
+        let tables = self.running_sources().into_iter().map(|s| {
+            s.status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .tables_changes
+        });
+        CatalogGeneration::new(self.generation.load(Ordering::Acquire), tables)
+    }
+
+    /// Plans kept before now resolve their names again: for tables registered from Rust on
+    /// [`Engine::context`] (the engine's own statements do this themselves).
+    pub fn catalog_changed(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A frame of `kept` in `state` (a session's copy of the engine's state), with every
+    /// source's current version pinned; `None` when the catalog changed since it was
+    /// planned, and the statement must be planned again.
+    pub fn run_kept(&self, mut state: SessionState, kept: &KeptPlan) -> Option<DataFrame> {
+        if self.catalog_generation() != kept.generation() {
+            return None;
+        }
+        self.pin_versions(&mut state);
+        state.mark_start_execution();
+        Some(DataFrame::new(state, kept.plan()))
+    }
+
+    /// Pins the current version of every source in `state`, for one statement.
+    pub(super) fn pin_versions(&self, state: &mut SessionState) {
+        let pinned = {
+            let sources = self
+                .sources
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
+        };
+        state.config_mut().set_extension(Arc::new(pinned));
     }
 
     /// The locations DataFusion's own statements name, refused before they are planned.

@@ -13,7 +13,12 @@ use crate::change::schema::TableSchema;
 /// What a source's status shows.
 #[derive(Debug, Clone, Default)]
 pub struct SourceStatus {
+    /// The captured tables, as the catalog resolves them; set through
+    /// [`SourceStatus::set_tables`].
     pub tables: Vec<Arc<TableSchema>>,
+    /// Counts the times `tables` was set: plans kept for running again were made against
+    /// one value of it (see `engine::reuse`).
+    pub tables_changes: u64,
     pub server_version: String,
     pub flavor: String,
     pub error: Option<String>,
@@ -43,6 +48,12 @@ pub struct SourceStatus {
 pub const SERVER_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl SourceStatus {
+    /// Sets the captured tables; plans made against the previous ones are no longer reused.
+    pub fn set_tables(&mut self, tables: Vec<Arc<TableSchema>>) {
+        self.tables = tables;
+        self.tables_changes += 1;
+    }
+
     /// Bytes of binlog between the published position and the server's end, when both are in
     /// the same file (across a rotation the sizes of the files between are not tracked).
     pub fn lag_bytes(&self, published: Option<&BinlogCoord>) -> Option<u64> {

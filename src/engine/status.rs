@@ -79,7 +79,7 @@ fn table(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
 /// One status table; its rows are computed when a query scans it, from the versions that
 /// query reads (so `cdc.sources.position` is the position of the query's other tables).
 #[derive(Debug)]
-struct StatusTable {
+pub(super) struct StatusTable {
     name: &'static str,
     sources: SourcesRef,
     schema: SchemaRef,

@@ -225,7 +225,7 @@ pub(super) async fn recover(
             .status
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.tables = tables.clone();
+        s.set_tables(tables.clone());
         s.consistent_from = Some(recovered.consistent_from.clone());
         s.durable_position = Some(recovered.position.clone());
     }

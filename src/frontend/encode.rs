@@ -92,27 +92,37 @@ pub fn encode_row<S: RowSink>(
 ) -> PgWireResult<()> {
     let schema = batch.schema_ref();
     for (column, field) in fields.iter().enumerate() {
-        let array = batch.column(column);
-        match array.data_type() {
-            DataType::Decimal128(..) | DataType::Decimal256(..) => {
-                sink.encode_field(&Numeric::from_array(array, row), field)?
-            }
-            DataType::Timestamp(_, Some(_)) => {
-                sink.encode_field(&TimestampTz::from_array(array, row)?, field)?
-            }
-            // Sent as int2 (PostgreSQL has no one-byte integer); arrow-pg would write one byte.
-            DataType::Int8 => {
-                let value = (!array.is_null(row))
-                    .then(|| i16::from(array.as_primitive::<Int8Type>().value(row)));
-                sink.encode_field(&value, field)?
-            }
-            _ => arrow_pg::encoder::encode_value(sink, array, row, schema.field(column), field)?,
-        }
+        encode_value(sink, batch.column(column), row, schema.field(column), field)?;
     }
     Ok(())
 }
 
-/// The rows of a stream of batches as `DataRow`s.
+/// Encodes the value at `row` of `array` (of Arrow field `arrow`) into `sink` as `field`.
+pub fn encode_value<S: RowSink>(
+    sink: &mut S,
+    array: &ArrayRef,
+    row: usize,
+    arrow: &Field,
+    field: &FieldInfo,
+) -> PgWireResult<()> {
+    match array.data_type() {
+        DataType::Decimal128(..) | DataType::Decimal256(..) => {
+            sink.encode_field(&Numeric::from_array(array, row), field)
+        }
+        DataType::Timestamp(_, Some(_)) => {
+            sink.encode_field(&TimestampTz::from_array(array, row)?, field)
+        }
+        // Sent as int2 (PostgreSQL has no one-byte integer); arrow-pg would write one byte.
+        DataType::Int8 => {
+            let value = (!array.is_null(row))
+                .then(|| i16::from(array.as_primitive::<Int8Type>().value(row)));
+            sink.encode_field(&value, field)
+        }
+        _ => arrow_pg::encoder::encode_value(sink, array, row, arrow, field),
+    }
+}
+
+/// The rows of a stream of batches as `DataRow`s, a batch at a time (see `datarows`).
 pub fn data_rows<S>(
     batches: S,
     fields: Arc<Vec<FieldInfo>>,
@@ -121,18 +131,11 @@ where
     S: Stream<Item = PgWireResult<RecordBatch>> + Send,
 {
     batches.flat_map(move |batch| {
-        let rows: Vec<PgWireResult<_>> = match batch {
-            Ok(batch) => {
-                let mut encoder = DataRowEncoder::new(Arc::clone(&fields));
-                (0..batch.num_rows())
-                    .map(|row| {
-                        encode_row(&mut encoder, &batch, row, &fields)?;
-                        Ok(encoder.take_row())
-                    })
-                    .collect()
-            }
-            Err(e) => vec![Err(e)],
-        };
+        let rows: Vec<PgWireResult<_>> =
+            match batch.and_then(|batch| super::datarows::batch(&batch, &fields)) {
+                Ok(rows) => rows.into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
         futures::stream::iter(rows)
     })
 }
@@ -371,7 +374,10 @@ const NUMERIC_NEGATIVE: u16 = 0x4000;
 
 /// Writes decimal text (`-123.4500`) as PostgreSQL's binary `numeric`: base-10000 digits, the
 /// weight of the first one, the sign, and the display scale (the number of fraction digits).
-fn numeric_binary(text: &str, out: &mut BytesMut) -> Result<(), Box<dyn Error + Sync + Send>> {
+pub(super) fn numeric_binary(
+    text: &str,
+    out: &mut BytesMut,
+) -> Result<(), Box<dyn Error + Sync + Send>> {
     let (negative, body) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),

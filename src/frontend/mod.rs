@@ -26,6 +26,7 @@
 //! * `reflect`: what drivers and ORMs send to reflect a database (psycopg, SQLAlchemy);
 //! * `catalog_ast`: the syntax-tree helpers `compat` and `reflect` share;
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
+//! * `datarows`: the `DataRow`s of a whole batch, written into one buffer;
 //! * `error`: SQLSTATEs of every error a client can see;
 //! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop.
 //!
@@ -41,6 +42,7 @@ mod client_info;
 mod compat;
 mod conn;
 mod copy;
+mod datarows;
 mod encode;
 mod error;
 mod keys;

@@ -7,13 +7,20 @@
 //! next one. Catalogs, schemas and tables are looked up through the engine's own catalog list
 //! at planning, so sources created or dropped since are seen all the same.
 //!
+//! A statement's logical plan may be kept ([`Kept`]) and run again without SQL planning
+//! (see `engine::reuse`): only while the engine's catalog generation and this session's
+//! settings are those it was planned under, since its names and session functions were
+//! resolved then.
+//!
 //! # Invariant
 //! Each statement plans in its own copy of the state, with its own read policy (which
 //! collects that statement's stale-read warnings) and the versions the engine pins for it
 //! (see [`Engine::plan`](crate::engine::Engine::plan)): nothing of one statement's planning
-//! reaches another's.
+//! reaches another's. A kept plan run again gets a fresh copy, policy and pinned versions
+//! too.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
@@ -26,6 +33,7 @@ use super::catalog::SessionCatalogs;
 use super::conn::{ConnState, Shared, Stop, Stopped};
 use super::error::{canceled, datafusion_error, engine_error, user_error, SQLSTATE_INTERNAL};
 use super::session;
+use crate::engine::KeptPlan;
 use crate::provider::health::ReadPolicy;
 use crate::sql::CdcStatement;
 
@@ -36,6 +44,15 @@ pub struct Planner {
     conn: Arc<ConnState>,
     /// The session's state, once built for its current settings.
     built: Mutex<Option<SessionState>>,
+    /// Counts the changes of the session's settings.
+    settings: AtomicU64,
+}
+
+/// A statement's plan kept by this session, with the settings it was planned under.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    plan: KeptPlan,
+    settings: u64,
 }
 
 impl Planner {
@@ -44,12 +61,14 @@ impl Planner {
             shared,
             conn,
             built: Mutex::new(None),
+            settings: AtomicU64::new(0),
         }
     }
 
     /// The session's settings changed: the state is built again for the next statement.
     pub fn settings_changed(&self) {
         *self.built.lock().expect("session state") = None;
+        self.settings.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Starts a statement under this session's statement timeout.
@@ -67,15 +86,46 @@ impl Planner {
         metadata: &HashMap<String, String>,
         stop: &Stop,
     ) -> PgWireResult<(DataFrame, Arc<ReadPolicy>)> {
+        let (df, policy, _) = self.plan_and_keep(statement, metadata, stop).await?;
+        Ok((df, policy))
+    }
+
+    /// [`Planner::plan`], with the plan kept for [`Planner::run_kept`] when it may be.
+    pub async fn plan_and_keep(
+        &self,
+        statement: DFStatement,
+        metadata: &HashMap<String, String>,
+        stop: &Stop,
+    ) -> PgWireResult<(DataFrame, Arc<ReadPolicy>, Option<Kept>)> {
+        let settings = self.settings.load(Ordering::Acquire);
         let (state, policy) = self.state(metadata)?;
         let stopped = stop.stopped();
         tokio::select! {
             biased;
             why = stopped => Err(canceled(why == Stopped::TimedOut)),
-            planned = self.shared.engine.plan(state, statement) => {
-                planned.map(|df| (df, policy)).map_err(engine_error)
+            planned = self.shared.engine.plan_and_keep(state, statement) => {
+                let (df, kept) = planned.map_err(engine_error)?;
+                Ok((df, policy, kept.map(|plan| Kept { plan, settings })))
             }
         }
+    }
+
+    /// `kept` ready to run, as [`Planner::plan`] would give it; `None` when the catalog or
+    /// the session's settings changed since it was planned.
+    pub fn run_kept(
+        &self,
+        kept: &Kept,
+        metadata: &HashMap<String, String>,
+    ) -> PgWireResult<Option<(DataFrame, Arc<ReadPolicy>)>> {
+        if kept.settings != self.settings.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let (state, policy) = self.state(metadata)?;
+        Ok(self
+            .shared
+            .engine
+            .run_kept(state, &kept.plan)
+            .map(|df| (df, policy)))
     }
 
     /// Runs one of our statements, stoppable by `stop`.

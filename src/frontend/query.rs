@@ -2,22 +2,29 @@
 //! (`statement`), then run by what its type names: the session (`session`, `block`), `COPY`
 //! (`copy`), the engine for our own statements, DataFusion for the rest (`planner`).
 //!
+//! A connection keeps each statement parsed once: a prepared statement from its `Parse`, a
+//! simple-protocol statement by its text. It also keeps the statement's logical plan where
+//! that may run again (`planner`, `engine::reuse`), so a statement run again skips parsing
+//! and SQL planning; the optimizer and physical planning run at every execution, a prepared
+//! statement's parameters bound first.
+//!
 //! # Invariant
-//! Every statement that reads data goes through [`Engine::plan`](crate::engine::Engine::plan),
-//! which pins one published version of every source for that statement; a prepared statement
-//! keeps its parsed tree and pins a fresh version at each execution (it is planned again with
-//! its parameters). A failing statement produces an error response and leaves the connection
-//! usable; in a multi-statement simple query the statements after it are not run, as in
-//! PostgreSQL.
+//! Every statement that reads data pins one published version of every source for that
+//! execution, through [`Engine::plan`](crate::engine::Engine::plan) or, for a kept plan,
+//! [`Engine::run_kept`](crate::engine::Engine::run_kept), which refuses a plan whose names
+//! may resolve differently now (the statement is then planned again). A failing statement
+//! produces an error response and leaves the connection usable; in a multi-statement simple
+//! query the statements after it are not run, as in PostgreSQL.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::ParamValues;
+use datafusion::prelude::DataFrame;
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::{Sink, StreamExt};
 use pgwire::api::portal::{Format, Portal};
@@ -33,15 +40,17 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 
 use super::block::{self, Effect, Tracked};
-use super::conn::{ConnState, Shared};
+use super::conn::{ConnState, Shared, Stop};
 use super::copy;
 use super::encode;
-use super::error::datafusion_error;
+use super::error::{datafusion_error, user_error};
 use super::lookup;
 use super::planner::Planner;
 use super::results::{self, execute, rows, warn_stale};
 use super::session::{self, SessionStatement};
 use super::statement::{self, ours_answer, Answer, Parsed, Prepared};
+use crate::provider::health::ReadPolicy;
+use crate::sql::SQLSTATE_FEATURE_NOT_SUPPORTED;
 
 /// The query handler of one connection (simple and extended protocol).
 pub struct QueryHandler {
@@ -55,16 +64,23 @@ impl QueryHandler {
                 planner: Planner::new(Arc::clone(&shared), Arc::clone(&conn)),
                 shared,
                 conn,
+                statements: Mutex::default(),
             }),
         }
     }
 }
+
+/// Simple-protocol statements a connection keeps parsed (and planned) by their text; when
+/// full, it starts over.
+const MAX_KEPT_STATEMENTS: usize = 256;
 
 /// Parses, plans and runs the statements of one connection.
 pub struct Parser {
     shared: Arc<Shared>,
     conn: Arc<ConnState>,
     planner: Planner,
+    /// Simple-protocol statements by their text (see [`Parser::parsed`]).
+    statements: Mutex<HashMap<String, Arc<Prepared>>>,
 }
 
 impl Parser {
@@ -133,10 +149,7 @@ impl Parser {
                 {
                     return Ok(Response::Query(response));
                 }
-                let (mut df, policy) = self
-                    .planner
-                    .plan(statement.clone(), &metadata, &stop)
-                    .await?;
+                let (mut df, policy) = self.frame(prepared, statement, &metadata, &stop).await?;
                 if let Some(params) = params {
                     df = df.with_param_values(params).map_err(datafusion_error)?;
                 }
@@ -163,6 +176,61 @@ impl Parser {
                 }))
             }
         }
+    }
+
+    /// `statement` (of `prepared`) ready to run: its kept plan run again while the catalog
+    /// and the session's settings are unchanged, else planned (and kept) anew. A statement
+    /// described at `Parse` must still answer with the columns it was described with, as in
+    /// PostgreSQL.
+    async fn frame(
+        &self,
+        prepared: &Prepared,
+        statement: &DFStatement,
+        metadata: &HashMap<String, String>,
+        stop: &Stop,
+    ) -> PgWireResult<(DataFrame, Arc<ReadPolicy>)> {
+        if let Some(kept) = prepared.kept() {
+            if let Some(ready) = self.planner.run_kept(&kept, metadata)? {
+                return Ok(ready);
+            }
+        }
+        let (df, policy, kept) = self
+            .planner
+            .plan_and_keep(statement.clone(), metadata, stop)
+            .await?;
+        prepared.keep(kept);
+        if let Some(described) = &prepared.schema {
+            if described.fields() != df.schema().as_arrow().fields() {
+                return Err(user_error(
+                    SQLSTATE_FEATURE_NOT_SUPPORTED,
+                    "cached plan must not change result type",
+                ));
+            }
+        }
+        Ok((df, policy))
+    }
+
+    /// The statement of `text`, parsed once per connection and kept by its text (at most
+    /// [`MAX_KEPT_STATEMENTS`]); `None` for an empty statement.
+    fn parsed(&self, text: String) -> PgWireResult<Option<Arc<Prepared>>> {
+        let lock = || {
+            self.statements
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if let Some(found) = lock().get(&text) {
+            return Ok(Some(Arc::clone(found)));
+        }
+        let Some(parsed) = statement::parse(&self.shared, &text)? else {
+            return Ok(None);
+        };
+        let prepared = Arc::new(Prepared::unplanned(parsed));
+        let mut kept = lock();
+        if kept.len() >= MAX_KEPT_STATEMENTS {
+            kept.clear();
+        }
+        kept.insert(text, Arc::clone(&prepared));
+        Ok(Some(prepared))
     }
 
     /// Answers a primary-key point lookup from the key index (`lookup`), if `statement` is
@@ -211,10 +279,11 @@ impl Parser {
         match &prepared.parsed {
             Parsed::DataFusion { statement, answer } => {
                 let stop = self.planner.start(metadata);
-                let (df, _) = self
+                let (df, _, kept) = self
                     .planner
-                    .plan(statement.clone(), metadata, &stop)
+                    .plan_and_keep(statement.clone(), metadata, &stop)
                     .await?;
+                prepared.keep(kept);
                 let params = df
                     .logical_plan()
                     .get_parameter_types()
@@ -337,9 +406,8 @@ impl SimpleQueryHandler for QueryHandler {
         let mut responses = Vec::with_capacity(texts.len());
         for text in texts {
             crate::failpoint::hit_in("connection", text.trim());
-            let result = match statement::parse(&self.parser.shared, &text) {
-                Ok(Some(parsed)) => {
-                    let prepared = Prepared::unplanned(parsed);
+            let result = match self.parser.parsed(text) {
+                Ok(Some(prepared)) => {
                     self.parser
                         .run(client, &prepared, None, &Format::UnifiedText)
                         .await

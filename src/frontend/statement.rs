@@ -27,6 +27,8 @@
 //! statement's type alone decides who runs it and what it answers ([`Answer`]); its text is
 //! never matched against words after the split.
 
+use std::sync::{Arc, Mutex};
+
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::error::DataFusionError;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
@@ -37,6 +39,7 @@ use super::compat;
 use super::conn::Shared;
 use super::copy::{self, CopyOut};
 use super::error::{engine_error, user_error};
+use super::planner::Kept;
 use super::session::SessionStatement;
 use crate::engine::{limits, parser_error, TooComplex};
 use crate::sql::{parse_cdc_statement, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR};
@@ -68,7 +71,8 @@ pub enum Answer {
     Done(String),
 }
 
-/// A statement with what planning it at `Parse` told (the extended protocol's statement).
+/// A statement with what planning it at `Parse` told (the extended protocol's statement),
+/// or a simple-protocol statement kept by its text.
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub parsed: Parsed,
@@ -76,6 +80,8 @@ pub struct Prepared {
     pub schema: Option<SchemaRef>,
     /// Inferred types of `$1`, `$2`, ..., once planned.
     pub params: Vec<Option<DataType>>,
+    /// The logical plan of its last planning, when it may run again (see `planner`).
+    pub kept: Arc<Mutex<Option<Arc<Kept>>>>,
 }
 
 impl Prepared {
@@ -85,7 +91,24 @@ impl Prepared {
             parsed,
             schema: None,
             params: Vec::new(),
+            kept: Arc::default(),
         }
+    }
+
+    /// The plan kept from its last planning, if any.
+    pub fn kept(&self) -> Option<Arc<Kept>> {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Keeps `kept` (or forgets the plan kept before) for the next run.
+    pub fn keep(&self, kept: Option<Kept>) {
+        *self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = kept.map(Arc::new);
     }
 }
 

@@ -12,6 +12,7 @@ mod complexity;
 mod files;
 mod lookups;
 mod malformed;
+mod plans;
 mod psql;
 mod savepoints;
 mod server;
