@@ -59,7 +59,7 @@ async fn main() {
     conn.query_drop("ANALYZE TABLE bench.t").await.unwrap();
     println!("snapshot of {total} rows (7 columns)");
 
-    let rounds = arg("--rounds", 5);
+    let rounds = common::arg("--rounds", 5);
     let mysqld = server.pid().expect("the server runs");
     let mut ratios = Vec::new();
     let mut rss = Vec::new();
@@ -74,7 +74,7 @@ async fn main() {
     );
     for round in 1..=rounds {
         // A: the reference.
-        let server_before = cpu_seconds(mysqld);
+        let server_before = common::cpu_seconds(mysqld);
         let started = Instant::now();
         let mut result = conn.exec_iter("SELECT * FROM bench.t", ()).await.unwrap();
         let mut stream = result.stream::<mysql_async::Row>().await.unwrap().unwrap();
@@ -87,7 +87,7 @@ async fn main() {
         drop(result);
         assert_eq!(n, total);
         let raw = started.elapsed();
-        cpu_server_raw.push((cpu_seconds(mysqld) - server_before) / total as f64);
+        cpu_server_raw.push((common::cpu_seconds(mysqld) - server_before) / total as f64);
 
         // B: cdcfusion's snapshot, until the table is queryable.
         let mut options = CaptureOptions::new("bench.t", SnapshotMode::SnapshotOnly);
@@ -96,8 +96,8 @@ async fn main() {
         options.snapshot.window_server_id = server_id + 1;
         reset_peak_rss();
         let base = peak_rss_mib();
-        let ours_before = cpu_seconds(std::process::id());
-        let server_before = cpu_seconds(mysqld);
+        let ours_before = common::cpu_seconds(std::process::id());
+        let server_before = common::cpu_seconds(mysqld);
         let started = Instant::now();
         let (mut capture, log) = Capture::start_with_progress(
             ConnectOptions::from_url(&server.cdc_url()).unwrap(),
@@ -109,8 +109,8 @@ async fn main() {
         let published = capture.snapshot_table(0, None).unwrap();
         let ours = started.elapsed();
         let peak = peak_rss_mib() - base;
-        cpu_ours.push((cpu_seconds(std::process::id()) - ours_before) / total as f64);
-        cpu_server.push((cpu_seconds(mysqld) - server_before) / total as f64);
+        cpu_ours.push((common::cpu_seconds(std::process::id()) - ours_before) / total as f64);
+        cpu_server.push((common::cpu_seconds(mysqld) - server_before) / total as f64);
         assert_eq!(published.len() as u64, total);
         assert_eq!(log.len() as u64, total);
         let arrow_mib = published
@@ -138,56 +138,22 @@ async fn main() {
     println!("median of {rounds} rounds (ABAB):");
     println!(
         "  snapshot rate / raw SELECT *:          {:.2}",
-        median(&mut ratios)
+        common::median(&mut ratios)
     );
     println!(
         "  peak RSS / Arrow size of the rows:     {:.2}",
-        median(&mut rss)
+        common::median(&mut rss)
     );
     println!(
         "  current-table memory / Arrow size:     {:.2}",
-        median(&mut held)
+        common::median(&mut held)
     );
     println!(
         "  CPU per row: cdcfusion {:.0} ns, mysqld {:.0} ns (raw SELECT *: mysqld {:.0} ns)",
-        median(&mut cpu_ours) * 1e9,
-        median(&mut cpu_server) * 1e9,
-        median(&mut cpu_server_raw) * 1e9
+        common::median(&mut cpu_ours) * 1e9,
+        common::median(&mut cpu_server) * 1e9,
+        common::median(&mut cpu_server_raw) * 1e9
     );
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
-
-/// `--name N` from the command line, else `default`.
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// User plus system CPU seconds of process `pid` so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) / 100.0
-}
