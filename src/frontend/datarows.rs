@@ -30,6 +30,7 @@ use datafusion::arrow::datatypes::{
     ArrowPrimitiveType, DataType, Field, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type,
     Int8Type, TimeUnit, TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
+use futures::{Stream, StreamExt};
 use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
 use pgwire::error::PgWireResult;
 use pgwire::messages::data::DataRow;
@@ -320,6 +321,23 @@ fn numeric_binary_u64(value: u64, out: &mut BytesMut) {
     for d in groups.iter().rev() {
         out.put_i16(*d);
     }
+}
+
+/// The rows of a stream of batches as `DataRow`s, a batch at a time (see `datarows`).
+pub fn data_rows<S>(
+    batches: S,
+    fields: Arc<Vec<FieldInfo>>,
+) -> impl Stream<Item = PgWireResult<DataRow>> + Send
+where
+    S: Stream<Item = PgWireResult<RecordBatch>> + Send,
+{
+    batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<_>> = match batch.and_then(|b| self::batch(&b, &fields)) {
+            Ok(rows) => rows.into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(rows)
+    })
 }
 
 #[cfg(test)]

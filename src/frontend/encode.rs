@@ -122,24 +122,6 @@ pub fn encode_value<S: RowSink>(
     }
 }
 
-/// The rows of a stream of batches as `DataRow`s, a batch at a time (see `datarows`).
-pub fn data_rows<S>(
-    batches: S,
-    fields: Arc<Vec<FieldInfo>>,
-) -> impl Stream<Item = PgWireResult<pgwire::messages::data::DataRow>> + Send
-where
-    S: Stream<Item = PgWireResult<RecordBatch>> + Send,
-{
-    batches.flat_map(move |batch| {
-        let rows: Vec<PgWireResult<_>> =
-            match batch.and_then(|batch| super::datarows::batch(&batch, &fields)) {
-                Ok(rows) => rows.into_iter().map(Ok).collect(),
-                Err(e) => vec![Err(e)],
-            };
-        futures::stream::iter(rows)
-    })
-}
-
 /// `batch` with its `timestamptz` columns shown in `zone` (an IANA name or an offset such as
 /// `+05:45`): only the columns' zone changes, not the instants.
 pub fn in_time_zone(batch: RecordBatch, zone: &Arc<str>) -> PgWireResult<RecordBatch> {

@@ -21,9 +21,9 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 
 use super::conn::{Stop, Stopped};
-use super::encode;
 use super::error::{canceled, datafusion_error};
 use super::session;
+use super::{datarows, encode};
 use crate::provider::health::ReadPolicy;
 
 /// Tells the client, with a WARNING notice each, which stopped tables the statement read
@@ -97,7 +97,7 @@ pub async fn rows(
     let batches = execute(df, stop, session::time_zone(metadata)).await?;
     Ok(QueryResponse::new(
         Arc::clone(&fields),
-        encode::data_rows(batches, fields),
+        datarows::data_rows(batches, fields),
     ))
 }
 
@@ -113,7 +113,7 @@ pub fn batch_rows(
         Some(zone) => encode::in_time_zone(batch, &zone)?,
         None => batch,
     };
-    let rows = encode::data_rows(futures::stream::iter([Ok(batch)]), Arc::clone(&fields));
+    let rows = datarows::data_rows(futures::stream::iter([Ok(batch)]), Arc::clone(&fields));
     Ok(QueryResponse::new(fields, rows))
 }
 
@@ -159,7 +159,7 @@ pub fn show(
     .map_err(|e| datafusion_error(e.into()))?;
     let options = Arc::new(FormatOptions::from_client_metadata(metadata));
     let fields = Arc::new(encode::pg_fields(batch.schema_ref(), format, &options)?);
-    let rows = encode::data_rows(futures::stream::iter([Ok(batch)]), Arc::clone(&fields));
+    let rows = datarows::data_rows(futures::stream::iter([Ok(batch)]), Arc::clone(&fields));
     Ok(QueryResponse::new(fields, rows))
 }
 
