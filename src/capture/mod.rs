@@ -539,6 +539,34 @@ impl Capture {
         }
     }
 
+    /// The next transaction if the events already received complete one, applied; `None` as
+    /// soon as the received events run out. Never waits for the server between events, so a
+    /// caller can gather the transactions that have arrived together and publish them once.
+    /// Events of a transaction only partly received stay with the reader for [`Capture::next`].
+    pub async fn next_received(
+        &mut self,
+    ) -> SourceResult<Option<(SourceTransaction, Vec<TableChange>)>> {
+        loop {
+            let tx = match self.pending.take() {
+                Some(tx) => tx,
+                None => match self.reader.as_mut() {
+                    Some(reader) if reader.has_buffered() => match reader.step().await? {
+                        Some(tx) => tx,
+                        None => continue,
+                    },
+                    _ => return Ok(None),
+                },
+            };
+            if self.held_already(&tx) {
+                tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
+                continue;
+            }
+            let changes = self.apply(&tx)?;
+            self.progress.set_position(tx.end.clone());
+            return Ok(Some((tx, changes)));
+        }
+    }
+
     /// Reads transactions until the state reflects everything before `target` (a position
     /// taken from the server, e.g. after a workload), returning their changelog.
     pub async fn catch_up_to(&mut self, target: &BinlogCoord) -> SourceResult<Vec<TableChange>> {

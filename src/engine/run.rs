@@ -153,6 +153,11 @@ pub(crate) async fn checkpoint_loop(
     }
 }
 
+/// Transactions published as one version at most, when they arrive together.
+const BURST_TRANSACTIONS: u64 = 1024;
+/// Time a burst may take before its version is published.
+const BURST_TIME: std::time::Duration = std::time::Duration::from_millis(5);
+
 async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     let Task {
         published,
@@ -232,7 +237,20 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     }
     let _ = ready.send(true);
     versions.send_modify(|v| *v += 1);
-    while let Some((tx, changes)) = capture.next().await? {
+    while let Some((mut tx, mut changes)) = capture.next().await? {
+        // Transactions that arrived together are applied one by one but appended and published
+        // once, at the last one's end: a version still ends on a transaction boundary, and a
+        // burst of small transactions costs one changelog segment and one version.
+        let started = std::time::Instant::now();
+        let mut count = 1u64;
+        while count < BURST_TRANSACTIONS && started.elapsed() < BURST_TIME {
+            let Some((next, more)) = capture.next_received().await? else {
+                break;
+            };
+            changes.extend(more);
+            tx = next;
+            count += 1;
+        }
         append(&capture, &mut changelogs, &changes, &mut numbers)?;
         let stops = capture.take_stops();
         if !stops.is_empty() {
@@ -263,7 +281,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             let mut s = status
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            s.transactions += 1;
+            s.transactions += count;
             s.last_commit_ts_micros = Some(tx.commit_ts_micros);
         }
     }

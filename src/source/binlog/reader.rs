@@ -98,6 +98,12 @@ impl EventFeed {
         }
     }
 
+    /// Whether an event has been received and not yet handed over (the next one is at hand
+    /// without waiting for the server).
+    fn has_buffered(&self) -> bool {
+        !self.ready.is_empty() || !self.events.is_empty()
+    }
+
     /// The next event; `None` when the stream ended.
     async fn next(&mut self) -> Option<Result<Event, FeedError>> {
         if self.ready.is_empty() {
@@ -342,6 +348,13 @@ impl BinlogReader {
                 }
             }
         }
+    }
+
+    /// Whether events have been received that the reader has not processed yet: a
+    /// [`BinlogReader::step`] then does not wait for the server (unless it must look a table
+    /// up).
+    pub fn has_buffered(&self) -> bool {
+        self.stream.as_ref().is_some_and(EventFeed::has_buffered)
     }
 
     /// See [`Assembler::idle_position`].
