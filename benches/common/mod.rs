@@ -15,12 +15,7 @@ pub fn rows_arg(default: u64) -> u64 {
 
 /// `name N` from the command line, else `default`.
 pub fn u64_arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    arg(name, default)
 }
 
 /// Creates the empty table `bench.t` (7 columns: integers, text, DECIMAL, DATETIME(6), DOUBLE).

@@ -529,13 +529,9 @@ impl Capture {
                     None => return Ok(None),
                 },
             };
-            if self.held_already(&tx) {
-                tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
-                continue;
+            if let Some(changes) = self.take(&tx)? {
+                return Ok(Some((tx, changes)));
             }
-            let changes = self.apply(&tx)?;
-            self.progress.set_position(tx.end.clone());
-            return Ok(Some((tx, changes)));
         }
     }
 
@@ -557,14 +553,21 @@ impl Capture {
                     _ => return Ok(None),
                 },
             };
-            if self.held_already(&tx) {
-                tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
-                continue;
+            if let Some(changes) = self.take(&tx)? {
+                return Ok(Some((tx, changes)));
             }
-            let changes = self.apply(&tx)?;
-            self.progress.set_position(tx.end.clone());
-            return Ok(Some((tx, changes)));
         }
+    }
+
+    /// Applies a transaction read from the stream, unless the checkpoint already holds it.
+    fn take(&mut self, tx: &SourceTransaction) -> SourceResult<Option<Vec<TableChange>>> {
+        if self.held_already(tx) {
+            tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
+            return Ok(None);
+        }
+        let changes = self.apply(tx)?;
+        self.progress.set_position(tx.end.clone());
+        Ok(Some(changes))
     }
 
     /// Reads transactions until the state reflects everything before `target` (a position
