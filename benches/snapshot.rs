@@ -46,11 +46,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    common::init_logs();
     let total = common::rows_arg(1_000_000);
     let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
     let mut conn = Conn::from_url(server.root_url()).await.unwrap();

@@ -58,11 +58,7 @@ const SEQ_COLUMN: usize = 1;
 
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    common::init_logs();
     let changes: u64 = common::arg("--changes", 1_000_000);
     let rows: u64 = common::rows_arg(100_000);
     let rounds: usize = common::arg("--rounds", 5);

@@ -8,6 +8,15 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
+/// Logs at `warn` unless `RUST_LOG` says otherwise, so the figures are not drowned.
+pub fn init_logs() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+}
+
 /// `--rows N` from the command line, else `default`.
 pub fn rows_arg(default: u64) -> u64 {
     u64_arg("--rows", default)

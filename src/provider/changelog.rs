@@ -3,7 +3,7 @@
 //! A bounded scan returns the history up to the version's position. Filters on `_position`
 //! and `_commit_ts` (comparisons with literals) prune whole segments by their ranges; they are
 //! reported inexact, so DataFusion still applies them row by row. Segments spilled to the state
-//! store are read back as the scan reaches them ([`SegmentsExec`]).
+//! store are read back as the scan reaches them (`segments`).
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPu
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::health::SharedHealth;
-use super::segments::SegmentsExec;
+use super::segments::segments_scan;
 use super::{memory_scan, version_for, CHANGELOG_SUFFIX};
 use crate::capture::version::Published;
 use crate::change::schema::TableId;
@@ -180,12 +180,7 @@ impl TableProvider for ChangelogProvider {
         // spilled ones read back as the scan reaches them.
         match segments.iter().map(|s| s.as_batch()).collect() {
             Some(batches) => memory_scan(&[batches], self.schema(), projection, limit),
-            None => Ok(Arc::new(SegmentsExec::try_new(
-                segments,
-                &self.schema,
-                projection,
-                limit,
-            )?)),
+            None => segments_scan(segments, &self.schema, projection, limit),
         }
     }
 }

@@ -272,3 +272,20 @@ pub fn sqlstate(error: &tokio_postgres::Error) -> String {
         .map(|c| c.code().to_string())
         .unwrap_or_else(|| panic!("no SQLSTATE in {error:?}"))
 }
+
+/// Any value as its raw wire bytes.
+#[derive(Debug, PartialEq)]
+pub struct Raw(pub Vec<u8>);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for Raw {
+    fn from_sql(
+        _: &tokio_postgres::types::Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Raw(raw.to_vec()))
+    }
+
+    fn accepts(_: &tokio_postgres::types::Type) -> bool {
+        true
+    }
+}

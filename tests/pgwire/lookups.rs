@@ -5,7 +5,7 @@
 //! columns, types, rows, NULLs, command tags, errors and stale-read warnings.
 
 use mysql_async::prelude::Queryable;
-use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use crate::common::*;
@@ -25,20 +25,6 @@ const SETUP: &str = "SET time_zone = '+00:00';
      INSERT INTO {db}.u VALUES (1, 'x'), (4294967295, 'max');
      CREATE TABLE {db}.s (code VARCHAR(8) PRIMARY KEY, n INT);
      INSERT INTO {db}.s VALUES ('abc', 1), ('x y', 2);";
-
-/// Any value as its raw wire bytes.
-#[derive(Debug, PartialEq)]
-struct Raw(Vec<u8>);
-
-impl<'a> FromSql<'a> for Raw {
-    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
-        Ok(Raw(raw.to_vec()))
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-}
 
 /// A session with lookups on and one that plans every statement.
 async fn sessions(f: &Fixture, database: &str) -> (Client, Client) {

@@ -1,7 +1,7 @@
 //! Every Arrow type we produce, in text and binary format, NULLs included, through
 //! tokio-postgres (simple protocol for text, extended protocol for binary).
 
-use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::types::Type;
 
 use crate::fixture::*;
 
@@ -18,19 +18,6 @@ const SETUP: &str = "SET time_zone = '+00:00';
        'héllo', 'a\\tb', 0x00FF10, '2024-02-29', '-838:59:59.000001', '2024-02-29 23:59:59.123456',
        '2024-02-29 12:00:00.5', '{\"k\": [1, 2]}', 'b', 2024, 0xA5);
      INSERT INTO {db}.t (id) VALUES (2);";
-
-/// Any value as its raw wire bytes.
-struct Raw(Vec<u8>);
-
-impl<'a> FromSql<'a> for Raw {
-    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
-        Ok(Raw(raw.to_vec()))
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-}
 
 /// Decodes a binary `numeric` into its text (test-side, independent of the server's code).
 fn numeric_text(raw: &[u8]) -> String {
