@@ -437,46 +437,16 @@ impl Column {
     ) -> Result<(), RowsError> {
         use Values as V;
         let valid = match &mut self.values {
-            V::Int8(v) => {
-                v.push(i8::from_le_bytes(cur.array()?));
-                true
-            }
-            V::UInt8(v) => {
-                v.push(u8::from_le_bytes(cur.array()?));
-                true
-            }
-            V::Int16(v) => {
-                v.push(i16::from_le_bytes(cur.array()?));
-                true
-            }
-            V::UInt16(v) => {
-                v.push(u16::from_le_bytes(cur.array()?));
-                true
-            }
-            V::Int24(v) => {
-                v.push(sign_extend(read_u24(cur)? as u64, 24) as i32);
-                true
-            }
-            V::UInt24(v) => {
-                v.push(read_u24(cur)?);
-                true
-            }
-            V::Int32(v) => {
-                v.push(i32::from_le_bytes(cur.array()?));
-                true
-            }
-            V::UInt32(v) => {
-                v.push(u32::from_le_bytes(cur.array()?));
-                true
-            }
-            V::Int64(v) => {
-                v.push(i64::from_le_bytes(cur.array()?));
-                true
-            }
-            V::UInt64(v) => {
-                v.push(u64::from_le_bytes(cur.array()?));
-                true
-            }
+            V::Int8(v) => pushed(v, i8::from_le_bytes(cur.array()?)),
+            V::UInt8(v) => pushed(v, u8::from_le_bytes(cur.array()?)),
+            V::Int16(v) => pushed(v, i16::from_le_bytes(cur.array()?)),
+            V::UInt16(v) => pushed(v, u16::from_le_bytes(cur.array()?)),
+            V::Int24(v) => pushed(v, sign_extend(read_u24(cur)? as u64, 24) as i32),
+            V::UInt24(v) => pushed(v, read_u24(cur)?),
+            V::Int32(v) => pushed(v, i32::from_le_bytes(cur.array()?)),
+            V::UInt32(v) => pushed(v, u32::from_le_bytes(cur.array()?)),
+            V::Int64(v) => pushed(v, i64::from_le_bytes(cur.array()?)),
+            V::UInt64(v) => pushed(v, u64::from_le_bytes(cur.array()?)),
             V::Year(v) => {
                 let [y] = cur.array::<1>()?;
                 v.push(if y == 0 { 0 } else { 1900 + y as i16 });
@@ -486,14 +456,8 @@ impl Column {
                 values.push(bit_value(cur.take(*bytes as usize)?)?);
                 true
             }
-            V::Float32(v) => {
-                v.push(f32::from_le_bytes(cur.array()?));
-                true
-            }
-            V::Float64(v) => {
-                v.push(f64::from_le_bytes(cur.array()?));
-                true
-            }
+            V::Float32(v) => pushed(v, f32::from_le_bytes(cur.array()?)),
+            V::Float64(v) => pushed(v, f64::from_le_bytes(cur.array()?)),
             V::Decimal128 {
                 layout,
                 precision,
@@ -517,10 +481,7 @@ impl Column {
                 true
             }
             V::Date(v) => push_opt(v, read_date(cur)?),
-            V::TimeOld(v) => {
-                v.push(read_time_old(cur)?);
-                true
-            }
+            V::TimeOld(v) => pushed(v, read_time_old(cur)?),
             V::Time2 { fsp, values } => {
                 values.push(read_time2(cur, *fsp)?);
                 true
@@ -714,6 +675,13 @@ impl ColumnError {
             })
         })
     }
+}
+
+/// Appends a decoded value; the value is valid (not NULL).
+#[inline(always)]
+fn pushed<T>(values: &mut Vec<T>, value: T) -> bool {
+    values.push(value);
+    true
 }
 
 #[cfg(test)]
