@@ -113,23 +113,12 @@ fn overlaps(segment: &SegmentRef, ranges: &[(String, String)]) -> bool {
 fn within(batch: &RecordBatch, ranges: &[(String, String)]) -> Vec<RecordBatch> {
     let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
     let n = batch.num_rows();
-    let first_at_least = |p: &str| {
+    // The first entry for which `before` no longer holds (positions ascend).
+    let first_not = |before: &dyn Fn(&str) -> bool| {
         let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if positions.value(mid) < p {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        lo
-    };
-    let first_above = |p: &str| {
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if positions.value(mid) <= p {
+            if before(positions.value(mid)) {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -140,7 +129,10 @@ fn within(batch: &RecordBatch, ranges: &[(String, String)]) -> Vec<RecordBatch> 
     ranges
         .iter()
         .filter_map(|(a, b)| {
-            let (start, end) = (first_at_least(a), first_above(b));
+            let (start, end) = (
+                first_not(&|p| p < a.as_str()),
+                first_not(&|p| p <= b.as_str()),
+            );
             (start < end).then(|| batch.slice(start, end - start))
         })
         .collect()
