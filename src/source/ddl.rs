@@ -129,7 +129,7 @@ fn keeps_rows_and_columns(op: &AlterTableOperation) -> bool {
 }
 
 /// Every identifier and `a.b` pair in a statement that does not parse.
-fn mentioned_names(statement: &str) -> Vec<Vec<String>> {
+pub fn mentioned_names(statement: &str) -> Vec<Vec<String>> {
     let Ok(tokens) = Tokenizer::new(&MySqlDialect {}, statement).tokenize() else {
         // Not even tokens: judge by the words between non-identifier characters.
         return statement
@@ -163,7 +163,7 @@ fn mentioned_names(statement: &str) -> Vec<Vec<String>> {
 }
 
 /// `db.table` of a name as written, unqualified names in the statement's default database.
-fn resolve(parts: &[String], default_db: &str) -> Option<TableId> {
+pub fn resolve(parts: &[String], default_db: &str) -> Option<TableId> {
     match parts {
         [table] if !default_db.is_empty() => Some(TableId::new(default_db, table.as_str())),
         [.., db, table] => Some(TableId::new(db.as_str(), table.as_str())),
