@@ -23,11 +23,18 @@
 //! that starts before `P` is dropped, so none is applied twice. A purged binlog at `P` is a
 //! definite error, never a resume from elsewhere.
 //!
+//! # Schema changes
+//! A statement in the binlog that changes a captured table outside row events (`source::ddl`)
+//! is followed where its effect is exact (`source::evolve`, see [`schema`]): the table's state
+//! is converted to its new schema at the statement's position, or emptied by a `TRUNCATE` with
+//! a `d` entry per row. A transaction carrying DDL is always a burst of its own
+//! ([`Capture::next_received`]), so no changelog batch mixes entries of two schemas.
+//!
 //! # Stopped tables
-//! A statement in the binlog that changed a captured table outside row events (`source::ddl`),
-//! or rows that no longer match its schema, stop that table alone: its rows are no longer
-//! decoded (the readers' filter skips it) and a [`TableStop`] says why and where; the other
-//! tables go on.
+//! What cannot be followed exactly (a DDL during the table's snapshot, a narrowing type
+//! change, a dropped or renamed table), or rows that no longer match the schema the DDL history
+//! gives, stops that table alone: its rows are no longer decoded (the readers' filter skips
+//! it) and a [`TableStop`] says why, where, and how to resume it; the other tables go on.
 //!
 //! # Output
 //! [`Capture::start_with_progress`] returns the changelog of the snapshot and hand-off (up to
@@ -38,6 +45,7 @@
 
 mod display;
 pub mod handoff;
+mod schema;
 pub mod version;
 
 use std::collections::HashMap;
@@ -47,7 +55,7 @@ use mysql_async::prelude::Queryable;
 
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
-use crate::change::SourceTransaction;
+use crate::change::{Ddl, SourceTransaction};
 use crate::source::binlog::{
     table_filter, BinlogReader, BinlogReaderOptions, TableFilter, DEFAULT_SERVER_ID,
 };
@@ -63,6 +71,8 @@ use crate::state::merge::TableState;
 
 use handoff::Ordinals;
 pub use handoff::{ChunkChange, HandoffLog, HandoffPart, TableChange};
+pub use schema::{describe_columns, SchemaChange};
+use schema::{CreatedSchema, Followed};
 
 /// How a capture begins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,11 +126,38 @@ pub struct TableStop {
 /// The captured tables the binlog readers still decode.
 type Stopped = Arc<std::sync::RwLock<std::collections::BTreeSet<TableId>>>;
 
-/// Decodes rows of the captured tables that have not stopped.
-fn live_tables(ids: Vec<TableId>, stopped: &Stopped) -> TableFilter {
+/// The source's `tables` patterns, as written and as a filter.
+#[derive(Clone)]
+struct Patterns {
+    text: String,
+    filter: TableFilter,
+}
+
+impl Patterns {
+    fn new(text: &str) -> SourceResult<Self> {
+        Ok(Self {
+            text: text.to_string(),
+            filter: table_filter(text)?,
+        })
+    }
+
+    fn selects(&self, table: &TableId) -> bool {
+        (self.filter)(table)
+    }
+}
+
+impl std::fmt::Debug for Patterns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.text)
+    }
+}
+
+/// Decodes rows of the tables `pattern` selects that have not stopped: the captured ones, and
+/// any created later (its rows may come in the transaction that creates it).
+fn live_tables(pattern: TableFilter, stopped: &Stopped) -> TableFilter {
     let stopped = Arc::clone(stopped);
     Arc::new(move |t: &TableId| {
-        ids.contains(t)
+        pattern(t)
             && !stopped
                 .read()
                 .unwrap_or_else(|e| e.into_inner())
@@ -146,6 +183,18 @@ pub struct Capture {
     stopped: Stopped,
     /// Stops not yet taken by [`Capture::take_stops`].
     new_stops: Vec<TableStop>,
+    /// Schema changes followed and not yet taken by [`Capture::take_schema_changes`].
+    schema_changes: Vec<SchemaChange>,
+    /// Tables whose rows and DDL are read but not applied (see [`Capture::park`]).
+    parked: std::collections::BTreeSet<usize>,
+    /// The source's `tables` patterns: a table created later that they select is captured
+    /// from its creation.
+    pattern: Patterns,
+    /// Schemas of tables about to be created, read from the server (see `apply_read`).
+    created: HashMap<TableId, Arc<TableSchema>>,
+    /// Reads the schema of a table created by a statement that does not spell its columns
+    /// (`CREATE TABLE ... LIKE`).
+    connect: ConnectOptions,
 }
 
 impl Capture {
@@ -215,9 +264,9 @@ impl Capture {
             .map(|t| TableState::new(Arc::clone(t)))
             .collect::<Result<_, _>>()
             .map_err(|e| SourceError::arrow("row encoding", e))?;
-        let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
+        let pattern = Patterns::new(&options.tables)?;
         let stopped = Stopped::default();
-        let only_captured = live_tables(ids, &stopped);
+        let only_captured = live_tables(Arc::clone(&pattern.filter), &stopped);
         let mut capture = Capture {
             info,
             tables,
@@ -229,6 +278,11 @@ impl Capture {
             resume_from: None,
             stopped,
             new_stops: Vec::new(),
+            schema_changes: Vec::new(),
+            parked: Default::default(),
+            pattern,
+            created: HashMap::new(),
+            connect: connect.clone(),
         };
         let open_reader = |start| {
             BinlogReader::open(
@@ -364,11 +418,11 @@ impl Capture {
             .enumerate()
             .map(|(i, t)| (t.id.clone(), i))
             .collect();
-        let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
+        let pattern = Patterns::new(&options.tables)?;
         let stopped = Stopped::default();
-        let only_captured = live_tables(ids, &stopped);
+        let only_captured = live_tables(Arc::clone(&pattern.filter), &stopped);
         let reader = BinlogReader::open(
-            connect,
+            connect.clone(),
             BinlogReaderOptions::new(options.server_id, StartPosition::Coord(position.clone()))
                 .with_filter(only_captured),
         )
@@ -386,6 +440,11 @@ impl Capture {
             resume_from: Some(position),
             stopped,
             new_stops: Vec::new(),
+            schema_changes: Vec::new(),
+            parked: Default::default(),
+            pattern,
+            created: HashMap::new(),
+            connect,
         })
     }
 
@@ -419,8 +478,67 @@ impl Capture {
         })
     }
 
-    /// Puts `state` in place of table `table`'s state and returns the one it replaces.
-    pub fn replace_state(&mut self, table: usize, state: TableState) -> TableState {
+    /// Captures `id`, which `ddl` created and the source's patterns select, from its creation:
+    /// an empty table (rows a `CREATE ... SELECT` wrote follow in the same transaction).
+    fn create_table(&mut self, id: TableId, ddl: &Ddl, tx: &SourceTransaction) {
+        let table = match schema::created_schema(&id, ddl) {
+            CreatedSchema::Spelled(table) => Arc::new(table),
+            CreatedSchema::FromServer => match self.created.remove(&id) {
+                Some(table) => table,
+                None => {
+                    tracing::warn!(table = %id, at = %tx.start, "a created table is gone from the server; not captured");
+                    return;
+                }
+            },
+            CreatedSchema::NotCreated => return,
+        };
+        let state = TableState::new(Arc::clone(&table)).and_then(|mut state| {
+            state.finish_handoff()?;
+            Ok(state)
+        });
+        let state = match state {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(table = %id, error = %e, "a created table cannot be captured");
+                return;
+            }
+        };
+        let t = self.tables.len();
+        tracing::info!(table = %id, at = %tx.start, "capturing a table created after the start");
+        self.tables.push(Arc::clone(&table));
+        self.states.push(state);
+        self.index.insert(id.clone(), t);
+        self.schema_changes.push(SchemaChange {
+            table: t,
+            position: tx.start.clone(),
+            commit_ts_micros: tx.commit_ts_micros,
+            statement: ddl.statement.clone(),
+            before: Arc::new(TableSchema::new(id, Vec::new(), Vec::new())),
+            after: table,
+        });
+    }
+
+    /// Reads table `table`'s rows and DDL from the stream but applies none of them, until
+    /// [`Capture::replace_table`]: a table being read again, whose new state will hold them.
+    /// Unlike a stop, its rows are still decoded, so a transaction read ahead keeps them.
+    pub fn park(&mut self, table: usize) {
+        self.parked.insert(table);
+    }
+
+    /// Puts `schema` and `state` in place of table `table`'s and returns the state it
+    /// replaces; a stopped or parked table is captured again from here on.
+    pub fn replace_table(
+        &mut self,
+        table: usize,
+        schema: Arc<TableSchema>,
+        state: TableState,
+    ) -> TableState {
+        self.parked.remove(&table);
+        self.stopped
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.tables[table].id);
+        self.tables[table] = schema;
         std::mem::replace(&mut self.states[table], state)
     }
 
@@ -436,39 +554,79 @@ impl Capture {
             .is_some_and(|from| tx.start < *from)
     }
 
-    fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
+    /// Applies `tx`, first reading from the server the schemas of tables it creates without
+    /// spelling their columns.
+    async fn apply_read(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
         for ddl in &tx.ddl {
-            let touched = touched_tables(ddl, |id| self.index.contains_key(id));
-            for id in touched {
-                let Some(&t) = self.index.get(&id) else {
-                    continue;
-                };
-                let statement: String = ddl.statement.chars().take(200).collect();
-                self.stop_table(
-                    t,
-                    format!(
-                        "the statement `{statement}` changed it outside row events, and the engine does not follow DDL yet"
-                    ),
-                    tx.start.clone(),
-                );
+            let new = touched_tables(ddl, |id| {
+                !self.index.contains_key(id) && self.pattern.selects(id)
+            });
+            for id in new {
+                if let CreatedSchema::FromServer = schema::created_schema(&id, ddl) {
+                    let mut conn = self.connect.connect().await?;
+                    match self.connect.table_schema(&mut conn, &id).await {
+                        Ok(table) => {
+                            self.created.insert(id, Arc::new(table));
+                        }
+                        // Dropped again since: a later statement in the binlog says so.
+                        Err(SourceError::NoSuchTable(_)) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
             }
         }
+        self.apply(tx)
+    }
+
+    fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
         let mut out = Vec::new();
+        for ddl in &tx.ddl {
+            let touched = touched_tables(ddl, |id| {
+                self.index.contains_key(id) || self.pattern.selects(id)
+            });
+            for id in touched {
+                let Some(&t) = self.index.get(&id) else {
+                    self.create_table(id, ddl, tx);
+                    continue;
+                };
+                if self.is_stopped(t) || self.parked.contains(&t) {
+                    continue;
+                }
+                let before = Arc::clone(&self.tables[t]);
+                match schema::follow_ddl(&before, &mut self.states[t], ddl, tx)? {
+                    Followed::Nothing => {}
+                    Followed::Deleted(events) => out.extend(
+                        events
+                            .into_iter()
+                            .map(|event| TableChange { table: t, event }),
+                    ),
+                    Followed::Stop(reason) => self.stop_table(t, reason, tx.start.clone()),
+                    Followed::Evolved(after) => {
+                        self.tables[t] = Arc::clone(&after);
+                        self.schema_changes.push(SchemaChange {
+                            table: t,
+                            position: tx.start.clone(),
+                            commit_ts_micros: tx.commit_ts_micros,
+                            statement: ddl.statement.clone(),
+                            before,
+                            after,
+                        });
+                    }
+                }
+            }
+        }
         for batch in &tx.changes {
             let Some(&t) = self.index.get(&batch.table.id) else {
                 continue;
             };
-            if self.is_stopped(t) {
+            if self.is_stopped(t) || self.parked.contains(&t) {
                 continue;
             }
             self.progress.set_working_on(Some(&batch.table.id));
             crate::failpoint::hit("capture.apply");
             if batch.table.columns != self.tables[t].columns {
-                self.stop_table(
-                    t,
-                    "its columns changed after its snapshot, and the engine does not follow schema changes yet".into(),
-                    tx.start.clone(),
-                );
+                let reason = schema::mismatch(&self.tables[t], &batch.table);
+                self.stop_table(t, reason, tx.start.clone());
                 continue;
             }
             let mut events = Vec::new();
@@ -485,6 +643,11 @@ impl Capture {
         }
         self.progress.set_working_on(None);
         Ok(out)
+    }
+
+    /// The schema changes followed since the last call, in binlog order.
+    pub fn take_schema_changes(&mut self) -> Vec<SchemaChange> {
+        std::mem::take(&mut self.schema_changes)
     }
 
     /// Stops capturing table `t` from `position` on: its rows are no longer read (see
@@ -529,7 +692,7 @@ impl Capture {
                     None => return Ok(None),
                 },
             };
-            if let Some(changes) = self.take(&tx)? {
+            if let Some(changes) = self.take(&tx).await? {
                 return Ok(Some((tx, changes)));
             }
         }
@@ -543,6 +706,11 @@ impl Capture {
         &mut self,
     ) -> SourceResult<Option<(SourceTransaction, Vec<TableChange>)>> {
         loop {
+            // A DDL starts a burst of its own: the changes gathered so far are encoded under
+            // the schema it may change.
+            if self.pending.as_ref().is_some_and(|tx| !tx.ddl.is_empty()) {
+                return Ok(None);
+            }
             let tx = match self.pending.take() {
                 Some(tx) => tx,
                 None => match self.reader.as_mut() {
@@ -553,19 +721,23 @@ impl Capture {
                     _ => return Ok(None),
                 },
             };
-            if let Some(changes) = self.take(&tx)? {
+            if !tx.ddl.is_empty() {
+                self.pending = Some(tx);
+                return Ok(None);
+            }
+            if let Some(changes) = self.take(&tx).await? {
                 return Ok(Some((tx, changes)));
             }
         }
     }
 
     /// Applies a transaction read from the stream, unless the checkpoint already holds it.
-    fn take(&mut self, tx: &SourceTransaction) -> SourceResult<Option<Vec<TableChange>>> {
+    async fn take(&mut self, tx: &SourceTransaction) -> SourceResult<Option<Vec<TableChange>>> {
         if self.held_already(tx) {
             tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
             return Ok(None);
         }
-        let changes = self.apply(tx)?;
+        let changes = self.apply_read(tx).await?;
         self.progress.set_position(tx.end.clone());
         Ok(Some(changes))
     }
@@ -575,7 +747,7 @@ impl Capture {
     pub async fn catch_up_to(&mut self, target: &BinlogCoord) -> SourceResult<Vec<TableChange>> {
         let mut out = Vec::new();
         if let Some(tx) = self.pending.take() {
-            out.extend(self.apply(&tx)?);
+            out.extend(self.apply_read(&tx).await?);
             self.progress.set_position(tx.end.clone());
         }
         let Some(mut reader) = self.reader.take() else {
@@ -606,7 +778,7 @@ impl Capture {
                 if self.held_already(&tx) {
                     continue;
                 }
-                out.extend(self.apply(&tx)?);
+                out.extend(self.apply_read(&tx).await?);
                 self.progress.set_position(tx.end.clone());
             }
         }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::TableStop;
+use super::{SchemaChange, TableStop};
 use crate::change::position::BinlogCoord;
 use crate::state::changelog::Changelog;
 use crate::state::current::TableSnapshot;
@@ -29,6 +29,8 @@ pub struct SourceVersion {
     /// Tables whose capture stopped at or before `position` (by index): their snapshot and
     /// changelog end where it stopped, and scans refuse them (see `provider::health`).
     pub stopped: Arc<BTreeMap<usize, TableStop>>,
+    /// Every schema change the capture followed up to `position`, in binlog order.
+    pub schema_history: Arc<Vec<SchemaChange>>,
 }
 
 /// The latest published version of a source.

@@ -62,6 +62,12 @@ pub struct TableSchema {
     pub primary_key: Vec<usize>,
     /// The Arrow schema of the table's rows (one field per column, same order).
     pub arrow: SchemaRef,
+    /// How many changes of the table's columns the capture has followed: 0 as first read, one
+    /// more for each DDL that changed them (the changelog's `_schema_version`).
+    pub version: u32,
+    /// The table's default character set, for text columns a DDL adds without naming one;
+    /// `None` when not known.
+    pub default_charset: Option<String>,
 }
 
 impl TableSchema {
@@ -75,7 +81,21 @@ impl TableSchema {
             columns,
             primary_key,
             arrow: Arc::new(Schema::new(fields)),
+            version: 0,
+            default_charset: None,
         }
+    }
+
+    /// The same schema with `version` (see [`TableSchema::version`]).
+    pub fn with_version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The same schema with the table's default character set.
+    pub fn with_default_charset(mut self, charset: Option<String>) -> Self {
+        self.default_charset = charset;
+        self
     }
 
     pub fn column_index(&self, name: &str) -> Option<usize> {

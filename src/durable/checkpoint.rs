@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::UInt64Type;
+use arrow::datatypes::{SchemaRef, UInt64Type};
 use rand::Rng;
 
 use super::error::DurableError;
@@ -36,12 +36,13 @@ use super::manifest::{
     commit_json, load_newest_manifest, manifest_dir, numbered, numbered_path, source_dir, Manifest,
     SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
 };
+use super::schemas::StoredSchemaChange;
 use super::spill::{spill_over_budget, StoredChangelog};
 use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
 use crate::capture::version::SourceVersion;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
-use crate::state::changelog::{changelog_schema, Changelog, POSITION_COLUMN};
+use crate::state::changelog::{Changelog, POSITION_COLUMN};
 
 /// Covered segments are merged beyond this many per table.
 pub const COMPACT_SEGMENTS: usize = 16;
@@ -192,7 +193,6 @@ impl Checkpointer {
                     &self.id,
                     t,
                     schema.id.clone(),
-                    changelog_schema(&schema.arrow),
                 ))
             })
             .collect()
@@ -227,6 +227,24 @@ impl Checkpointer {
         let dir = source_dir(&self.id);
         let mut tables = Vec::with_capacity(c.tables.len());
         let mut tx_seq = c.tx_seq;
+        // The tables' schemas at this version: a followed DDL changes them, and a table
+        // created after the start joins.
+        for (t, snapshot) in version.tables.iter().enumerate() {
+            let schema = Arc::clone(snapshot.schema());
+            match c.tables.get_mut(t) {
+                Some(known) => *known = schema,
+                None => {
+                    c.stores.push(Arc::new(StoredChangelog::new(
+                        self.store.clone(),
+                        &self.id,
+                        t,
+                        schema.id.clone(),
+                    )));
+                    c.persisted.push(0);
+                    c.tables.push(schema);
+                }
+            }
+        }
         for (t, schema) in c.tables.iter().enumerate() {
             let previous = c.manifest.as_ref().and_then(|m| m.tables.get(t));
             let mut segments = previous.map(|p| p.segments.clone()).unwrap_or_default();
@@ -255,8 +273,14 @@ impl Checkpointer {
                 });
             }
             let snapshot = &version.tables[t];
+            // Entries replayed onto a stored state are all of its schema: after a schema
+            // change the state is written again.
+            let same_schema =
+                |p: &TableManifest| p.schema.as_ref().map_or(0, |s| s.version) == schema.version;
             let state = match previous {
-                Some(p) if !self.state_due(&p.state, &segments) => p.state.clone(),
+                Some(p) if same_schema(p) && !self.state_due(&p.state, &segments) => {
+                    p.state.clone()
+                }
                 _ => {
                     let batches = snapshot.scan_all().map_err(|source| DurableError::Encode {
                         what: format!("the rows of {}", schema.id),
@@ -277,11 +301,20 @@ impl Checkpointer {
                 }
             };
             let segments = self
-                .compact(schema, t, seq, &token, state.seq, segments)
+                .compact(
+                    schema,
+                    &changelog.schema,
+                    t,
+                    seq,
+                    &token,
+                    state.seq,
+                    segments,
+                )
                 .await?;
             tables.push(TableManifest {
                 db: schema.id.db.clone(),
                 table: schema.id.table.clone(),
+                schema: Some(schema.as_ref().into()),
                 state,
                 segments,
                 stopped: version.stopped.get(&t).map(|s| StopRecord {
@@ -301,6 +334,11 @@ impl Checkpointer {
                 .to_string(),
             tx_seq,
             tables,
+            schema_history: version
+                .schema_history
+                .iter()
+                .map(StoredSchemaChange::from)
+                .collect(),
         };
         let path = numbered_path(&manifest_dir(&self.id), seq, MANIFEST_EXT);
         if let Err(e) = commit_json(&self.store, &path, FileKind::Manifest, &manifest).await {
@@ -345,9 +383,11 @@ impl Checkpointer {
     /// Merges the segments the state covers once there are too many; see the module docs.
     /// Runs of neighbours are merged up to [`COMPACT_MAX_ROWS`] entries per file, so a scan
     /// reading spilled entries back never holds more than one such file.
+    #[allow(clippy::too_many_arguments)]
     async fn compact(
         &self,
         schema: &TableSchema,
+        log_schema: &SchemaRef,
         t: usize,
         seq: u64,
         token: &str,
@@ -373,7 +413,6 @@ impl Checkpointer {
                 _ => runs.push(vec![s.clone()]),
             }
         }
-        let log_schema = changelog_schema(&schema.arrow);
         let mut out = Vec::with_capacity(runs.len() + segments.len() - covered);
         for (i, run) in runs.into_iter().enumerate() {
             if run.len() == 1 {
@@ -383,15 +422,17 @@ impl Checkpointer {
             let mut batches = Vec::new();
             for s in &run {
                 let bytes = self.store.read_ref(&s.file, FileKind::Segment).await?;
-                batches.extend(ipc::decode(&bytes, &log_schema).map_err(|message| {
-                    DurableError::Decode {
-                        path: self.store.describe(&s.file.path),
-                        message,
-                    }
-                })?);
+                batches.extend(
+                    ipc::decode_changelog(&bytes, log_schema).map_err(|message| {
+                        DurableError::Decode {
+                            path: self.store.describe(&s.file.path),
+                            message,
+                        }
+                    })?,
+                );
             }
             let bytes =
-                ipc::encode(&log_schema, &batches).map_err(|source| DurableError::Encode {
+                ipc::encode(log_schema, &batches).map_err(|source| DurableError::Encode {
                     what: format!("the compacted changelog of {}", schema.id),
                     source,
                 })?;

@@ -1,9 +1,11 @@
 //! Arrow IPC files for state and changelog segments: the bytes inside a framed state file.
 //!
 //! # Invariant
-//! A file decodes only into the schema the reader expects (the table's schema as the server
-//! describes it now, or its changelog schema): a table whose columns changed while the engine
-//! was down is refused by name instead of being read into the wrong columns.
+//! A state file decodes only into the schema the reader expects (the table's schema the
+//! checkpoint records): one whose columns differ is refused by name instead of being read into
+//! the wrong columns. Changelog files hold entries of whichever schema versions of the table
+//! they were written under; they decode as written ([`decode_as_written`]) and readers bring
+//! them to the changelog's union schema by column name (`state::changelog::adapt`).
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -50,6 +52,23 @@ pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>, Stri
         );
     }
     Ok(out)
+}
+
+/// The batches of an IPC file in the schema they were written with.
+pub fn decode_as_written(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
+    let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(|e| e.to_string())?;
+    reader
+        .map(|batch| batch.map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// The batches of a changelog file brought to `schema`, a union of the schemas its entries
+/// were written under.
+pub fn decode_changelog(bytes: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
+    decode_as_written(bytes)?
+        .into_iter()
+        .map(|b| crate::state::changelog::adapt(b, schema).map_err(|e| e.to_string()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::schemas::{StoredSchema, StoredSchemaChange};
 use super::store::{FileKind, FileRef, Store, StoreError};
 
 /// Digits of a sequence number in file names, so names sort like numbers.
@@ -35,6 +36,9 @@ pub struct Manifest {
     /// The last `_tx` number given out.
     pub tx_seq: u64,
     pub tables: Vec<TableManifest>,
+    /// Every schema change the capture followed up to `position`, in binlog order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schema_history: Vec<StoredSchemaChange>,
 }
 
 /// One captured table in a checkpoint.
@@ -42,6 +46,10 @@ pub struct Manifest {
 pub struct TableManifest {
     pub db: String,
     pub table: String,
+    /// Its schema at the checkpoint's position, which its state file is written under
+    /// (absent in checkpoints written before schemas were recorded: the server's is used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<StoredSchema>,
     /// Its rows at the end of checkpoint `state_seq`.
     pub state: StateRef,
     /// Its changelog, in order; segments after `state.seq` are replayed onto the state.
@@ -261,6 +269,7 @@ mod tests {
             consistent_from: "binlog.000001:4".into(),
             tx_seq: 0,
             tables: Vec::new(),
+            schema_history: Vec::new(),
         }
     }
 

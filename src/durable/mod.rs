@@ -45,6 +45,7 @@ pub mod ipc;
 pub mod manifest;
 pub mod progress;
 pub mod recover;
+pub mod schemas;
 pub mod spill;
 pub mod store;
 

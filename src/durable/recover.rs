@@ -10,6 +10,11 @@
 //! before it (`Capture::resume`). Every file is checked (framing CRC, the size and CRC the
 //! manifest recorded, the columns) before any of it is used. Changelog entries past the
 //! source's memory budget stay in their files (see `spill`).
+//!
+//! A table's state file is written under the schema the manifest records for it, and a
+//! checkpoint after a schema change writes the state again, so every replayed entry is of that
+//! schema; older entries of other schemas are only read, through the union of the table's
+//! schema history (see `schemas`).
 
 use std::sync::Arc;
 
@@ -21,10 +26,11 @@ use super::ipc;
 use super::manifest::Manifest;
 use super::spill::{spill_over_budget, StoredChangelog};
 use super::store::{FileKind, FileRef, Store};
+use crate::capture::SchemaChange;
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
-use crate::change::schema::TableSchema;
-use crate::state::changelog::{changelog_schema, Changelog, ChangelogSegment, META_COLUMNS};
+use crate::change::schema::{TableId, TableSchema};
+use crate::state::changelog::{Changelog, ChangelogSegment, META_COLUMNS};
 use crate::state::current::CurrentTable;
 use crate::state::merge::TableState;
 
@@ -44,6 +50,7 @@ pub async fn load(
     store: &Store,
     manifest: &Manifest,
     tables: &[Arc<TableSchema>],
+    history: &[SchemaChange],
     stores: &[Arc<StoredChangelog>],
     budget: u64,
 ) -> Result<Recovered, DurableError> {
@@ -87,12 +94,17 @@ pub async fn load(
                 path: store.describe(&entry.state.file.path),
                 message: e.to_string(),
             })?;
-        let log_schema = changelog_schema(&schema.arrow);
         let t = changelogs.len();
-        changelogs.push(Changelog::new(&schema.arrow));
+        changelogs.push(changelog_of(schema, t, history));
+        let log_schema = Arc::clone(&changelogs[t].schema);
         for segment in &entry.segments {
-            let batches =
-                read_batches(store, &segment.file, FileKind::Segment, &log_schema).await?;
+            let bytes = store.read_ref(&segment.file, FileKind::Segment).await?;
+            let batches = ipc::decode_changelog(&bytes, &log_schema).map_err(|message| {
+                DurableError::Decode {
+                    path: store.describe(&segment.file.path),
+                    message,
+                }
+            })?;
             let replay = segment.first_seq > entry.state.seq;
             for batch in batches {
                 if replay {
@@ -166,4 +178,55 @@ fn apply(current: &mut CurrentTable, codec: &RowCodec, batch: &RecordBatch) -> R
         current.put(key.as_ref(), value);
     }
     Ok(())
+}
+
+/// An empty changelog of table `t` (now `schema`) that reads entries of every schema the table
+/// had in `history`.
+fn changelog_of(schema: &TableSchema, t: usize, history: &[SchemaChange]) -> Changelog {
+    let mut changes = history.iter().filter(|c| c.table == t).peekable();
+    let mut log = match changes.peek() {
+        // Created after the source started: its first schema is the one it was created with.
+        Some(first) if first.before.columns.is_empty() => Changelog::new(&first.after.arrow),
+        Some(first) => Changelog::new(&first.before.arrow),
+        None => return Changelog::new(&schema.arrow),
+    };
+    for change in changes {
+        log.evolve(&change.after.arrow);
+    }
+    log
+}
+
+/// The schemas `manifest` records for its tables at its position (`None` for a table of a
+/// checkpoint written before schemas were recorded) and the schema changes before it.
+pub fn recorded_schemas(
+    manifest: &Manifest,
+) -> Result<(Vec<Option<TableSchema>>, Vec<SchemaChange>), DurableError> {
+    let bad = |message: String| DurableError::Decode {
+        path: format!("manifest {} of source {}", manifest.seq, manifest.source_id),
+        message,
+    };
+    let ids: Vec<TableId> = manifest
+        .tables
+        .iter()
+        .map(|t| TableId::new(t.db.as_str(), t.table.as_str()))
+        .collect();
+    let schemas = manifest
+        .tables
+        .iter()
+        .zip(&ids)
+        .map(|(t, id)| t.schema.as_ref().map(|s| s.to_schema(id)).transpose())
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(bad)?;
+    let history = manifest
+        .schema_history
+        .iter()
+        .map(|c| {
+            let id = ids
+                .get(c.table)
+                .ok_or_else(|| format!("a schema change of table {} it does not hold", c.table))?;
+            c.to_change(id)
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(bad)?;
+    Ok((schemas, history))
 }

@@ -16,7 +16,6 @@
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 
 use super::error::DurableError;
@@ -34,23 +33,15 @@ pub struct StoredChangelog {
     /// The table's index in the source's manifests, and its name (checked against them).
     index: usize,
     table: TableId,
-    schema: SchemaRef,
 }
 
 impl StoredChangelog {
-    pub fn new(
-        store: Store,
-        source_id: &str,
-        index: usize,
-        table: TableId,
-        schema: SchemaRef,
-    ) -> Self {
+    pub fn new(store: Store, source_id: &str, index: usize, table: TableId) -> Self {
         Self {
             store,
             source_id: source_id.to_string(),
             index,
             table,
-            schema,
         }
     }
 
@@ -78,7 +69,7 @@ impl StoredChangelog {
                 .read_ref(&segment.file, FileKind::Segment)
                 .await?;
             let batches =
-                ipc::decode(&bytes, &self.schema).map_err(|message| DurableError::Decode {
+                ipc::decode_as_written(&bytes).map_err(|message| DurableError::Decode {
                     path: self.store.describe(&segment.file.path),
                     message,
                 })?;

@@ -148,7 +148,15 @@ impl SchemaProvider for SourceSchema {
         };
         let name = &self.source.name;
         Ok(Some(if changelog {
-            let schema = crate::state::changelog::changelog_schema(&tables[index].arrow);
+            // The union of the schemas its entries were written under, as published.
+            let schema = self
+                .source
+                .published
+                .load()
+                .changelogs
+                .get(index)
+                .map(|log| Arc::clone(&log.schema))
+                .unwrap_or_else(|| crate::state::changelog::changelog_schema(&tables[index].arrow));
             Arc::new(
                 ChangelogProvider::new(name, self.published(), index, schema)
                     .guarded(Arc::clone(&self.source.health), tables[index].id.clone()),

@@ -115,7 +115,14 @@ impl TableFunctionImpl for SourceFunction {
         let schema = Arc::clone(&tables[index]);
         Ok(match self.kind {
             Kind::ChangelogTail => {
-                let changelog = changelog_schema(&schema.arrow);
+                // The union of the schemas its entries were written under, as published.
+                let changelog = running
+                    .published
+                    .load()
+                    .changelogs
+                    .get(index)
+                    .map(|log| Arc::clone(&log.schema))
+                    .unwrap_or_else(|| changelog_schema(&schema.arrow));
                 let tail = ChangelogTail::new(
                     Arc::clone(&running.published),
                     running.versions.clone(),

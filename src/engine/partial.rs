@@ -59,6 +59,7 @@ impl PartialView {
             tables: partial.tables.iter().map(|t| t.shown.clone()).collect(),
             changelogs: Vec::new(),
             stopped: Arc::default(),
+            schema_history: Arc::default(),
         }));
     }
 }

@@ -33,6 +33,13 @@
 //! of 1 or more), and numbered past any entry of `T`'s changelog already at `(H, event 0)`
 //! (snapshot rows, or an earlier re-snapshot at the same position), so each is unique.
 //!
+//! When the server's schema of `T` differs from the one its DDL history gave it (the usual
+//! reason to re-read one table: a DDL the capture could not follow stopped it), `T` is read
+//! under the server's schema, its changelog takes that schema from `H` on, the change is listed
+//! in the schema history at `H`, and the old rows are compared with the new ones column by
+//! name. During the catch-up `T`'s rows are then decoded but not applied (`Capture::park`):
+//! the re-read brings them up to `H`, and the diff holds them.
+//!
 //! The other tables' binlog at `P` must still be on the server; if it was purged only the
 //! whole-source re-snapshot can repair the source, and the statement says so before it stops
 //! anything (`RunningSource::resnapshot_table`).
@@ -43,7 +50,7 @@ use std::sync::Arc;
 use super::stop::Stop;
 use super::task::{append, fresh, handoff_end, Mode, Started, Task, TxNumbers};
 use crate::capture::version::SourceVersion;
-use crate::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
+use crate::capture::{Capture, CaptureOptions, SchemaChange, SnapshotMode, TableChange};
 use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::source::error::SourceError;
@@ -65,7 +72,7 @@ fn previous_schemas(task: &Task) -> Vec<Arc<TableSchema>> {
 /// Snapshots every table again and appends only the differences to the published state.
 pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<Started, Stop> {
     let old = previous_schemas(task);
-    let (_, now) = Capture::matching_tables(&task.connect, &task.options.tables).await?;
+    let (info, now) = Capture::matching_tables(&task.connect, &task.options.tables).await?;
     let same = old.len() == now.len()
         && old
             .iter()
@@ -83,9 +90,20 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
     }
     let mut options = task.options.clone();
     options.mode = SnapshotMode::Initial;
-    let (capture, _) =
-        Capture::start_with_progress(task.connect.clone(), options, Arc::clone(&task.progress))
-            .await?;
+    // The schema versions of the changelogs' entries go on.
+    let now = now
+        .iter()
+        .zip(&old)
+        .map(|(n, o)| Arc::new(n.as_ref().clone().with_version(o.version)))
+        .collect();
+    let (capture, _) = Capture::start_resolved(
+        task.connect.clone(),
+        options,
+        info,
+        now,
+        Arc::clone(&task.progress),
+    )
+    .await?;
     let old_ids: Vec<TableId> = old.iter().map(|t| t.id.clone()).collect();
     let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
     if ids != old_ids {
@@ -128,6 +146,7 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
         consistent_from: Some(end),
         numbers,
         stopped: BTreeMap::new(),
+        schema_history: previous.schema_history.to_vec(),
     })
 }
 
@@ -141,28 +160,36 @@ pub(super) async fn resnapshot_table(
     let from = previous.position.clone().ok_or_else(|| {
         precondition("the source has published no state yet; RESNAPSHOT TABLE needs one".into())
     })?;
-    let (old_schemas, consistent_from) = {
-        let s = task
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (s.tables.clone(), s.consistent_from.clone())
-    };
-    let ids: Vec<TableId> = old_schemas.iter().map(|t| t.id.clone()).collect();
-    let (info, tables) = Capture::resolve_tables(&task.connect, &ids).await?;
-    if let Some((old, _)) = old_schemas
+    let consistent_from = task
+        .status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .consistent_from
+        .clone();
+    // Every table resumes at `from` with its schema there (a followed DDL changed them);
+    // table `t` is read under the schema the server gives it now, which may be newer.
+    let old_schemas: Vec<Arc<TableSchema>> = previous
+        .tables
         .iter()
-        .zip(&tables)
-        .find(|(old, new)| old.columns != new.columns)
-    {
-        return Err(precondition(format!(
-            "the columns of {} changed since the source captured it; drop and create the source instead",
+        .map(|snap| Arc::clone(snap.schema()))
+        .collect();
+    let old = Arc::clone(
+        old_schemas
+            .get(t)
+            .ok_or_else(|| precondition(format!("the source has no table number {t}")))?,
+    );
+    let (info, now) = Capture::resolve_tables(&task.connect, std::slice::from_ref(&old.id)).await?;
+    let now = now.into_iter().next().ok_or_else(|| {
+        Stop::from(SourceError::Internal(format!(
+            "{} was not resolved",
             old.id
-        )));
-    }
+        )))
+    })?;
+    let changed = now.columns != old.columns || now.primary_key != old.primary_key;
+    let version = old.version + u32::from(changed);
+    let table = Arc::new(now.as_ref().clone().with_version(version));
     // Fail before reading anything when the other tables cannot go on from `from`.
     Capture::check_binlog(&task.connect, &from).await?;
-    let table = Arc::clone(&tables[t]);
     tracing::info!(table = %table.id, from = %from, "re-snapshot of one table started");
     // Its own progress: the source's keeps describing the source, which is still streaming.
     let read_progress = Arc::new(Progress::default());
@@ -207,33 +234,52 @@ pub(super) async fn resnapshot_table(
         task.connect.clone(),
         &task.options,
         info,
-        tables,
+        old_schemas,
         states,
         from,
         Arc::clone(&task.progress),
     )
     .await?;
-    // The other stopped tables stay stopped: the stream must not apply their rows.
+    // The other stopped tables stay stopped: the stream must not apply their rows. `t` gets
+    // every binlog change up to `at` as usual; under a new schema it cannot (its old state
+    // has the old columns), so until the swap its rows are decoded but not applied (the
+    // transaction read past `at` keeps them) and the new read brings them up to `at`.
     let mut stopped = (*previous.stopped).clone();
     stopped.remove(&t);
     for stop in stopped.values() {
         capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
+    }
+    if changed {
+        capture.park(t);
     }
     let _ = capture.take_stops();
     let mut changelogs = previous.changelogs.clone();
     let mut numbers = TxNumbers::after(&changelogs);
     let caught_up = capture.catch_up_to(&at).await?;
     append(&capture, &mut changelogs, &caught_up, &mut numbers)?;
-    let old_state = capture.replace_state(t, new_state);
+    let mut schema_history = previous.schema_history.to_vec();
+    if changed {
+        changelogs[t].evolve(&table.arrow);
+        tracing::info!(table = %table.id, at = %at, version, "re-read under a new schema");
+        schema_history.push(SchemaChange {
+            table: t,
+            position: at.clone(),
+            commit_ts_micros: 0,
+            statement: format!("ALTER SOURCE ... RESNAPSHOT TABLE {}", table.id),
+            before: Arc::clone(&old),
+            after: Arc::clone(&table),
+        });
+    }
+    let old_state = capture.replace_table(t, Arc::clone(&table), new_state);
     let fail = |e: arrow::error::ArrowError| {
         Stop::from(SourceError::arrow(
             format!("comparing the new snapshot of {}", table.id),
             e,
         ))
     };
-    let old = old_state.to_batch().map_err(fail)?;
+    let old_rows = as_schema(&old_state.to_batch().map_err(fail)?, &table.arrow).map_err(fail)?;
     let new = capture.state(t).to_batch().map_err(fail)?;
-    let mut events = diff(capture.state(t).codec(), &[old], &[new], &at).map_err(fail)?;
+    let mut events = diff(capture.state(t).codec(), &[old_rows], &[new], &at).map_err(fail)?;
     number_after(&mut events, &changelogs[t], &at);
     tracing::info!(table = %table.id, at = %at, changes = events.len(), "re-snapshot of one table compared");
     let changes: Vec<TableChange> = events
@@ -253,6 +299,7 @@ pub(super) async fn resnapshot_table(
         consistent_from,
         numbers,
         stopped,
+        schema_history,
     })
 }
 
@@ -271,4 +318,29 @@ fn number_after(events: &mut [ChangelogEvent], log: &Changelog, at: &BinlogCoord
 fn last_position(log: &Changelog) -> Option<ChangePosition> {
     let segment = log.segments().filter(|s| s.rows > 0).last()?;
     segment.max_position.parse().ok()
+}
+
+/// `rows` (of a table's old schema) in `schema`, its new one, column by name: a column the old
+/// rows lack is NULL, and a value the new type cannot hold is NULL too. Only the diff between
+/// the old and the new state reads it: such a row differs and gets its entry.
+fn as_schema(
+    rows: &arrow::array::RecordBatch,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<arrow::array::RecordBatch, arrow::error::ArrowError> {
+    let n = rows.num_rows();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|field| match rows.schema().index_of(field.name()) {
+            Ok(i) => arrow::compute::cast(rows.column(i), field.data_type()),
+            Err(_) => Ok(arrow::array::new_null_array(field.data_type(), n)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // The new schema may make a column NOT NULL that the old rows leave empty.
+    let nullable: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    arrow::array::RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(nullable)), columns)
 }

@@ -192,7 +192,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         consistent_from,
         mut numbers,
         mut stopped,
+        schema_history,
     } = started;
+    let mut schema_history = Arc::new(schema_history);
     for stop in stopped.values() {
         capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
     }
@@ -220,6 +222,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         tables,
         changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
         stopped: Arc::clone(&published_stops),
+        schema_history: Arc::clone(&schema_history),
     }));
     if let Some(c) = checkpointer {
         let persisted = vec![0; changelogs.len()];
@@ -251,6 +254,22 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             tx = next;
             count += 1;
         }
+        // A DDL is a burst of its own (`Capture::next_received`): the changelogs take the new
+        // schemas before its entries (a TRUNCATE's) and any later ones are appended.
+        let schema_changes = capture.take_schema_changes();
+        let evolved: Vec<usize> = schema_changes.iter().map(|c| c.table).collect();
+        // Tables created after the start, captured from their creation.
+        for table in &capture.tables()[changelogs.len()..] {
+            changelogs.push(Changelog::new(&table.arrow));
+        }
+        if !schema_changes.is_empty() {
+            for change in &schema_changes {
+                changelogs[change.table].evolve(&change.after.arrow);
+            }
+            let mut history = (*schema_history).clone();
+            history.extend(schema_changes);
+            schema_history = Arc::new(history);
+        }
         append(&capture, &mut changelogs, &changes, &mut numbers)?;
         let stops = capture.take_stops();
         if !stops.is_empty() {
@@ -259,7 +278,11 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             }
             published_stops = Arc::new(stopped.clone());
         }
-        let touched: std::collections::BTreeSet<usize> = changes.iter().map(|c| c.table).collect();
+        let touched: std::collections::BTreeSet<usize> = changes
+            .iter()
+            .map(|c| c.table)
+            .chain(evolved.iter().copied())
+            .collect();
         let previous = published.load_full();
         let mut version = SourceVersion {
             position: Some(tx.end.clone()),
@@ -267,7 +290,16 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             tables: previous.tables.clone(),
             changelogs: previous.changelogs.clone(),
             stopped: Arc::clone(&published_stops),
+            schema_history: Arc::clone(&schema_history),
         };
+        // Tables created after the start join the version.
+        while version.tables.len() < capture.tables().len() {
+            let t = version.tables.len();
+            version
+                .tables
+                .push(capture.snapshot_table(t, Some(tx.end.clone()))?);
+            version.changelogs.push(changelogs[t].snapshot());
+        }
         for t in touched {
             version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
             version.changelogs[t] = changelogs[t].snapshot();
@@ -281,6 +313,10 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             let mut s = status
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !evolved.is_empty() {
+                // New names resolve to the new schemas; kept plans are made again.
+                s.set_tables(capture.tables().to_vec());
+            }
             s.transactions += count;
             s.last_commit_ts_micros = Some(tx.commit_ts_micros);
         }

@@ -217,15 +217,9 @@ impl RunningSource {
             .position
             .clone()
             .ok_or_else(|| refuse("it has published no state yet".into()))?;
-        // A table whose columns changed cannot keep its changelog (schema changes are not
-        // followed yet): only reading the whole source again under the new columns repairs it.
-        let (_, now) =
-            Capture::resolve_tables(&self.shared.connect, std::slice::from_ref(table)).await?;
-        if now.first().map(|t| &t.columns) != Some(&tables[index].columns) {
-            return Err(refuse(format!(
-                "the columns of {table} changed since it was captured"
-            )));
-        }
+        // A table whose columns changed is read under its new ones (`engine::resnapshot`);
+        // one the server no longer has cannot be read at all.
+        Capture::resolve_tables(&self.shared.connect, std::slice::from_ref(table)).await?;
         match Capture::check_binlog(&self.shared.connect, &position).await {
             Ok(()) => {}
             Err(SourceError::BinlogUnavailable { needed, .. }) => {

@@ -1,4 +1,6 @@
-//! The `cdc` status schema: `cdc.sources`, `cdc.tables` and `cdc.chunks`.
+//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.chunks` and
+//! `cdc.schema_history` (every schema change the capture followed, as of the version the
+//! query reads).
 //!
 //! Each table is built from the sources' status when a query scans it, so it shows the present:
 //! phase, positions, progress and errors. `cdc.sources.position` is the position of the version
@@ -23,6 +25,8 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::source::{RunningSource, SourcesRef};
+use crate::capture::describe_columns;
+use crate::change::position::ChangePosition;
 use crate::provider::{memory_scan, version_for};
 use crate::source::snapshot::incremental::{ChunkState, Phase};
 
@@ -35,7 +39,7 @@ pub(crate) struct CdcSchema {
     sources: SourcesRef,
 }
 
-const TABLES: [&str; 3] = ["sources", "tables", "chunks"];
+const TABLES: [&str; 4] = ["sources", "tables", "chunks", "schema_history"];
 
 impl CdcSchema {
     pub(crate) fn new(sources: SourcesRef) -> Self {
@@ -247,6 +251,7 @@ fn build(
             let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
             let mut complete = Vec::new();
             let (mut log_rows, mut log_memory, mut log_spilled) = (vec![], vec![], vec![]);
+            let mut schema_versions = Vec::new();
             for s in sources {
                 let report = s.progress.report();
                 let version = version(s);
@@ -263,6 +268,8 @@ fn build(
                     cols[4].push(highs.iter().min().cloned());
                     cols[5].push(highs.iter().max().cloned());
                     rows.push(version.tables.get(i).map(|v| v.len() as u64));
+                    schema_versions
+                        .push(version.tables.get(i).map(|v| u64::from(v.schema().version)));
                     let log = version.changelogs.get(i);
                     log_rows.push(log.map(|l| l.num_rows() as u64));
                     log_memory.push(log.map(|l| l.resident_bytes() as u64));
@@ -317,6 +324,10 @@ fn build(
                     "changelog_spilled_entries",
                     Arc::new(UInt64Array::from(log_spilled)),
                 ),
+                (
+                    "schema_version",
+                    Arc::new(UInt64Array::from(schema_versions)),
+                ),
             ])
         }
         "chunks" => {
@@ -346,6 +357,47 @@ fn build(
                 ("high", text(high)),
                 ("rows", Arc::new(UInt64Array::from(rows))),
                 ("state", text(state)),
+            ])
+        }
+        "schema_history" => {
+            let mut cols: [Vec<Option<String>>; 7] = Default::default();
+            let (mut at, mut versions) = (vec![], vec![]);
+            for s in sources {
+                let version = version(s);
+                for change in version.schema_history.iter() {
+                    let id = &change.after.id;
+                    cols[0].push(Some(s.name.clone()));
+                    cols[1].push(Some(id.db.clone()));
+                    cols[2].push(Some(id.table.clone()));
+                    // In `_position`'s sortable form: before every entry of its transaction.
+                    let sortable = ChangePosition {
+                        tx: change.position.clone(),
+                        event_index: 0,
+                        row_index: 0,
+                        sub: 0,
+                    };
+                    cols[3].push(Some(sortable.to_string()));
+                    cols[4].push(Some(change.statement.clone()));
+                    cols[5].push(Some(describe_columns(&change.before)));
+                    cols[6].push(Some(describe_columns(&change.after)));
+                    at.push((change.commit_ts_micros > 0).then_some(change.commit_ts_micros));
+                    versions.push(change.after.version as u64);
+                }
+            }
+            let [source, db, name, position, statement, before, after] = cols;
+            table(vec![
+                ("source", text(source)),
+                ("db", text(db)),
+                ("table", text(name)),
+                ("position", text(position)),
+                (
+                    "committed_at",
+                    Arc::new(TimestampMicrosecondArray::from(at).with_timezone("UTC")),
+                ),
+                ("schema_version", Arc::new(UInt64Array::from(versions))),
+                ("statement", text(statement)),
+                ("columns_before", text(before)),
+                ("columns_after", text(after)),
             ])
         }
         other => Err(datafusion::error::DataFusionError::Plan(format!(

@@ -23,9 +23,11 @@ use super::retry::MemoryJournal;
 use super::source_status::SourceStatus;
 use super::stop::Stop;
 use crate::capture::version::{Published, SourceVersion};
-use crate::capture::{Capture, CaptureOptions, HandoffLog, HandoffPart, TableChange, TableStop};
+use crate::capture::{
+    Capture, CaptureOptions, HandoffLog, HandoffPart, SchemaChange, TableChange, TableStop,
+};
 use crate::change::position::BinlogCoord;
-use crate::change::schema::TableId;
+use crate::change::schema::{TableId, TableSchema};
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
 use crate::provider::health::SharedHealth;
@@ -107,6 +109,8 @@ pub(super) struct Started {
     /// Tables already stopped when the capture starts (kept from a checkpoint or from the
     /// version a re-snapshot starts from); the capture skips their rows.
     pub stopped: BTreeMap<usize, TableStop>,
+    /// The schema changes followed before the start (kept from a checkpoint or a version).
+    pub schema_history: Vec<SchemaChange>,
 }
 
 /// Snapshots from the start, or from the chunks a durable source's journal kept.
@@ -154,6 +158,7 @@ pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
         changelogs,
         numbers,
         stopped: BTreeMap::new(),
+        schema_history: Vec::new(),
     })
 }
 
@@ -174,11 +179,28 @@ pub(super) async fn recover(
         .iter()
         .map(|t| TableId::new(t.db.as_str(), t.table.as_str()))
         .collect();
-    let (info, tables) = Capture::resolve_tables(&task.connect, &ids).await?;
+    // The schemas at the checkpoint's position: a DDL the stream has not reached yet must not
+    // be applied early. Only checkpoints from before schemas were recorded use the server's.
+    let (recorded, schema_history) = recover::recorded_schemas(&manifest)?;
+    let (info, tables) = if recorded.iter().all(Option::is_some) {
+        let mut conn = task.connect.connect().await?;
+        let info = task.connect.checked(&mut conn).await?;
+        (info, recorded.into_iter().flatten().map(Arc::new).collect())
+    } else {
+        Capture::resolve_tables(&task.connect, &ids).await?
+    };
+    let tables: Vec<Arc<TableSchema>> = tables;
     let stores = checkpointer.stores(&tables);
     let budget = checkpointer.options.changelog_memory_budget;
-    let mut recovered =
-        recover::load(checkpointer.store(), &manifest, &tables, &stores, budget).await?;
+    let mut recovered = recover::load(
+        checkpointer.store(),
+        &manifest,
+        &tables,
+        &schema_history,
+        &stores,
+        budget,
+    )
+    .await?;
     // Tables whose capture had stopped stay stopped: their state ends where they stopped.
     let mut stopped = BTreeMap::new();
     for (t, entry) in manifest.tables.iter().enumerate() {
@@ -219,6 +241,7 @@ pub(super) async fn recover(
             .map(Changelog::snapshot)
             .collect(),
         stopped: published_stops,
+        schema_history: Arc::new(schema_history.clone()),
     }));
     {
         let mut s = task
@@ -263,6 +286,7 @@ pub(super) async fn recover(
         consistent_from: Some(recovered.consistent_from),
         numbers,
         stopped,
+        schema_history,
     })
 }
 
@@ -276,13 +300,18 @@ pub(super) async fn resume_published(
     let position = previous.position.clone().ok_or_else(|| {
         SourceError::Internal("resuming a source that has published nothing".into())
     })?;
-    let (tables, consistent_from) = {
-        let s = task
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (s.tables.clone(), s.consistent_from.clone())
-    };
+    let consistent_from = task
+        .status
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .consistent_from
+        .clone();
+    // The schemas at the version's position (a followed DDL changed them).
+    let tables = previous
+        .tables
+        .iter()
+        .map(|snap| Arc::clone(snap.schema()))
+        .collect();
     let mut conn = task.connect.connect().await?;
     let info = task.connect.checked(&mut conn).await?;
     drop(conn);
@@ -309,6 +338,7 @@ pub(super) async fn resume_published(
         changelogs,
         consistent_from,
         stopped: (*previous.stopped).clone(),
+        schema_history: previous.schema_history.to_vec(),
     })
 }
 
@@ -327,7 +357,7 @@ pub(super) fn append_handoff(
                 let t = chunk.table;
                 let segment = ChangelogSegment::of_chunk(ChunkSegment {
                     codec: Arc::clone(capture.state(t).codec()),
-                    schema: Arc::clone(&changelogs[t].schema),
+                    schema: Arc::clone(&changelogs[t].written),
                     entries: chunk.entries.clone(),
                     high: chunk.high.clone(),
                     first: chunk.first,
@@ -359,7 +389,7 @@ pub(super) fn append(
     for (t, (events, tx)) in per_table {
         let batch = changelog_batch(
             capture.state(t).codec(),
-            &changelogs[t].schema,
+            &changelogs[t].written,
             &events,
             &tx,
         )

@@ -11,7 +11,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{Result, ScalarValue, Statistics};
+use datafusion::common::{DataFusionError, Result, ScalarValue, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
@@ -21,7 +21,7 @@ use super::segments::segments_scan;
 use super::{memory_scan, version_for, CHANGELOG_SUFFIX};
 use crate::capture::version::Published;
 use crate::change::schema::TableId;
-use crate::state::changelog::ChangelogSegment;
+use crate::state::changelog::{adapted, ChangelogSegment};
 
 /// The changelog of table `index` of a source.
 #[derive(Debug)]
@@ -178,8 +178,20 @@ impl TableProvider for ChangelogProvider {
             .unwrap_or_default();
         // Entries held as batches are scanned in place; a snapshot chunk's are built and
         // spilled ones read back as the scan reaches them.
-        match segments.iter().map(|s| s.as_batch()).collect() {
-            Some(batches) => memory_scan(&[batches], self.schema(), projection, limit),
+        match segments
+            .iter()
+            .map(|s| s.as_batch())
+            .collect::<Option<Vec<_>>>()
+        {
+            Some(batches) => {
+                // Entries written under an older schema of the table read as this one.
+                let batches = batches
+                    .into_iter()
+                    .map(|b| adapted(b, &self.schema))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                memory_scan(&[batches], self.schema(), projection, limit)
+            }
             None => segments_scan(segments, &self.schema, projection, limit),
         }
     }

@@ -7,6 +7,10 @@
 //!   it returns; other filters are applied by DataFusion above the scan.
 //! * Statistics report the exact row count of the version the scan reads.
 //!
+//! A scan reads the schema of the version it reads; one planned against an older schema of
+//! the table (a DDL followed meanwhile) fails with [`SchemaChanged`] rather than return rows
+//! in the wrong columns.
+//!
 //! The table's constraints are its MySQL primary key (none for a keyless table), for the
 //! planner and for catalogs that describe tables to clients.
 
@@ -17,7 +21,9 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{Constraint, Constraints, Result, ScalarValue, Statistics};
+use datafusion::common::{
+    Constraint, Constraints, DataFusionError, Result, ScalarValue, Statistics,
+};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
@@ -27,6 +33,23 @@ use super::{memory_scan, version_for};
 use crate::capture::version::Published;
 use crate::change::schema::TableSchema;
 use crate::state::current::{KeyBytes, TableSnapshot};
+
+/// A scan planned against one schema of a table that finds another in the version it reads: a
+/// DDL was followed between planning and reading. Running the statement again plans it
+/// against the new schema.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the columns of {table} changed (schema version {version}) after this statement was planned; run it again")]
+pub struct SchemaChanged {
+    pub table: String,
+    pub version: u32,
+}
+
+impl SchemaChanged {
+    /// `serialization_failure`: the statement may simply be run again.
+    pub fn sqlstate(&self) -> &'static str {
+        "40001"
+    }
+}
 
 /// The current table `index` of a source.
 #[derive(Debug)]
@@ -161,6 +184,12 @@ impl TableProvider for CurrentTableProvider {
         let Some(snap) = version.tables.get(self.index) else {
             return memory_scan(&[vec![]], self.schema(), projection, limit);
         };
+        if snap.schema().arrow != self.table.arrow {
+            return Err(DataFusionError::External(Box::new(SchemaChanged {
+                table: self.table.id.to_string(),
+                version: snap.schema().version,
+            })));
+        }
         // Every pushed filter is a key filter (the others were refused); they all hold, so the
         // keys are the intersection of their value sets.
         let mut keys: Option<Vec<ScalarValue>> = None;

@@ -33,7 +33,7 @@ impl PartitionStream for Segments {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let batches = read_segments(self.segments.clone())
+        let batches = read_segments(self.segments.clone(), Arc::clone(&self.schema))
             .map_err(|e| DataFusionError::External(Box::new(e)));
         Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),

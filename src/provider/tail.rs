@@ -22,11 +22,16 @@ use tokio::sync::watch;
 use crate::capture::version::Published;
 use crate::state::changelog::{read_segments, Changelog};
 
-/// The entries of `log` from entry `from` on, in order; segments merged since entries were
+/// The entries of `log` from entry `from` on, in order and in `schema` (the tail's, fixed when
+/// it started: columns a DDL adds later are not in it); segments merged since entries were
 /// sent are sliced past them.
-fn entries_from(log: &Changelog, from: usize) -> BoxStream<'static, Result<RecordBatch>> {
+fn entries_from(
+    log: &Changelog,
+    from: usize,
+    schema: SchemaRef,
+) -> BoxStream<'static, Result<RecordBatch>> {
     let (segments, mut skip) = log.segments_from(from);
-    read_segments(segments)
+    read_segments(segments, schema)
         .map_err(|e| DataFusionError::External(Box::new(e)))
         .try_filter_map(move |batch| {
             let n = batch.num_rows();
@@ -76,6 +81,7 @@ impl PartitionStream for ChangelogTail {
         let published = Arc::clone(&self.published);
         let versions = self.versions.clone();
         let index = self.index;
+        let schema = Arc::clone(&self.schema);
         // State: the version counter, entries sent so far, and the entries still to send.
         let stream = futures::stream::unfold(
             (
@@ -85,6 +91,7 @@ impl PartitionStream for ChangelogTail {
             ),
             move |(mut versions, mut sent, mut pending)| {
                 let published = Arc::clone(&published);
+                let schema = Arc::clone(&schema);
                 async move {
                     loop {
                         if let Some(batches) = pending.as_mut() {
@@ -101,7 +108,7 @@ impl PartitionStream for ChangelogTail {
                         let version = published.load_full();
                         if let Some(log) = version.changelogs.get(index) {
                             if log.num_rows() > sent {
-                                pending = Some(entries_from(log, sent));
+                                pending = Some(entries_from(log, sent, Arc::clone(&schema)));
                                 continue;
                             }
                         }

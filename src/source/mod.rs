@@ -5,6 +5,8 @@
 //! * [`schema`]: reading table schemas (`crate::change::schema`) from `information_schema`;
 //! * [`types`]: the one Arrow value of each column type, for both read paths;
 //! * [`ddl`]: which tables a statement in the binlog changed outside row events;
+//! * [`evolve`]: what one such statement does to a captured table's rows and columns, when
+//!   that can be followed exactly;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
 //! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
 //!   lock-free incremental snapshot built on them.
@@ -15,6 +17,7 @@ pub mod binlog;
 pub mod connect;
 pub mod ddl;
 pub mod error;
+pub mod evolve;
 pub mod schema;
 pub mod snapshot;
 pub mod types;

@@ -123,7 +123,19 @@ pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Op
         .iter()
         .filter_map(|n| columns.iter().position(|c| &c.name == n))
         .collect();
-    Ok(Some(TableSchema::new(id.clone(), columns, primary_key)))
+    let charset: Vec<Option<String>> = conn
+        .exec(
+            "SELECT c.CHARACTER_SET_NAME FROM information_schema.TABLES t \
+             JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION \
+             WHERE t.TABLE_SCHEMA = ? AND t.TABLE_NAME = ?",
+            (&id.db, &id.table),
+        )
+        .await
+        .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    Ok(Some(
+        TableSchema::new(id.clone(), columns, primary_key)
+            .with_default_charset(charset.into_iter().flatten().next()),
+    ))
 }
 
 /// MariaDB stores JSON as LONGTEXT guarded by `CHECK (json_valid(col))`; those columns are JSON.

@@ -27,8 +27,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::compute::concat_batches;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::{cast_with_options, concat_batches, take, CastOptions};
 use arrow::error::ArrowError;
 use arrow::row::{OwnedRow, Rows};
 
@@ -38,6 +38,7 @@ use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::TableSchema;
 use crate::change::{ChangeBatch, Op, SourceTransaction};
+use crate::source::evolve::ColumnOrigin;
 
 /// One changelog entry of one table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,6 +298,69 @@ impl TableState {
 
     fn put(&mut self, key: OwnedRow, version: ChangePosition, row: Option<OwnedRow>, count: u32) {
         self.handoff.put(key.row().data(), version, row, count);
+    }
+
+    /// Converts the table to `after`, the schema a followed DDL gave it (see
+    /// `source::evolve`): each new column is an old one (cast exactly where its type widened)
+    /// or a new one holding the value every existing row got. The rows are re-keyed under
+    /// `after`'s primary key. Only after the hand-off: a DDL during the snapshot is not
+    /// followed.
+    pub fn evolve(
+        &mut self,
+        after: Arc<TableSchema>,
+        origins: &[ColumnOrigin],
+    ) -> Result<(), ArrowError> {
+        if self.current.is_none() {
+            return Err(ArrowError::InvalidArgumentError(
+                "the table's snapshot is still being taken".into(),
+            ));
+        }
+        let rows = self.to_batch()?;
+        let n = rows.num_rows();
+        let options = CastOptions {
+            safe: false,
+            ..CastOptions::default()
+        };
+        let columns = origins
+            .iter()
+            .zip(after.arrow.fields())
+            .map(|(origin, field)| match origin {
+                ColumnOrigin::Kept { from } => {
+                    let old = rows.column(*from);
+                    if old.data_type() == field.data_type() {
+                        Ok(Arc::clone(old))
+                    } else {
+                        cast_with_options(old, field.data_type(), &options)
+                    }
+                }
+                ColumnOrigin::Added { value } => {
+                    take(value.as_ref(), &UInt32Array::from(vec![0u32; n]), None)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = RecordBatch::try_new(Arc::clone(&after.arrow), columns)?;
+        let codec = Arc::new(RowCodec::new(after)?);
+        self.current = Some(CurrentTable::new(Arc::clone(&codec), &rows)?);
+        self.codec = codec;
+        Ok(())
+    }
+
+    /// Removes every row (a `TRUNCATE`), returning a `d` entry for each, at positions
+    /// `(tx, 1, i)`: replaying the changelog still gives the state.
+    pub fn truncate(
+        &mut self,
+        tx: &SourceTransaction,
+        out: &mut Vec<ChangelogEvent>,
+    ) -> Result<(), ArrowError> {
+        let rows = self.to_batch()?;
+        let batch = ChangeBatch {
+            table: Arc::clone(self.codec.schema()),
+            op: Op::Delete,
+            index: (0..rows.num_rows() as u32).map(|i| (1, i)).collect(),
+            before: Some(rows),
+            after: None,
+        };
+        self.apply_changes(tx, &batch, out)
     }
 
     /// Forgets tombstones; safe once the stream has passed every chunk's HIGH.

@@ -240,7 +240,7 @@ async fn point_lookups_answer_what_the_planned_statement_answers() {
 async fn point_lookups_of_a_stopped_table_are_refused_or_warned_as_planned() {
     let f = Fixture::start("pg_lookup_stop", "lookup_stop", SETUP, settings()).await;
     let mut conn = root_conn(server()).await;
-    conn.query_drop("TRUNCATE TABLE pg_lookup_stop.t")
+    conn.query_drop("DROP TABLE pg_lookup_stop.t")
         .await
         .unwrap();
     f.sync().await;

@@ -6,7 +6,10 @@
 //! `WHERE id = 42` finds every change of row 42. `_before` is a struct of the table's columns
 //! holding the before image of updates (NULL otherwise). Metadata: `_op` (`r`, `c`, `u`, `d`),
 //! `_position` (sortable text), `_gtid`, `_tx` (transaction sequence, 0 for snapshot reads),
-//! `_commit_ts`, `_table`.
+//! `_commit_ts`, `_table`, `_schema_version` (the table's [`TableSchema::version`] the entry was
+//! captured under; see `adapt` for reading entries of several versions as one table).
+//!
+//! [`TableSchema::version`]: crate::change::schema::TableSchema::version
 
 use std::sync::Arc;
 
@@ -22,13 +25,21 @@ use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
-use crate::change::schema::TableId;
+use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Op, SourceTransaction};
 use crate::state::handoff::ChunkEntries;
 use crate::state::merge::{ChangelogEvent, TableState};
 
 /// Metadata columns that precede the table's columns.
-pub const META_COLUMNS: [&str; 6] = ["_op", "_position", "_gtid", "_tx", "_commit_ts", "_table"];
+pub const META_COLUMNS: [&str; 7] = [
+    "_op",
+    "_position",
+    "_gtid",
+    "_tx",
+    "_commit_ts",
+    "_table",
+    "_schema_version",
+];
 
 /// Column index of `_position` and `_commit_ts` in a changelog batch.
 pub const POSITION_COLUMN: usize = 1;
@@ -49,6 +60,7 @@ pub fn changelog_schema(table: &Schema) -> SchemaRef {
             true,
         ),
         Field::new("_table", DataType::Utf8, false),
+        Field::new("_schema_version", DataType::UInt32, false),
     ];
     // The row columns may be NULL in no image; keep their nullability.
     fields.extend(table.fields().iter().map(|f| f.as_ref().clone()));
@@ -116,7 +128,7 @@ pub fn changelog_batch(
         Arc::new(UInt64Array::from(tx.to_vec())),
         Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
     ];
-    assemble(schema, &table.id, meta, image.columns(), Arc::new(before))
+    assemble(schema, table, meta, image.columns(), Arc::new(before))
 }
 
 /// The changelog batch of one applied snapshot chunk: the chunk's own rows (shared, not
@@ -173,7 +185,7 @@ pub fn chunk_batch(
         Arc::new(UInt64Array::from(vec![0; n])),
         Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")),
     ];
-    assemble(schema, &table.id, meta, entries.rows.columns(), before)
+    assemble(schema, table, meta, entries.rows.columns(), before)
 }
 
 /// The fields of the `_before` struct, the last column of a changelog schema.
@@ -185,22 +197,24 @@ fn before_fields(schema: &SchemaRef) -> Fields {
 }
 
 /// A changelog batch from its metadata columns before `_table` (`_op`, `_position`, `_gtid`,
-/// `_tx`, `_commit_ts`), the image columns and `_before`.
+/// `_tx`, `_commit_ts`), the image columns and `_before`; `_table` and `_schema_version` come
+/// from `table`.
 fn assemble(
     schema: &SchemaRef,
-    table: &TableId,
+    table: &TableSchema,
     meta: [ArrayRef; 5],
     image: &[ArrayRef],
     before: ArrayRef,
 ) -> Result<RecordBatch, ArrowError> {
     let n = before.len();
-    let table: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-        table.to_string(),
+    let name: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
+        table.id.to_string(),
         n,
     )));
+    let version: ArrayRef = Arc::new(UInt32Array::from(vec![table.version; n]));
     let columns: Vec<ArrayRef> = meta
         .into_iter()
-        .chain([table])
+        .chain([name, version])
         .chain(image.iter().cloned())
         .chain([before])
         .collect();

@@ -10,16 +10,19 @@
 //!   position) and never see a later append or half a transaction.
 //!
 //! [`batch`] builds the entries' Arrow batches (the columns are described there);
-//! [`segments`] holds them.
+//! [`segments`] holds them; [`adapt`] reads entries written under several schemas of the table
+//! as one table.
 
+mod adapt;
 mod batch;
 mod segments;
 
+pub use adapt::{adapt, union_schema};
 pub use batch::{
     changelog_batch, changelog_schema, chunk_batch, display_columns, transaction_batches,
     COMMIT_TS_COLUMN, META_COLUMNS, POSITION_COLUMN, TX_COLUMN,
 };
 pub use segments::{
-    read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore, StoredSegmentError,
-    MERGE_FANOUT,
+    adapted, read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore,
+    StoredSegmentError, MERGE_FANOUT,
 };

@@ -39,6 +39,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 
 use arrow::row::OwnedRow;
 
+use super::adapt::{adapt, union_schema};
 use super::batch::{changelog_schema, chunk_batch, COMMIT_TS_COLUMN, POSITION_COLUMN, TX_COLUMN};
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
@@ -260,12 +261,13 @@ impl ChangelogSegment {
         (self.min_position.clone(), self.max_position.clone())
     }
 
-    /// The entries, read back from the store when spilled.
+    /// The entries in `schema` (the changelog's, see `adapt`), read back from the store when
+    /// spilled.
     pub async fn batch(&self, schema: &SchemaRef) -> Result<RecordBatch, StoredSegmentError> {
         let store = match self.held() {
             Held::Store(store) => store,
-            Held::Memory(batch) => return Ok(batch),
-            Held::Chunk(chunk) => return chunk.build(),
+            Held::Memory(batch) => return adapted(batch, schema),
+            Held::Chunk(chunk) => return adapted(chunk.build()?, schema),
         };
         let range = self.range();
         let batches = store.read(std::slice::from_ref(&range)).await?;
@@ -273,12 +275,26 @@ impl ChangelogSegment {
         if found != self.rows {
             return Err(StoredSegmentError::mismatch(self.rows, found, &range));
         }
+        let batches = batches
+            .into_iter()
+            .map(|b| adapted(b, schema))
+            .collect::<Result<Vec<_>, _>>()?;
         concat_batches(schema, &batches).map_err(|e| StoredSegmentError {
             message: e.to_string(),
             sqlstate: "XX000",
             transient: false,
         })
     }
+}
+
+/// `batch` brought to the changelog's `schema`; a value that cannot be read so is a definite
+/// error.
+pub fn adapted(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, StoredSegmentError> {
+    adapt(batch, schema).map_err(|e| StoredSegmentError {
+        message: e.to_string(),
+        sqlstate: "22000",
+        transient: false,
+    })
 }
 
 /// What a reader of some segments fetches in one step.
@@ -289,10 +305,11 @@ enum Part {
     Store(Arc<dyn SegmentStore>, Vec<(String, String)>, usize),
 }
 
-/// The entries of `segments`, in order, reading spilled ones back in groups of consecutive
-/// segments; entries of at most one group are held at a time.
+/// The entries of `segments`, in order and in `schema` (the changelog's), reading spilled ones
+/// back in groups of consecutive segments; entries of at most one group are held at a time.
 pub fn read_segments(
     segments: Vec<Arc<ChangelogSegment>>,
+    schema: SchemaRef,
 ) -> BoxStream<'static, Result<RecordBatch, StoredSegmentError>> {
     let mut parts: Vec<Part> = Vec::new();
     for segment in segments {
@@ -326,13 +343,19 @@ pub fn read_segments(
         })
         .map_ok(|batches| stream::iter(batches.into_iter().map(Ok)))
         .try_flatten()
+        .and_then(move |batch| std::future::ready(adapted(batch, &schema)))
         .boxed()
 }
 
 /// The changelog of one table: segments appended by the capture, shared with readers.
 #[derive(Debug, Clone)]
 pub struct Changelog {
+    /// What readers see: the union of every schema its entries were written under (see
+    /// `adapt`); readers bring each batch to it.
     pub schema: SchemaRef,
+    /// The schema new entries are written under: the changelog schema of the table's newest
+    /// schema.
+    pub written: SchemaRef,
     segments: imbl::Vector<Arc<ChangelogSegment>>,
     rows: usize,
 }
@@ -346,11 +369,20 @@ fn size_class(rows: usize) -> u32 {
 
 impl Changelog {
     pub fn new(table: &Schema) -> Self {
+        let schema = changelog_schema(table);
         Self {
-            schema: changelog_schema(table),
+            written: Arc::clone(&schema),
+            schema,
             segments: imbl::Vector::new(),
             rows: 0,
         }
+    }
+
+    /// From now on entries are written under `table` (a new schema of the table); the
+    /// entries already held keep theirs and are read through the union.
+    pub fn evolve(&mut self, table: &Schema) {
+        self.written = changelog_schema(table);
+        self.schema = union_schema(&self.schema, &self.written);
     }
 
     /// Appends `segment` (nothing when it is empty), then merges the tail if it has grown a
@@ -385,8 +417,13 @@ impl Changelog {
             // Spilled meanwhile: they stay as they are.
             return Ok(());
         };
+        // Entries written under different schemas of the table stay in separate segments.
+        let schema = batches[0].schema();
+        if batches.iter().any(|b| b.schema() != schema) {
+            return Ok(());
+        }
         let merged = ChangelogSegment::new(
-            concat_batches(&self.schema, &batches)?,
+            concat_batches(&schema, &batches)?,
             tail[0].min_position.clone(),
             tail[MERGE_FANOUT - 1].max_position.clone(),
             tail.iter().filter_map(|s| s.min_commit_ts).min(),
@@ -486,6 +523,7 @@ mod tests {
                 TimestampMicrosecondArray::from(vec![Some(tx as i64); rows]).with_timezone("UTC"),
             ),
             Arc::new(StringArray::from(vec!["db.t"; rows])),
+            Arc::new(arrow::array::UInt32Array::from(vec![0; rows])),
             Arc::new(Int32Array::from_iter_values(
                 (first..first + rows).map(|i| i as i32),
             )),
@@ -498,7 +536,7 @@ mod tests {
         batches
             .iter()
             .flat_map(|b| {
-                b.column(6)
+                b.column(7)
                     .as_primitive::<arrow::datatypes::Int32Type>()
                     .values()
                     .to_vec()
@@ -617,7 +655,10 @@ mod tests {
         assert_eq!(log.spillable(650).len(), 0);
         // A version taken before the spill reads the same entries, six segments in one read.
         let segments: Vec<_> = reader.segments().cloned().collect();
-        let batches: Vec<RecordBatch> = read_segments(segments).try_collect().await.unwrap();
+        let batches: Vec<RecordBatch> = read_segments(segments, Arc::clone(&log.schema))
+            .try_collect()
+            .await
+            .unwrap();
         assert_eq!(ids(&batches), (0..1000).collect::<Vec<_>>());
         assert_eq!(*store.reads.lock().unwrap(), 1);
         let one = log.segments().nth(2).unwrap().batch(&schema).await.unwrap();
@@ -625,7 +666,7 @@ mod tests {
         // A store that lost entries is an error, never a shorter history.
         store.batches.lock().unwrap().truncate(3);
         let segments: Vec<_> = log.segments().cloned().collect();
-        let error = read_segments(segments)
+        let error = read_segments(segments, Arc::clone(&log.schema))
             .try_collect::<Vec<_>>()
             .await
             .unwrap_err();

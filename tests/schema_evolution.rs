@@ -1,0 +1,412 @@
+//! Schema evolution against the real server: capture keeps running through the DDL a
+//! production MySQL sees. After every statement the current table equals the server row by
+//! row, the changelog holds every column that existed with its `_schema_version`, and
+//! `cdc.schema_history` lists what was followed. What cannot be followed exactly stops that
+//! table alone, with the fix; a restart resumes with the schemas of its checkpoint.
+
+mod common;
+
+use std::time::Duration;
+
+use cdcfusion::durable::DurableOptions;
+use cdcfusion::engine::{Engine, EngineOptions};
+use common::durable::source_rows;
+use common::*;
+use mysql_async::prelude::Queryable;
+
+/// Runs `sql` on the shared server.
+async fn exec(sql: &str) {
+    let mut conn = root_conn(server()).await;
+    conn.query_drop(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+fn create_sql(source: &str, db: &str) -> String {
+    format!(
+        "CREATE SOURCE {source} FROM MYSQL '{}' WITH (tables = '{db}.*', chunk_size = 16, server_id = {})",
+        server().cdc_url(),
+        next_server_id() * 2
+    )
+}
+
+async fn started(engine: &Engine, source: &str, db: &str) {
+    engine.sql(&create_sql(source, db)).await.unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// The current table of `db.table` equals the server's rows (sorted, rendered alike).
+async fn assert_current(engine: &Engine, source: &str, db: &str, table: &str, step: &str) {
+    sync_source(engine, source).await;
+    let mut current = query(engine, &format!("SELECT * FROM {source}.{db}.{table}")).await;
+    current.sort();
+    let expected = source_rows(server(), engine, source, table).await;
+    assert_eq!(current, expected, "{table} after {step}");
+}
+
+#[tokio::test]
+async fn columns_are_added_dropped_renamed_widened_and_reordered_while_streaming() {
+    let db = "evo_columns";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT, b VARCHAR(10), e ENUM('x','y'));
+         INSERT INTO {db}.t SELECT seq, seq * 10, CONCAT('b', seq), 'x' FROM {db}.seq_1_to_40;"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "ec", db).await;
+    assert_current(&engine, "ec", db, "t", "the snapshot").await;
+    let steps = [
+        // MariaDB adds it instantly: the existing rows read the default.
+        (
+            "ALTER TABLE {db}.t ADD COLUMN c INT NOT NULL DEFAULT 7 AFTER a",
+            "INSERT INTO {db}.t (id, a, b, c) VALUES (100, 1, 'n', 8); UPDATE {db}.t SET c = 9 WHERE id = 1",
+        ),
+        (
+            "ALTER TABLE {db}.t ADD COLUMN f VARCHAR(5) DEFAULT 'dflt' FIRST",
+            "UPDATE {db}.t SET f = 'set' WHERE id = 2; DELETE FROM {db}.t WHERE id = 3",
+        ),
+        (
+            "ALTER TABLE {db}.t DROP COLUMN b",
+            "INSERT INTO {db}.t (id, a) VALUES (101, 2); UPDATE {db}.t SET a = -1 WHERE id = 4",
+        ),
+        (
+            "ALTER TABLE {db}.t RENAME COLUMN a TO a2",
+            "UPDATE {db}.t SET a2 = 5 WHERE id = 5",
+        ),
+        (
+            "ALTER TABLE {db}.t MODIFY a2 BIGINT",
+            "UPDATE {db}.t SET a2 = 10000000000 WHERE id = 6",
+        ),
+        (
+            "ALTER TABLE {db}.t CHANGE c c3 INT NOT NULL DEFAULT 7 AFTER id",
+            "INSERT INTO {db}.t (id, c3) VALUES (102, 3)",
+        ),
+        (
+            "ALTER TABLE {db}.t MODIFY e ENUM('x','y','z')",
+            "UPDATE {db}.t SET e = 'z' WHERE id = 7",
+        ),
+        // Indexes and table options change no row or column.
+        (
+            "ALTER TABLE {db}.t ADD INDEX (a2), COMMENT 'c'",
+            "DELETE FROM {db}.t WHERE id = 8",
+        ),
+    ];
+    for (ddl, dml) in steps {
+        let (ddl, dml) = (ddl.replace("{db}", db), dml.replace("{db}", db));
+        exec(&ddl).await;
+        assert_current(&engine, "ec", db, "t", &ddl).await;
+        exec(&dml).await;
+        assert_current(&engine, "ec", db, "t", &dml).await;
+    }
+    // Nothing stopped.
+    assert_eq!(
+        query(&engine, "SELECT state FROM cdc.tables").await,
+        ["state=capturing"]
+    );
+    // Every followed change is listed, in order, with both schemas.
+    let history = query(
+        &engine,
+        "SELECT schema_version, statement FROM cdc.schema_history ORDER BY position",
+    )
+    .await;
+    assert_eq!(history.len(), 7, "{history:?}");
+    assert!(
+        history[0].starts_with("schema_version=1 statement=ALTER TABLE"),
+        "{history:?}"
+    );
+    assert!(history[6].starts_with("schema_version=7 "));
+    let last = query(
+        &engine,
+        "SELECT columns_after FROM cdc.schema_history WHERE schema_version = 7",
+    )
+    .await;
+    assert_eq!(
+        last,
+        ["columns_after=f text, id int not null key, c3 int not null, a2 bigint, e enum"]
+    );
+    // The changelog has every column that ever existed, NULL where it did not.
+    let of_row = |id: u32| {
+        format!(
+            "SELECT _op, _schema_version AS v, b, a, a2, c, c3, f FROM ec.{db}.\"t$changelog\" WHERE id = {id} ORDER BY _position"
+        )
+    };
+    assert_eq!(
+        query(&engine, &of_row(1)).await,
+        [
+            "_op=r v=0 b=b1 a=10 a2=NULL c=NULL c3=NULL f=NULL",
+            "_op=u v=1 b=b1 a=10 a2=NULL c=9 c3=NULL f=NULL",
+        ]
+    );
+    assert_eq!(
+        query(&engine, &of_row(6)).await,
+        [
+            "_op=r v=0 b=b6 a=60 a2=NULL c=NULL c3=NULL f=NULL",
+            "_op=u v=5 b=NULL a=NULL a2=10000000000 c=7 c3=NULL f=dflt",
+        ]
+    );
+    assert_eq!(
+        query(&engine, &of_row(102)).await,
+        ["_op=c v=6 b=NULL a=NULL a2=NULL c=NULL c3=3 f=dflt"]
+    );
+    // Before images keep the columns of their own schema.
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _before['e'] AS was, e FROM ec.{db}.\"t$changelog\" WHERE id = 7 AND _op = 'u'")
+        )
+        .await,
+        ["was=x e=z"]
+    );
+}
+
+#[tokio::test]
+async fn truncate_deletes_every_row_in_the_changelog() {
+    let db = "evo_truncate";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_30;
+         CREATE TABLE {db}.bag (v INT);
+         INSERT INTO {db}.bag VALUES (1), (1), (2);"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "et", db).await;
+    exec(&format!(
+        "TRUNCATE TABLE {db}.t; TRUNCATE {db}.bag; INSERT INTO {db}.t VALUES (5, 50); INSERT INTO {db}.bag VALUES (3);"
+    ))
+    .await;
+    assert_current(&engine, "et", db, "t", "TRUNCATE").await;
+    assert_current(&engine, "et", db, "bag", "TRUNCATE").await;
+    assert_eq!(
+        query(
+            &engine,
+            &format!(
+                "SELECT _op, count(*) AS n FROM et.{db}.\"t$changelog\" GROUP BY _op ORDER BY _op"
+            )
+        )
+        .await,
+        ["_op=c n=1", "_op=d n=30", "_op=r n=30"]
+    );
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, count(*) AS n FROM et.{db}.\"bag$changelog\" GROUP BY _op ORDER BY _op")
+        )
+        .await,
+        ["_op=c n=1", "_op=d n=3", "_op=r n=3"]
+    );
+    // A TRUNCATE changes no column.
+    assert!(query(&engine, "SELECT * FROM cdc.schema_history")
+        .await
+        .is_empty());
+}
+
+#[tokio::test]
+async fn what_cannot_be_followed_stops_only_that_table_with_the_fix() {
+    let db = "evo_stop";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.narrow (id INT PRIMARY KEY, v BIGINT);
+         INSERT INTO {db}.narrow VALUES (1, 1), (2, 2);
+         CREATE TABLE {db}.gone (id INT PRIMARY KEY);
+         INSERT INTO {db}.gone VALUES (1);
+         CREATE TABLE {db}.ok (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.ok VALUES (1, 1);"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "es", db).await;
+    exec(&format!(
+        "ALTER TABLE {db}.narrow MODIFY v INT; DROP TABLE {db}.gone;
+         INSERT INTO {db}.narrow VALUES (3, 3); INSERT INTO {db}.ok VALUES (2, 2);"
+    ))
+    .await;
+    assert_current(&engine, "es", db, "ok", "the other tables' DDL").await;
+    let states = query(
+        &engine,
+        "SELECT \"table\", state, error FROM cdc.tables ORDER BY \"table\"",
+    )
+    .await;
+    assert!(
+        states[0].starts_with("table=gone state=stopped") && states[0].contains("it was dropped"),
+        "{states:?}"
+    );
+    assert!(
+        states[1].starts_with("table=narrow state=stopped")
+            && states[1].contains("bigint")
+            && states[1].contains("RESNAPSHOT TABLE evo_stop.narrow"),
+        "{states:?}"
+    );
+    assert!(
+        states[2].starts_with("table=ok state=capturing"),
+        "{states:?}"
+    );
+    let refused = engine
+        .sql(&format!("SELECT * FROM es.{db}.narrow"))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .expect_err("a stopped table refuses reads");
+    assert!(
+        refused.to_string().contains("RESNAPSHOT TABLE"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
+    let db = "evo_restart";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT, b VARCHAR(10));
+         INSERT INTO {db}.t SELECT seq, seq, 'b' FROM {db}.seq_1_to_50;"
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let options = || EngineOptions {
+        durable: DurableOptions {
+            checkpoint_interval: Duration::from_millis(100),
+            state_snapshot_min_changes: 1_000_000,
+            changelog_memory_budget: 16 * 1024,
+        },
+        ..Default::default()
+    };
+    let engine = Engine::open(dir.path().to_str().unwrap(), options())
+        .await
+        .unwrap();
+    started(&engine, "er", db).await;
+    exec(&format!(
+        "ALTER TABLE {db}.t ADD COLUMN c INT DEFAULT 3; UPDATE {db}.t SET c = 4 WHERE id = 1"
+    ))
+    .await;
+    assert_current(&engine, "er", db, "t", "the first DDL").await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    // While the engine is down: rows under the old schema, then two more DDL, then rows under
+    // the newest. The server's schema is now ahead of the checkpoint's.
+    exec(&format!(
+        "UPDATE {db}.t SET a = 0 WHERE id = 2;
+         ALTER TABLE {db}.t DROP COLUMN b;
+         UPDATE {db}.t SET c = 5 WHERE id = 3;
+         ALTER TABLE {db}.t ADD COLUMN d VARCHAR(4) NOT NULL DEFAULT 'dd' AFTER id;
+         INSERT INTO {db}.t (id, a, c, d) VALUES (200, 1, 1, 'x');
+         CREATE TABLE {db}.made (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.made VALUES (1, 1), (2, 2);"
+    ))
+    .await;
+    let engine = Engine::open(dir.path().to_str().unwrap(), options())
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("er"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_current(&engine, "er", db, "t", "the restart").await;
+    assert_current(&engine, "er", db, "made", "the restart").await;
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT schema_version FROM cdc.schema_history WHERE \"table\" = 't' ORDER BY position"
+        )
+        .await,
+        ["schema_version=1", "schema_version=2", "schema_version=3"]
+    );
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _schema_version AS v, a, b, c, d FROM er.{db}.\"t$changelog\" WHERE id IN (1, 2, 3, 200) AND _op <> 'r' ORDER BY _position")
+        )
+        .await,
+        [
+            "v=1 a=1 b=b c=4 d=NULL",
+            "v=1 a=0 b=b c=3 d=NULL",
+            "v=2 a=3 b=NULL c=5 d=NULL",
+            "v=3 a=1 b=NULL c=1 d=x",
+        ]
+    );
+    // And once more from the checkpoints written after those changes.
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(dir.path().to_str().unwrap(), options())
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("er"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_current(&engine, "er", db, "t", "the second restart").await;
+    exec(&format!("UPDATE {db}.made SET v = 3 WHERE id = 2")).await;
+    assert_current(&engine, "er", db, "made", "the second restart").await;
+    assert_eq!(
+        query(&engine, "SELECT count(*) AS n FROM cdc.schema_history").await,
+        ["n=4"]
+    );
+}
+
+#[tokio::test]
+async fn a_table_created_after_the_start_is_captured_from_its_creation() {
+    let db = "evo_create";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY); INSERT INTO {db}.t VALUES (1);"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "en", db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.n (id INT PRIMARY KEY, v VARCHAR(8));
+         INSERT INTO {db}.n VALUES (1, 'a'), (2, 'b'); UPDATE {db}.n SET v = 'c' WHERE id = 2;
+         CREATE TABLE {db}.l LIKE {db}.n; INSERT INTO {db}.l VALUES (5, 'l');
+         CREATE TABLE {db}.s AS SELECT id, v FROM {db}.n;"
+    ))
+    .await;
+    for table in ["n", "l", "s"] {
+        assert_current(&engine, "en", db, table, "its creation").await;
+    }
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, id, v FROM en.{db}.\"n$changelog\" ORDER BY _position")
+        )
+        .await,
+        ["_op=c id=1 v=a", "_op=c id=2 v=b", "_op=u id=2 v=c"]
+    );
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT \"table\", schema_version, columns_before, columns_after FROM cdc.schema_history ORDER BY position"
+        )
+        .await,
+        [
+            "table=n schema_version=0 columns_before= columns_after=id int not null key, v text",
+            "table=l schema_version=0 columns_before= columns_after=id int not null key, v text",
+            "table=s schema_version=0 columns_before= columns_after=id int not null, v text",
+        ]
+    );
+    // They go on like the others.
+    exec(&format!(
+        "ALTER TABLE {db}.l ADD COLUMN w INT DEFAULT 1; DELETE FROM {db}.s WHERE id = 1"
+    ))
+    .await;
+    assert_current(&engine, "en", db, "l", "a DDL").await;
+    assert_current(&engine, "en", db, "s", "a delete").await;
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT count(*) AS n FROM cdc.tables WHERE state = 'capturing'"
+        )
+        .await,
+        ["n=4"]
+    );
+}
