@@ -289,13 +289,35 @@ async fn ddl_stops_its_table_until_it_is_read_again() {
         ["n=2"]
     );
 
-    // RENAME takes the table away under its name: it stops too.
+    // A rename to a name the source selects is followed; to one it does not, the table stops.
     conn.query_drop(format!("RENAME TABLE {db}.t TO {db}.t_old"))
         .await
         .unwrap();
     sync_source(&engine, "d").await;
-    let e = refusal(&engine, &format!("SELECT * FROM d.{db}.t")).await;
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT id, v FROM d.{db}.t_old ORDER BY id")
+        )
+        .await,
+        ["id=1 v=1", "id=2 v=2"]
+    );
+    assert!(engine
+        .sql(&format!("SELECT * FROM d.{db}.t"))
+        .await
+        .is_err());
+    conn.query_drop(format!(
+        "CREATE DATABASE IF NOT EXISTS fail_elsewhere; DROP TABLE IF EXISTS fail_elsewhere.t;
+         RENAME TABLE {db}.t_old TO fail_elsewhere.t"
+    ))
+    .await
+    .unwrap();
+    sync_source(&engine, "d").await;
+    let e = refusal(&engine, &format!("SELECT * FROM d.{db}.t_old")).await;
     assert!(e.to_string().contains("RENAME"), "{e}");
+    conn.query_drop("DROP DATABASE fail_elsewhere")
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -351,6 +351,27 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
         query(&engine, "SELECT count(*) AS n FROM cdc.schema_history").await,
         ["n=4"]
     );
+    // A renamed table keeps its history, spilled entries included, across a restart.
+    let entries = format!("SELECT count(*) AS n FROM er.{db}.\"t$changelog\"");
+    let before = query(&engine, &entries).await;
+    exec(&format!(
+        "RENAME TABLE {db}.t TO {db}.t2; UPDATE {db}.t2 SET c = 9 WHERE id = 9"
+    ))
+    .await;
+    assert_current(&engine, "er", db, "t2", "a rename").await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(dir.path().to_str().unwrap(), options())
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("er"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_current(&engine, "er", db, "t2", "a restart after the rename").await;
+    let after = query(&engine, &entries.replace("t$changelog", "t2$changelog")).await;
+    let n = |v: &[String]| v[0].trim_start_matches("n=").parse::<u64>().unwrap();
+    assert_eq!(n(&after), n(&before) + 1, "{before:?} then {after:?}");
 }
 
 #[tokio::test]
@@ -408,5 +429,80 @@ async fn a_table_created_after_the_start_is_captured_from_its_creation() {
         )
         .await,
         ["n=4"]
+    );
+}
+
+#[tokio::test]
+async fn keys_change_and_an_online_migration_swaps_its_table_in() {
+    let db = "evo_swap";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT, b INT);
+         INSERT INTO {db}.t SELECT seq, seq, seq FROM {db}.seq_1_to_30;
+         CREATE TABLE {db}.k (a INT NOT NULL, b INT NOT NULL);
+         INSERT INTO {db}.k SELECT seq, seq FROM {db}.seq_1_to_10;"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "ew", db).await;
+    // A keyless table gets a key, then another one: it is re-keyed each time.
+    exec(&format!(
+        "ALTER TABLE {db}.k ADD PRIMARY KEY (a); UPDATE {db}.k SET b = 0 WHERE a = 3"
+    ))
+    .await;
+    assert_current(&engine, "ew", db, "k", "ADD PRIMARY KEY").await;
+    exec(&format!(
+        "ALTER TABLE {db}.k DROP PRIMARY KEY, ADD PRIMARY KEY (a, b); INSERT INTO {db}.k VALUES (3, 1)"
+    ))
+    .await;
+    assert_current(&engine, "ew", db, "k", "a new key").await;
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT keyless FROM cdc.tables WHERE \"table\" = 'k'"
+        )
+        .await,
+        ["keyless=false"]
+    );
+    // The swap gh-ost and pt-online-schema-change make: a shadow table created like the
+    // table, altered, filled, kept in step, then renamed in its place.
+    exec(&format!(
+        "CREATE TABLE {db}._t_gho LIKE {db}.t;
+         ALTER TABLE {db}._t_gho ADD COLUMN c INT NOT NULL DEFAULT 0;
+         INSERT INTO {db}._t_gho (id, a, b) SELECT id, a, b FROM {db}.t;
+         UPDATE {db}.t SET a = -1 WHERE id = 1; UPDATE {db}._t_gho SET a = -1 WHERE id = 1;
+         RENAME TABLE {db}.t TO {db}._t_del, {db}._t_gho TO {db}.t;
+         UPDATE {db}.t SET c = 5 WHERE id = 2;"
+    ))
+    .await;
+    assert_current(&engine, "ew", db, "t", "the swap").await;
+    exec(&format!("DROP TABLE {db}._t_del")).await;
+    sync_source(&engine, "ew").await;
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT \"table\", state FROM cdc.tables ORDER BY \"table\""
+        )
+        .await,
+        [
+            "table=_t_del state=stopped",
+            "table=k state=capturing",
+            "table=t state=capturing",
+        ]
+    );
+    // The name's history is the shadow table's: copied in, then kept in step.
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, _table, a, c FROM ew.{db}.\"t$changelog\" WHERE id IN (1, 2) ORDER BY _position")
+        )
+        .await,
+        [
+            format!("_op=c _table={db}._t_gho a=1 c=0"),
+            format!("_op=c _table={db}._t_gho a=2 c=0"),
+            format!("_op=u _table={db}._t_gho a=-1 c=0"),
+            format!("_op=u _table={db}.t a=2 c=5"),
+        ]
     );
 }

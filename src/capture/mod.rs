@@ -44,6 +44,7 @@
 //! Replaying all of it in position order gives exactly the current state.
 
 mod display;
+mod follow;
 pub mod handoff;
 mod schema;
 pub mod version;
@@ -55,12 +56,11 @@ use mysql_async::prelude::Queryable;
 
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
-use crate::change::{Ddl, SourceTransaction};
+use crate::change::SourceTransaction;
 use crate::source::binlog::{
     table_filter, BinlogReader, BinlogReaderOptions, TableFilter, DEFAULT_SERVER_ID,
 };
 use crate::source::connect::{ConnectOptions, ServerInfo};
-use crate::source::ddl::touched_tables;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::list_tables;
 use crate::source::snapshot::incremental::{
@@ -72,7 +72,6 @@ use crate::state::merge::TableState;
 use handoff::Ordinals;
 pub use handoff::{ChunkChange, HandoffLog, HandoffPart, TableChange};
 pub use schema::{describe_columns, SchemaChange};
-use schema::{CreatedSchema, Followed};
 
 /// How a capture begins.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -478,46 +477,6 @@ impl Capture {
         })
     }
 
-    /// Captures `id`, which `ddl` created and the source's patterns select, from its creation:
-    /// an empty table (rows a `CREATE ... SELECT` wrote follow in the same transaction).
-    fn create_table(&mut self, id: TableId, ddl: &Ddl, tx: &SourceTransaction) {
-        let table = match schema::created_schema(&id, ddl) {
-            CreatedSchema::Spelled(table) => Arc::new(table),
-            CreatedSchema::FromServer => match self.created.remove(&id) {
-                Some(table) => table,
-                None => {
-                    tracing::warn!(table = %id, at = %tx.start, "a created table is gone from the server; not captured");
-                    return;
-                }
-            },
-            CreatedSchema::NotCreated => return,
-        };
-        let state = TableState::new(Arc::clone(&table)).and_then(|mut state| {
-            state.finish_handoff()?;
-            Ok(state)
-        });
-        let state = match state {
-            Ok(state) => state,
-            Err(e) => {
-                tracing::warn!(table = %id, error = %e, "a created table cannot be captured");
-                return;
-            }
-        };
-        let t = self.tables.len();
-        tracing::info!(table = %id, at = %tx.start, "capturing a table created after the start");
-        self.tables.push(Arc::clone(&table));
-        self.states.push(state);
-        self.index.insert(id.clone(), t);
-        self.schema_changes.push(SchemaChange {
-            table: t,
-            position: tx.start.clone(),
-            commit_ts_micros: tx.commit_ts_micros,
-            statement: ddl.statement.clone(),
-            before: Arc::new(TableSchema::new(id, Vec::new(), Vec::new())),
-            after: table,
-        });
-    }
-
     /// Reads table `table`'s rows and DDL from the stream but applies none of them, until
     /// [`Capture::replace_table`]: a table being read again, whose new state will hold them.
     /// Unlike a stop, its rows are still decoded, so a transaction read ahead keeps them.
@@ -557,63 +516,14 @@ impl Capture {
     /// Applies `tx`, first reading from the server the schemas of tables it creates without
     /// spelling their columns.
     async fn apply_read(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
-        for ddl in &tx.ddl {
-            let new = touched_tables(ddl, |id| {
-                !self.index.contains_key(id) && self.pattern.selects(id)
-            });
-            for id in new {
-                if let CreatedSchema::FromServer = schema::created_schema(&id, ddl) {
-                    let mut conn = self.connect.connect().await?;
-                    match self.connect.table_schema(&mut conn, &id).await {
-                        Ok(table) => {
-                            self.created.insert(id, Arc::new(table));
-                        }
-                        // Dropped again since: a later statement in the binlog says so.
-                        Err(SourceError::NoSuchTable(_)) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-            }
-        }
+        self.read_created_schemas(tx).await?;
         self.apply(tx)
     }
 
     fn apply(&mut self, tx: &SourceTransaction) -> SourceResult<Vec<TableChange>> {
         let mut out = Vec::new();
         for ddl in &tx.ddl {
-            let touched = touched_tables(ddl, |id| {
-                self.index.contains_key(id) || self.pattern.selects(id)
-            });
-            for id in touched {
-                let Some(&t) = self.index.get(&id) else {
-                    self.create_table(id, ddl, tx);
-                    continue;
-                };
-                if self.is_stopped(t) || self.parked.contains(&t) {
-                    continue;
-                }
-                let before = Arc::clone(&self.tables[t]);
-                match schema::follow_ddl(&before, &mut self.states[t], ddl, tx)? {
-                    Followed::Nothing => {}
-                    Followed::Deleted(events) => out.extend(
-                        events
-                            .into_iter()
-                            .map(|event| TableChange { table: t, event }),
-                    ),
-                    Followed::Stop(reason) => self.stop_table(t, reason, tx.start.clone()),
-                    Followed::Evolved(after) => {
-                        self.tables[t] = Arc::clone(&after);
-                        self.schema_changes.push(SchemaChange {
-                            table: t,
-                            position: tx.start.clone(),
-                            commit_ts_micros: tx.commit_ts_micros,
-                            statement: ddl.statement.clone(),
-                            before,
-                            after,
-                        });
-                    }
-                }
-            }
+            self.apply_ddl(ddl, tx, &mut out)?;
         }
         for batch in &tx.changes {
             let Some(&t) = self.index.get(&batch.table.id) else {

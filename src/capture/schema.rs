@@ -10,9 +10,14 @@
 
 use std::sync::Arc;
 
+use sqlparser::ast::{CreateTableLikeKind, Statement};
+use sqlparser::dialect::MySqlDialect;
+use sqlparser::parser::Parser;
+
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{Charset, TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
+use crate::source::ddl::resolve;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::evolve::{ddl_effect, DdlEffect};
 use crate::state::merge::{ChangelogEvent, TableState};
@@ -78,6 +83,9 @@ pub(super) enum Followed {
     Deleted(Vec<ChangelogEvent>),
     /// The table has a new schema; its state is converted.
     Evolved(Arc<TableSchema>),
+    /// The table is renamed (the caller renames it, or stops it when the source does not
+    /// select the new name).
+    Renamed(TableId),
     /// The table cannot be followed: why, with the fix.
     Stop(String),
 }
@@ -112,15 +120,11 @@ pub(super) fn follow_ddl(
                 .map_err(|e| SourceError::arrow(format!("truncating {}", before.id), e))?;
             Followed::Deleted(events)
         }
-        DdlEffect::Gone { renamed_to } => {
-            let what = match renamed_to {
-                Some(to) => format!("it was renamed to {to}"),
-                None => "it was dropped".to_string(),
-            };
-            stop(format!(
-                "{what}; its state and changelog end here (following dropped and renamed \
-                 tables is not supported yet)"
-            ))
+        DdlEffect::Gone {
+            renamed_to: Some(to),
+        } => Followed::Renamed(to),
+        DdlEffect::Gone { renamed_to: None } => {
+            stop("it was dropped; its state and changelog end here".into())
         }
         DdlEffect::Unfollowable(why) => stop(format!("{why}; {}", resnapshot_fix(before))),
         DdlEffect::Evolve(evolution) => {
@@ -148,7 +152,11 @@ pub(super) fn follow_ddl(
 pub(super) enum CreatedSchema {
     /// The statement spells its columns.
     Spelled(TableSchema),
-    /// `CREATE TABLE ... LIKE` and the like: the server's, read when the statement is read.
+    /// `CREATE TABLE ... LIKE` this table: its schema at the statement, when it is captured
+    /// (an online migration's shadow table), else the server's.
+    Like(TableId),
+    /// The server's, read when the statement is read (`CREATE TABLE ... AS SELECT` that does
+    /// not spell its columns).
     FromServer,
     /// The statement does not create the table (a rename onto its name brings rows the
     /// capture has not read: such a table is not captured).
@@ -170,7 +178,27 @@ pub(super) fn created_schema(id: &TableId, ddl: &Ddl) -> CreatedSchema {
     // default, and the table map check catches any other.
     match ddl_effect(&ddl.db, &ddl.statement, &placeholder, Some(Charset::Utf8)) {
         DdlEffect::Created(Some(table)) => CreatedSchema::Spelled(table),
-        DdlEffect::Created(None) => CreatedSchema::FromServer,
+        DdlEffect::Created(None) => match like_source(ddl) {
+            Some(like) => CreatedSchema::Like(like),
+            None => CreatedSchema::FromServer,
+        },
         _ => CreatedSchema::NotCreated,
     }
+}
+
+/// The table a `CREATE TABLE ... LIKE` copies.
+fn like_source(ddl: &Ddl) -> Option<TableId> {
+    let statements = Parser::parse_sql(&MySqlDialect {}, &ddl.statement).ok()?;
+    let Some(Statement::CreateTable(create)) = statements.first() else {
+        return None;
+    };
+    let name = match create.like.as_ref()? {
+        CreateTableLikeKind::Parenthesized(like) | CreateTableLikeKind::Plain(like) => &like.name,
+    };
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .filter_map(|p| p.as_ident().map(|i| i.value.clone()))
+        .collect();
+    resolve(&parts, &ddl.db)
 }

@@ -229,10 +229,16 @@ impl Checkpointer {
         let mut tx_seq = c.tx_seq;
         // The tables' schemas at this version: a followed DDL changes them, and a table
         // created after the start joins.
+        let mut renamed = Vec::new();
         for (t, snapshot) in version.tables.iter().enumerate() {
             let schema = Arc::clone(snapshot.schema());
             match c.tables.get_mut(t) {
-                Some(known) => *known = schema,
+                Some(known) => {
+                    if known.id != schema.id {
+                        renamed.push((t, schema.id.clone()));
+                    }
+                    *known = schema;
+                }
                 None => {
                     c.stores.push(Arc::new(StoredChangelog::new(
                         self.store.clone(),
@@ -351,6 +357,10 @@ impl Checkpointer {
             return Err(e.into());
         }
         tracing::debug!(source = %self.id, seq, position = %position, "checkpoint committed");
+        // Spilled entries of a renamed table are found under its new name from now on.
+        for (t, to) in renamed {
+            c.stores[t].rename(to);
+        }
         c.next_seq = seq + 1;
         c.persisted = version.changelogs.iter().map(Changelog::num_rows).collect();
         c.tx_seq = tx_seq;

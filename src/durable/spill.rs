@@ -32,16 +32,33 @@ pub struct StoredChangelog {
     source_id: String,
     /// The table's index in the source's manifests, and its name (checked against them).
     index: usize,
-    table: TableId,
+    /// Renamed with the table (`Checkpointer::checkpoint`, once a manifest has the new name).
+    table: std::sync::RwLock<TableId>,
 }
 
 impl StoredChangelog {
+    /// The table's name as the newest manifests record it.
+    fn table(&self) -> TableId {
+        self.table
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The table is named `to` in the manifests from now on.
+    pub fn rename(&self, to: TableId) {
+        *self
+            .table
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = to;
+    }
+
     pub fn new(store: Store, source_id: &str, index: usize, table: TableId) -> Self {
         Self {
             store,
             source_id: source_id.to_string(),
             index,
-            table,
+            table: std::sync::RwLock::new(table),
         }
     }
 
@@ -55,7 +72,10 @@ impl StoredChangelog {
         let entry = manifest
             .tables
             .get(self.index)
-            .filter(|t| t.db == self.table.db && t.table == self.table.table)
+            .filter(|t| {
+                let name = self.table();
+                t.db == name.db && t.table == name.table
+            })
             .ok_or_else(|| {
                 self.missing(&format!(
                     "checkpoint {} no longer holds this table's changelog",
@@ -84,7 +104,8 @@ impl StoredChangelog {
         DurableError::Decode {
             path: format!(
                 "the changelog of {} in source {}",
-                self.table, self.source_id
+                self.table(),
+                self.source_id
             ),
             message: message.to_string(),
         }

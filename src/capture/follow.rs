@@ -1,0 +1,208 @@
+//! Applying the DDL of one transaction to the captured tables: schema changes, truncation,
+//! renames, and tables created after the start.
+//!
+//! # Renames
+//! `RENAME TABLE a TO b, c TO a` renames in the order written, so the tables of one statement
+//! are first all judged under the names they had before it, then renamed together: the
+//! online-migration swap (`RENAME TABLE t TO t_old, t_new TO t`, as gh-ost and
+//! pt-online-schema-change do it) hands the name `t` to the captured `t_new` with its state and
+//! history, while the old `t` goes on as `t_old` until it is dropped. A table renamed to a name
+//! the source's patterns do not select stops, its state and changelog ending there. A table
+//! that is renamed *into* the patterns from outside brings rows the capture never read: it is
+//! not captured (`RESNAPSHOT TABLE` reads it).
+
+use std::sync::Arc;
+
+use super::schema::{created_schema, follow_ddl, CreatedSchema, Followed, SchemaChange};
+use super::{Capture, TableChange};
+use crate::change::schema::{TableId, TableSchema};
+use crate::change::{Ddl, SourceTransaction};
+use crate::source::ddl::touched_tables;
+use crate::source::error::{SourceError, SourceResult};
+use crate::source::evolve::ColumnOrigin;
+use crate::state::merge::TableState;
+
+impl Capture {
+    /// Applies `ddl` (in `tx`) to every table it touches; a `TRUNCATE`'s deletes go to `out`.
+    pub(super) fn apply_ddl(
+        &mut self,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+        out: &mut Vec<TableChange>,
+    ) -> SourceResult<()> {
+        let touched = touched_tables(ddl, |id| {
+            self.index.contains_key(id) || self.pattern.selects(id)
+        });
+        let mut renames = Vec::new();
+        for id in touched {
+            let Some(&t) = self.index.get(&id) else {
+                self.create_table(id, ddl, tx);
+                continue;
+            };
+            if self.is_stopped(t) || self.parked.contains(&t) {
+                continue;
+            }
+            let before = Arc::clone(&self.tables[t]);
+            match follow_ddl(&before, &mut self.states[t], ddl, tx)? {
+                Followed::Nothing => {}
+                Followed::Deleted(events) => out.extend(
+                    events
+                        .into_iter()
+                        .map(|event| TableChange { table: t, event }),
+                ),
+                Followed::Stop(reason) => self.stop_table(t, reason, tx.start.clone()),
+                Followed::Renamed(to) if self.pattern.selects(&to) => renames.push((t, to)),
+                Followed::Renamed(to) => {
+                    let reason = format!(
+                        "the statement `{}` renamed it to {to}, which the source's tables \
+                         do not select; its state and changelog end here",
+                        short(&ddl.statement)
+                    );
+                    self.stop_table(t, reason, tx.start.clone());
+                }
+                Followed::Evolved(after) => {
+                    self.tables[t] = Arc::clone(&after);
+                    self.record(t, ddl, tx, before, after);
+                }
+            }
+        }
+        // All at once: a name one table gives up is the one another takes (see the module
+        // docs).
+        for (t, _) in &renames {
+            self.index.remove(&self.tables[*t].id);
+        }
+        for (t, to) in renames {
+            self.rename(t, to, ddl, tx)?;
+        }
+        Ok(())
+    }
+
+    /// Table `t` goes on under the name `to`.
+    fn rename(
+        &mut self,
+        t: usize,
+        to: TableId,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+    ) -> SourceResult<()> {
+        let before = Arc::clone(&self.tables[t]);
+        let mut renamed = TableSchema::new(
+            to.clone(),
+            before.columns.clone(),
+            before.primary_key.clone(),
+        )
+        .with_version(before.version + 1)
+        .with_default_charset(before.default_charset.clone());
+        renamed.arrow = Arc::clone(&before.arrow);
+        let after = Arc::new(renamed);
+        // The changelog's `_table` comes from the state's schema.
+        let same: Vec<ColumnOrigin> = (0..before.columns.len())
+            .map(|from| ColumnOrigin::Kept { from })
+            .collect();
+        self.states[t]
+            .evolve(Arc::clone(&after), &same)
+            .map_err(|e| SourceError::arrow(format!("renaming {} to {to}", before.id), e))?;
+        tracing::info!(from = %before.id, %to, at = %tx.start, "followed a rename");
+        self.tables[t] = Arc::clone(&after);
+        self.index.insert(to, t);
+        self.record(t, ddl, tx, before, after);
+        Ok(())
+    }
+
+    /// Captures `id`, which `ddl` created and the source's patterns select, from its creation:
+    /// an empty table (rows a `CREATE ... SELECT` wrote follow in the same transaction).
+    fn create_table(&mut self, id: TableId, ddl: &Ddl, tx: &SourceTransaction) {
+        let table = match created_schema(&id, ddl) {
+            CreatedSchema::Spelled(table) => Arc::new(table),
+            CreatedSchema::Like(like) if self.index.contains_key(&like) => {
+                let model = &self.tables[self.index[&like]];
+                Arc::new(
+                    TableSchema::new(id.clone(), model.columns.clone(), model.primary_key.clone())
+                        .with_default_charset(model.default_charset.clone()),
+                )
+            }
+            CreatedSchema::Like(_) | CreatedSchema::FromServer => match self.created.remove(&id) {
+                Some(table) => table,
+                None => {
+                    tracing::warn!(table = %id, at = %tx.start, "a created table is gone from the server; not captured");
+                    return;
+                }
+            },
+            CreatedSchema::NotCreated => return,
+        };
+        let state = TableState::new(Arc::clone(&table)).and_then(|mut state| {
+            state.finish_handoff()?;
+            Ok(state)
+        });
+        let state = match state {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(table = %id, error = %e, "a created table cannot be captured");
+                return;
+            }
+        };
+        let t = self.tables.len();
+        tracing::info!(table = %id, at = %tx.start, "capturing a table created after the start");
+        self.tables.push(Arc::clone(&table));
+        self.states.push(state);
+        self.index.insert(id.clone(), t);
+        let before = Arc::new(TableSchema::new(id, Vec::new(), Vec::new()));
+        self.record(t, ddl, tx, before, table);
+    }
+
+    /// Reads from the server the schemas of the tables `tx` creates without spelling their
+    /// columns (`CREATE TABLE ... LIKE`), before `tx` is applied.
+    pub(super) async fn read_created_schemas(
+        &mut self,
+        tx: &SourceTransaction,
+    ) -> SourceResult<()> {
+        for ddl in &tx.ddl {
+            let new = touched_tables(ddl, |id| {
+                !self.index.contains_key(id) && self.pattern.selects(id)
+            });
+            for id in new {
+                let from_server = match created_schema(&id, ddl) {
+                    CreatedSchema::FromServer => true,
+                    CreatedSchema::Like(like) => !self.index.contains_key(&like),
+                    _ => false,
+                };
+                if !from_server {
+                    continue;
+                }
+                let mut conn = self.connect.connect().await?;
+                match self.connect.table_schema(&mut conn, &id).await {
+                    Ok(table) => {
+                        self.created.insert(id, Arc::new(table));
+                    }
+                    // Dropped again since: a later statement in the binlog says so.
+                    Err(SourceError::NoSuchTable(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        t: usize,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+        before: Arc<TableSchema>,
+        after: Arc<TableSchema>,
+    ) {
+        self.schema_changes.push(SchemaChange {
+            table: t,
+            position: tx.start.clone(),
+            commit_ts_micros: tx.commit_ts_micros,
+            statement: ddl.statement.clone(),
+            before,
+            after,
+        });
+    }
+}
+
+/// At most 200 characters of a statement, for messages.
+fn short(statement: &str) -> String {
+    statement.chars().take(200).collect()
+}
