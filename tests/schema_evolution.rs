@@ -506,3 +506,96 @@ async fn keys_change_and_an_online_migration_swaps_its_table_in() {
         ]
     );
 }
+
+/// A DDL that lands while a table is being snapshotted, before a chunk's LOW, inside its window
+/// or after its HIGH: the snapshot starts over under the new schema, and the table ends equal to
+/// the server. The other table goes on.
+#[tokio::test]
+async fn a_ddl_during_the_snapshot_starts_it_over_under_the_new_schema() {
+    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+    use cdcfusion::source::snapshot::incremental::{HookPoint, SnapshotHook};
+    use futures::FutureExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    for (i, at) in [
+        HookPoint::BeforeLow,
+        HookPoint::AfterLow,
+        HookPoint::AfterHigh,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let db = format!("evo_snap_{i}");
+        let mut conn = root_conn(server()).await;
+        fresh_db(&mut conn, &db).await;
+        exec(&format!(
+            "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT);
+             INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_40;
+             CREATE TABLE {db}.u (id INT PRIMARY KEY);
+             INSERT INTO {db}.u VALUES (1);"
+        ))
+        .await;
+        let done = Arc::new(AtomicBool::new(false));
+        let hook: SnapshotHook = {
+            let (db, done) = (db.clone(), Arc::clone(&done));
+            Arc::new(move |point, chunk| {
+                let go = point == at
+                    && chunk.table.table == "t"
+                    && chunk.index == 0
+                    && !done.swap(true, Ordering::SeqCst);
+                let db = db.clone();
+                async move {
+                    if go {
+                        exec(&format!(
+                            "ALTER TABLE {db}.t ADD COLUMN w INT NOT NULL DEFAULT 5;
+                             UPDATE {db}.t SET w = 6 WHERE id IN (1, 30)"
+                        ))
+                        .await;
+                    }
+                }
+                .boxed()
+            })
+        };
+        let engine = Engine::new();
+        let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+        options.server_id = next_server_id();
+        options.snapshot.window_server_id = next_server_id();
+        options.snapshot.chunk_size = 16;
+        options.snapshot.hook = Some(hook);
+        engine
+            .create_source("ed", &server().cdc_url(), options)
+            .unwrap();
+        tokio::time::timeout(HANG_GUARD, engine.wait_ready("ed"))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{at:?}: {e}"));
+        exec(&format!("INSERT INTO {db}.u VALUES (2)")).await;
+        assert_current(&engine, "ed", &db, "u", "a DDL on another table").await;
+        let state = query(
+            &engine,
+            "SELECT state, error FROM cdc.tables WHERE \"table\" = 't'",
+        )
+        .await;
+        assert_eq!(state, ["state=capturing error=NULL"], "{at:?}");
+        // Inside the chunks' span the snapshot starts over once; after every chunk's HIGH
+        // (the chunks may all be done by then) the DDL is followed by the stream.
+        if at != HookPoint::AfterHigh {
+            assert_eq!(
+                query(&engine, "SELECT retries FROM cdc.sources").await,
+                ["retries=1"],
+                "{at:?}: the snapshot starts over once"
+            );
+        }
+        assert_current(&engine, "ed", &db, "t", &format!("a DDL at {at:?}")).await;
+        exec(&format!("UPDATE {db}.t SET w = 7 WHERE id = 2")).await;
+        assert_current(
+            &engine,
+            "ed",
+            &db,
+            "t",
+            &format!("a DDL at {at:?}, then rows"),
+        )
+        .await;
+    }
+}

@@ -14,9 +14,12 @@
 use std::sync::Arc;
 
 use super::schema::{created_schema, follow_ddl, CreatedSchema, Followed, SchemaChange};
-use super::{Capture, TableChange};
+use super::{Capture, CaptureOptions, TableChange};
+use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
+use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
+use crate::source::connect::ConnectOptions;
 use crate::source::ddl::touched_tables;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::evolve::ColumnOrigin;
@@ -77,7 +80,7 @@ impl Capture {
         Ok(())
     }
 
-    /// Table `t` goes on under the name `to`.
+    /// Table `t` goes on under the name `to` (during its snapshot, the snapshot starts over).
     fn rename(
         &mut self,
         t: usize,
@@ -86,6 +89,12 @@ impl Capture {
         tx: &SourceTransaction,
     ) -> SourceResult<()> {
         let before = Arc::clone(&self.tables[t]);
+        if !self.states[t].is_streaming() {
+            return Err(SourceError::SchemaChangedDuringSnapshot {
+                table: before.id.to_string(),
+                at: tx.start.clone(),
+            });
+        }
         let mut renamed = TableSchema::new(
             to.clone(),
             before.columns.clone(),
@@ -181,6 +190,46 @@ impl Capture {
             }
         }
         Ok(())
+    }
+
+    /// Fails with [`SourceError::SchemaChangedDuringSnapshot`] if a statement between `from`
+    /// and `to` (the snapshot's planning and its first chunk's HIGH, which the hand-off does
+    /// not read) changed a captured table: its chunks may have been read under its old schema.
+    pub(super) async fn no_ddl_between(
+        &self,
+        connect: &ConnectOptions,
+        options: &CaptureOptions,
+        from: BinlogCoord,
+        to: &BinlogCoord,
+    ) -> SourceResult<()> {
+        // Only the statements matter: no row is decoded.
+        let none: TableFilter = Arc::new(|_: &TableId| false);
+        let mut reader = BinlogReader::open(
+            connect.clone(),
+            BinlogReaderOptions::new(options.server_id, StartPosition::Coord(from))
+                .with_filter(none),
+        )
+        .await?;
+        loop {
+            if reader.idle_position().is_some_and(|p| p >= *to) {
+                return Ok(());
+            }
+            let Some(tx) = reader.step().await? else {
+                continue;
+            };
+            if tx.start >= *to {
+                return Ok(());
+            }
+            for ddl in &tx.ddl {
+                let touched = touched_tables(ddl, |id| self.index.contains_key(id));
+                if let Some(table) = touched.into_iter().next() {
+                    return Err(SourceError::SchemaChangedDuringSnapshot {
+                        table: table.to_string(),
+                        at: tx.start.clone(),
+                    });
+                }
+            }
+        }
     }
 
     fn record(

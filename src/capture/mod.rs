@@ -30,11 +30,18 @@
 //! a `d` entry per row. A transaction carrying DDL is always a burst of its own
 //! ([`Capture::next_received`]), so no changelog batch mixes entries of two schemas.
 //!
+//! A DDL on a table whose snapshot is not handed over yet fails the start with
+//! `SchemaChangedDuringSnapshot`, which the engine retries from scratch under the new schema:
+//! the window reader sees it inside a chunk's window, [`Capture::start_planned`] looks for it
+//! between the planning and the first HIGH, and the hand-off before applying it. Renames and
+//! tables created after the start are followed too (`follow`).
+//!
 //! # Stopped tables
-//! What cannot be followed exactly (a DDL during the table's snapshot, a narrowing type
-//! change, a dropped or renamed table), or rows that no longer match the schema the DDL history
-//! gives, stops that table alone: its rows are no longer decoded (the readers' filter skips
-//! it) and a [`TableStop`] says why, where, and how to resume it; the other tables go on.
+//! What cannot be followed exactly (a narrowing type change, an expression default, a dropped
+//! table, a rename out of the source's patterns), or rows that no longer match the schema the
+//! DDL history gives, stops that table alone: its rows are no longer decoded (the readers'
+//! filter skips it) and a [`TableStop`] says why, where, and how to resume it; the other tables
+//! go on.
 //!
 //! # Output
 //! [`Capture::start_with_progress`] returns the changelog of the snapshot and hand-off (up to
@@ -309,6 +316,17 @@ impl Capture {
         let run = run.ok_or_else(|| {
             SourceError::Internal("a snapshot mode needs a planned snapshot".into())
         })?;
+        // Where the schemas the chunks are read under are known to hold (they were read just
+        // before): a DDL between here and the first chunk's window would otherwise go unseen.
+        let planned_at = {
+            let mut conn = connect.connect().await?;
+            let flavor = capture.info.flavor;
+            let read = crate::source::connect::current_position(&mut conn, flavor);
+            connect
+                .bounded(|| "reading the binlog position".into(), read)
+                .await?
+                .0
+        };
         let chunks = run.execute_all().await?;
         let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
             return Err(SourceError::Internal(
@@ -334,6 +352,11 @@ impl Capture {
         }
         tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         capture.progress.set_phase(Phase::CatchUp);
+        if planned_at < min_high {
+            capture
+                .no_ddl_between(&connect, &options, planned_at, &min_high)
+                .await?;
+        }
         let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
         capture
             .follow(&mut reader, &max_high, &mut log.changes)

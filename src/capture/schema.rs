@@ -127,6 +127,12 @@ pub(super) fn follow_ddl(
             stop("it was dropped; its state and changelog end here".into())
         }
         DdlEffect::Unfollowable(why) => stop(format!("{why}; {}", resnapshot_fix(before))),
+        DdlEffect::Evolve(_) if !state.is_streaming() => {
+            return Err(SourceError::SchemaChangedDuringSnapshot {
+                table: before.id.to_string(),
+                at: tx.start.clone(),
+            })
+        }
         DdlEffect::Evolve(evolution) => {
             let after = Arc::new(
                 evolution

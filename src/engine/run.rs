@@ -20,6 +20,7 @@ use super::task::{append, fresh, recover, resume_published, Mode, Started, Task}
 use crate::capture::version::{Published, SourceVersion};
 use crate::durable::Checkpointer;
 use crate::provider::health::{Fault, SharedHealth};
+use crate::source::error::SourceError;
 use crate::state::changelog::Changelog;
 
 pub(crate) async fn run(task: Task, mode: Mode) {
@@ -63,6 +64,11 @@ pub(crate) async fn run(task: Task, mode: Mode) {
         // before that, the same start runs again (keeping the snapshot chunks done).
         if *task.versions.borrow() != published_before {
             mode = Mode::Resume;
+        }
+        // Chunks read under a schema a DDL has since changed cannot be kept: the snapshot
+        // starts over under the new one.
+        if let Stop::Source(SourceError::SchemaChangedDuringSnapshot { .. }) = &stop {
+            mode = Mode::Resnapshot;
         }
     };
     task.status

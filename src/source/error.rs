@@ -118,6 +118,11 @@ pub enum SourceError {
         at: BinlogCoord,
         detail: String,
     },
+    /// A DDL changed a table while its snapshot was being taken: the snapshot starts over
+    /// under the new schema (retried like a transient failure, with the chunks done so far
+    /// dropped, since they were read under the old one).
+    #[error("the schema of {table} changed at {at} while its snapshot was being taken; the snapshot starts over under the new schema")]
+    SchemaChangedDuringSnapshot { table: String, at: BinlogCoord },
     /// A rows event whose bytes do not decode against its table map.
     #[error("cannot decode {what} at {at}: {detail}")]
     Decode {
@@ -203,7 +208,7 @@ impl SourceError {
             // object_not_in_prerequisite_state
             SourceError::Precondition(_) => "55000",
             // serialization_failure: retried by the engine.
-            SourceError::Raced { .. } => "40001",
+            SourceError::Raced { .. } | SourceError::SchemaChangedDuringSnapshot { .. } => "40001",
             // internal_error
             SourceError::Arrow { .. } => "XX000",
             // system_error: a query the capture needs failed.
@@ -218,7 +223,8 @@ impl SourceError {
         match self {
             SourceError::Transient { .. }
             | SourceError::ReadTimeout { .. }
-            | SourceError::Raced { .. } => true,
+            | SourceError::Raced { .. }
+            | SourceError::SchemaChangedDuringSnapshot { .. } => true,
             SourceError::WindowReader(e) => e.is_transient(),
             _ => false,
         }

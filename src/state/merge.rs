@@ -110,6 +110,11 @@ impl TableState {
         Ok(())
     }
 
+    /// Whether the hand-off is over (the state takes every change in binlog order).
+    pub fn is_streaming(&self) -> bool {
+        self.current.is_some()
+    }
+
     /// An immutable version of the table at `position`, for queries.
     pub fn snapshot(&mut self, position: Option<BinlogCoord>) -> Result<TableSnapshot, ArrowError> {
         match &mut self.current {

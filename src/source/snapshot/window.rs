@@ -390,10 +390,10 @@ pub async fn normalize(
     for tx in window {
         for change in tx.changes.iter().filter(|c| c.table.id == *table) {
             if change.table.columns != codec.schema().columns {
-                return Err(SourceError::Precondition(format!(
-                    "the schema of {table} changed during a snapshot chunk's window; \
-                     the snapshot cannot follow it yet: ALTER SOURCE ... RESNAPSHOT reads it again"
-                )));
+                return Err(SourceError::SchemaChangedDuringSnapshot {
+                    table: table.to_string(),
+                    at: tx.start.clone(),
+                });
             }
             let before = change
                 .before
