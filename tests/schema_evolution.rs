@@ -599,3 +599,163 @@ async fn a_ddl_during_the_snapshot_starts_it_over_under_the_new_schema() {
         .await;
     }
 }
+
+/// Random DDL and DML, with the engine dropped without a clean stop (no last checkpoint) and
+/// opened again between rounds. Each round ends with the current table equal to the server and
+/// the changelog, replayed key by key in position order, holding exactly the server's keys.
+/// `EVO_SEED` repeats a run; the seed is printed.
+#[tokio::test]
+async fn random_ddl_and_dml_across_unclean_restarts() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("EVO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("EVO_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let db = "evo_random";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT);
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_50;"
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let mut engine = open_random(&path, db).await;
+    // Columns besides `id` and `a`, as (name, is text).
+    let mut extra: Vec<(String, bool)> = Vec::new();
+    let mut made = 0;
+    let mut next_id = 1000;
+    for round in 0..6 {
+        for _ in 0..25 {
+            let sql = match rng.random_range(0..10) {
+                0 => {
+                    made += 1;
+                    let text = rng.random_bool(0.5);
+                    let name = format!("x{made}");
+                    let place = if rng.random_bool(0.3) { " FIRST" } else { "" };
+                    let ty = if text {
+                        "VARCHAR(8) DEFAULT 'd'"
+                    } else {
+                        "INT NOT NULL DEFAULT 3"
+                    };
+                    extra.push((name.clone(), text));
+                    format!("ALTER TABLE {db}.t ADD COLUMN {name} {ty}{place}")
+                }
+                1 if !extra.is_empty() => {
+                    let (name, _) = extra.remove(rng.random_range(0..extra.len()));
+                    format!("ALTER TABLE {db}.t DROP COLUMN {name}")
+                }
+                2 if !extra.is_empty() => {
+                    made += 1;
+                    let i = rng.random_range(0..extra.len());
+                    let old = std::mem::replace(&mut extra[i].0, format!("x{made}"));
+                    format!("ALTER TABLE {db}.t RENAME COLUMN {old} TO {}", extra[i].0)
+                }
+                3 if extra.iter().any(|(_, text)| !text) => {
+                    let (name, _) = extra.iter().find(|(_, text)| !text).unwrap();
+                    format!("ALTER TABLE {db}.t MODIFY {name} BIGINT NOT NULL DEFAULT 3")
+                }
+                4 if rng.random_bool(0.1) => format!("TRUNCATE TABLE {db}.t"),
+                5 | 6 => {
+                    next_id += 1;
+                    format!("INSERT INTO {db}.t (id, a) VALUES ({next_id}, {next_id})")
+                }
+                7 => format!(
+                    "DELETE FROM {db}.t WHERE id % 7 = {} LIMIT 2",
+                    rng.random_range(0..7)
+                ),
+                _ => {
+                    let set = match extra.choose_text(&mut rng) {
+                        Some(name) => format!("{name} = 'u'"),
+                        None => "a = a + 1".to_string(),
+                    };
+                    format!(
+                        "UPDATE {db}.t SET {set} WHERE id % 5 = {}",
+                        rng.random_range(0..5)
+                    )
+                }
+            };
+            exec(&sql).await;
+        }
+        assert_current(
+            &engine,
+            "rr",
+            db,
+            "t",
+            &format!("round {round}, seed {seed}"),
+        )
+        .await;
+        let mut live: Vec<String> = Vec::new();
+        let log = query(
+            &engine,
+            &format!("SELECT _op, id FROM rr.{db}.\"t$changelog\" ORDER BY _position"),
+        )
+        .await;
+        let mut keys = std::collections::BTreeSet::new();
+        for entry in &log {
+            let (op, id) = entry.split_once(' ').unwrap();
+            match op {
+                "_op=d" => {
+                    keys.remove(id);
+                }
+                _ => {
+                    keys.insert(id.to_string());
+                }
+            }
+        }
+        live.extend(keys);
+        // The current table equals the server's (checked above).
+        let mut current: Vec<String> = query(&engine, &format!("SELECT id FROM rr.{db}.t")).await;
+        current.sort();
+        assert_eq!(live, current, "round {round}, seed {seed}: replayed keys");
+        if rng.random_bool(0.6) {
+            // No last checkpoint: the restart goes back to the newest one.
+            drop(engine);
+            engine = open_random(&path, db).await;
+            assert_current(
+                &engine,
+                "rr",
+                db,
+                "t",
+                &format!("restart {round}, seed {seed}"),
+            )
+            .await;
+        }
+    }
+}
+
+/// Opens the random test's durable engine at `path`, creating its source the first time.
+async fn open_random(path: &str, db: &str) -> Engine {
+    let options = EngineOptions {
+        durable: DurableOptions {
+            checkpoint_interval: Duration::from_millis(50),
+            state_snapshot_min_changes: 40,
+            changelog_memory_budget: 8 * 1024,
+        },
+        ..Default::default()
+    };
+    let engine = Engine::open(path, options).await.unwrap();
+    if engine.source_names().is_empty() {
+        started(&engine, "rr", db).await;
+    }
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("rr"))
+        .await
+        .unwrap()
+        .unwrap();
+    engine
+}
+
+/// A text column of the random test's extra columns, if any.
+trait ChooseText {
+    fn choose_text(&self, rng: &mut impl rand::Rng) -> Option<String>;
+}
+
+impl ChooseText for Vec<(String, bool)> {
+    fn choose_text(&self, rng: &mut impl rand::Rng) -> Option<String> {
+        let text: Vec<&String> = self.iter().filter(|(_, t)| *t).map(|(n, _)| n).collect();
+        (!text.is_empty()).then(|| text[rng.random_range(0..text.len())].clone())
+    }
+}
