@@ -32,10 +32,22 @@ fn create_sql(source: &str, db: &str) -> String {
 
 async fn started(engine: &Engine, source: &str, db: &str) {
     engine.sql(&create_sql(source, db)).await.unwrap();
+    ready(engine, source).await;
+}
+
+/// Waits until `source` of `engine` is ready.
+async fn ready(engine: &Engine, source: &str) {
     tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
         .await
         .unwrap()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{source}: {e}"));
+}
+
+/// A durable engine at `path`, its `source` ready.
+async fn reopen(path: &str, options: EngineOptions, source: &str) -> Engine {
+    let engine = Engine::open(path, options).await.unwrap();
+    ready(&engine, source).await;
+    engine
 }
 
 /// The current table of `db.table` equals the server's rows (sorted, rendered alike).
@@ -304,13 +316,7 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
          INSERT INTO {db}.made VALUES (1, 1), (2, 2);"
     ))
     .await;
-    let engine = Engine::open(dir.path().to_str().unwrap(), options())
-        .await
-        .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready("er"))
-        .await
-        .unwrap()
-        .unwrap();
+    let engine = reopen(dir.path().to_str().unwrap(), options(), "er").await;
     assert_current(&engine, "er", db, "t", "the restart").await;
     assert_current(&engine, "er", db, "made", "the restart").await;
     assert_eq!(
@@ -337,13 +343,7 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
     // And once more from the checkpoints written after those changes.
     engine.shutdown().await.unwrap();
     drop(engine);
-    let engine = Engine::open(dir.path().to_str().unwrap(), options())
-        .await
-        .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready("er"))
-        .await
-        .unwrap()
-        .unwrap();
+    let engine = reopen(dir.path().to_str().unwrap(), options(), "er").await;
     assert_current(&engine, "er", db, "t", "the second restart").await;
     exec(&format!("UPDATE {db}.made SET v = 3 WHERE id = 2")).await;
     assert_current(&engine, "er", db, "made", "the second restart").await;
@@ -361,13 +361,7 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
     assert_current(&engine, "er", db, "t2", "a rename").await;
     engine.shutdown().await.unwrap();
     drop(engine);
-    let engine = Engine::open(dir.path().to_str().unwrap(), options())
-        .await
-        .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready("er"))
-        .await
-        .unwrap()
-        .unwrap();
+    let engine = reopen(dir.path().to_str().unwrap(), options(), "er").await;
     assert_current(&engine, "er", db, "t2", "a restart after the rename").await;
     let after = query(&engine, &entries.replace("t$changelog", "t2$changelog")).await;
     let n = |v: &[String]| v[0].trim_start_matches("n=").parse::<u64>().unwrap();
@@ -566,10 +560,7 @@ async fn a_ddl_during_the_snapshot_starts_it_over_under_the_new_schema() {
         engine
             .create_source("ed", &server().cdc_url(), options)
             .unwrap();
-        tokio::time::timeout(HANG_GUARD, engine.wait_ready("ed"))
-            .await
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{at:?}: {e}"));
+        ready(&engine, "ed").await;
         exec(&format!("INSERT INTO {db}.u VALUES (2)")).await;
         assert_current(&engine, "ed", &db, "u", "a DDL on another table").await;
         let state = query(
@@ -741,10 +732,7 @@ async fn open_random(path: &str, db: &str) -> Engine {
     if engine.source_names().is_empty() {
         started(&engine, "rr", db).await;
     }
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready("rr"))
-        .await
-        .unwrap()
-        .unwrap();
+    ready(&engine, "rr").await;
     engine
 }
 
