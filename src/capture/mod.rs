@@ -51,6 +51,7 @@
 //! Replaying all of it in position order gives exactly the current state.
 
 mod display;
+mod filter;
 mod follow;
 pub mod handoff;
 mod schema;
@@ -64,9 +65,7 @@ use mysql_async::prelude::Queryable;
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::SourceTransaction;
-use crate::source::binlog::{
-    table_filter, BinlogReader, BinlogReaderOptions, TableFilter, DEFAULT_SERVER_ID,
-};
+use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, DEFAULT_SERVER_ID};
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::list_tables;
@@ -76,6 +75,7 @@ use crate::source::snapshot::incremental::{
 use crate::state::current::TableSnapshot;
 use crate::state::merge::TableState;
 
+use filter::{live_tables, Patterns, Stopped};
 use handoff::Ordinals;
 pub use handoff::{ChunkChange, HandoffLog, HandoffPart, TableChange};
 pub use schema::{describe_columns, SchemaChange};
@@ -127,48 +127,6 @@ pub struct TableStop {
     pub reason: String,
     /// Where the transaction that stopped it starts.
     pub position: BinlogCoord,
-}
-
-/// The captured tables the binlog readers still decode.
-type Stopped = Arc<std::sync::RwLock<std::collections::BTreeSet<TableId>>>;
-
-/// The source's `tables` patterns, as written and as a filter.
-#[derive(Clone)]
-struct Patterns {
-    text: String,
-    filter: TableFilter,
-}
-
-impl Patterns {
-    fn new(text: &str) -> SourceResult<Self> {
-        Ok(Self {
-            text: text.to_string(),
-            filter: table_filter(text)?,
-        })
-    }
-
-    fn selects(&self, table: &TableId) -> bool {
-        (self.filter)(table)
-    }
-}
-
-impl std::fmt::Debug for Patterns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}", self.text)
-    }
-}
-
-/// Decodes rows of the tables `pattern` selects that have not stopped: the captured ones, and
-/// any created later (its rows may come in the transaction that creates it).
-fn live_tables(pattern: TableFilter, stopped: &Stopped) -> TableFilter {
-    let stopped = Arc::clone(stopped);
-    Arc::new(move |t: &TableId| {
-        pattern(t)
-            && !stopped
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(t)
-    })
 }
 
 /// A running capture; see the module docs.

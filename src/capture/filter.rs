@@ -1,0 +1,55 @@
+//! Which tables a capture's binlog readers decode: those the source's `tables` patterns select
+//! (the captured ones and any created later), less the stopped ones.
+//!
+//! # Invariant
+//! A stopped table's rows are never decoded again, so no row of a schema the capture no longer
+//! follows reaches it; a table created after the start is decoded from its first event, so
+//! rows written in the transaction that creates it are not lost.
+
+use std::sync::Arc;
+
+use crate::change::schema::TableId;
+use crate::source::binlog::{table_filter, TableFilter};
+use crate::source::error::SourceResult;
+
+/// The captured tables the binlog readers still decode.
+pub(super) type Stopped = Arc<std::sync::RwLock<std::collections::BTreeSet<TableId>>>;
+
+/// The source's `tables` patterns, as written and as a filter.
+#[derive(Clone)]
+pub(super) struct Patterns {
+    text: String,
+    pub(super) filter: TableFilter,
+}
+
+impl Patterns {
+    pub(super) fn new(text: &str) -> SourceResult<Self> {
+        Ok(Self {
+            text: text.to_string(),
+            filter: table_filter(text)?,
+        })
+    }
+
+    pub(super) fn selects(&self, table: &TableId) -> bool {
+        (self.filter)(table)
+    }
+}
+
+impl std::fmt::Debug for Patterns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.text)
+    }
+}
+
+/// Decodes rows of the tables `pattern` selects that have not stopped: the captured ones, and
+/// any created later (its rows may come in the transaction that creates it).
+pub(super) fn live_tables(pattern: TableFilter, stopped: &Stopped) -> TableFilter {
+    let stopped = Arc::clone(stopped);
+    Arc::new(move |t: &TableId| {
+        pattern(t)
+            && !stopped
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(t)
+    })
+}
