@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use super::schema::{created_schema, follow_ddl, CreatedSchema, Followed, SchemaChange};
+use super::schema::{created_schema, follow_ddl, short, CreatedSchema, Followed, SchemaChange};
 use super::{Capture, CaptureOptions, TableChange};
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
@@ -95,14 +95,9 @@ impl Capture {
                 at: tx.start.clone(),
             });
         }
-        let mut renamed = TableSchema::new(
-            to.clone(),
-            before.columns.clone(),
-            before.primary_key.clone(),
-        )
-        .with_version(before.version + 1)
-        .with_default_charset(before.default_charset.clone());
-        renamed.arrow = Arc::clone(&before.arrow);
+        let mut renamed = before.as_ref().clone();
+        renamed.id = to.clone();
+        renamed.version += 1;
         let after = Arc::new(renamed);
         // The changelog's `_table` comes from the state's schema.
         let same: Vec<ColumnOrigin> = (0..before.columns.len())
@@ -249,9 +244,4 @@ impl Capture {
             after,
         });
     }
-}
-
-/// At most 200 characters of a statement, for messages.
-fn short(statement: &str) -> String {
-    statement.chars().take(200).collect()
 }

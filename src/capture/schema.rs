@@ -75,6 +75,11 @@ pub fn describe_columns(table: &TableSchema) -> String {
         .join(", ")
 }
 
+/// At most 200 characters of a statement, for messages.
+pub(super) fn short(statement: &str) -> String {
+    statement.chars().take(200).collect()
+}
+
 /// What following one DDL did to one table.
 pub(super) enum Followed {
     /// Nothing changed for the table.
@@ -98,7 +103,7 @@ pub(super) fn follow_ddl(
     ddl: &Ddl,
     tx: &SourceTransaction,
 ) -> SourceResult<Followed> {
-    let statement: String = ddl.statement.chars().take(200).collect();
+    let statement = short(&ddl.statement);
     let stop = |reason: String| {
         Followed::Stop(format!("the statement `{statement}` changed it: {reason}"))
     };

@@ -35,6 +35,11 @@
 //! returns to. Unlike the Paimon sink in the seeds, nothing becomes durable before its
 //! checkpoint commits, and a failed checkpoint publishes nothing twice.
 //!
+//! # Schemas
+//! A manifest records each table's schema at its position and the schema changes the capture
+//! followed before it ([`schemas`]); a restart resumes with those, never with the server's
+//! current schema, which may already be past a DDL the stream has not reached.
+//!
 //! # Before the first checkpoint
 //! A source that has not finished its first hand-off has no checkpoint yet; its snapshot's
 //! progress is kept instead ([`progress`]), so a restart reads only the chunks not done.

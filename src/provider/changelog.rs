@@ -3,7 +3,10 @@
 //! A bounded scan returns the history up to the version's position. Filters on `_position`
 //! and `_commit_ts` (comparisons with literals) prune whole segments by their ranges; they are
 //! reported inexact, so DataFusion still applies them row by row. Segments spilled to the state
-//! store are read back as the scan reaches them (`segments`).
+//! store are read back as the scan reaches them (`segments`). Every batch is brought to the
+//! provider's schema, the union of the table's schemas, by column name (`state::changelog`'s
+//! `adapt`): entries written before a DDL read as the table's later columns, NULL where a
+//! column did not exist.
 
 use std::sync::Arc;
 

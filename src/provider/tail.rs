@@ -5,7 +5,8 @@
 //! starts, then waits for each newly published version and emits the entries appended since
 //! (counted by entry, as segments merge; spilled ones are read back from the state store).
 //! Segments are whole transactions, so a consumer never sees half of one, and each entry is
-//! emitted exactly once per scan, in the order the capture appended them.
+//! emitted exactly once per scan, in the order the capture appended them. Its columns are the
+//! changelog's when the scan starts: a column a DDL adds later is not in the stream.
 
 use std::sync::Arc;
 

@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    visit_relations, AlterTableOperation, ObjectName, ObjectType, RenameTableNameKind, Statement,
-    TableConstraint, TableObject,
+    visit_relations, AlterTableOperation, CreateTable, ObjectName, ObjectType, RenameTableNameKind,
+    Statement, TableConstraint, TableObject,
 };
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
@@ -77,29 +77,7 @@ fn changed_names(statement: &Statement) -> Vec<Vec<String>> {
         },
         // A table created under a captured name is another table than the one captured.
         Statement::CreateTable(c) if !c.temporary => vec![parts(&c.name)],
-        // Statements that change neither rows nor columns.
-        Statement::CreateIndex(_)
-        | Statement::Drop {
-            object_type: ObjectType::Index,
-            ..
-        }
-        | Statement::Drop {
-            temporary: true, ..
-        }
-        | Statement::CreateTable(_)
-        | Statement::Analyze(_)
-        | Statement::OptimizeTable { .. }
-        | Statement::Grant(_)
-        | Statement::Revoke(_)
-        | Statement::Flush { .. }
-        | Statement::Set(_)
-        | Statement::Use(_)
-        | Statement::CreateUser(_)
-        | Statement::Drop {
-            object_type: ObjectType::User | ObjectType::Role | ObjectType::View,
-            ..
-        }
-        | Statement::CreateView(_) => Vec::new(),
+        s if changes_no_table(s) => Vec::new(),
         // Anything else that names a table (statement-format DML, `LOAD DATA`, vendor DDL)
         // may have changed it.
         other => {
@@ -111,6 +89,40 @@ fn changed_names(statement: &Statement) -> Vec<Vec<String>> {
             out
         }
     }
+}
+
+/// Statements that change no table's rows or columns: secondary indexes, temporary tables,
+/// table maintenance, privileges, session settings, views.
+pub fn changes_no_table(statement: &Statement) -> bool {
+    matches!(
+        statement,
+        Statement::CreateIndex(_)
+            | Statement::Drop {
+                object_type: ObjectType::Index,
+                ..
+            }
+            | Statement::Drop {
+                temporary: true,
+                ..
+            }
+            | Statement::CreateTable(CreateTable {
+                temporary: true,
+                ..
+            })
+            | Statement::Analyze(_)
+            | Statement::OptimizeTable { .. }
+            | Statement::Grant(_)
+            | Statement::Revoke(_)
+            | Statement::Flush { .. }
+            | Statement::Set(_)
+            | Statement::Use(_)
+            | Statement::CreateUser(_)
+            | Statement::Drop {
+                object_type: ObjectType::User | ObjectType::Role | ObjectType::View,
+                ..
+            }
+            | Statement::CreateView(_)
+    )
 }
 
 /// `ALTER TABLE` operations that leave every row and column as it is.

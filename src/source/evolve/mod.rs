@@ -26,7 +26,7 @@ use sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
 use crate::change::schema::{Charset, TableId, TableSchema};
-use crate::source::ddl::{mentioned_names, resolve};
+use crate::source::ddl::{changes_no_table, mentioned_names, resolve};
 use alter::{index_of, Columns, Source};
 use clauses::{alter_clauses, is_maintenance, rewrite_attributes, Step};
 use types::declare;
@@ -174,19 +174,11 @@ impl Cx<'_> {
             }
             Statement::RenameTable(renames) => self.rename(renames),
             Statement::CreateTable(c) if !c.temporary && self.is_ours(&c.name) => self.create(c),
-            Statement::CreateIndex(_)
-            | Statement::Drop { .. }
-            | Statement::Truncate(_)
-            | Statement::CreateTable(_)
-            | Statement::Analyze(_)
-            | Statement::OptimizeTable { .. }
-            | Statement::Grant(_)
-            | Statement::Revoke(_)
-            | Statement::Flush { .. }
-            | Statement::Set(_)
-            | Statement::Use(_)
-            | Statement::CreateUser(_)
-            | Statement::CreateView(_) => DdlEffect::Unchanged,
+            // Drops, truncations and creations of other tables.
+            Statement::Drop { .. } | Statement::Truncate(_) | Statement::CreateTable(_) => {
+                DdlEffect::Unchanged
+            }
+            s if changes_no_table(s) => DdlEffect::Unchanged,
             // Statement-logged DML, LOAD DATA, vendor statements: rows may change unseen.
             other => {
                 let names_ours = visit_relations(other, |n| {
