@@ -34,6 +34,7 @@ pub mod engine;
 pub mod failpoint;
 pub mod frontend;
 pub mod provider;
+pub mod sinks;
 pub mod source;
 pub mod sql;
 pub mod state;

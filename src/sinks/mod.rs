@@ -1,0 +1,23 @@
+//! Sinks: SQL-defined pipelines that send a source's changes to a target, exactly once.
+//!
+//! A sink is a query over one source's changelogs or current tables (projection, filter,
+//! scalar expressions, `UNION ALL`) and a target: Parquet files on an object store or a
+//! PostgreSQL table. It reads the changelog entries published after its committed position,
+//! runs the query over them and writes the result as one commit per interval.
+//!
+//! # Invariants
+//! * Commits fall on source-transaction boundaries: a commit covers every entry of the
+//!   published versions it read, and versions are whole transactions.
+//! * Exactly once is held by the target: each commit records the last changelog position it
+//!   covers in the same atomic step as its rows (`target`), and a sink resumes strictly after
+//!   the position its target holds.
+//!
+//! # Parts, bottom up
+//! * `error`: [`SinkError`], each error classified where it is raised (transient or not).
+//! * `target`: the [`Target`] trait, the commit and its marker.
+
+mod error;
+mod target;
+
+pub use error::SinkError;
+pub use target::{Commit, Committed, SinkMode, Target, TargetLayout};
