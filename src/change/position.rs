@@ -123,6 +123,24 @@ impl ChangePosition {
     }
 }
 
+impl ChangePosition {
+    /// Text that sorts before the position of every change of a transaction starting at or
+    /// after `tx`, and after every change of earlier transactions (of the same binlog file
+    /// name length): where "after this point" starts for a text comparison of `_position`.
+    pub fn text_before(tx: &BinlogCoord) -> String {
+        format!("{}:{:012}", tx.file, tx.offset)
+    }
+
+    /// The transaction coordinate of a position's text (what [`Self::text_before`] or
+    /// `Display` wrote).
+    pub fn coord_of_text(text: &str) -> Option<BinlogCoord> {
+        let mut parts = text.split(':');
+        let file = parts.next()?;
+        let offset = parts.next()?.parse().ok()?;
+        Some(BinlogCoord::new(file, offset))
+    }
+}
+
 impl fmt::Display for ChangePosition {
     /// Renders as text that sorts like the position when compared as a string within one file
     /// name length: `binlog.000003:000000001234:0000000002:0000000000:0`. Every index is

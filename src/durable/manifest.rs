@@ -100,12 +100,29 @@ impl Manifest {
     }
 }
 
-/// The engine's sources, as created by `CREATE SOURCE`.
+/// The engine's sources and sinks, as created by `CREATE SOURCE` and `CREATE SINK`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Catalog {
     pub format: u8,
     pub seq: u64,
     pub sources: Vec<CatalogSource>,
+    /// Absent in catalogs written before sinks existed.
+    #[serde(default)]
+    pub sinks: Vec<CatalogSink>,
+}
+
+/// One sink in the catalog. Its position is not here: the target holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogSink {
+    pub name: String,
+    /// The source its query reads (known before the query can be planned again).
+    pub source: String,
+    /// The `CREATE SINK` statement, password included, with `start` resolved to a position
+    /// when it said `now` (so a restart before the first commit starts at the same place).
+    pub statement: String,
+    /// `ALTER SINK ... PAUSE` holds across restarts.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// One source in the catalog.

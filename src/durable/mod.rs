@@ -58,7 +58,7 @@ use rand::Rng;
 
 pub use checkpoint::{Checkpointer, DurableOptions};
 pub use error::DurableError;
-pub use manifest::{Catalog, CatalogSource};
+pub use manifest::{Catalog, CatalogSink, CatalogSource};
 pub use store::{Store, StoreError, StoreOptions};
 
 /// The durable side of an engine: its store, its options and the catalog last committed.

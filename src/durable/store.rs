@@ -251,19 +251,30 @@ impl Store {
             // The CRC the frame ends with (a CRC over a frame including it is a constant).
             crc32: crc32fast::hash(&framed[..framed.len() - TRAILER_LEN]),
         };
+        self.put_plain(path, framed.into(), mode).await?;
+        Ok(file)
+    }
+
+    /// Writes `payload` as it is (no frame) at `path`: the files of a Parquet sink, which
+    /// any reader must be able to open. The file appears whole or not at all (object stores
+    /// put atomically; a local directory renames a finished file into place) and is synced
+    /// before this returns. `PutMode::Create` refuses a file that is already there.
+    pub async fn put_plain(
+        &self,
+        path: &str,
+        payload: bytes::Bytes,
+        mode: PutMode,
+    ) -> Result<(), StoreError> {
         let options = PutOptions {
             mode,
             ..Default::default()
         };
         match self
             .inner
-            .put_opts(&Path::from(path), PutPayload::from(framed), options)
+            .put_opts(&Path::from(path), PutPayload::from(payload), options)
             .await
         {
-            Ok(_) => {
-                self.sync(path).await?;
-                Ok(file)
-            }
+            Ok(_) => self.sync(path).await,
             Err(object_store::Error::AlreadyExists { .. }) => Err(StoreError::Exists {
                 path: self.describe(path),
             }),
@@ -324,7 +335,8 @@ impl Store {
         Ok(payload)
     }
 
-    async fn read_raw(&self, path: &str) -> Result<bytes::Bytes, StoreError> {
+    /// Reads the file at `path` as it is (no frame check; see [`Store::put_plain`]).
+    pub async fn read_raw(&self, path: &str) -> Result<bytes::Bytes, StoreError> {
         let result = self.inner.get(&Path::from(path)).await;
         let get = match result {
             Ok(get) => get,

@@ -13,6 +13,7 @@ use datafusion::catalog::{
 };
 use datafusion::datasource::TableProvider;
 
+use super::sinks::SinksRef;
 use super::source::{RunningSource, SourcesRef};
 use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::version::Published;
@@ -26,6 +27,7 @@ use crate::provider::CHANGELOG_SUFFIX;
 pub(super) struct EngineCatalogs {
     pub(super) others: MemoryCatalogProviderList,
     pub(super) sources: SourcesRef,
+    pub(super) sinks: SinksRef,
 }
 
 impl CatalogProviderList for EngineCatalogs {
@@ -61,7 +63,10 @@ impl CatalogProviderList for EngineCatalogs {
         match source {
             Some(source) => Some(Arc::new(SourceCatalog {
                 source,
-                status: Arc::new(CdcSchema::new(Arc::downgrade(&sources))),
+                status: Arc::new(CdcSchema::new(
+                    Arc::downgrade(&sources),
+                    std::sync::Weak::clone(&self.sinks),
+                )),
             })),
             None => self.others.catalog(name),
         }

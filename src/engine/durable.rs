@@ -47,6 +47,7 @@ impl Engine {
             )?;
             tracing::info!(source = %entry.name, "source restored from the catalog");
         }
+        engine.restore_sinks(&catalog.sinks)?;
         Ok(engine)
     }
 
@@ -104,10 +105,12 @@ impl Engine {
     /// files are removed.
     pub(super) async fn drop_durable(&self, name: &str) -> Result<(), EngineError> {
         let Some(durable) = &self.durable else {
+            self.check_no_sinks(name)?;
             return self.drop_source(name);
         };
         let mut catalog = durable.catalog.lock().await;
         let source = self.source(name)?;
+        self.check_no_sinks(name)?;
         let mut next = catalog.clone();
         next.seq += 1;
         next.sources.retain(|s| s.name != name);
@@ -122,6 +125,21 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// A source cannot be dropped while sinks read it.
+    fn check_no_sinks(&self, source: &str) -> Result<(), EngineError> {
+        let sinks = self.sinks_reading(source);
+        if sinks.is_empty() {
+            Ok(())
+        } else {
+            Err(EngineError::SourceInUse {
+                name: source.to_string(),
+                sinks,
+            })
+        }
     }
 }
 

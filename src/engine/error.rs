@@ -9,6 +9,7 @@ use datafusion::error::DataFusionError;
 use super::files::FileAccessDenied;
 use super::limits::{self, TooComplex};
 use crate::durable::DurableError;
+use crate::sinks::SinkError;
 use crate::source::error::SourceError;
 use crate::sql::SqlError;
 
@@ -41,6 +42,18 @@ pub enum EngineError {
     TooComplex(#[from] TooComplex),
     #[error(transparent)]
     FileAccess(#[from] FileAccessDenied),
+    #[error("cannot drop source \"{name}\": sinks {} read it; drop them first (DROP SINK ...)", .sinks.join(", "))]
+    SourceInUse { name: String, sinks: Vec<String> },
+    #[error("sink \"{0}\" already exists")]
+    SinkExists(String),
+    #[error("sink \"{0}\" does not exist")]
+    NoSuchSink(String),
+    #[error("sink \"{name}\": {source}")]
+    Sink {
+        name: String,
+        #[source]
+        source: SinkError,
+    },
 }
 
 /// A parse error as the engine reports it: the parser's recursion limit is [`TooComplex`].

@@ -11,9 +11,11 @@
 //! * `resnapshot`: `ALTER SOURCE ... RESNAPSHOT [TABLE]`;
 //! * `run`: the capture task's loop with its retries, and the checkpoint loop;
 //! * `source`: one running source and the engine's set of them;
+//! * `sinks`: the running sinks and `cdc.sinks`;
 //! * `status`, `functions`, `catalog`: the `cdc` tables, table functions and catalogs;
 //! * `reuse`: logical plans kept for running again, and when they may be;
-//! * `session`: the [`Engine`] itself; `durable`: its state store (open, create, drop).
+//! * `session`: the [`Engine`] itself; `durable`: its state store (open, create, drop);
+//! * `pipeline`: `CREATE`/`DROP`/`ALTER SINK`, planning a sink and starting its runner.
 
 mod catalog;
 mod durable;
@@ -22,11 +24,13 @@ mod files;
 mod functions;
 pub mod limits;
 mod partial;
+mod pipeline;
 mod resnapshot;
 mod retry;
 mod reuse;
 mod run;
 mod session;
+mod sinks;
 pub mod source;
 mod source_status;
 mod status;
@@ -38,6 +42,7 @@ pub use files::{AllowedLocations, BadLocation, FileAccessDenied};
 pub use limits::TooComplex;
 pub use reuse::{CatalogGeneration, KeptPlan};
 pub use session::{Engine, EngineOptions};
+pub use sinks::RunningSink;
 pub use source::RunningSource;
 pub use source_status::SourceStatus;
 pub use status::STATUS_SCHEMA;

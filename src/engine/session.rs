@@ -33,6 +33,7 @@ use super::files::{AllowedLocations, FileAccessDenied};
 use super::functions;
 use super::limits;
 use super::reuse::{CatalogGeneration, KeptPlan};
+use super::sinks::{RunningSink, Sinks};
 use super::source::{RunningSource, Sources};
 use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::CaptureOptions;
@@ -54,6 +55,7 @@ pub struct EngineOptions {
 pub struct Engine {
     pub(super) ctx: SessionContext,
     pub(super) sources: Arc<Sources>,
+    pub(super) sinks: Arc<Sinks>,
     pub(super) durable: Option<Arc<Durability>>,
     pub(super) allowed: AllowedLocations,
     /// Counts the changes of what names resolve to (see `reuse`).
@@ -98,6 +100,16 @@ impl Engine {
             .collect()
     }
 
+    /// Every sink, taken out of the lock.
+    pub(super) fn running_sinks(&self) -> Vec<Arc<RunningSink>> {
+        self.sinks
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Names of the sources.
     pub fn source_names(&self) -> Vec<String> {
         self.sources
@@ -117,9 +129,11 @@ impl Engine {
             .with_coalesce_batches(false)
             .with_round_robin_repartition(false);
         let sources: Arc<Sources> = Arc::new(RwLock::new(BTreeMap::new()));
+        let sinks: Arc<Sinks> = Arc::new(RwLock::new(BTreeMap::new()));
         let catalogs = Arc::new(EngineCatalogs {
             others: MemoryCatalogProviderList::new(),
             sources: Arc::downgrade(&sources),
+            sinks: Arc::downgrade(&sinks),
         });
         let state = SessionStateBuilder::new()
             .with_config(config)
@@ -132,12 +146,16 @@ impl Engine {
         if let Some(catalog) = ctx.catalog(&default_catalog) {
             let _ = catalog.register_schema(
                 STATUS_SCHEMA,
-                Arc::new(CdcSchema::new(Arc::downgrade(&sources))),
+                Arc::new(CdcSchema::new(
+                    Arc::downgrade(&sources),
+                    Arc::downgrade(&sinks),
+                )),
             );
         }
         Self {
             ctx,
             sources,
+            sinks,
             durable,
             allowed: AllowedLocations::default(),
             generation: AtomicU64::new(0),
@@ -472,6 +490,30 @@ impl Engine {
                 ])
                 .map_err(DataFusionError::from)?;
                 Ok(self.ctx.read_batch(batch)?)
+            }
+            CdcStatement::CreateSink(create) => {
+                match self.create_sink(&create).await {
+                    Err(EngineError::SinkExists(_)) if create.if_not_exists => {}
+                    other => other?,
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+            CdcStatement::ExplainSink(create) => self.explain_sink(&create).await,
+            CdcStatement::DropSink(drop) => {
+                match self.drop_sink(&drop.name).await {
+                    Err(EngineError::NoSuchSink(_)) if drop.if_exists => {}
+                    other => other?,
+                }
+                Ok(self.ctx.read_empty()?)
+            }
+            CdcStatement::ShowSinks => {
+                let sinks: Vec<Arc<RunningSink>> = self.running_sinks();
+                let batch = super::sinks::sinks_batch(&sinks, &Arc::downgrade(&self.sources))?;
+                Ok(self.ctx.read_batch(batch)?)
+            }
+            CdcStatement::AlterSink(alter) => {
+                self.alter_sink(&alter.name, alter.pause).await?;
+                Ok(self.ctx.read_empty()?)
             }
             CdcStatement::AlterSource(alter) => {
                 let AlterSourceAction::Resnapshot { table } = alter.action;

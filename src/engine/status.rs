@@ -1,6 +1,6 @@
-//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.chunks` and
+//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.chunks`,
 //! `cdc.schema_history` (every schema change the capture followed, as of the version the
-//! query reads).
+//! query reads) and `cdc.sinks` (built in `sinks`).
 //!
 //! Each table is built from the sources' status when a query scans it, so it shows the present:
 //! phase, positions, progress and errors. `cdc.sources.position` is the position of the version
@@ -24,6 +24,7 @@ use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::sinks::{SinksRef, SinksTable};
 use super::source::{RunningSource, SourcesRef};
 use crate::capture::describe_columns;
 use crate::change::position::ChangePosition;
@@ -37,13 +38,17 @@ pub const STATUS_SCHEMA: &str = "cdc";
 #[derive(Debug)]
 pub(crate) struct CdcSchema {
     sources: SourcesRef,
+    sinks: SinksRef,
 }
 
 const TABLES: [&str; 4] = ["sources", "tables", "chunks", "schema_history"];
 
+/// `cdc.sinks` (see `sinks`).
+const SINKS_TABLE: &str = "sinks";
+
 impl CdcSchema {
-    pub(crate) fn new(sources: SourcesRef) -> Self {
-        Self { sources }
+    pub(crate) fn new(sources: SourcesRef, sinks: SinksRef) -> Self {
+        Self { sources, sinks }
     }
 }
 
@@ -123,10 +128,20 @@ impl TableProvider for StatusTable {
 #[async_trait]
 impl SchemaProvider for CdcSchema {
     fn table_names(&self) -> Vec<String> {
-        TABLES.iter().map(|s| s.to_string()).collect()
+        TABLES
+            .iter()
+            .chain(std::iter::once(&SINKS_TABLE))
+            .map(|s| s.to_string())
+            .collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name == SINKS_TABLE {
+            return Ok(Some(Arc::new(SinksTable {
+                sinks: std::sync::Weak::clone(&self.sinks),
+                sources: std::sync::Weak::clone(&self.sources),
+            })));
+        }
         let Some(name) = TABLES.iter().find(|t| **t == name) else {
             return Ok(None);
         };
@@ -139,7 +154,7 @@ impl SchemaProvider for CdcSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        TABLES.contains(&name)
+        TABLES.contains(&name) || name == SINKS_TABLE
     }
 }
 

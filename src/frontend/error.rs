@@ -129,6 +129,11 @@ fn engine_sqlstate(error: &EngineError) -> &'static str {
         EngineError::Durable(e) => e.sqlstate(),
         EngineError::TooComplex(_) => crate::engine::TooComplex::SQLSTATE,
         EngineError::FileAccess(_) => crate::engine::FileAccessDenied::SQLSTATE,
+        // dependent_objects_still_exist
+        EngineError::SourceInUse { .. } => "2BP01",
+        EngineError::SinkExists(_) => crate::sql::SQLSTATE_DUPLICATE_OBJECT,
+        EngineError::NoSuchSink(_) => crate::sql::SQLSTATE_UNDEFINED_OBJECT,
+        EngineError::Sink { source, .. } => source.sqlstate(),
     }
 }
 

@@ -119,6 +119,11 @@ pub fn ours_answer(statement: &CdcStatement) -> (&'static str, bool) {
         CdcStatement::DropSource(_) => ("DROP SOURCE", false),
         CdcStatement::ShowSources => ("SHOW", true),
         CdcStatement::AlterSource(_) => ("ALTER SOURCE", false),
+        CdcStatement::CreateSink(_) => ("CREATE SINK", false),
+        CdcStatement::ExplainSink(_) => ("EXPLAIN", true),
+        CdcStatement::DropSink(_) => ("DROP SINK", false),
+        CdcStatement::ShowSinks => ("SHOW", true),
+        CdcStatement::AlterSink(_) => ("ALTER SINK", false),
     }
 }
 

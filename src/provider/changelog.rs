@@ -53,6 +53,16 @@ impl ChangelogProvider {
         self.guard = Some((health, table));
         self
     }
+
+    /// The source the changelog belongs to.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The table's index in its source's versions.
+    pub fn index(&self) -> usize {
+        self.index
+    }
 }
 
 /// A range condition on a segment-level column.

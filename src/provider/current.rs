@@ -85,6 +85,21 @@ impl CurrentTableProvider {
         self
     }
 
+    /// The source the table belongs to.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The table's index in its source's versions.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The table's schema as the provider was made with.
+    pub fn table(&self) -> &Arc<TableSchema> {
+        &self.table
+    }
+
     /// The primary-key column when it is a single column.
     fn key_column(&self) -> Option<&str> {
         match self.table.primary_key.as_slice() {

@@ -26,7 +26,7 @@ use crate::state::changelog::{read_segments, Changelog};
 /// The entries of `log` from entry `from` on, in order and in `schema` (the tail's, fixed when
 /// it started: columns a DDL adds later are not in it); segments merged since entries were
 /// sent are sliced past them.
-fn entries_from(
+pub fn entries_from(
     log: &Changelog,
     from: usize,
     schema: SchemaRef,

@@ -3,7 +3,8 @@
 //! A sink is a query over one source's changelogs or current tables (projection, filter,
 //! scalar expressions, `UNION ALL`) and a target: Parquet files on an object store or a
 //! PostgreSQL table. It reads the changelog entries published after its committed position,
-//! runs the query over them and writes the result as one commit per interval.
+//! runs the query over them and writes the result as one commit per interval: appended as
+//! changes (over a changelog), or upserted and deleted by key (over a current table).
 //!
 //! # Invariants
 //! * Commits fall on source-transaction boundaries: a commit covers every entry of the
@@ -15,9 +16,29 @@
 //! # Parts, bottom up
 //! * `error`: [`SinkError`], each error classified where it is raised (transient or not).
 //! * `target`: the [`Target`] trait, the commit and its marker.
+//! * `spec`: what a `CREATE SINK` asks for (target, options), as typed values.
+//! * `status`: what `cdc.sinks` shows.
+//! * `parquet`: the Parquet target.
+//! * `query`: which queries a sink can maintain, and the plan bound to each commit's rows.
+//! * `net`: the net outcome per key of one commit's entries (upsert sinks).
+//! * `runner`: the loop of one sink.
 
 mod error;
+mod net;
+mod parquet;
+mod query;
+mod runner;
+mod spec;
+mod status;
 mod target;
 
 pub use error::SinkError;
+pub use parquet::ParquetTarget;
+pub use query::{ScanKind, SinkQuery, SinkScan};
+pub use runner::{layout_of, Replan, SinkInput, SinkRunner};
+pub use spec::{
+    format_duration, parse_duration, SchemaChanges, SinkOptions, StartAt, TargetSpec,
+    DEFAULT_COMMIT_INTERVAL,
+};
+pub use status::{SinkState, SinkStatus};
 pub use target::{Commit, Committed, SinkMode, Target, TargetLayout};

@@ -1,5 +1,6 @@
 //! The SQL statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `DROP SOURCE`,
-//! `SHOW SOURCES` and `ALTER SOURCE ... RESNAPSHOT`.
+//! `SHOW SOURCES`, `ALTER SOURCE ... RESNAPSHOT`, and the sink statements (`CREATE SINK`,
+//! `DROP SINK`, `SHOW SINKS`, `ALTER SINK ... PAUSE | RESUME`).
 //!
 //! This module owns their text: grammar, option checking and rendering back to SQL. It does
 //! not run them; the executor (the pgwire layer's query hook) matches on [`CdcStatement`] and
@@ -22,6 +23,7 @@
 //!   documentation and rendering, read into the typed [`SourceOptions`].
 //! * `statement`: the statement types.
 //! * `grammar`: sqlparser's parser over our tokens, with our error messages.
+//! * `sink`: the sink statements' grammar and options.
 //! * `parse`: which texts are ours, and each statement's grammar ([`parse_cdc_statement`]).
 //! * `render`: statements back to SQL, password masked.
 //! * `script`: splitting a script into statements (for `--init` files).
@@ -37,6 +39,7 @@ mod options;
 mod parse;
 mod render;
 mod script;
+mod sink;
 mod statement;
 mod value;
 
@@ -50,7 +53,11 @@ pub use options::{
 };
 pub use parse::parse_cdc_statement;
 pub use script::split_statements;
-pub use statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
+pub use sink::SINK_OPTIONS;
+pub use statement::{
+    AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, DropSink,
+    DropSource,
+};
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,8 @@
 //!
 //! # Invariant
 //! [`parse_cdc_statement`] claims a text exactly when its first words are one of `CREATE
-//! SOURCE`, `CREATE OR REPLACE SOURCE`, `DROP SOURCE`, `SHOW SOURCES` or `ALTER SOURCE`; any
+//! SOURCE`, `CREATE OR REPLACE SOURCE`, `DROP SOURCE`, `SHOW SOURCES`, `ALTER SOURCE`, `CREATE
+//! SINK`, `EXPLAIN CREATE SINK`, `DROP SINK`, `SHOW SINKS` or `ALTER SINK`; any
 //! other text is `Ok(None)`, untouched, for DataFusion, even text that does not tokenize (so
 //! DataFusion reports its own error). A claimed text is either a whole statement or an error
 //! naming the offending token and its line and column. This way no DataFusion statement changes
@@ -47,6 +48,18 @@ pub fn parse_cdc_statement(sql: &str) -> Result<Option<CdcStatement>, SqlError> 
             CdcStatement::ShowSources
         }
         Kind::Alter => CdcStatement::AlterSource(grammar.alter_source()?),
+        Kind::CreateSink => CdcStatement::CreateSink(grammar.create_sink(sql)?),
+        Kind::ExplainSink => {
+            grammar.expect_keyword(Keyword::EXPLAIN)?;
+            CdcStatement::ExplainSink(grammar.create_sink(sql)?)
+        }
+        Kind::DropSink => CdcStatement::DropSink(grammar.drop_sink()?),
+        Kind::ShowSinks => {
+            grammar.expect_keyword(Keyword::SHOW)?;
+            grammar.expect_word("SINKS")?;
+            CdcStatement::ShowSinks
+        }
+        Kind::AlterSink => CdcStatement::AlterSink(grammar.alter_sink()?),
     };
     grammar.end_of_statement()?;
     Ok(Some(statement))
@@ -60,6 +73,11 @@ enum Kind {
     Drop,
     Show,
     Alter,
+    CreateSink,
+    ExplainSink,
+    DropSink,
+    ShowSinks,
+    AlterSink,
 }
 
 impl Kind {
@@ -83,6 +101,16 @@ impl Kind {
             Some(Kind::Show)
         } else if first(Keyword::ALTER) && word(1, "SOURCE") {
             Some(Kind::Alter)
+        } else if first(Keyword::CREATE) && word(1, "SINK") {
+            Some(Kind::CreateSink)
+        } else if first(Keyword::EXPLAIN) && word(1, "CREATE") && word(2, "SINK") {
+            Some(Kind::ExplainSink)
+        } else if first(Keyword::DROP) && word(1, "SINK") {
+            Some(Kind::DropSink)
+        } else if first(Keyword::SHOW) && word(1, "SINKS") {
+            Some(Kind::ShowSinks)
+        } else if first(Keyword::ALTER) && word(1, "SINK") {
+            Some(Kind::AlterSink)
         } else {
             None
         }

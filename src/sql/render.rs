@@ -11,8 +11,13 @@
 
 use std::fmt;
 
+use super::mysql_url::mask_password;
 use super::names::{mysql_name_sql, quote_string, source_name_sql};
-use super::statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
+use super::statement::{
+    AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, DropSink,
+    DropSource,
+};
+use crate::sinks::{format_duration, TargetSpec};
 
 impl fmt::Display for CreateSource {
     /// The password is masked: see the module docs.
@@ -74,7 +79,83 @@ impl fmt::Display for CdcStatement {
             CdcStatement::DropSource(s) => s.fmt(f),
             CdcStatement::ShowSources => f.write_str("SHOW SOURCES"),
             CdcStatement::AlterSource(s) => s.fmt(f),
+            CdcStatement::CreateSink(s) => s.fmt(f),
+            CdcStatement::ExplainSink(s) => write!(f, "EXPLAIN {s}"),
+            CdcStatement::DropSink(s) => s.fmt(f),
+            CdcStatement::ShowSinks => f.write_str("SHOW SINKS"),
+            CdcStatement::AlterSink(s) => s.fmt(f),
         }
+    }
+}
+
+impl CreateSink {
+    /// The statement, with the target's password masked unless `password`.
+    fn render(&self, f: &mut impl fmt::Write, password: bool) -> fmt::Result {
+        // The catalog's copy creates the sink it names, whatever the original said.
+        let if_not_exists = if self.if_not_exists && !password {
+            "IF NOT EXISTS "
+        } else {
+            ""
+        };
+        let url = |u: &str| {
+            if password {
+                quote_string(u)
+            } else {
+                quote_string(&mask_password(u))
+            }
+        };
+        write!(
+            f,
+            "CREATE SINK {if_not_exists}{} INTO ",
+            source_name_sql(&self.name)
+        )?;
+        match &self.target {
+            TargetSpec::Parquet { url: u } => write!(f, "PARQUET {}", url(u))?,
+            TargetSpec::Postgres { url: u, table } => {
+                write!(f, "POSTGRES {} TABLE {}", url(u), quote_string(table))?;
+            }
+        }
+        let o = &self.options;
+        f.write_str(" WITH (")?;
+        if let Some(mode) = o.mode {
+            write!(f, "mode = '{}', ", mode.name())?;
+        }
+        write!(
+            f,
+            "start = {}, commit_interval = '{}', schema_changes = '{}') AS {}",
+            quote_string(&o.start.to_string()),
+            format_duration(o.commit_interval),
+            o.schema_changes.name(),
+            self.query
+        )
+    }
+
+    /// The statement with the target's real password: only for the engine's own catalog.
+    pub fn to_sql_with_password(&self) -> String {
+        let mut out = String::new();
+        let _ = self.render(&mut out, true);
+        out
+    }
+}
+
+impl fmt::Display for CreateSink {
+    /// The target's password is masked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.render(f, false)
+    }
+}
+
+impl fmt::Display for DropSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let if_exists = if self.if_exists { "IF EXISTS " } else { "" };
+        write!(f, "DROP SINK {if_exists}{}", source_name_sql(&self.name))
+    }
+}
+
+impl fmt::Display for AlterSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let action = if self.pause { "PAUSE" } else { "RESUME" };
+        write!(f, "ALTER SINK {} {action}", source_name_sql(&self.name))
     }
 }
 

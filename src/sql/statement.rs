@@ -7,6 +7,12 @@
 //! DROP SOURCE [IF EXISTS] name
 //! SHOW SOURCES
 //! ALTER SOURCE name RESNAPSHOT [TABLE db.table]
+//! CREATE SINK [IF NOT EXISTS] name INTO PARQUET 'url' | POSTGRES 'url' TABLE 'schema.table'
+//!     [WITH (option = value, ...)] AS query
+//! EXPLAIN CREATE SINK ...
+//! DROP SINK [IF EXISTS] name
+//! SHOW SINKS
+//! ALTER SINK name PAUSE | RESUME
 //! ```
 //!
 //! # Invariant
@@ -18,6 +24,7 @@
 use super::mysql_url::MySqlUrl;
 use super::options::SourceOptions;
 use crate::change::schema::TableId;
+use crate::sinks::{SinkOptions, TargetSpec};
 
 /// A statement cdcfusion handles itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +33,12 @@ pub enum CdcStatement {
     DropSource(DropSource),
     ShowSources,
     AlterSource(AlterSource),
+    CreateSink(CreateSink),
+    /// `EXPLAIN CREATE SINK ...`: the sink's plan, without creating it.
+    ExplainSink(CreateSink),
+    DropSink(DropSink),
+    ShowSinks,
+    AlterSink(AlterSink),
 }
 
 /// `CREATE SOURCE [IF NOT EXISTS] name FROM MYSQL 'url' [WITH (...)]`.
@@ -56,4 +69,30 @@ pub struct AlterSource {
 pub enum AlterSourceAction {
     /// `RESNAPSHOT [TABLE db.t]`: snapshot one table again, or every table when `None`.
     Resnapshot { table: Option<TableId> },
+}
+
+/// `CREATE SINK [IF NOT EXISTS] name INTO target [WITH (...)] AS query`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateSink {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub target: TargetSpec,
+    pub options: SinkOptions,
+    /// The query as written after `AS` (planned by DataFusion when the sink starts).
+    pub query: String,
+}
+
+/// `DROP SINK [IF EXISTS] name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropSink {
+    pub name: String,
+    pub if_exists: bool,
+}
+
+/// `ALTER SINK name PAUSE | RESUME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterSink {
+    pub name: String,
+    /// True for `PAUSE`, false for `RESUME`.
+    pub pause: bool,
 }

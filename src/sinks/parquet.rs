@@ -1,0 +1,313 @@
+//! The Parquet target: one Parquet file per commit, under a directory or an object-store
+//! prefix, partitioned by the commit's day (`dt=YYYY-MM-DD/part-<commit>.parquet`, which
+//! Hive-style readers such as DuckDB and Spark read as a `dt` column).
+//!
+//! # Invariant
+//! A commit is one file, written whole (object stores put atomically; a local directory
+//! renames a finished file into place), never replaced (create-if-absent), and its footer
+//! carries the commit's marker (`cdcfusion.sink`, `cdcfusion.commit`, `cdcfusion.position`).
+//! So any Parquet reader sees whole commits only, and the newest file tells where the sink
+//! resumes. Files are append-only, so this target takes changelog sinks only.
+
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use bytes::Bytes;
+use object_store::PutMode;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::{KeyValue, ParquetMetaDataReader};
+use parquet::file::properties::WriterProperties;
+
+use super::error::SinkError;
+use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use crate::durable::store::{Store, StoreError};
+
+const SINK_KEY: &str = "cdcfusion.sink";
+const COMMIT_KEY: &str = "cdcfusion.commit";
+const POSITION_KEY: &str = "cdcfusion.position";
+
+/// Parquet files of one sink; see the module docs.
+#[derive(Debug)]
+pub struct ParquetTarget {
+    url: String,
+    store: Option<Store>,
+    sink: String,
+}
+
+impl ParquetTarget {
+    /// A target at `url`: a directory (`file:///dir` or a path) or `s3://bucket/prefix`.
+    pub fn new(url: &str) -> Result<Self, SinkError> {
+        let scheme_ok = url.starts_with("file://")
+            || url.starts_with("s3://")
+            || url.starts_with("memory://")
+            || !url.contains("://");
+        if !scheme_ok || url.trim().is_empty() {
+            return Err(SinkError::Invalid(format!(
+                "PARQUET takes a directory ('file:///dir' or a path) or 's3://bucket/prefix', not '{url}'"
+            )));
+        }
+        Ok(Self {
+            url: url.to_string(),
+            store: None,
+            sink: String::new(),
+        })
+    }
+
+    fn store_error(&self, e: StoreError) -> SinkError {
+        if e.is_transient() {
+            SinkError::unavailable(format!("Parquet target {}", self.url), e)
+        } else {
+            SinkError::Conflict(format!("Parquet target {}: {e}", self.url))
+        }
+    }
+
+    /// The commit number a file of this target is, from its name.
+    fn commit_of(path: &str) -> Option<u64> {
+        let name = path.rsplit('/').next()?;
+        name.strip_prefix("part-")?
+            .strip_suffix(".parquet")?
+            .parse()
+            .ok()
+    }
+
+    /// The marker in the footer of the file at `path`.
+    async fn marker_of(&self, store: &Store, path: &str) -> Result<(String, Committed), SinkError> {
+        let bytes = store
+            .read_raw(path)
+            .await
+            .map_err(|e| self.store_error(e))?;
+        let bad = |why: String| {
+            SinkError::Conflict(format!(
+                "{} is not a commit of a cdcfusion sink ({why}); point the sink at an empty directory",
+                store.describe(path)
+            ))
+        };
+        let metadata = ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes)
+            .map_err(|e| bad(e.to_string()))?;
+        let kv = metadata.file_metadata().key_value_metadata();
+        let get = |key: &str| {
+            kv.and_then(|kv| kv.iter().find(|k| k.key == key))
+                .and_then(|k| k.value.clone())
+                .ok_or_else(|| bad(format!("no {key} in its footer")))
+        };
+        let number = get(COMMIT_KEY)?
+            .parse()
+            .map_err(|e| bad(format!("{COMMIT_KEY}: {e}")))?;
+        Ok((
+            get(SINK_KEY)?,
+            Committed {
+                number,
+                position: get(POSITION_KEY)?,
+            },
+        ))
+    }
+
+    fn encode(&self, commit: &Commit, schema: &SchemaRef) -> Result<Bytes, SinkError> {
+        let marker = &commit.marker;
+        let properties = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .set_key_value_metadata(Some(vec![
+                KeyValue::new(SINK_KEY.to_string(), self.sink.clone()),
+                KeyValue::new(COMMIT_KEY.to_string(), marker.number.to_string()),
+                KeyValue::new(POSITION_KEY.to_string(), marker.position.clone()),
+            ]))
+            .build();
+        let encode_error = |e: parquet::errors::ParquetError| {
+            SinkError::Unsupported(format!("writing commit {} as Parquet: {e}", marker.number))
+        };
+        let mut buffer = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut buffer, Arc::clone(schema), Some(properties))
+            .map_err(encode_error)?;
+        writer.write(&commit.rows).map_err(encode_error)?;
+        writer.close().map_err(encode_error)?;
+        Ok(Bytes::from(buffer))
+    }
+}
+
+/// The UTC day of the current time, as `YYYY-MM-DD`.
+fn today() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    chrono::DateTime::from_timestamp(i64::try_from(seconds).unwrap_or(0), 0)
+        .map(|t| t.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|| "1970-01-01".to_string())
+}
+
+#[async_trait]
+impl Target for ParquetTarget {
+    async fn open(&mut self, layout: &TargetLayout) -> Result<Option<Committed>, SinkError> {
+        if layout.mode == SinkMode::Upsert {
+            return Err(SinkError::Unsupported(
+                "PARQUET files are append-only, so a Parquet sink writes changelogs: select FROM source.db.\"t$changelog\" (or use a POSTGRES target to upsert)".into(),
+            ));
+        }
+        self.sink = layout.sink.clone();
+        let store = Store::open(&self.url, &Vec::new()).map_err(|e| match e {
+            StoreError::Open { message, .. } => {
+                SinkError::Invalid(format!("Parquet target {}: {message}", self.url))
+            }
+            other => self.store_error(other),
+        })?;
+        let files = store.list("").await.map_err(|e| self.store_error(e))?;
+        let newest = files
+            .iter()
+            .filter_map(|p| Some((Self::commit_of(p)?, p)))
+            .max_by_key(|(n, _)| *n);
+        let committed = match newest {
+            None => None,
+            Some((_, path)) => {
+                let (sink, marker) = self.marker_of(&store, path).await?;
+                if sink != layout.sink {
+                    return Err(SinkError::Conflict(format!(
+                        "Parquet target {} holds the commits of sink {sink}; give sink {} a directory of its own",
+                        self.url, layout.sink
+                    )));
+                }
+                Some(marker)
+            }
+        };
+        self.store = Some(store);
+        Ok(committed)
+    }
+
+    async fn commit(&mut self, commit: &Commit) -> Result<(), SinkError> {
+        let Some(store) = self.store.clone() else {
+            return Err(SinkError::unavailable(
+                format!("Parquet target {}", self.url),
+                "not open",
+            ));
+        };
+        let bytes = self.encode(commit, &commit.rows.schema())?;
+        let path = format!("dt={}/part-{:020}.parquet", today(), commit.marker.number);
+        store
+            .put_plain(&path, bytes, PutMode::Create)
+            .await
+            .map_err(|e| match e {
+                StoreError::Exists { path } => SinkError::Conflict(format!(
+                    "{path} already exists: another engine writes sink {}",
+                    self.sink
+                )),
+                other => self.store_error(other),
+            })
+    }
+
+    fn describe(&self) -> String {
+        format!("PARQUET '{}'", self.url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    fn layout(sink: &str, schema: &SchemaRef) -> TargetLayout {
+        TargetLayout {
+            sink: sink.into(),
+            schema: Arc::clone(schema),
+            mode: SinkMode::Changelog,
+            key: vec![],
+        }
+    }
+
+    fn commit(schema: &SchemaRef, number: u64, ids: &[i64]) -> Commit {
+        let rows = RecordBatch::try_new(
+            Arc::clone(schema),
+            vec![
+                Arc::new(StringArray::from_iter_values(ids.iter().map(|_| "c"))),
+                Arc::new(Int64Array::from(ids.to_vec())),
+            ],
+        )
+        .unwrap();
+        Commit {
+            marker: Committed {
+                number,
+                position: format!("p{number}"),
+            },
+            rows,
+            deletes: None,
+        }
+    }
+
+    fn all_rows(dir: &std::path::Path) -> Vec<i64> {
+        let mut files = Vec::new();
+        for day in std::fs::read_dir(dir).unwrap() {
+            for f in std::fs::read_dir(day.unwrap().path()).unwrap() {
+                files.push(f.unwrap().path());
+            }
+        }
+        files.sort();
+        let mut ids = Vec::new();
+        for f in files {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(f).unwrap())
+                .unwrap()
+                .build()
+                .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let col = batch
+                    .column(1)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                ids.extend(col.values().iter().copied());
+            }
+        }
+        ids
+    }
+
+    #[tokio::test]
+    async fn commits_are_files_whose_footer_says_where_to_resume() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("_op", DataType::Utf8, false),
+            Field::new("id", DataType::Int64, false),
+        ]));
+        let mut target = ParquetTarget::new(&url).unwrap();
+        assert_eq!(target.open(&layout("s", &schema)).await.unwrap(), None);
+        target.commit(&commit(&schema, 1, &[1, 2])).await.unwrap();
+        target.commit(&commit(&schema, 2, &[3])).await.unwrap();
+        let mut again = ParquetTarget::new(&url).unwrap();
+        let marker = again.open(&layout("s", &schema)).await.unwrap().unwrap();
+        assert_eq!(marker.number, 2);
+        assert_eq!(marker.position, "p2");
+        assert_eq!(all_rows(dir.path()), vec![1, 2, 3]);
+        // A commit number already written is refused, and nothing changes.
+        let err = again.commit(&commit(&schema, 2, &[9])).await.unwrap_err();
+        assert!(matches!(err, SinkError::Conflict(_)), "{err}");
+        assert_eq!(all_rows(dir.path()), vec![1, 2, 3]);
+        // Another sink may not take the directory over.
+        let err = ParquetTarget::new(&url)
+            .unwrap()
+            .open(&layout("other", &schema))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("holds the commits of sink s"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn upserts_and_bad_urls_are_refused() {
+        assert!(ParquetTarget::new("postgresql://x/y").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let schema: SchemaRef =
+            Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let mut l = layout("s", &schema);
+        l.mode = SinkMode::Upsert;
+        let err = ParquetTarget::new(&dir.path().display().to_string())
+            .unwrap()
+            .open(&l)
+            .await
+            .unwrap_err();
+        assert_eq!(err.sqlstate(), "0A000");
+    }
+}
