@@ -189,3 +189,112 @@ pub fn net_changes(
         deletes: rows(deletes)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int32Array};
+    use arrow::buffer::NullBuffer;
+    use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema};
+
+    use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId};
+
+    fn table() -> TableSchema {
+        let columns = vec![
+            ColumnSpec {
+                name: "id".into(),
+                kind: ColumnKind::Int {
+                    bits: 32,
+                    unsigned: false,
+                },
+                nullable: false,
+            },
+            ColumnSpec {
+                name: "v".into(),
+                kind: ColumnKind::Text {
+                    charset: Charset::Utf8,
+                },
+                nullable: true,
+            },
+        ];
+        TableSchema::new(TableId::new("d", "t"), columns, vec![0])
+    }
+
+    /// Changelog entries `(op, id, v, before)`.
+    fn entries(rows: &[(&str, i32, &str, Option<(i32, &str)>)]) -> RecordBatch {
+        let fields: Fields = vec![
+            Field::new("id", DataType::Int32, true),
+            Field::new("v", DataType::Utf8, true),
+        ]
+        .into();
+        let before = StructArray::try_new(
+            fields.clone(),
+            vec![
+                Arc::new(Int32Array::from_iter(rows.iter().map(|r| r.3.map(|b| b.0)))),
+                Arc::new(StringArray::from_iter(
+                    rows.iter().map(|r| r.3.map(|b| b.1)),
+                )),
+            ],
+            Some(NullBuffer::from_iter(rows.iter().map(|r| r.3.is_some()))),
+        )
+        .unwrap();
+        RecordBatch::try_from_iter(vec![
+            (
+                "_op",
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))) as ArrayRef,
+            ),
+            (
+                "id",
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.1))) as _,
+            ),
+            (
+                "v",
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))) as _,
+            ),
+            ("_before", Arc::new(before) as _),
+        ])
+        .unwrap()
+    }
+
+    fn rows(batch: &RecordBatch) -> Vec<(i32, String)> {
+        let id = batch.column(0).as_primitive::<Int32Type>();
+        let v = batch.column(1).as_string::<i32>();
+        let mut out: Vec<_> = (0..batch.num_rows())
+            .map(|i| (id.value(i), v.value(i).to_string()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn the_last_change_of_each_key_decides_across_batches() {
+        let t = table();
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("v", DataType::Utf8, true),
+        ]));
+        let first = entries(&[
+            ("r", 1, "a", None),
+            ("c", 2, "b", None),
+            ("u", 1, "a2", Some((1, "a"))),
+            ("d", 2, "b", None),
+        ]);
+        let second = entries(&[
+            ("c", 2, "b2", None),
+            // The key changes: the old key goes, the new one holds the row.
+            ("u", 4, "y", Some((3, "x"))),
+            ("d", 5, "z", None),
+            ("c", 6, "gone", None),
+            ("d", 6, "gone", None),
+        ]);
+        let net = net_changes(&t, &schema, &[first, second]).unwrap();
+        assert_eq!(
+            rows(&net.upserts),
+            vec![(1, "a2".into()), (2, "b2".into()), (4, "y".into())]
+        );
+        assert_eq!(
+            rows(&net.deletes),
+            vec![(3, "x".into()), (5, "z".into()), (6, "gone".into())]
+        );
+    }
+}
