@@ -69,6 +69,9 @@ impl std::fmt::Debug for SinkRunner {
     }
 }
 
+/// The wait after the first failed attempt; it doubles with each failure in a row.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
 /// The longest wait between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
@@ -235,9 +238,9 @@ impl SinkRunner {
 
     /// Runs until the source is dropped or the sink fails; see the module docs.
     pub async fn run(mut self) {
-        let mut backoff = Duration::from_millis(500);
+        let mut backoff = FIRST_BACKOFF;
         loop {
-            match self.attempt().await {
+            match self.attempt(&mut backoff).await {
                 Ok(()) => return,
                 Err(e) if e.is_transient() => {
                     tracing::warn!(sink = %self.name, error = %e, "sink attempt failed; retrying");
@@ -275,7 +278,8 @@ impl SinkRunner {
         }
     }
 
-    async fn attempt(&mut self) -> Result<(), SinkError> {
+    /// One attempt, from opening the target on; a commit that succeeds resets `backoff`.
+    async fn attempt(&mut self, backoff: &mut Duration) -> Result<(), SinkError> {
         self.set(|s| s.state = SinkState::Starting);
         let Some(mut version) = self.consistent().await else {
             return Ok(());
@@ -372,6 +376,7 @@ impl SinkRunner {
                 deletes,
             };
             self.target.commit(&commit).await?;
+            *backoff = FIRST_BACKOFF;
             number += 1;
             after = Some(newest);
             last_commit = Some(Instant::now());
