@@ -10,6 +10,7 @@
 //! * `task`: how a capture task starts (fresh, recovered, resumed) and appends;
 //! * `resnapshot`: `ALTER SOURCE ... RESNAPSHOT [TABLE]`;
 //! * `run`: the capture task's loop with its retries, and the checkpoint loop;
+//! * `status_rows`: building the rows of the `cdc` tables;
 //! * `source`: one running source and the engine's set of them;
 //! * `sinks`: the running sinks and `cdc.sinks`;
 //! * `status`, `functions`, `catalog`: the `cdc` tables, table functions and catalogs;
@@ -34,6 +35,7 @@ mod sinks;
 pub mod source;
 mod source_status;
 mod status;
+mod status_rows;
 mod stop;
 mod task;
 

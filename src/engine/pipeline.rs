@@ -230,7 +230,7 @@ impl Engine {
         let running = RunningSink {
             name: create.name.clone(),
             source: source.name.clone(),
-            target: format!("{}", DisplayTarget(&create)),
+            target: create.target_sql(),
             statement: create,
             status,
             paused: paused_tx,
@@ -316,7 +316,7 @@ impl Engine {
             } else {
                 query.key.join(", ")
             },
-            DisplayTarget(create),
+            create.target_sql(),
         );
         let batch = RecordBatch::try_from_iter(vec![
             (
@@ -360,21 +360,5 @@ impl Engine {
             .filter(|s| s.source == source)
             .map(|s| s.name.clone())
             .collect()
-    }
-}
-
-/// A sink's target as status shows it (password masked).
-struct DisplayTarget<'a>(&'a CreateSink);
-
-impl std::fmt::Display for DisplayTarget<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0.target {
-            TargetSpec::Parquet { url } => write!(f, "PARQUET '{url}'"),
-            TargetSpec::Postgres { url, table } => write!(
-                f,
-                "POSTGRES '{}' TABLE '{table}'",
-                crate::sql::mask_password(url)
-            ),
-        }
     }
 }

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::array::{Float64Array, RecordBatch, UInt64Array};
+use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
@@ -20,6 +20,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use tokio::sync::watch;
 
 use super::source::{RunningSource, SourcesRef};
+use super::status_rows::{table, text};
 use crate::change::position::ChangePosition;
 use crate::provider::memory_scan;
 use crate::sinks::SinkStatus;
@@ -60,10 +61,6 @@ pub(crate) type Sinks = RwLock<BTreeMap<String, Arc<RunningSink>>>;
 
 /// Weak handle used by the status table.
 pub(crate) type SinksRef = Weak<Sinks>;
-
-fn text(v: Vec<Option<String>>) -> ArrayRef {
-    Arc::new(StringArray::from(v))
-}
 
 /// One row per sink: see the module docs.
 pub(super) fn sinks_batch(sinks: &[Arc<RunningSink>], sources: &SourcesRef) -> Result<RecordBatch> {
@@ -122,7 +119,7 @@ pub(super) fn sinks_batch(sinks: &[Arc<RunningSink>], sources: &SourcesRef) -> R
         ));
     }
     let [name, source, target, mode, state, position, error, sqlstate, definition] = cols;
-    let columns: Vec<(&str, ArrayRef)> = vec![
+    table(vec![
         ("name", text(name)),
         ("source", text(source)),
         ("target", text(target)),
@@ -139,17 +136,7 @@ pub(super) fn sinks_batch(sinks: &[Arc<RunningSink>], sources: &SourcesRef) -> R
         ("error", text(error)),
         ("error_sqlstate", text(sqlstate)),
         ("definition", text(definition)),
-    ];
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-            .collect::<Vec<_>>(),
-    ));
-    Ok(RecordBatch::try_new(
-        schema,
-        columns.into_iter().map(|(_, a)| a).collect(),
-    )?)
+    ])
 }
 
 /// `cdc.sinks`, computed when a query scans it.

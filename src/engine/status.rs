@@ -12,11 +12,9 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-    UInt64Array,
+    BooleanArray, Float64Array, RecordBatch, TimestampMicrosecondArray, UInt64Array,
 };
 use arrow::datatypes::SchemaRef;
-use arrow::datatypes::{Field, Schema};
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, Session};
 use datafusion::datasource::{TableProvider, TableType};
@@ -26,6 +24,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::sinks::{SinksRef, SinksTable};
 use super::source::{RunningSource, SourcesRef};
+use super::status_rows::{table, text};
 use crate::capture::describe_columns;
 use crate::change::position::ChangePosition;
 use crate::provider::{memory_scan, version_for};
@@ -66,23 +65,6 @@ fn phase_name(p: Phase) -> &'static str {
 fn micros(at: std::time::SystemTime) -> i64 {
     at.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
-}
-
-fn text(v: Vec<Option<String>>) -> ArrayRef {
-    Arc::new(StringArray::from(v))
-}
-
-fn table(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|(n, a)| Field::new(*n, a.data_type().clone(), true))
-            .collect::<Vec<_>>(),
-    ));
-    Ok(RecordBatch::try_new(
-        schema,
-        columns.into_iter().map(|(_, a)| a).collect(),
-    )?)
 }
 
 /// One status table; its rows are computed when a query scans it, from the versions that

@@ -197,31 +197,18 @@ mod tests {
     use arrow::buffer::NullBuffer;
     use arrow::datatypes::{DataType, Field, Fields, Int32Type, Schema};
 
-    use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId};
-
+    /// The shared fixture table `d.t (id INT NOT NULL, v TEXT)`, keyed by `id`.
     fn table() -> TableSchema {
-        let columns = vec![
-            ColumnSpec {
-                name: "id".into(),
-                kind: ColumnKind::Int {
-                    bits: 32,
-                    unsigned: false,
-                },
-                nullable: false,
-            },
-            ColumnSpec {
-                name: "v".into(),
-                kind: ColumnKind::Text {
-                    charset: Charset::Utf8,
-                },
-                nullable: true,
-            },
-        ];
-        TableSchema::new(TableId::new("d", "t"), columns, vec![0])
+        crate::state::fixtures::codec(true)
+            .schema()
+            .as_ref()
+            .clone()
     }
 
-    /// Changelog entries `(op, id, v, before)`.
-    fn entries(rows: &[(&str, i32, &str, Option<(i32, &str)>)]) -> RecordBatch {
+    /// One changelog entry: `(op, id, v, before)`.
+    type Entry<'a> = (&'a str, i32, &'a str, Option<(i32, &'a str)>);
+
+    fn entries(rows: &[Entry]) -> RecordBatch {
         let fields: Fields = vec![
             Field::new("id", DataType::Int32, true),
             Field::new("v", DataType::Utf8, true),

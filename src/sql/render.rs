@@ -88,7 +88,24 @@ impl fmt::Display for CdcStatement {
     }
 }
 
+/// A sink's target as the statement writes it, each URL through `url` (masking or not).
+fn target_sql(target: &TargetSpec, url: impl Fn(&str) -> String) -> String {
+    match target {
+        TargetSpec::Parquet { url: u } => format!("PARQUET {}", quote_string(&url(u))),
+        TargetSpec::Postgres { url: u, table } => format!(
+            "POSTGRES {} TABLE {}",
+            quote_string(&url(u)),
+            quote_string(table)
+        ),
+    }
+}
+
 impl CreateSink {
+    /// The target as status and `EXPLAIN` show it: password masked.
+    pub fn target_sql(&self) -> String {
+        target_sql(&self.target, mask_password)
+    }
+
     /// The statement, with the target's password masked unless `password`.
     fn render(&self, f: &mut impl fmt::Write, password: bool) -> fmt::Result {
         // The catalog's copy creates the sink it names, whatever the original said.
@@ -99,22 +116,17 @@ impl CreateSink {
         };
         let url = |u: &str| {
             if password {
-                quote_string(u)
+                u.to_string()
             } else {
-                quote_string(&mask_password(u))
+                mask_password(u)
             }
         };
         write!(
             f,
-            "CREATE SINK {if_not_exists}{} INTO ",
-            source_name_sql(&self.name)
+            "CREATE SINK {if_not_exists}{} INTO {}",
+            source_name_sql(&self.name),
+            target_sql(&self.target, url)
         )?;
-        match &self.target {
-            TargetSpec::Parquet { url: u } => write!(f, "PARQUET {}", url(u))?,
-            TargetSpec::Postgres { url: u, table } => {
-                write!(f, "POSTGRES {} TABLE {}", url(u), quote_string(table))?;
-            }
-        }
         let o = &self.options;
         f.write_str(" WITH (")?;
         if let Some(mode) = o.mode {

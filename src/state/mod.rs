@@ -11,7 +11,7 @@ pub mod changelog;
 pub mod current;
 pub mod diff;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 pub mod handoff;
 pub mod index;
 pub mod merge;
