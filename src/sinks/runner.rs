@@ -296,7 +296,11 @@ impl SinkRunner {
         let mut cursors = vec![0usize; self.query.scans.len()];
         let mut schemas = self.read_schemas(&version);
         let mode = self.query.mode.name();
+        // Nothing read yet: every entry of the tables read counts as lag until the first read
+        // (an empty list would show no lag at all).
+        let unread: Vec<(usize, usize)> = self.query.scans.iter().map(|s| (s.table, 0)).collect();
         self.set(|s| {
+            s.covered = unread;
             s.state = SinkState::Running;
             s.mode = Some(mode);
             s.committed = marker.clone();
