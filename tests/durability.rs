@@ -19,6 +19,7 @@ use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
 use cdcfusion::durable::{DurableOptions, Store};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
+use common::readers::*;
 use common::workload::*;
 use common::*;
 use rand::{Rng, SeedableRng};
@@ -323,8 +324,8 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// `cdcfusion serve` on `dir`, logging to `log`.
-fn spawn_serve(dir: &Path, init: &Path, log: &Path) -> Child {
+/// `cdcfusion serve` on `dir` with settings file `config`, logging to `log`.
+fn spawn_serve(dir: &Path, init: &Path, config: &Path, log: &Path) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -344,6 +345,8 @@ fn spawn_serve(dir: &Path, init: &Path, log: &Path) -> Child {
         .arg(dir)
         .arg("--init")
         .arg(init)
+        .arg("--config")
+        .arg(config)
         .env("RUST_LOG", "cdcfusion=info")
         .stdout(Stdio::null())
         .stderr(Stdio::from(log))
@@ -364,6 +367,62 @@ fn newest_manifest(dir: &Path) -> String {
         .unwrap_or_else(|| "none".into())
 }
 
+/// Each sink of the crash test holds what the recovered engine holds, read by readers that
+/// are not ours: the upsert targets equal the current table, the changelog targets hold
+/// every entry exactly once.
+async fn check_sinks(engine: &Engine, db: &str, pg: &str, lake: &Path, files: &Path) {
+    for sink in ["pg_copy", "pg_log", "lake", "files"] {
+        sink_caught_up(engine, "crash", sink).await;
+    }
+    let rows: Vec<String> = query(
+        engine,
+        &format!("SELECT CAST(id AS VARCHAR) || '|' || CAST(k AS VARCHAR) || '|' || COALESCE(v, 'NULL') || '|' || COALESCE(CAST(n AS VARCHAR), 'NULL') AS line FROM crash.{db}.t ORDER BY id"),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.trim_start_matches("line=").to_string())
+    .collect();
+    let log: Vec<String> = query(
+        engine,
+        &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) AS line FROM crash.{db}.\"t$changelog\" ORDER BY _position"),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.trim_start_matches("line=").to_string())
+    .collect();
+    assert_eq!(
+        psql(pg, "SELECT id, k, v, n FROM t_copy ORDER BY id"),
+        rows,
+        "PostgreSQL upsert target"
+    );
+    assert_eq!(
+        delta_rows(lake, "id,k,v,n", "r['id']"),
+        rows,
+        "Delta upsert target"
+    );
+    assert_eq!(
+        psql(
+            pg,
+            "SELECT _position, _op, id FROM t_log ORDER BY _position COLLATE \"C\""
+        ),
+        log,
+        "PostgreSQL changelog target"
+    );
+    assert_eq!(
+        duckdb(&format!(
+            "SELECT _position, _op, id FROM read_parquet('{}/**/*.parquet') ORDER BY _position",
+            files.display()
+        )),
+        log,
+        "Parquet changelog target"
+    );
+    println!(
+        "sinks: {} rows upserted into PostgreSQL and Delta, {} changelog entries in PostgreSQL and Parquet, each exactly once",
+        rows.len(),
+        log.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let seed: u64 = std::env::var("CDCFUSION_CRASH_SEED")
@@ -382,13 +441,41 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let init = dir.path().join("init.sql");
-    std::fs::write(&init, format!("{};\n", create_sql(srv, "crash", db))).unwrap();
+    let lake = dir.path().join("lake");
+    let files = dir.path().join("files");
+    let pg = "cdcfusion_it_crash_sinks";
+    let pg_url = pg_database(pg, 5432).await;
+    // Four sinks, one per kind of target and mode, written while the engine is killed.
+    let sinks = [
+        format!("CREATE SINK IF NOT EXISTS pg_copy INTO POSTGRES '{pg_url}' TABLE 't_copy' WITH (commit_interval = '200ms') AS SELECT id, k, v, n FROM crash.{db}.t"),
+        format!("CREATE SINK IF NOT EXISTS pg_log INTO POSTGRES '{pg_url}' TABLE 't_log' WITH (commit_interval = '200ms') AS SELECT _op, _position, id FROM crash.{db}.\"t$changelog\""),
+        format!("CREATE SINK IF NOT EXISTS lake INTO DELTA 'file://{}' WITH (commit_interval = '300ms') AS SELECT id, k, v, n FROM crash.{db}.t", lake.display()),
+        format!("CREATE SINK IF NOT EXISTS files INTO PARQUET 'file://{}' WITH (commit_interval = '300ms') AS SELECT _op, _position, id FROM crash.{db}.\"t$changelog\"", files.display()),
+    ];
+    std::fs::write(
+        &init,
+        format!(
+            "{};\n{};\n",
+            create_sql(srv, "crash", db),
+            sinks.join(";\n")
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("cdcfusion.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "allowed_locations = [\"file://{}/\"]\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
     let log = dir.path().join("serve.log");
     let stop = Arc::new(AtomicBool::new(false));
     let writes = tokio::spawn(writer(srv, db.to_string(), seed, 10_000, Arc::clone(&stop)));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
     for round in 0..rounds {
-        let mut child = spawn_serve(&state, &init, &log);
+        let mut child = spawn_serve(&state, &init, &config, &log);
         // Early rounds die young (during the snapshot or the first checkpoints).
         let max = if round < 2 { 700 } else { 2500 };
         let after = rng.random_range(100..max);
@@ -418,6 +505,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
         ),
     };
     check(srv, &engine, "crash", db).await;
+    check_sinks(&engine, db, pg, &lake, &files).await;
     // Hundreds of checkpoints later the changelog is still a few files: covered segments were
     // merged.
     let store = Store::open(state.to_str().unwrap(), &Vec::new()).unwrap();

@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use cdcfusion::engine::{AllowedLocations, Engine, EngineError, EngineOptions};
+use common::readers::*;
 use common::*;
 use mysql_async::prelude::Queryable;
 
@@ -53,55 +54,6 @@ async fn scalar(engine: &Engine, sql: &str) -> String {
     row.split_once('=')
         .map(|(_, v)| v.to_string())
         .unwrap_or_default()
-}
-
-/// Waits until sink `sink` has committed everything its source published (after the
-/// source caught up with the server).
-async fn caught_up(engine: &Engine, source: &str, sink: &str) {
-    sync_source(engine, source).await;
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    loop {
-        let rows = query(
-            engine,
-            &format!("SELECT state, lag_entries, error FROM cdc.sinks WHERE name = '{sink}'"),
-        )
-        .await;
-        let row = rows.first().cloned().unwrap_or_default();
-        if row.contains("lag_entries=0 ") && row.contains("state=running") {
-            return;
-        }
-        assert!(!row.contains("state=failed"), "sink {sink} failed: {row}");
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sink {sink} does not catch up: {row}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Rows of a DuckDB query, one line each (DuckDB from PyPI, a reader that is not ours).
-fn duckdb(sql: &str) -> Vec<String> {
-    // Installed once per test binary: tests run in parallel.
-    static DEPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let deps = DEPS.get_or_init(|| pip_install("pydeps-duckdb", "duckdb", "duckdb>=1.1,<3"));
-    let script = format!(
-        "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join('NULL' if v is None else str(v) for v in row))\n"
-    );
-    let out = std::process::Command::new("python3")
-        .env("PYTHONPATH", deps)
-        .args(["-c", &script])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "duckdb: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 /// The changelog of `table` as `position|op|id|v` lines, in position order.
@@ -167,8 +119,8 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
         ))
         .await;
     }
-    caught_up(&engine, "pq", "all_changes").await;
-    caught_up(&engine, "pq", "even").await;
+    sink_caught_up(&engine, "pq", "all_changes").await;
+    sink_caught_up(&engine, "pq", "even").await;
     // A crash: the engine goes away without a clean stop; more changes arrive meanwhile.
     drop(engine);
     exec(&format!(
@@ -179,8 +131,8 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     let engine = open(state.path(), out.path()).await;
     ready(&engine, "pq").await;
     exec(&format!("UPDATE {db}.t SET v = 'last' WHERE id = 200")).await;
-    caught_up(&engine, "pq", "all_changes").await;
-    caught_up(&engine, "pq", "even").await;
+    sink_caught_up(&engine, "pq", "all_changes").await;
+    sink_caught_up(&engine, "pq", "even").await;
 
     let expected = changelog_lines(&engine, "pq", db, "t", "").await;
     assert!(expected.len() > 100, "{} entries", expected.len());
@@ -330,7 +282,7 @@ async fn queries_a_sink_cannot_maintain_are_refused_and_sinks_pause_and_resume()
         explain.contains("mode: changelog") && explain.contains("Filter"),
         "{explain}"
     );
-    caught_up(&engine, "rf", "shards").await;
+    sink_caught_up(&engine, "rf", "shards").await;
     let commits_before = scalar(
         &engine,
         "SELECT commits FROM cdc.sinks WHERE name = 'shards'",
@@ -370,7 +322,7 @@ async fn queries_a_sink_cannot_maintain_are_refused_and_sinks_pause_and_resume()
         "paused"
     );
     engine.sql("ALTER SINK shards RESUME").await.unwrap();
-    caught_up(&engine, "rf", "shards").await;
+    sink_caught_up(&engine, "rf", "shards").await;
     let written = duckdb(&format!(
         "SELECT _table, id, v FROM read_parquet('{}/shards/**/*.parquet') ORDER BY _table, id",
         out.path().display()
@@ -396,4 +348,324 @@ async fn queries_a_sink_cannot_maintain_are_refused_and_sinks_pause_and_resume()
         .await
         .is_empty());
     engine.sql("DROP SOURCE rf").await.unwrap();
+}
+
+/// The rows of `select` (one `line` column) in the engine, in order.
+async fn lines(engine: &Engine, select: &str) -> Vec<String> {
+    query(engine, select)
+        .await
+        .into_iter()
+        .map(|r| r.trim_start_matches("line=").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn postgres_sinks_upsert_and_append_exactly_once_across_crashes() {
+    let db = "sink_pg";
+    let pg = "cdcfusion_it_sink_pg";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20), n INT, amount DECIMAL(10,2), at DATETIME(3));
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, seq * 1.25, '2024-01-02 03:04:05.678' FROM {db}.seq_1_to_60;"
+    ))
+    .await;
+    let url = pg_database(pg, 5432).await;
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let engine = open(state.path(), out.path()).await;
+    engine.sql(&create_source("pg1", db)).await.unwrap();
+    ready(&engine, "pg1").await;
+    // An upsert copy of the rows with n % 5 <> 0, under other names.
+    engine
+        .sql(&format!(
+            "CREATE SINK copy INTO POSTGRES '{url}' TABLE 'public.t_copy' WITH (commit_interval = '100ms') AS SELECT id AS key, v, n, amount, at FROM pg1.{db}.t WHERE n % 5 <> 0"
+        ))
+        .await
+        .unwrap();
+    // Every change, appended.
+    engine
+        .sql(&format!(
+            "CREATE SINK log INTO POSTGRES '{url}' TABLE 't_log' WITH (commit_interval = '100ms') AS SELECT _op, _position, _commit_ts, id, v, _before FROM pg1.{db}.\"t$changelog\""
+        ))
+        .await
+        .unwrap();
+    let changes = |round: i32| {
+        format!(
+            "START TRANSACTION;
+             UPDATE {db}.t SET v = CONCAT('u{round}-', id), n = n + 1 WHERE id % 7 = {round};
+             UPDATE {db}.t SET id = id + 1000 WHERE id = {};
+             DELETE FROM {db}.t WHERE id = {};
+             INSERT INTO {db}.t VALUES ({}, 'new\\ttab', 5, NULL, NULL), ({}, NULL, 1, -3.5, '2000-01-01');
+             COMMIT;",
+            20 + round,
+            30 + round,
+            100 + round * 2,
+            101 + round * 2
+        )
+    };
+    for round in 0..3 {
+        exec(&changes(round)).await;
+    }
+    sink_caught_up(&engine, "pg1", "copy").await;
+    sink_caught_up(&engine, "pg1", "log").await;
+    // A crash; more changes arrive while the engine is away, and after it is back.
+    drop(engine);
+    exec(&changes(3)).await;
+    let engine = open(state.path(), out.path()).await;
+    ready(&engine, "pg1").await;
+    exec(&changes(4)).await;
+    sink_caught_up(&engine, "pg1", "copy").await;
+    sink_caught_up(&engine, "pg1", "log").await;
+
+    let expected = lines(
+        &engine,
+        &format!(
+            "SELECT CAST(id AS VARCHAR) || '|' || COALESCE(v, 'NULL') || '|' || CAST(n AS VARCHAR) || '|' || COALESCE(CAST(amount AS VARCHAR), 'NULL') AS line FROM pg1.{db}.t WHERE n % 5 <> 0 ORDER BY id"
+        ),
+    )
+    .await;
+    assert!(expected.len() > 40, "{expected:?}");
+    assert_eq!(
+        psql(pg, "SELECT key, v, n, amount FROM t_copy ORDER BY key"),
+        expected,
+        "the PostgreSQL table equals the source's filtered rows"
+    );
+    assert_eq!(
+        psql(pg, "SELECT DISTINCT at FROM t_copy WHERE key = 1"),
+        vec!["2024-01-02 03:04:05.678"]
+    );
+    let log = changelog_lines(&engine, "pg1", db, "t", "").await;
+    assert_eq!(
+        psql(
+            pg,
+            "SELECT _position, _op, id, COALESCE(v, 'NULL') FROM t_log ORDER BY _position COLLATE \"C\""
+        ),
+        log,
+        "the changelog table holds every change exactly once"
+    );
+    // The before image of an update is a JSON object.
+    let updated = psql(
+        pg,
+        "SELECT _before->>'v' FROM t_log WHERE _op = 'u' AND id = 7 ORDER BY _position COLLATE \"C\" LIMIT 1",
+    );
+    assert_eq!(updated, vec!["v7"]);
+    // The progress rows name the last positions, as cdc.sinks does.
+    let last = log.last().unwrap().split('|').next().unwrap().to_string();
+    assert_eq!(
+        psql(
+            pg,
+            "SELECT position FROM _cdcfusion_sinks WHERE sink = 'log'"
+        ),
+        vec![last.clone()]
+    );
+    assert_eq!(
+        scalar(
+            &engine,
+            "SELECT committed_position FROM cdc.sinks WHERE name = 'log'"
+        )
+        .await,
+        last
+    );
+    drop(engine);
+}
+
+#[tokio::test]
+async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns() {
+    let db = "sink_pg_faults";
+    let pg = "cdcfusion_it_sink_pg_faults";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20));
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq) FROM {db}.seq_1_to_30;"
+    ))
+    .await;
+    let proxy = common::proxy::FaultProxy::start(5432).await;
+    let url = pg_database(pg, proxy.port()).await;
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let engine = open(state.path(), out.path()).await;
+    engine.sql(&create_source("pgf", db)).await.unwrap();
+    ready(&engine, "pgf").await;
+    engine
+        .sql(&format!(
+            "CREATE SINK follow INTO POSTGRES '{url}' TABLE 't' WITH (commit_interval = '100ms') AS SELECT * FROM pgf.{db}.t"
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SINK strict INTO POSTGRES '{url}' TABLE 't_strict' WITH (commit_interval = '100ms', schema_changes = 'stop') AS SELECT * FROM pgf.{db}.t"
+        ))
+        .await
+        .unwrap();
+    sink_caught_up(&engine, "pgf", "follow").await;
+    sink_caught_up(&engine, "pgf", "strict").await;
+
+    // PostgreSQL goes away: open connections are cut and new ones refused.
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    exec(&format!(
+        "UPDATE {db}.t SET v = 'while away' WHERE id <= 10; DELETE FROM {db}.t WHERE id = 30;"
+    ))
+    .await;
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let state = scalar(&engine, "SELECT state FROM cdc.sinks WHERE name = 'follow'").await;
+        if state == "retrying" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "state {state}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let error = scalar(
+        &engine,
+        "SELECT error_sqlstate FROM cdc.sinks WHERE name = 'follow'",
+    )
+    .await;
+    assert_eq!(error, "08006");
+    proxy.refuse_new(false);
+    sink_caught_up(&engine, "pgf", "follow").await;
+
+    // A column new at the source: followed by one sink, the other stops with the fix.
+    exec(&format!(
+        "ALTER TABLE {db}.t ADD COLUMN note VARCHAR(10); UPDATE {db}.t SET note = 'n' WHERE id = 2;
+         INSERT INTO {db}.t VALUES (31, 'v31', 'new');"
+    ))
+    .await;
+    sink_caught_up(&engine, "pgf", "follow").await;
+    let expected = lines(
+        &engine,
+        &format!("SELECT CAST(id AS VARCHAR) || '|' || v || '|' || COALESCE(note, 'NULL') AS line FROM pgf.{db}.t ORDER BY id"),
+    )
+    .await;
+    assert_eq!(psql(pg, "SELECT id, v, note FROM t ORDER BY id"), expected);
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let row = query(
+            &engine,
+            "SELECT state, error_sqlstate, error FROM cdc.sinks WHERE name = 'strict'",
+        )
+        .await
+        .join(" ");
+        if row.contains("state=failed") {
+            assert!(row.contains("error_sqlstate=55000"), "{row}");
+            assert!(row.contains("schema_changes = 'stop'"), "{row}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{row}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(engine);
+}
+
+#[tokio::test]
+async fn delta_sinks_upsert_and_append_exactly_once_across_crashes() {
+    let db = "sink_delta";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20), n INT, big BIGINT UNSIGNED, dur TIME);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, 18446744073709551615 - seq, '-100:00:01' FROM {db}.seq_1_to_60;"
+    ))
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let log_dir = out.path().join("log");
+    let copy_dir = out.path().join("copy");
+    let engine = open(state.path(), out.path()).await;
+    engine.sql(&create_source("dl", db)).await.unwrap();
+    ready(&engine, "dl").await;
+    engine
+        .sql(&format!(
+            "CREATE SINK lake_log INTO DELTA 'file://{}' WITH (commit_interval = '100ms') AS SELECT * FROM dl.{db}.\"t$changelog\"",
+            log_dir.display()
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SINK lake_copy INTO DELTA 'file://{}' WITH (commit_interval = '100ms') AS SELECT * FROM dl.{db}.t WHERE n % 5 <> 0",
+            copy_dir.display()
+        ))
+        .await
+        .unwrap();
+    let changes = |round: i32| {
+        format!(
+            "START TRANSACTION;
+             UPDATE {db}.t SET v = CONCAT('u{round}-', id), n = n + 1 WHERE id % 7 = {round};
+             UPDATE {db}.t SET id = id + 1000 WHERE id = {};
+             DELETE FROM {db}.t WHERE id = {};
+             INSERT INTO {db}.t VALUES ({}, 'new', 5, 0, '838:59:59'), ({}, NULL, 1, NULL, NULL);
+             COMMIT;",
+            20 + round,
+            30 + round,
+            100 + round * 2,
+            101 + round * 2
+        )
+    };
+    for round in 0..3 {
+        exec(&changes(round)).await;
+    }
+    sink_caught_up(&engine, "dl", "lake_log").await;
+    sink_caught_up(&engine, "dl", "lake_copy").await;
+    drop(engine);
+    exec(&changes(3)).await;
+    let engine = open(state.path(), out.path()).await;
+    ready(&engine, "dl").await;
+    exec(&changes(4)).await;
+    exec(&format!("ALTER TABLE {db}.t ADD COLUMN note VARCHAR(8)")).await;
+    exec(&format!("UPDATE {db}.t SET note = 'x', n = 2 WHERE id = 1")).await;
+    sink_caught_up(&engine, "dl", "lake_log").await;
+    sink_caught_up(&engine, "dl", "lake_copy").await;
+
+    let expected = lines(
+        &engine,
+        &format!(
+            "SELECT CAST(id AS VARCHAR) || '|' || COALESCE(v, 'NULL') || '|' || CAST(n AS VARCHAR) || '|' || COALESCE(CAST(big AS VARCHAR), 'NULL') || '|' || COALESCE(note, 'NULL') AS line FROM dl.{db}.t WHERE n % 5 <> 0 ORDER BY id"
+        ),
+    )
+    .await;
+    assert!(expected.len() > 40, "{expected:?}");
+    assert_eq!(
+        delta_rows(&copy_dir, "id,v,n,big,note", "r['id']"),
+        expected,
+        "the Delta table equals the source's filtered rows (the new column followed)"
+    );
+    assert_eq!(
+        delta_rows(&copy_dir, "dur", "r['id']")
+            .first()
+            .map(String::as_str),
+        Some("-100:00:01.000000")
+    );
+    let log = changelog_lines(&engine, "dl", db, "t", "").await;
+    assert_eq!(
+        delta_rows(&log_dir, "_position,_op,id,v", "r['_position'].encode()"),
+        log,
+        "the changelog table holds every change exactly once"
+    );
+    // The change data feed records the upserts' deletes and updates; the sink's transaction
+    // version is the number of commits it made.
+    let script = format!(
+        "from deltalake import DeltaTable\n\
+         import pyarrow\n\
+         t = DeltaTable({path:?})\n\
+         cdf = pyarrow.table(t.load_cdf(starting_version=0))\n\
+         print(sorted(set(cdf.column('_change_type').to_pylist())))\n\
+         print(t.transaction_version('cdcfusion:lake_copy'))\n",
+        path = copy_dir.display().to_string()
+    );
+    let printed = python_delta(&script);
+    assert_eq!(
+        printed[0],
+        "['delete', 'insert', 'update_postimage', 'update_preimage']"
+    );
+    let commits = scalar(
+        &engine,
+        "SELECT commits FROM cdc.sinks WHERE name = 'lake_copy'",
+    )
+    .await;
+    assert!(printed[1].parse::<u64>().unwrap() >= commits.parse::<u64>().unwrap());
+    drop(engine);
 }

@@ -29,8 +29,8 @@ use crate::change::position::ChangePosition;
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{CatalogSink, DurableError};
 use crate::sinks::{
-    layout_of, ParquetTarget, Replan, SinkError, SinkInput, SinkQuery, SinkRunner, SinkState,
-    SinkStatus, StartAt, Target, TargetSpec,
+    layout_of, DeltaTarget, ParquetTarget, PostgresTarget, Replan, SinkError, SinkInput, SinkQuery,
+    SinkRunner, SinkState, SinkStatus, StartAt, Target, TargetSpec,
 };
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateSink};
 
@@ -54,10 +54,9 @@ async fn plan_query(state: &SessionState, create: &CreateSink) -> Result<SinkQue
 /// The target a statement names, not yet opened.
 fn target_of(spec: &TargetSpec) -> Result<Box<dyn Target>, SinkError> {
     match spec {
+        TargetSpec::Delta { url } => Ok(Box::new(DeltaTarget::new(url)?)),
         TargetSpec::Parquet { url } => Ok(Box::new(ParquetTarget::new(url)?)),
-        TargetSpec::Postgres { .. } => Err(SinkError::Unsupported(
-            "POSTGRES targets are being built".into(),
-        )),
+        TargetSpec::Postgres { url, table } => Ok(Box::new(PostgresTarget::new(url, table)?)),
     }
 }
 
@@ -73,7 +72,7 @@ impl Engine {
     pub(super) async fn create_sink(&self, create: &CreateSink) -> Result<(), EngineError> {
         let err = Self::sink_error(&create.name);
         self.check_sink_name(&create.name)?;
-        if let TargetSpec::Parquet { url } = &create.target {
+        if let TargetSpec::Parquet { url } | TargetSpec::Delta { url } = &create.target {
             self.check_location("CREATE SINK", url)?;
         }
         let query = match plan_query(&self.ctx.state(), create).await {

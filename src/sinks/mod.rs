@@ -1,8 +1,8 @@
 //! Sinks: SQL-defined pipelines that send a source's changes to a target, exactly once.
 //!
 //! A sink is a query over one source's changelogs or current tables (projection, filter,
-//! scalar expressions, `UNION ALL`) and a target: Parquet files on an object store or a
-//! PostgreSQL table. It reads the changelog entries published after its committed position,
+//! scalar expressions, `UNION ALL`) and a target: a Delta table, Parquet files on an object
+//! store or a PostgreSQL table. It reads the changelog entries published after its committed position,
 //! runs the query over them and writes the result as one commit per interval: appended as
 //! changes (over a changelog), or upserted and deleted by key (over a current table).
 //!
@@ -18,22 +18,30 @@
 //! * `target`: the [`Target`] trait, the commit and its marker.
 //! * `spec`: what a `CREATE SINK` asks for (target, options), as typed values.
 //! * `status`: what `cdc.sinks` shows.
+//! * `text`: values targets write as text.
 //! * `parquet`: the Parquet target.
+//! * `postgres`: the PostgreSQL target.
+//! * `delta`: the Delta Lake target.
 //! * `query`: which queries a sink can maintain, and the plan bound to each commit's rows.
 //! * `net`: the net outcome per key of one commit's entries (upsert sinks).
 //! * `runner`: the loop of one sink.
 
+mod delta;
 mod error;
 mod net;
 mod parquet;
+mod postgres;
 mod query;
 mod runner;
 mod spec;
 mod status;
 mod target;
+mod text;
 
+pub use delta::DeltaTarget;
 pub use error::SinkError;
 pub use parquet::ParquetTarget;
+pub use postgres::PostgresTarget;
 pub use query::{ScanKind, SinkQuery, SinkScan};
 pub use runner::{layout_of, Replan, SinkInput, SinkRunner};
 pub use spec::{

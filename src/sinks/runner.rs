@@ -11,10 +11,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
 use arrow::compute::kernels::cmp::gt;
 use arrow::compute::{concat_batches, filter_record_batch, take};
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
@@ -158,8 +158,63 @@ async fn read_new(
     Ok((out, newest))
 }
 
+/// The type that holds values of both `old` and `new`: the same type, or for structs (such as
+/// `_before`) the union of their fields, each merged in turn; `None` for a change of type.
+fn merge_type(old: &DataType, new: &DataType) -> Option<DataType> {
+    match (old, new) {
+        _ if old == new => Some(old.clone()),
+        (DataType::Struct(old_fields), DataType::Struct(new_fields)) => {
+            let mut fields: Vec<Field> = Vec::with_capacity(old_fields.len());
+            for o in old_fields {
+                match new_fields.find(o.name()) {
+                    Some((_, n)) => fields.push(
+                        o.as_ref()
+                            .clone()
+                            .with_data_type(merge_type(o.data_type(), n.data_type())?),
+                    ),
+                    None => fields.push(o.as_ref().clone().with_nullable(true)),
+                }
+            }
+            for n in new_fields {
+                if old_fields.find(n.name()).is_none() {
+                    fields.push(n.as_ref().clone().with_nullable(true));
+                }
+            }
+            Some(DataType::Struct(Fields::from(fields)))
+        }
+        _ => None,
+    }
+}
+
+/// `array` as `data_type` (its own type merged with others by [`merge_type`]): struct fields
+/// it lacks are NULL.
+fn align_array(array: &ArrayRef, data_type: &DataType) -> Result<ArrayRef, SinkError> {
+    if array.data_type() == data_type {
+        return Ok(Arc::clone(array));
+    }
+    match (array.as_any().downcast_ref::<StructArray>(), data_type) {
+        (Some(s), DataType::Struct(fields)) => {
+            let columns = fields
+                .iter()
+                .map(|f| match s.column_by_name(f.name()) {
+                    Some(c) => align_array(c, f.data_type()),
+                    None => Ok(arrow::array::new_null_array(f.data_type(), s.len())),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Arc::new(
+                StructArray::try_new(fields.clone(), columns, s.nulls().cloned())
+                    .map_err(|e| SinkError::Input(e.to_string()))?,
+            ))
+        }
+        _ => Err(SinkError::Input(format!(
+            "a column of {} cannot be written as {data_type}",
+            array.data_type()
+        ))),
+    }
+}
+
 /// `rows` in the columns of `target`: columns it lacks (dropped at the source) are NULL,
-/// columns `target` lacks are appended (new at the source).
+/// columns `target` lacks are appended (new at the source), structs carry the fields of both.
 fn align(rows: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, SinkError> {
     let mut fields: Vec<Field> = target.fields().iter().map(|f| f.as_ref().clone()).collect();
     for f in rows.schema().fields() {
@@ -172,7 +227,7 @@ fn align(rows: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, SinkError
         .fields()
         .iter()
         .map(|f| match rows.column_by_name(f.name()) {
-            Some(c) => Ok(Arc::clone(c)),
+            Some(c) => align_array(c, f.data_type()),
             None => Ok(arrow::array::new_null_array(f.data_type(), rows.num_rows())),
         })
         .collect::<Result<Vec<ArrayRef>, SinkError>>()?;
@@ -427,18 +482,23 @@ impl SinkRunner {
             )));
         }
         let query = (self.replan)().await?;
-        for field in query.schema.fields() {
-            if let Ok(old) = layout.schema.field_with_name(field.name()) {
-                if old.data_type() != field.data_type() {
-                    return Err(SinkError::SchemaChange(format!(
-                        "column {} of sink {} changed type from {} to {}{at}; a sink follows added and dropped columns only: drop the sink and create it again to rewrite the target",
-                        field.name(),
-                        self.name,
-                        old.data_type(),
-                        field.data_type()
-                    )));
-                }
-            }
+        let mut merged: Vec<Field> = Vec::with_capacity(layout.schema.fields().len());
+        for old in layout.schema.fields() {
+            let Ok(field) = query.schema.field_with_name(old.name()) else {
+                // Dropped at the source: kept, written as NULL.
+                merged.push(old.as_ref().clone().with_nullable(true));
+                continue;
+            };
+            let Some(data_type) = merge_type(old.data_type(), field.data_type()) else {
+                return Err(SinkError::SchemaChange(format!(
+                    "column {} of sink {} changed type from {} to {}{at}; a sink follows added and dropped columns only: drop the sink and create it again to rewrite the target",
+                    field.name(),
+                    self.name,
+                    old.data_type(),
+                    field.data_type()
+                )));
+            };
+            merged.push(old.as_ref().clone().with_data_type(data_type));
         }
         if query.key != layout.key {
             return Err(SinkError::SchemaChange(format!(
@@ -448,12 +508,7 @@ impl SinkRunner {
                 query.key.join(", ")
             )));
         }
-        let mut fields: Vec<Field> = layout
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone())
-            .collect();
+        let mut fields = merged;
         for f in query.schema.fields() {
             if layout.schema.field_with_name(f.name()).is_err() {
                 fields.push(f.as_ref().clone().with_nullable(true));

@@ -15,6 +15,8 @@ use super::target::SinkMode;
 /// Where a sink writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetSpec {
+    /// A Delta table at a directory (`file:///dir`, a plain path, or `s3://bucket/prefix`).
+    Delta { url: String },
     /// Parquet files under a directory (`file:///dir`, a plain path, or `s3://bucket/prefix`).
     Parquet { url: String },
     /// A PostgreSQL table (`postgresql://user@host/db`, table `schema.table`).
@@ -25,6 +27,7 @@ impl TargetSpec {
     /// The target's kind as the statement spells it.
     pub fn kind(&self) -> &'static str {
         match self {
+            TargetSpec::Delta { .. } => "DELTA",
             TargetSpec::Parquet { .. } => "PARQUET",
             TargetSpec::Postgres { .. } => "POSTGRES",
         }

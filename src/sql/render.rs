@@ -91,6 +91,7 @@ impl fmt::Display for CdcStatement {
 /// A sink's target as the statement writes it, each URL through `url` (masking or not).
 fn target_sql(target: &TargetSpec, url: impl Fn(&str) -> String) -> String {
     match target {
+        TargetSpec::Delta { url: u } => format!("DELTA {}", quote_string(&url(u))),
         TargetSpec::Parquet { url: u } => format!("PARQUET {}", quote_string(&url(u))),
         TargetSpec::Postgres { url: u, table } => format!(
             "POSTGRES {} TABLE {}",

@@ -84,13 +84,12 @@ impl Grammar<'_> {
         })
     }
 
-    /// `PARQUET 'url'` or `POSTGRES 'url' TABLE 'schema.table'`.
+    /// `DELTA 'url'`, `PARQUET 'url'` or `POSTGRES 'url' TABLE 'schema.table'`.
     fn sink_target(&mut self) -> Result<TargetSpec, SqlError> {
         let next = self.parser.peek_token_ref();
-        let location = next.span.start;
         let kind = match &next.token {
             Token::Word(w) if w.quote_style.is_none() => w.value.to_uppercase(),
-            _ => return Err(self.expected("PARQUET or POSTGRES")),
+            _ => return Err(self.expected("DELTA, PARQUET or POSTGRES")),
         };
         match kind.as_str() {
             "PARQUET" => {
@@ -117,12 +116,14 @@ impl Grammar<'_> {
                     self.string("the target table as a string literal ('schema.table')")?;
                 Ok(TargetSpec::Postgres { url, table })
             }
-            "DELTA" => Err(SqlError::Unsupported {
-                feature: "a DELTA target".to_string(),
-                hint: Some("sink into PARQUET or POSTGRES".to_string()),
-                location: Some(location),
-            }),
-            _ => Err(self.expected("PARQUET or POSTGRES")),
+            "DELTA" => {
+                self.parser.advance_token();
+                let (url, _) = self.string(
+                    "the Delta table's directory or object store URL as a string literal",
+                )?;
+                Ok(TargetSpec::Delta { url })
+            }
+            _ => Err(self.expected("DELTA, PARQUET or POSTGRES")),
         }
     }
 
@@ -292,6 +293,14 @@ mod tests {
                 ..c
             }
         );
+        let d = create("create sink d into delta 's3://lake/t' as select * from s.d.t");
+        assert_eq!(
+            d.target,
+            TargetSpec::Delta {
+                url: "s3://lake/t".into()
+            }
+        );
+        assert_eq!(create(&d.to_string()), d);
         let p = create(
             "create sink p into parquet 'file:///tmp/x' as select * from s.d.\"t$changelog\"",
         );
@@ -301,8 +310,8 @@ mod tests {
 
     #[test]
     fn sink_statements_refuse_what_they_cannot_do_with_a_clear_error() {
-        let e = error("CREATE SINK s INTO DELTA 's3://b/p' AS SELECT 1");
-        assert_eq!(e.sqlstate(), "0A000", "{e}");
+        let e = error("CREATE SINK s INTO ICEBERG 's3://b/p' AS SELECT 1");
+        assert!(e.to_string().contains("DELTA, PARQUET or POSTGRES"), "{e}");
         let e = error("CREATE SINK s INTO PARQUET '/tmp/x' WITH (mode = 'merge') AS SELECT 1");
         assert!(e.to_string().contains("'changelog' or 'upsert'"), "{e}");
         let e = error("CREATE SINK s INTO PARQUET '/tmp/x' WITH (interval = '5s') AS SELECT 1");

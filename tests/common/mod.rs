@@ -4,6 +4,7 @@
 
 pub mod durable;
 pub mod proxy;
+pub mod readers;
 pub mod workload;
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,0 +1,429 @@
+//! The Delta Lake target: a Delta table (local directory or `s3://`), written through the
+//! `deltalake` crate, with its change data feed on.
+//!
+//! Changelog sinks append each commit as one Delta write; upsert sinks run one `MERGE` per
+//! commit that deletes the removed keys, updates the changed ones and inserts the new ones, so
+//! the change data feed records inserts, updates (pre- and post-images) and deletes. A column
+//! new at the source is added by the append that first carries it (schema merge); an upsert
+//! adds it in a metadata-only commit just before the `MERGE`, because a `MERGE` with schema
+//! merge would also add the sink's delete flag column.
+//!
+//! # Invariant
+//! Every data commit carries an application transaction (`txn`: app id `cdcfusion:<sink>`,
+//! version = the sink's commit number) and, in its commit info, the sink, the commit number and
+//! the last changelog position it covers (`cdcfusion.sink`, `cdcfusion.commit`,
+//! `cdcfusion.position`). Delta commits are atomic, so the table's newest `txn` version and the
+//! commit info of that version say exactly where the sink resumes; files written by a commit
+//! that never reached the log are invisible to every reader.
+
+mod conform;
+
+use std::sync::Arc;
+
+use arrow::array::{new_null_array, ArrayRef, BooleanArray, RecordBatch};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::common::Column;
+use datafusion::prelude::SessionContext;
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::{StructField, Transaction};
+use deltalake::operations::write::SchemaMode;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, DeltaTableError, TableProperty};
+use futures::TryStreamExt;
+
+use super::error::SinkError;
+use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use conform::{conform, delta_schema};
+
+const SINK_KEY: &str = "cdcfusion.sink";
+const COMMIT_KEY: &str = "cdcfusion.commit";
+const POSITION_KEY: &str = "cdcfusion.position";
+
+/// The source column of an upsert's `MERGE` that marks a key to delete.
+const DELETE_FLAG: &str = "_cdcfusion_delete";
+
+/// A Delta table one sink writes; see the module docs.
+#[derive(Debug)]
+pub struct DeltaTarget {
+    url: String,
+    table: Option<DeltaTable>,
+    sink: String,
+    mode: SinkMode,
+    key: Vec<String>,
+}
+
+/// Whether a `deltalake` error may pass when the commit is tried again.
+fn classify(what: &str, e: DeltaTableError) -> SinkError {
+    match e {
+        // Storage unreachable or failing, or another writer committed the same version first:
+        // opening the table again and retrying can succeed.
+        DeltaTableError::ObjectStore { .. }
+        | DeltaTableError::Io { .. }
+        | DeltaTableError::VersionAlreadyExists(_)
+        | DeltaTableError::Transaction { .. } => SinkError::unavailable(what, e),
+        DeltaTableError::SchemaMismatch { .. } | DeltaTableError::InvalidData { .. } => {
+            SinkError::Conflict(format!("{what}: {e}"))
+        }
+        DeltaTableError::InvalidTableLocation(_) => SinkError::Invalid(format!("{what}: {e}")),
+        other => SinkError::Conflict(format!("{what}: {other}")),
+    }
+}
+
+/// `name` quoted as an identifier in a `deltalake` SQL expression.
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+impl DeltaTarget {
+    /// A target at `url`: a directory (`file:///dir` or a path) or `s3://bucket/prefix`.
+    pub fn new(url: &str) -> Result<Self, SinkError> {
+        let scheme_ok =
+            url.starts_with("file://") || url.starts_with("s3://") || !url.contains("://");
+        if !scheme_ok || url.trim().is_empty() {
+            return Err(SinkError::Invalid(format!(
+                "DELTA takes a directory ('file:///dir' or a path) or 's3://bucket/prefix', not '{url}'"
+            )));
+        }
+        if url.starts_with("s3://") && !cfg!(feature = "s3") {
+            return Err(SinkError::Unsupported(
+                "this build has no S3 support (it was built without the `s3` feature)".into(),
+            ));
+        }
+        Ok(Self {
+            url: url.to_string(),
+            table: None,
+            sink: String::new(),
+            mode: SinkMode::Changelog,
+            key: Vec::new(),
+        })
+    }
+
+    fn what(&self) -> String {
+        format!("Delta table {}", self.url)
+    }
+
+    fn app_id(&self) -> String {
+        format!("cdcfusion:{}", self.sink)
+    }
+
+    async fn load(&self) -> Result<DeltaTable, SinkError> {
+        #[cfg(feature = "s3")]
+        {
+            static REGISTERED: std::sync::Once = std::sync::Once::new();
+            REGISTERED.call_once(|| deltalake::aws::register_handlers(None));
+        }
+        let url = deltalake::ensure_table_uri(&self.url).map_err(|e| classify(&self.what(), e))?;
+        DeltaTable::try_from_url(url)
+            .await
+            .map_err(|e| classify(&self.what(), e))
+    }
+
+    /// Creates the table for `layout`, its change data feed on.
+    async fn create(
+        &self,
+        table: &DeltaTable,
+        layout: &TargetLayout,
+    ) -> Result<DeltaTable, SinkError> {
+        let schema = delta_schema(&layout.schema);
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                // Every column may be NULL: a column dropped at the source is written as NULL,
+                // and `deltalake`'s MERGE checks NOT NULL on the rows of unmatched delete keys
+                // too, though it writes none of them.
+                let field = f.as_ref().clone().with_nullable(true);
+                (&field).try_into_kernel().map_err(|e| {
+                    SinkError::Unsupported(format!(
+                        "column {} ({}) has no Delta type: {e}",
+                        f.name(),
+                        f.data_type()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<StructField>, SinkError>>()?;
+        table
+            .create()
+            .with_columns(columns)
+            .with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"))
+            .with_save_mode(SaveMode::Ignore)
+            .await
+            .map_err(|e| classify(&self.what(), e))
+    }
+
+    /// Checks the columns of an existing table against `layout`.
+    fn check(&self, table: &DeltaTable, layout: &TargetLayout) -> Result<(), SinkError> {
+        let existing = self.arrow_schema(table)?;
+        for field in delta_schema(&layout.schema).fields() {
+            if let Ok(old) = existing.field_with_name(field.name()) {
+                // Structs (`_before`) gain the fields of new columns: a schema merge.
+                let both_structs = matches!(
+                    (old.data_type(), field.data_type()),
+                    (DataType::Struct(_), DataType::Struct(_))
+                );
+                if old.data_type() != field.data_type() && !both_structs {
+                    return Err(SinkError::Conflict(format!(
+                        "column {} of {} is {}, not the sink's {}; write to a new table (or drop this one)",
+                        field.name(),
+                        self.what(),
+                        old.data_type(),
+                        field.data_type()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn arrow_schema(&self, table: &DeltaTable) -> Result<SchemaRef, SinkError> {
+        let snapshot = table.snapshot().map_err(|e| classify(&self.what(), e))?;
+        Ok(snapshot.snapshot().arrow_schema())
+    }
+
+    /// The sink's newest commit in `table`: its `txn` version, and the position its commit
+    /// info carries.
+    async fn marker(&self, table: &DeltaTable) -> Result<Option<Committed>, SinkError> {
+        let log_store = table.log_store();
+        let snapshot = table.snapshot().map_err(|e| classify(&self.what(), e))?;
+        let Some(version) = snapshot
+            .transaction_version(log_store.as_ref(), self.app_id())
+            .await
+            .map_err(|e| classify(&self.what(), e))?
+        else {
+            return Ok(None);
+        };
+        let mut history = table.history(None);
+        while let Some(info) = history
+            .try_next()
+            .await
+            .map_err(|e| classify(&self.what(), e))?
+        {
+            let field = |key: &str| info.info.get(key);
+            let ours = field(SINK_KEY).and_then(|v| v.as_str()) == Some(self.sink.as_str())
+                && field(COMMIT_KEY).and_then(serde_json::Value::as_i64) == Some(version);
+            if let (true, Some(position)) = (ours, field(POSITION_KEY).and_then(|v| v.as_str())) {
+                return Ok(Some(Committed {
+                    number: u64::try_from(version).unwrap_or(0),
+                    position: position.to_string(),
+                }));
+            }
+        }
+        Err(SinkError::Conflict(format!(
+            "{} records commit {version} of sink {} but no commit info with its position (the table's history was cleaned up past it?); drop the sink and create it with start = '<position>'",
+            self.what(),
+            self.sink
+        )))
+    }
+
+    fn properties(&self, marker: &Committed) -> Result<CommitProperties, SinkError> {
+        let number = i64::try_from(marker.number)
+            .map_err(|_| SinkError::Input(format!("commit number {} too large", marker.number)))?;
+        Ok(CommitProperties::default()
+            .with_application_transaction(Transaction::new(self.app_id(), number))
+            .with_metadata([
+                (SINK_KEY.to_string(), serde_json::json!(self.sink)),
+                (COMMIT_KEY.to_string(), serde_json::json!(number)),
+                (POSITION_KEY.to_string(), serde_json::json!(marker.position)),
+            ]))
+    }
+
+    /// Columns of `rows` the table lacks, as Delta fields.
+    fn new_columns(&self, table: &DeltaTable, rows: &SchemaRef) -> Result<Vec<Field>, SinkError> {
+        let existing = self.arrow_schema(table)?;
+        Ok(rows
+            .fields()
+            .iter()
+            .filter(|f| existing.field_with_name(f.name()).is_err())
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect())
+    }
+
+    /// Whether writing `rows` changes the table's schema: a new column, or a struct with new
+    /// fields.
+    fn evolves(&self, table: &DeltaTable, rows: &SchemaRef) -> Result<bool, SinkError> {
+        let existing = self.arrow_schema(table)?;
+        Ok(rows.fields().iter().any(|f| {
+            existing
+                .field_with_name(f.name())
+                .map_or(true, |old| old.data_type() != f.data_type())
+        }))
+    }
+
+    async fn append(&self, table: DeltaTable, commit: &Commit) -> Result<DeltaTable, SinkError> {
+        let rows = conform(&commit.rows)?;
+        let evolve = self.evolves(&table, &rows.schema())?;
+        let mut write = table
+            .write(vec![rows])
+            .with_save_mode(SaveMode::Append)
+            .with_commit_properties(self.properties(&commit.marker)?);
+        if evolve {
+            write = write.with_schema_mode(SchemaMode::Merge);
+        }
+        write.await.map_err(|e| classify(&self.what(), e))
+    }
+
+    /// The `MERGE` source: the rows to upsert, then the keys to delete, flagged.
+    fn merge_source(&self, commit: &Commit) -> Result<RecordBatch, SinkError> {
+        let rows = conform(&commit.rows)?;
+        let error = |e: arrow::error::ArrowError| SinkError::Input(format!("merge source: {e}"));
+        let mut fields: Vec<Field> = rows
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        fields.push(Field::new(DELETE_FLAG, DataType::Boolean, false));
+        let schema = Arc::new(Schema::new(fields));
+        let mut columns: Vec<ArrayRef> = rows.columns().to_vec();
+        columns.push(Arc::new(BooleanArray::from(vec![false; rows.num_rows()])));
+        let upserts = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(error)?;
+        let Some(deletes) = commit.deletes.as_ref().filter(|d| d.num_rows() > 0) else {
+            return Ok(upserts);
+        };
+        let deletes = conform(deletes)?;
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                if f.name() == DELETE_FLAG {
+                    return Ok(
+                        Arc::new(BooleanArray::from(vec![true; deletes.num_rows()])) as ArrayRef
+                    );
+                }
+                match deletes.column_by_name(f.name()) {
+                    Some(c) if c.data_type() == f.data_type() => Ok(Arc::clone(c)),
+                    Some(c) => arrow::compute::cast(c, f.data_type()).map_err(error),
+                    None => Ok(new_null_array(f.data_type(), deletes.num_rows())),
+                }
+            })
+            .collect::<Result<Vec<_>, SinkError>>()?;
+        let deletes = RecordBatch::try_new(Arc::clone(&schema), columns).map_err(error)?;
+        concat_batches(&schema, &[upserts, deletes]).map_err(error)
+    }
+
+    async fn upsert(
+        &self,
+        mut table: DeltaTable,
+        commit: &Commit,
+    ) -> Result<DeltaTable, SinkError> {
+        let source = self.merge_source(commit)?;
+        let added = self.new_columns(&table, &conform(&commit.rows)?.schema())?;
+        if !added.is_empty() {
+            let fields = added
+                .iter()
+                .map(|f| {
+                    f.try_into_kernel().map_err(|e| {
+                        SinkError::Unsupported(format!(
+                            "column {} has no Delta type: {e}",
+                            f.name()
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<StructField>, SinkError>>()?;
+            table = table
+                .add_columns()
+                .with_fields(fields)
+                .await
+                .map_err(|e| classify(&self.what(), e))?;
+        }
+        let columns: Vec<String> = commit
+            .rows
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let predicate = self
+            .key
+            .iter()
+            .map(|k| format!("t.{q} = s.{q}", q = quote(k)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let ctx = SessionContext::new();
+        let source = ctx
+            .read_batch(source)
+            .map_err(|e| SinkError::Input(format!("merge source: {e}")))?;
+        let flag = format!("s.{}", quote(DELETE_FLAG));
+        let not_deleted = format!("NOT {flag}");
+        let mut merge = table
+            .merge(source, predicate)
+            .with_source_alias("s")
+            .with_target_alias("t")
+            .with_commit_properties(self.properties(&commit.marker)?)
+            .when_matched_delete(|d| d.predicate(flag.clone()))
+            .map_err(|e| classify(&self.what(), e))?;
+        let updated: Vec<&String> = columns.iter().filter(|c| !self.key.contains(c)).collect();
+        if !updated.is_empty() {
+            merge = merge
+                .when_matched_update(|mut u| {
+                    u = u.predicate(not_deleted.clone());
+                    for c in &updated {
+                        u = u.update(
+                            Column::new_unqualified(c.as_str()),
+                            format!("s.{}", quote(c)),
+                        );
+                    }
+                    u
+                })
+                .map_err(|e| classify(&self.what(), e))?;
+        }
+        let merge = merge
+            .when_not_matched_insert(|mut i| {
+                i = i.predicate(not_deleted.clone());
+                for c in &columns {
+                    i = i.set(
+                        Column::new_unqualified(c.as_str()),
+                        format!("s.{}", quote(c)),
+                    );
+                }
+                i
+            })
+            .map_err(|e| classify(&self.what(), e))?;
+        let (table, _) = merge.await.map_err(|e| classify(&self.what(), e))?;
+        Ok(table)
+    }
+}
+
+#[async_trait]
+impl Target for DeltaTarget {
+    async fn open(&mut self, layout: &TargetLayout) -> Result<Option<Committed>, SinkError> {
+        self.table = None;
+        self.sink = layout.sink.clone();
+        self.mode = layout.mode;
+        self.key = layout.key.clone();
+        let mut table = self.load().await?;
+        let marker = if table.version().is_none() {
+            table = self.create(&table, layout).await?;
+            None
+        } else {
+            self.check(&table, layout)?;
+            self.marker(&table).await?
+        };
+        self.table = Some(table);
+        Ok(marker)
+    }
+
+    async fn commit(&mut self, commit: &Commit) -> Result<(), SinkError> {
+        // A failed commit leaves no table behind: `open` loads it again.
+        let table = self
+            .table
+            .take()
+            .ok_or_else(|| SinkError::unavailable(self.what(), "the table is not open"))?;
+        let table = match self.mode {
+            SinkMode::Changelog => self.append(table, commit).await?,
+            SinkMode::Upsert => self.upsert(table, commit).await?,
+        };
+        self.table = Some(table);
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("DELTA '{}'", self.url)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,147 @@
+//! Readers of sink targets that are not ours: DuckDB and Python `deltalake` from PyPI, `psql`
+//! and the machine's PostgreSQL (127.0.0.1:5432, user `postgres`, trust authentication).
+#![allow(dead_code)] // Each test binary uses part of it.
+
+use super::{pip_install, query, sync_source, HANG_GUARD};
+
+/// Rows of a DuckDB query, one line each (DuckDB from PyPI, a reader that is not ours).
+pub fn duckdb(sql: &str) -> Vec<String> {
+    // Installed once per test binary: tests run in parallel.
+    static DEPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let deps = DEPS.get_or_init(|| pip_install("pydeps-duckdb", "duckdb", "duckdb>=1.1,<3"));
+    let script = format!(
+        "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join('NULL' if v is None else str(v) for v in row))\n"
+    );
+    let out = std::process::Command::new("python3")
+        .env("PYTHONPATH", deps)
+        .args(["-c", &script])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "duckdb: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A fresh database `name` on the machine's PostgreSQL; returns its URL through `port`
+/// (5432, or a proxy in front of it).
+pub async fn pg_database(name: &str, port: u16) -> String {
+    let (admin, connection) = tokio_postgres::connect(
+        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("the machine's PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    format!("postgresql://postgres@127.0.0.1:{port}/{name}")
+}
+
+/// Rows of `sql` in database `db`, read by psql (a reader that is not ours), `|`-separated,
+/// NULL as `NULL`.
+pub fn psql(db: &str, sql: &str) -> Vec<String> {
+    let out = std::process::Command::new("psql")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-d",
+            db,
+            "-AtX",
+            "-P",
+            "null=NULL",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+/// Lines printed by `script`, run with Python `deltalake` and `pyarrow` from PyPI (readers
+/// that are not ours).
+pub fn python_delta(script: &str) -> Vec<String> {
+    static DEPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let deps = DEPS.get_or_init(|| {
+        pip_install(
+            "pydeps-deltalake",
+            "deltalake",
+            "deltalake>=1.1,<2 pyarrow>=15",
+        )
+    });
+    let out = std::process::Command::new("python3")
+        .env("PYTHONPATH", deps)
+        .args(["-c", script])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "python deltalake: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Prints the rows of the Delta table at `path`, columns `columns`, sorted by `order`, as
+/// `|`-separated lines (NULL as `NULL`).
+pub fn delta_rows(path: &std::path::Path, columns: &str, order: &str) -> Vec<String> {
+    python_delta(&format!(
+        "from deltalake import DeltaTable\n\
+         t = DeltaTable({path:?}).to_pyarrow_table().to_pylist()\n\
+         t.sort(key=lambda r: {order})\n\
+         for r in t:\n    print('|'.join('NULL' if r[c] is None else str(r[c]) for c in {columns:?}.split(',')))\n",
+        path = path.display().to_string(),
+    ))
+}
+
+/// Waits until sink `sink` has committed everything its source published (after the
+/// source caught up with the server).
+pub async fn sink_caught_up(engine: &cdcfusion::engine::Engine, source: &str, sink: &str) {
+    sync_source(engine, source).await;
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let rows = query(
+            engine,
+            &format!("SELECT state, lag_entries, error FROM cdc.sinks WHERE name = '{sink}'"),
+        )
+        .await;
+        let row = rows.first().cloned().unwrap_or_default();
+        if row.contains("lag_entries=0 ") && row.contains("state=running") {
+            return;
+        }
+        assert!(!row.contains("state=failed"), "sink {sink} failed: {row}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sink {sink} does not catch up: {row}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
