@@ -20,6 +20,7 @@ use cdcfusion::durable::{DurableOptions, Store, StoreOptions};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
 use common::durable::*;
+use common::readers::{python_delta, sink_caught_up};
 use common::*;
 use mysql_async::prelude::Queryable;
 use object_store::aws::AmazonS3Builder;
@@ -408,4 +409,144 @@ async fn checkpoints_that_cannot_reach_the_store_are_retried_and_lose_nothing() 
     let mut before = before;
     before.sort();
     assert_eq!(after, before, "the resumed changelog differs");
+}
+
+/// The state of sink `sink` in `cdc.sinks`.
+async fn sink_state(engine: &Engine, sink: &str) -> String {
+    query(
+        engine,
+        &format!("SELECT state, error FROM cdc.sinks WHERE name = '{sink}'"),
+    )
+    .await
+    .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sinks_on_s3_retry_an_unreachable_store_and_catch_up_exactly() {
+    let moto = Moto::start();
+    moto.create_bucket("lake");
+    // The sinks reach the store through a proxy that can cut it off; the readers go direct.
+    let proxy = common::proxy::FaultProxy::start(moto.port).await;
+    // Sinks take S3 settings from the environment, as deployments give them.
+    for (key, value) in [
+        (
+            "AWS_ENDPOINT_URL",
+            format!("http://127.0.0.1:{}", proxy.port()),
+        ),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ] {
+        std::env::set_var(key, value);
+    }
+    let db = "s3_sinks";
+    let mut conn = table_of_300_rows(server(), db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let engine = Engine::open(
+        dir.path().to_str().unwrap(),
+        EngineOptions {
+            allowed_locations: cdcfusion::engine::AllowedLocations::parse(&["s3://lake/"]).unwrap(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SOURCE s3k FROM MYSQL '{}' WITH (tables = '{db}.t', chunk_size = 64, server_id = {})",
+            server().cdc_url(),
+            next_server_id() * 2
+        ))
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("s3k"))
+        .await
+        .unwrap()
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SINK lake_copy INTO DELTA 's3://lake/copy' WITH (commit_interval = '100ms') AS SELECT * FROM s3k.{db}.t"
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SINK lake_log INTO PARQUET 's3://lake/log' WITH (commit_interval = '100ms') AS SELECT _op, _position, id, v FROM s3k.{db}.\"t$changelog\""
+        ))
+        .await
+        .unwrap();
+    thirty_transactions(&mut conn, db).await;
+    sink_caught_up(&engine, "s3k", "lake_copy").await;
+    sink_caught_up(&engine, "s3k", "lake_log").await;
+
+    // The store goes away: open connections are cut and new ones dropped.
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET v = 'while away' WHERE id BETWEEN 40 AND 60; DELETE FROM {db}.t WHERE id = 70"
+    ))
+    .await
+    .unwrap();
+    for sink in ["lake_copy", "lake_log"] {
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        loop {
+            let state = sink_state(&engine, sink).await;
+            if state.contains("state=retrying") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{sink} does not retry: {state}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    proxy.refuse_new(false);
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET n = n * 2 WHERE id BETWEEN 200 AND 230; INSERT INTO {db}.t VALUES (5000, 'back', 1)"
+    ))
+    .await
+    .unwrap();
+    sink_caught_up(&engine, "s3k", "lake_copy").await;
+    sink_caught_up(&engine, "s3k", "lake_log").await;
+
+    let rows: Vec<String> = query(
+        &engine,
+        &format!("SELECT CAST(id AS VARCHAR) || '|' || v || '|' || CAST(n AS VARCHAR) AS line FROM s3k.{db}.t ORDER BY id"),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.trim_start_matches("line=").to_string())
+    .collect();
+    let log: Vec<String> = query(
+        &engine,
+        &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) || '|' || v AS line FROM s3k.{db}.\"t$changelog\" ORDER BY _position"),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.trim_start_matches("line=").to_string())
+    .collect();
+    let endpoint = moto.endpoint();
+    let delta = python_delta(&format!(
+        "from deltalake import DeltaTable\n\
+         o = {{'AWS_ENDPOINT_URL': {endpoint:?}, 'AWS_ALLOW_HTTP': 'true', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1'}}\n\
+         t = DeltaTable('s3://lake/copy', storage_options=o).to_pyarrow_table().to_pylist()\n\
+         t.sort(key=lambda r: r['id'])\n\
+         for r in t:\n    print(f\"{{r['id']}}|{{r['v']}}|{{r['n']}}\")\n"
+    ));
+    assert_eq!(delta, rows, "the Delta table on S3 equals the source");
+    let parquet = python_delta(&format!(
+        "import pyarrow.parquet as pq, pyarrow.fs as fs\n\
+         s3 = fs.S3FileSystem(endpoint_override={:?}, scheme='http', access_key='test', secret_key='test', region='us-east-1')\n\
+         t = pq.read_table('lake/log', filesystem=s3).to_pylist()\n\
+         t.sort(key=lambda r: r['_position'].encode())\n\
+         for r in t:\n    print(f\"{{r['_position']}}|{{r['_op']}}|{{r['id']}}|{{r['v']}}\")\n",
+        endpoint.trim_start_matches("http://")
+    ));
+    assert_eq!(
+        parquet, log,
+        "the Parquet files on S3 hold every change once"
+    );
+    drop(engine);
 }

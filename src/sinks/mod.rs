@@ -41,7 +41,7 @@ mod text;
 pub use delta::DeltaTarget;
 pub use error::SinkError;
 pub use parquet::ParquetTarget;
-pub use postgres::PostgresTarget;
+pub use postgres::{copy_text, PostgresTarget};
 pub use query::{ScanKind, SinkQuery, SinkScan};
 pub use runner::{layout_of, Replan, SinkInput, SinkRunner};
 pub use spec::{

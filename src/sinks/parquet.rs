@@ -146,7 +146,17 @@ impl Target for ParquetTarget {
             ));
         }
         self.sink = layout.sink.clone();
-        let store = Store::open(&self.url, &Vec::new()).map_err(|e| match e {
+        // On S3, fail fast on an unreachable store: the runner retries with its own backoff and
+        // shows the sink as `retrying` meanwhile (the store's default retries for minutes).
+        let options: Vec<(String, String)> = if self.url.starts_with("s3://") {
+            vec![
+                ("max_retries".into(), "2".into()),
+                ("retry_timeout_ms".into(), "10000".into()),
+            ]
+        } else {
+            Vec::new()
+        };
+        let store = Store::open(&self.url, &options).map_err(|e| match e {
             StoreError::Open { message, .. } => {
                 SinkError::Invalid(format!("Parquet target {}: {message}", self.url))
             }

@@ -18,6 +18,7 @@
 
 mod conform;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{new_null_array, ArrayRef, BooleanArray, RecordBatch};
@@ -41,6 +42,10 @@ use conform::{conform, delta_schema};
 const SINK_KEY: &str = "cdcfusion.sink";
 const COMMIT_KEY: &str = "cdcfusion.commit";
 const POSITION_KEY: &str = "cdcfusion.position";
+
+/// Retries of one storage request inside `deltalake`, and how long they may take.
+const TARGET_RETRIES: u32 = 2;
+const TARGET_RETRY_SECONDS: u32 = 10;
 
 /// The source column of an upsert's `MERGE` that marks a key to delete.
 const DELETE_FLAG: &str = "_cdcfusion_delete";
@@ -109,6 +114,39 @@ impl DeltaTarget {
         format!("cdcfusion:{}", self.sink)
     }
 
+    /// Fail fast on an unreachable store: the runner retries with its own backoff and shows
+    /// the sink as `retrying` meanwhile (the store's default retries for minutes).
+    fn storage_options() -> HashMap<String, String> {
+        [
+            ("max_retries".to_string(), TARGET_RETRIES.to_string()),
+            (
+                "retry_timeout".to_string(),
+                format!("{TARGET_RETRY_SECONDS}s"),
+            ),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    /// Whether the table's store answers a listing of its log right now.
+    async fn reachable(&self) -> bool {
+        let Ok(url) = deltalake::ensure_table_uri(&self.url) else {
+            return true;
+        };
+        let Ok(store) = deltalake::DeltaTableBuilder::from_url(url).and_then(|b| {
+            b.with_storage_options(Self::storage_options())
+                .build_storage()
+        }) else {
+            return true;
+        };
+        let log = object_store::path::Path::from("_delta_log");
+        store
+            .object_store(None)
+            .list_with_delimiter(Some(&log))
+            .await
+            .is_ok()
+    }
+
     async fn load(&self) -> Result<DeltaTable, SinkError> {
         #[cfg(feature = "s3")]
         {
@@ -116,7 +154,16 @@ impl DeltaTarget {
             REGISTERED.call_once(|| deltalake::aws::register_handlers(None));
         }
         let url = deltalake::ensure_table_uri(&self.url).map_err(|e| classify(&self.what(), e))?;
-        DeltaTable::try_from_url(url)
+        // Fail fast on an unreachable store: the runner retries with its own backoff and shows
+        // the sink as `retrying` meanwhile (the store's default retries for minutes).
+        let options = [
+            ("max_retries".to_string(), TARGET_RETRIES.to_string()),
+            (
+                "retry_timeout".to_string(),
+                format!("{}s", TARGET_RETRY_SECONDS),
+            ),
+        ];
+        DeltaTable::try_from_url_with_storage_options(url, options.into_iter().collect())
             .await
             .map_err(|e| classify(&self.what(), e))
     }
@@ -385,11 +432,9 @@ impl DeltaTarget {
         let (table, _) = merge.await.map_err(|e| classify(&self.what(), e))?;
         Ok(table)
     }
-}
 
-#[async_trait]
-impl Target for DeltaTarget {
-    async fn open(&mut self, layout: &TargetLayout) -> Result<Option<Committed>, SinkError> {
+    /// Loads (or creates) the table and reads the sink's marker; see [`Target::open`].
+    async fn open_table(&mut self, layout: &TargetLayout) -> Result<Option<Committed>, SinkError> {
         self.table = None;
         self.sink = layout.sink.clone();
         self.mode = layout.mode;
@@ -406,18 +451,47 @@ impl Target for DeltaTarget {
         Ok(marker)
     }
 
+    /// `e`, or a failure that passes when the store cannot be reached right now: `deltalake`
+    /// reports storage failures deep inside a write or `MERGE` as untyped errors, so whether
+    /// one passes is decided by trying the store again, not by the error's text.
+    async fn settle(&self, e: SinkError) -> SinkError {
+        if e.is_transient() {
+            return e;
+        }
+        if self.reachable().await {
+            e
+        } else {
+            SinkError::unavailable(self.what(), e)
+        }
+    }
+}
+
+#[async_trait]
+impl Target for DeltaTarget {
+    async fn open(&mut self, layout: &TargetLayout) -> Result<Option<Committed>, SinkError> {
+        match self.open_table(layout).await {
+            Ok(marker) => Ok(marker),
+            Err(e) => Err(self.settle(e).await),
+        }
+    }
+
     async fn commit(&mut self, commit: &Commit) -> Result<(), SinkError> {
         // A failed commit leaves no table behind: `open` loads it again.
         let table = self
             .table
             .take()
             .ok_or_else(|| SinkError::unavailable(self.what(), "the table is not open"))?;
-        let table = match self.mode {
-            SinkMode::Changelog => self.append(table, commit).await?,
-            SinkMode::Upsert => self.upsert(table, commit).await?,
+        let written = match self.mode {
+            SinkMode::Changelog => self.append(table, commit).await,
+            SinkMode::Upsert => self.upsert(table, commit).await,
         };
-        self.table = Some(table);
-        Ok(())
+        match written {
+            Ok(table) => {
+                self.table = Some(table);
+                Ok(())
+            }
+            Err(e) => Err(self.settle(e).await),
+        }
     }
 
     fn describe(&self) -> String {

@@ -30,7 +30,7 @@ use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
-use copy::copy_text;
+pub use copy::copy_text;
 use types::{accepts, pg_type, quote};
 
 /// The table, in the target table's schema, that holds each sink's progress.

@@ -1,0 +1,346 @@
+//! Sink throughput and freshness, each beside a reference measured in the same run.
+//!
+//! Run with `cargo bench --bench sinks` (optionally `-- --rows N --rounds R --rate C
+//! --seconds S`; defaults 1,000,000 rows, 3 rounds, 10,000 changes/s for 10 s). It starts its
+//! own private MariaDB, fills the 7-column table and captures it; the table's changelog (the
+//! snapshot's `r` entries) is what every sink writes.
+//!
+//! * **Throughput**, for each target (Parquet files, a PostgreSQL table on the machine's
+//!   PostgreSQL at 127.0.0.1:5432, a Delta table): alternately (ABAB) a `CREATE SINK` that
+//!   writes every entry, timed from the statement until `cdc.sinks` shows it caught up, and the
+//!   same Arrow batches written directly to a fresh target with the same library (parquet's
+//!   `ArrowWriter` and `object_store`, one `COPY` through `tokio-postgres`, `deltalake`'s
+//!   append). Prints each round and the median ratio (sink rows/s ÷ direct rows/s).
+//! * **Freshness** of a PostgreSQL changelog sink with `commit_interval = '1s'` while a writer
+//!   makes `--rate` single-row changes per second (in transactions of 100 rows) that carry
+//!   their commit time: the time from the source commit until a poller (every 10 ms) sees the
+//!   row in PostgreSQL, p50 and p99.
+
+mod common;
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use arrow::array::RecordBatch;
+use cdcfusion::devserver::{DevServer, DevServerOptions};
+use cdcfusion::engine::{AllowedLocations, Engine, EngineOptions};
+use cdcfusion::sinks::copy_text;
+use futures::SinkExt;
+use mysql_async::prelude::Queryable;
+use object_store::ObjectStoreExt;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const SELECT: &str =
+    "SELECT _op, _position, _commit_ts, id, a, b, c, d, e, f FROM src.bench.\"t$changelog\"";
+
+const PG_ADMIN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=postgres";
+const PG_DB: &str = "cdcfusion_bench_sinks";
+
+async fn pg(conninfo: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(conninfo, tokio_postgres::NoTls)
+        .await
+        .expect("the machine's PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(connection);
+    client
+}
+
+fn pg_url() -> String {
+    format!("postgresql://postgres@127.0.0.1:5432/{PG_DB}")
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Parquet,
+    Postgres,
+    Delta,
+}
+
+/// The sink's target clause for round `round`.
+fn target(kind: Kind, out: &std::path::Path, round: usize) -> String {
+    match kind {
+        Kind::Parquet => format!("PARQUET 'file://{}/sink-parquet-{round}'", out.display()),
+        Kind::Postgres => format!("POSTGRES '{}' TABLE 'sink_{round}'", pg_url()),
+        Kind::Delta => format!("DELTA 'file://{}/sink-delta-{round}'", out.display()),
+    }
+}
+
+/// Waits until sink `name` has committed every entry.
+async fn caught_up(engine: &Engine, name: &str) {
+    let sql = format!(
+        "SELECT CAST(lag_entries AS VARCHAR) || ' ' || state || ' ' || CAST(commits AS VARCHAR) || ' ' || COALESCE(error, '') AS s FROM cdc.sinks WHERE name = '{name}'"
+    );
+    loop {
+        let batches = engine.sql(&sql).await.unwrap().collect().await.unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(!text.contains("failed"), "sink {name}: {text}");
+        if text.contains("| 0 running ") && !text.contains(" running 0 ") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Writes `batches` directly into a fresh target of `kind`.
+async fn direct(kind: Kind, batches: &[RecordBatch], out: &std::path::Path, round: usize) {
+    match kind {
+        Kind::Parquet => {
+            let dir = out.join(format!("direct-parquet-{round}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let store = object_store::local::LocalFileSystem::new_with_prefix(&dir).unwrap();
+            let properties = parquet::file::properties::WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+                .build();
+            let mut buffer = Vec::new();
+            let mut writer = parquet::arrow::ArrowWriter::try_new(
+                &mut buffer,
+                batches[0].schema(),
+                Some(properties),
+            )
+            .unwrap();
+            for b in batches {
+                writer.write(b).unwrap();
+            }
+            writer.close().unwrap();
+            store
+                .put(
+                    &object_store::path::Path::from("part.parquet"),
+                    bytes::Bytes::from(buffer).into(),
+                )
+                .await
+                .unwrap();
+        }
+        Kind::Postgres => {
+            let mut client = pg(&format!(
+                "host=127.0.0.1 port=5432 user=postgres dbname={PG_DB}"
+            ))
+            .await;
+            let tx = client.transaction().await.unwrap();
+            tx.batch_execute(&format!(
+                "CREATE TABLE direct_{round} (_op text, _position text, _commit_ts timestamptz, id bigint, a integer, b text, c numeric(12,2), d timestamp, e double precision, f numeric(20,0))"
+            ))
+            .await
+            .unwrap();
+            let sink = tx
+                .copy_in::<_, bytes::Bytes>(&format!(
+                    "COPY direct_{round} (_op, _position, _commit_ts, id, a, b, c, d, e, f) FROM STDIN"
+                ))
+                .await
+                .unwrap();
+            futures::pin_mut!(sink);
+            for b in batches {
+                sink.send(bytes::Bytes::from(copy_text(b).unwrap()))
+                    .await
+                    .unwrap();
+            }
+            sink.finish().await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        Kind::Delta => {
+            let dir = out.join(format!("direct-delta-{round}"));
+            let url = deltalake::ensure_table_uri(dir.to_str().unwrap()).unwrap();
+            let table = deltalake::DeltaTable::try_from_url(url).await.unwrap();
+            table
+                .write(batches.to_vec())
+                .with_save_mode(deltalake::protocol::SaveMode::Append)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+fn micros_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(0))
+}
+
+/// Source-commit-to-visible latencies (ms) of a PostgreSQL changelog sink at `rate`
+/// changes/s for `seconds`.
+async fn freshness(
+    engine: &Engine,
+    server: &DevServer,
+    rows: u64,
+    rate: u64,
+    seconds: u64,
+) -> Vec<f64> {
+    engine
+        .sql(&format!(
+            "CREATE SINK fresh INTO POSTGRES '{}' TABLE 'fresh' WITH (commit_interval = '1s', start = 'now') AS SELECT _op, _position, id, b FROM src.bench.\"t$changelog\"",
+            pg_url()
+        ))
+        .await
+        .unwrap();
+    let url = server.root_url();
+    let writer = tokio::spawn(async move {
+        let mut conn = mysql_async::Conn::from_url(url).await.unwrap();
+        let per_tx = 100u64;
+        let txs = rate * seconds / per_tx;
+        let started = Instant::now();
+        for i in 0..txs {
+            let due = started + Duration::from_secs_f64(i as f64 * per_tx as f64 / rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+            let first = (i * per_tx) % rows + 1;
+            conn.query_drop("START TRANSACTION").await.unwrap();
+            conn.query_drop(format!(
+                "UPDATE bench.t SET b = 'pending' WHERE id BETWEEN {first} AND {}",
+                first + per_tx - 1
+            ))
+            .await
+            .unwrap();
+            // The commit time goes into the rows just before the commit.
+            conn.query_drop(format!(
+                "UPDATE bench.t SET b = '{}' WHERE id BETWEEN {first} AND {}",
+                micros_now(),
+                first + per_tx - 1
+            ))
+            .await
+            .unwrap();
+            conn.query_drop("COMMIT").await.unwrap();
+        }
+        txs * per_tx
+    });
+    let client = pg(&format!(
+        "host=127.0.0.1 port=5432 user=postgres dbname={PG_DB}"
+    ))
+    .await;
+    let mut last = String::new();
+    let mut latencies = Vec::new();
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let rows = client
+            .query(
+                "SELECT _position, b FROM fresh WHERE _position COLLATE \"C\" > $1 ORDER BY _position COLLATE \"C\"",
+                &[&last],
+            )
+            .await
+            .unwrap_or_default();
+        let now = micros_now();
+        for r in &rows {
+            last = r.get(0);
+            let b: Option<String> = r.get(1);
+            if let Some(at) = b.and_then(|b| b.parse::<i64>().ok()) {
+                latencies.push((now - at) as f64 / 1000.0);
+            }
+        }
+        if writer.is_finished() {
+            if rows.is_empty() {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(3) {
+                    break;
+                }
+            } else {
+                idle_since = None;
+            }
+        }
+    }
+    let written = writer.await.unwrap();
+    println!(
+        "freshness: {written} changes written, {} seen in PostgreSQL",
+        latencies.len()
+    );
+    engine.sql("DROP SINK fresh").await.unwrap();
+    latencies
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(f64::total_cmp);
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((values.len() - 1) as f64 * p).round() as usize;
+    values[i]
+}
+
+#[tokio::main]
+async fn main() {
+    common::init_logs();
+    let total = common::rows_arg(1_000_000);
+    let rounds = common::arg("--rounds", 3usize);
+    let rate = common::u64_arg("--rate", 10_000);
+    let seconds = common::u64_arg("--seconds", 10);
+    let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
+    let mut conn = mysql_async::Conn::from_url(server.root_url())
+        .await
+        .unwrap();
+    common::create_table(&mut conn).await;
+    common::insert_rows(&mut conn, 1, total).await;
+
+    let admin = pg(PG_ADMIN).await;
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)"))
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {PG_DB}"))
+        .await
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let options = EngineOptions {
+        allowed_locations: AllowedLocations::parse(&[format!("file://{}/", out.display())])
+            .unwrap(),
+        ..Default::default()
+    };
+    let engine = Engine::open(dir.path().join("state").to_str().unwrap(), options)
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE SOURCE src FROM MYSQL '{}' WITH (tables = 'bench.t', server_id = 9400)",
+            server.cdc_url()
+        ))
+        .await
+        .unwrap();
+    engine.wait_ready("src").await.unwrap();
+    let batches: Vec<RecordBatch> = engine.sql(SELECT).await.unwrap().collect().await.unwrap();
+    let entries: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    println!("{entries} changelog entries (10 columns) into each target, {rounds} rounds");
+
+    for kind in [Kind::Parquet, Kind::Postgres, Kind::Delta] {
+        let mut ratios = Vec::new();
+        for round in 0..rounds {
+            let name = format!("bench_{}_{round}", format!("{kind:?}").to_lowercase());
+            let started = Instant::now();
+            engine
+                .sql(&format!(
+                    "CREATE SINK {name} INTO {} WITH (commit_interval = '1s') AS {SELECT}",
+                    target(kind, &out, round)
+                ))
+                .await
+                .unwrap();
+            caught_up(&engine, &name).await;
+            let sink = started.elapsed();
+            engine.sql(&format!("DROP SINK {name}")).await.unwrap();
+            let started = Instant::now();
+            direct(kind, &batches, &out, round).await;
+            let reference = started.elapsed();
+            let rate = |d: Duration| entries as f64 / d.as_secs_f64() / 1e6;
+            println!(
+                "{kind:?} round {round}: sink {:.3} M rows/s ({:.2} s), direct {:.3} M rows/s ({:.2} s)",
+                rate(sink),
+                sink.as_secs_f64(),
+                rate(reference),
+                reference.as_secs_f64()
+            );
+            ratios.push(reference.as_secs_f64() / sink.as_secs_f64());
+        }
+        println!(
+            "{kind:?}: median ratio sink/direct {:.2}",
+            common::median(&mut ratios)
+        );
+    }
+
+    let mut latencies = freshness(&engine, &server, total, rate, seconds).await;
+    let p50 = percentile(&mut latencies, 0.5);
+    let p99 = percentile(&mut latencies, 0.99);
+    println!(
+        "freshness at {rate} changes/s, commit_interval 1s: source commit to visible in PostgreSQL p50 {p50:.0} ms, p99 {p99:.0} ms"
+    );
+    drop(engine);
+}
