@@ -359,6 +359,26 @@ async fn lines(engine: &Engine, select: &str) -> Vec<String> {
         .collect()
 }
 
+/// One source transaction of round `round` on `db.t` (`id` first, `v`, `n` next): updates
+/// (moving some rows out of `n % 5 <> 0`), a key change, a delete and two inserts whose
+/// columns after `id` are `rest`.
+fn round_of_changes(db: &str, round: i32, rest: [&str; 2]) -> String {
+    format!(
+        "START TRANSACTION;
+         UPDATE {db}.t SET v = CONCAT('u{round}-', id), n = n + 1 WHERE id % 7 = {round};
+         UPDATE {db}.t SET id = id + 1000 WHERE id = {};
+         DELETE FROM {db}.t WHERE id = {};
+         INSERT INTO {db}.t VALUES ({}, {}), ({}, {});
+         COMMIT;",
+        20 + round,
+        30 + round,
+        100 + round * 2,
+        rest[0],
+        101 + round * 2,
+        rest[1]
+    )
+}
+
 #[tokio::test]
 async fn postgres_sinks_upsert_and_append_exactly_once_across_crashes() {
     let db = "sink_pg";
@@ -390,18 +410,11 @@ async fn postgres_sinks_upsert_and_append_exactly_once_across_crashes() {
         ))
         .await
         .unwrap();
-    let changes = |round: i32| {
-        format!(
-            "START TRANSACTION;
-             UPDATE {db}.t SET v = CONCAT('u{round}-', id), n = n + 1 WHERE id % 7 = {round};
-             UPDATE {db}.t SET id = id + 1000 WHERE id = {};
-             DELETE FROM {db}.t WHERE id = {};
-             INSERT INTO {db}.t VALUES ({}, 'new\\ttab', 5, NULL, NULL), ({}, NULL, 1, -3.5, '2000-01-01');
-             COMMIT;",
-            20 + round,
-            30 + round,
-            100 + round * 2,
-            101 + round * 2
+    let changes = |round| {
+        round_of_changes(
+            db,
+            round,
+            ["'new\\ttab', 5, NULL, NULL", "NULL, 1, -3.5, '2000-01-01'"],
         )
     };
     for round in 0..3 {
@@ -591,18 +604,11 @@ async fn delta_sinks_upsert_and_append_exactly_once_across_crashes() {
         ))
         .await
         .unwrap();
-    let changes = |round: i32| {
-        format!(
-            "START TRANSACTION;
-             UPDATE {db}.t SET v = CONCAT('u{round}-', id), n = n + 1 WHERE id % 7 = {round};
-             UPDATE {db}.t SET id = id + 1000 WHERE id = {};
-             DELETE FROM {db}.t WHERE id = {};
-             INSERT INTO {db}.t VALUES ({}, 'new', 5, 0, '838:59:59'), ({}, NULL, 1, NULL, NULL);
-             COMMIT;",
-            20 + round,
-            30 + round,
-            100 + round * 2,
-            101 + round * 2
+    let changes = |round| {
+        round_of_changes(
+            db,
+            round,
+            ["'new', 5, 0, '838:59:59'", "NULL, 1, NULL, NULL"],
         )
     };
     for round in 0..3 {

@@ -28,6 +28,8 @@
 
 mod delta;
 mod error;
+#[cfg(test)]
+mod fixtures;
 mod net;
 mod parquet;
 mod postgres;

@@ -2,7 +2,36 @@
 //! and the machine's PostgreSQL (127.0.0.1:5432, user `postgres`, trust authentication).
 #![allow(dead_code)] // Each test binary uses part of it.
 
+use std::process::Command;
+
 use super::{pip_install, query, sync_source, HANG_GUARD};
+
+/// The lines `command` prints; a failure panics with what it wrote to stderr.
+fn output_lines(what: &str, mut command: Command) -> Vec<String> {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what} cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `script` run by `python3` with `deps` on its path.
+fn python(what: &str, deps: &str, script: &str) -> Vec<String> {
+    // Leave without tearing down native threads (pyarrow's and deltalake's pools can abort
+    // the interpreter's exit after the script has finished); an exception still fails.
+    let script = format!("{script}\nimport os, sys\nsys.stdout.flush()\nos._exit(0)\n");
+    let mut command = Command::new("python3");
+    command.env("PYTHONPATH", deps).args(["-c", &script]);
+    output_lines(what, command)
+}
 
 /// Rows of a DuckDB query, one line each (DuckDB from PyPI, a reader that is not ours).
 pub fn duckdb(sql: &str) -> Vec<String> {
@@ -12,21 +41,7 @@ pub fn duckdb(sql: &str) -> Vec<String> {
     let script = format!(
         "import duckdb\nfor row in duckdb.sql({sql:?}).fetchall():\n    print('|'.join('NULL' if v is None else str(v) for v in row))\n"
     );
-    let out = std::process::Command::new("python3")
-        .env("PYTHONPATH", deps)
-        .args(["-c", &script])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "duckdb: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    python("duckdb", deps, &script)
 }
 
 /// A fresh database `name` on the machine's PostgreSQL; returns its URL through `port`
@@ -53,35 +68,25 @@ pub async fn pg_database(name: &str, port: u16) -> String {
 /// Rows of `sql` in database `db`, read by psql (a reader that is not ours), `|`-separated,
 /// NULL as `NULL`.
 pub fn psql(db: &str, sql: &str) -> Vec<String> {
-    let out = std::process::Command::new("psql")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-U",
-            "postgres",
-            "-d",
-            db,
-            "-AtX",
-            "-P",
-            "null=NULL",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("psql");
-    assert!(
-        out.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    let mut command = Command::new("psql");
+    command.args([
+        "-h",
+        "127.0.0.1",
+        "-U",
+        "postgres",
+        "-d",
+        db,
+        "-AtX",
+        "-P",
+        "null=NULL",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        sql,
+    ]);
+    output_lines(&format!("psql {sql}"), command)
 }
+
 /// Lines printed by `script`, run with Python `deltalake` and `pyarrow` from PyPI (readers
 /// that are not ours).
 pub fn python_delta(script: &str) -> Vec<String> {
@@ -93,21 +98,7 @@ pub fn python_delta(script: &str) -> Vec<String> {
             "deltalake>=1.1,<2 pyarrow>=15",
         )
     });
-    let out = std::process::Command::new("python3")
-        .env("PYTHONPATH", deps)
-        .args(["-c", script])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "python deltalake: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    python("python deltalake", deps, script)
 }
 
 /// Prints the rows of the Delta table at `path`, columns `columns`, sorted by `order`, as

@@ -2,41 +2,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Int32Array, Int64Array, StringArray};
 use arrow::util::pretty::pretty_format_batches;
 
 use super::*;
-
-fn layout(schema: &SchemaRef, mode: SinkMode, key: &[&str]) -> TargetLayout {
-    TargetLayout {
-        sink: "s".into(),
-        schema: Arc::clone(schema),
-        mode,
-        key: key.iter().map(|k| k.to_string()).collect(),
-    }
-}
-
-fn commit(number: u64, rows: RecordBatch, deletes: Option<RecordBatch>) -> Commit {
-    Commit {
-        marker: Committed {
-            number,
-            position: format!("p{number:03}"),
-        },
-        rows,
-        deletes,
-    }
-}
-
-fn id_v(schema: &SchemaRef, ids: &[i64], vs: &[Option<&str>]) -> RecordBatch {
-    RecordBatch::try_new(
-        Arc::clone(schema),
-        vec![
-            Arc::new(Int64Array::from(ids.to_vec())),
-            Arc::new(StringArray::from(vs.to_vec())),
-        ],
-    )
-    .unwrap()
-}
+use crate::sinks::fixtures::{commit, id_v, id_v_n, id_v_schema, keys, layout};
 
 /// The table at `dir` as a sorted text table.
 async fn contents(dir: &std::path::Path, select: &str) -> String {
@@ -51,18 +20,11 @@ async fn contents(dir: &std::path::Path, select: &str) -> String {
     pretty_format_batches(&batches).unwrap().to_string()
 }
 
-fn schema2() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]))
-}
-
 #[tokio::test]
 async fn appends_carry_their_transaction_and_position() {
     let dir = tempfile::tempdir().unwrap();
     let url = dir.path().display().to_string();
-    let s = schema2();
+    let s = id_v_schema();
     let mut target = DeltaTarget::new(&url).unwrap();
     assert_eq!(
         target
@@ -72,11 +34,11 @@ async fn appends_carry_their_transaction_and_position() {
         None
     );
     target
-        .commit(&commit(1, id_v(&s, &[1, 2], &[Some("a"), None]), None))
+        .commit(&commit(1, id_v(&[1, 2], &[Some("a"), None]), None))
         .await
         .unwrap();
     target
-        .commit(&commit(2, id_v(&s, &[3], &[Some("c")]), None))
+        .commit(&commit(2, id_v(&[3], &[Some("c")]), None))
         .await
         .unwrap();
     let mut again = DeltaTarget::new(&format!("file://{url}")).unwrap();
@@ -87,20 +49,7 @@ async fn appends_carry_their_transaction_and_position() {
         .unwrap();
     assert_eq!((marker.number, marker.position.as_str()), (2, "p002"));
     // A column new at the source arrives with its rows.
-    let wider = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-        Field::new("n", DataType::Int32, true),
-    ]));
-    let rows = RecordBatch::try_new(
-        Arc::clone(&wider),
-        vec![
-            Arc::new(Int64Array::from(vec![4])),
-            Arc::new(StringArray::from(vec!["d"])),
-            Arc::new(Int32Array::from(vec![40])),
-        ],
-    )
-    .unwrap();
+    let rows = id_v_n(4, "d", 40);
     again.commit(&commit(3, rows, None)).await.unwrap();
     let text = contents(dir.path(), "SELECT id, v, n FROM t ORDER BY id").await;
     assert_eq!(
@@ -129,14 +78,7 @@ async fn appends_carry_their_transaction_and_position() {
 async fn upserts_merge_by_key_in_one_commit_each() {
     let dir = tempfile::tempdir().unwrap();
     let url = dir.path().display().to_string();
-    let s = schema2();
-    let keys = |ids: &[i64]| {
-        RecordBatch::try_new(
-            Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)])),
-            vec![Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef],
-        )
-        .unwrap()
-    };
+    let s = id_v_schema();
     let mut target = DeltaTarget::new(&url).unwrap();
     target
         .open(&layout(&s, SinkMode::Upsert, &["id"]))
@@ -145,7 +87,7 @@ async fn upserts_merge_by_key_in_one_commit_each() {
     target
         .commit(&commit(
             1,
-            id_v(&s, &[1, 2, 3], &[Some("a"), Some("b"), Some("c")]),
+            id_v(&[1, 2, 3], &[Some("a"), Some("b"), Some("c")]),
             Some(keys(&[])),
         ))
         .await
@@ -153,7 +95,7 @@ async fn upserts_merge_by_key_in_one_commit_each() {
     target
         .commit(&commit(
             2,
-            id_v(&s, &[2, 5], &[Some("B"), None]),
+            id_v(&[2, 5], &[Some("B"), None]),
             Some(keys(&[1, 9])),
         ))
         .await

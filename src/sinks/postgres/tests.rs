@@ -4,12 +4,13 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryArray, Date32Array, Decimal128Array, DurationMicrosecondArray, Int32Array,
-    Int64Array, StringArray, TimestampMicrosecondArray, UInt64Array,
+    BinaryArray, Date32Array, Decimal128Array, DurationMicrosecondArray, TimestampMicrosecondArray,
+    UInt64Array,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::*;
+use crate::sinks::fixtures::{commit, id_v, id_v_n, id_v_schema, keys, layout};
 
 /// A fresh database `name`; returns its URL.
 async fn database(name: &str) -> String {
@@ -57,44 +58,10 @@ fn schema(fields: Vec<Field>) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-fn layout(schema: &SchemaRef, mode: SinkMode, key: &[&str]) -> TargetLayout {
-    TargetLayout {
-        sink: "s".into(),
-        schema: Arc::clone(schema),
-        mode,
-        key: key.iter().map(|k| k.to_string()).collect(),
-    }
-}
-
-fn commit(number: u64, rows: RecordBatch, deletes: Option<RecordBatch>) -> Commit {
-    Commit {
-        marker: Committed {
-            number,
-            position: format!("p{number:03}"),
-        },
-        rows,
-        deletes,
-    }
-}
-
-fn id_v(schema: &SchemaRef, ids: &[i64], vs: &[Option<&str>]) -> RecordBatch {
-    RecordBatch::try_new(
-        Arc::clone(schema),
-        vec![
-            Arc::new(Int64Array::from(ids.to_vec())),
-            Arc::new(StringArray::from(vs.to_vec())),
-        ],
-    )
-    .unwrap()
-}
-
 #[tokio::test]
 async fn changelog_commits_append_with_their_progress_row() {
     let url = database("cdcfusion_unit_pg_changelog").await;
-    let s = schema(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]);
+    let s = id_v_schema();
     let mut target = PostgresTarget::new(&url, "public.events").unwrap();
     assert_eq!(
         target
@@ -104,11 +71,11 @@ async fn changelog_commits_append_with_their_progress_row() {
         None
     );
     target
-        .commit(&commit(1, id_v(&s, &[1, 2], &[Some("a"), None]), None))
+        .commit(&commit(1, id_v(&[1, 2], &[Some("a"), None]), None))
         .await
         .unwrap();
     target
-        .commit(&commit(2, id_v(&s, &[1], &[Some("tab\there")]), None))
+        .commit(&commit(2, id_v(&[1], &[Some("tab\there")]), None))
         .await
         .unwrap();
     assert_eq!(
@@ -125,7 +92,7 @@ async fn changelog_commits_append_with_their_progress_row() {
     assert_eq!((marker.number, marker.position.as_str()), (2, "p002"));
     // A commit the table already holds is refused, and nothing of it is written.
     let err = again
-        .commit(&commit(2, id_v(&s, &[9], &[Some("x")]), None))
+        .commit(&commit(2, id_v(&[9], &[Some("x")]), None))
         .await
         .unwrap_err();
     assert!(matches!(err, SinkError::Conflict(_)), "{err}");
@@ -136,17 +103,7 @@ async fn changelog_commits_append_with_their_progress_row() {
 #[tokio::test]
 async fn upserts_delete_and_replace_by_key_and_new_columns_come_with_their_rows() {
     let url = database("cdcfusion_unit_pg_upsert").await;
-    let s = schema(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]);
-    let keys = |ids: &[i64]| {
-        RecordBatch::try_new(
-            schema(vec![Field::new("id", DataType::Int64, true)]),
-            vec![Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef],
-        )
-        .unwrap()
-    };
+    let s = id_v_schema();
     let mut target = PostgresTarget::new(&url, "public.t").unwrap();
     target
         .open(&layout(&s, SinkMode::Upsert, &["id"]))
@@ -155,17 +112,13 @@ async fn upserts_delete_and_replace_by_key_and_new_columns_come_with_their_rows(
     target
         .commit(&commit(
             1,
-            id_v(&s, &[1, 2, 3], &[Some("a"), Some("b"), Some("c")]),
+            id_v(&[1, 2, 3], &[Some("a"), Some("b"), Some("c")]),
             Some(keys(&[])),
         ))
         .await
         .unwrap();
     target
-        .commit(&commit(
-            2,
-            id_v(&s, &[2], &[Some("B")]),
-            Some(keys(&[1, 7])),
-        ))
+        .commit(&commit(2, id_v(&[2], &[Some("B")]), Some(keys(&[1, 7]))))
         .await
         .unwrap();
     assert_eq!(
@@ -173,20 +126,7 @@ async fn upserts_delete_and_replace_by_key_and_new_columns_come_with_their_rows(
         vec!["2|B", "3|c"]
     );
     // A column new at the source arrives in the commit of its first rows.
-    let wider = schema(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-        Field::new("n", DataType::Int32, true),
-    ]);
-    let rows = RecordBatch::try_new(
-        Arc::clone(&wider),
-        vec![
-            Arc::new(Int64Array::from(vec![4])),
-            Arc::new(StringArray::from(vec!["d"])),
-            Arc::new(Int32Array::from(vec![40])),
-        ],
-    )
-    .unwrap();
+    let rows = id_v_n(4, "d", 40);
     target
         .commit(&commit(3, rows, Some(keys(&[]))))
         .await
@@ -211,10 +151,7 @@ async fn tables_that_cannot_take_the_rows_are_refused_with_the_fix() {
         )
         .await
         .unwrap();
-    let s = schema(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("v", DataType::Utf8, true),
-    ]);
+    let s = id_v_schema();
     let err = PostgresTarget::new(&url, "nokey")
         .unwrap()
         .open(&layout(&s, SinkMode::Upsert, &["id"]))
