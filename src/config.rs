@@ -4,6 +4,7 @@
 //! | setting | TOML key | environment | flag | default |
 //! |---|---|---|---|---|
 //! | address the PostgreSQL front end listens on | `listen` | `CDCFUSION_LISTEN` | `--listen` | `127.0.0.1:5433` |
+//! | address of the Prometheus endpoint (`GET /metrics`) | `metrics_listen` | `CDCFUSION_METRICS_LISTEN` | `--metrics-listen` | off |
 //! | directory of the engine's state | `state_dir` | `CDCFUSION_STATE_DIR` | `--state-dir` | none |
 //! | SQL files run at start, in order | `init = [...]` | — | `--init` (repeatable) | none |
 //! | time between checkpoints (with a state directory) | `checkpoint_interval` | `CDCFUSION_CHECKPOINT_INTERVAL` | `--checkpoint-interval` | `10s` |
@@ -181,6 +182,7 @@ impl Default for FrontendSettings {
 #[serde(deny_unknown_fields)]
 pub struct FileSettings {
     pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
     pub state_dir: Option<PathBuf>,
     #[serde(default)]
     pub init: Vec<PathBuf>,
@@ -207,6 +209,7 @@ pub struct FileSettings {
 #[derive(Debug, Clone, Default)]
 pub struct FlagSettings {
     pub listen: Option<String>,
+    pub metrics_listen: Option<String>,
     pub state_dir: Option<PathBuf>,
     pub init: Vec<PathBuf>,
     pub config: Option<PathBuf>,
@@ -219,6 +222,8 @@ pub struct FlagSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub listen: SocketAddr,
+    /// Where the Prometheus endpoint listens; off when `None`.
+    pub metrics_listen: Option<SocketAddr>,
     pub state_dir: Option<PathBuf>,
     /// Init files: the config file's, then the command line's.
     pub init: Vec<PathBuf>,
@@ -255,6 +260,21 @@ impl Settings {
             value: listen.clone(),
             origin,
         })?;
+        let metrics = if let Some(l) = flags.metrics_listen {
+            Some((l, "--metrics-listen"))
+        } else if let Some(l) = env("CDCFUSION_METRICS_LISTEN") {
+            Some((l, "CDCFUSION_METRICS_LISTEN"))
+        } else {
+            file.metrics_listen.map(|l| (l, "the config file"))
+        };
+        let metrics_listen = match metrics {
+            Some((value, origin)) => Some(
+                value
+                    .parse()
+                    .map_err(|_| ConfigError::Listen { value, origin })?,
+            ),
+            None => None,
+        };
         let state_dir = flags
             .state_dir
             .or_else(|| env("CDCFUSION_STATE_DIR").map(PathBuf::from))
@@ -301,6 +321,7 @@ impl Settings {
         };
         Ok(Self {
             listen,
+            metrics_listen,
             state_dir,
             init,
             checkpoint_interval,
@@ -570,6 +591,28 @@ mod tests {
         let err = Settings::resolve(flags(), env).unwrap_err();
         assert!(err.to_string().contains("plain"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_metrics_endpoint_is_off_unless_an_address_is_given() {
+        assert_eq!(
+            Settings::resolve(FlagSettings::default(), no_env)
+                .unwrap()
+                .metrics_listen,
+            None
+        );
+        let env = |k: &str| (k == "CDCFUSION_METRICS_LISTEN").then(|| "127.0.0.1:9464".to_string());
+        let on = Settings::resolve(FlagSettings::default(), env).unwrap();
+        assert_eq!(on.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let err = Settings::resolve(
+            FlagSettings {
+                metrics_listen: Some("9464".into()),
+                ..Default::default()
+            },
+            no_env,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--metrics-listen"), "{err}");
     }
 
     #[test]

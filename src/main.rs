@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use cdcfusion::config::{parse_duration, FlagSettings, FrontendSettings, Settings, UserSettings};
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineOptions};
-use cdcfusion::frontend::Server;
+use cdcfusion::frontend::{MetricsServer, Server};
 use cdcfusion::sql::{parse_cdc_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
@@ -62,6 +62,9 @@ enum Command {
         /// Address of the PostgreSQL front end [default: 127.0.0.1:5433]
         #[arg(long)]
         listen: Option<String>,
+        /// Address of the Prometheus endpoint, `GET /metrics` [default: off]
+        #[arg(long)]
+        metrics_listen: Option<String>,
         /// Directory of the engine's state; one engine at a time holds it.
         #[arg(long)]
         state_dir: Option<PathBuf>,
@@ -135,6 +138,7 @@ async fn main() -> Result<()> {
         }
         Command::Serve {
             listen,
+            metrics_listen,
             state_dir,
             init,
             config,
@@ -145,6 +149,7 @@ async fn main() -> Result<()> {
         } => {
             let flags = FlagSettings {
                 listen,
+                metrics_listen,
                 state_dir,
                 init,
                 config,
@@ -271,6 +276,16 @@ async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
         tls = settings.frontend.tls.is_some(),
         "engine running; the PostgreSQL front end is listening"
     );
+    let _metrics = match settings.metrics_listen {
+        Some(addr) => {
+            let metrics = MetricsServer::bind(Arc::clone(&engine), addr)
+                .await
+                .with_context(|| format!("--metrics-listen {addr}"))?;
+            tracing::info!(listen = %metrics.local_addr(), "metrics endpoint at /metrics");
+            Some(metrics)
+        }
+        None => None,
+    };
     let init = run_init(Arc::clone(&engine), settings.init.clone(), fail_fast);
     let status = log_status(Arc::clone(&engine));
     let init = async {

@@ -570,6 +570,25 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
         assert!(tokio::time::Instant::now() < deadline, "{row}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The Prometheus endpoint shows the same status.
+    let metrics = cdcfusion::frontend::render_metrics(&engine).await;
+    let commits = scalar(
+        &engine,
+        "SELECT commits FROM cdc.sinks WHERE name = 'follow'",
+    )
+    .await;
+    for line in [
+        format!("cdcfusion_sink_commits_total{{sink=\"follow\",source=\"pgf\"}} {commits}"),
+        "cdcfusion_sink_state{sink=\"strict\",source=\"pgf\",state=\"failed\"} 1".to_string(),
+        "cdcfusion_sink_lag_entries{sink=\"follow\",source=\"pgf\"} 0".to_string(),
+        format!("cdcfusion_table_rows{{source=\"pgf\",db=\"{db}\",table=\"t\"}} 30"),
+        "cdcfusion_source_consistent{source=\"pgf\"} 1".to_string(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line} not in:\n{metrics}"
+        );
+    }
     drop(engine);
 }
 

@@ -28,7 +28,8 @@
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
 //! * `datarows`: the `DataRow`s of a whole batch, written into one buffer;
 //! * `error`: SQLSTATEs of every error a client can see;
-//! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop.
+//! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop;
+//! * `metrics`: the Prometheus endpoint, the operator's other window onto the same status.
 //!
 //! The wire protocol itself is pgwire's; `pg_catalog` with the functions psql calls, and the
 //! PostgreSQL compatibility rewrites of catalog queries, are datafusion-pg-catalog's; Arrow to
@@ -47,6 +48,7 @@ mod encode;
 mod error;
 mod keys;
 mod lookup;
+mod metrics;
 mod pg_functions;
 mod planner;
 mod query;
@@ -61,5 +63,6 @@ mod wire;
 
 pub use catalog::DEFAULT_DATABASE;
 pub use error::FrontendError;
+pub use metrics::{render as render_metrics, MetricsServer};
 pub use server::Server;
 pub use session::SERVER_VERSION;
