@@ -97,6 +97,22 @@ async fn serve_runs_init_files_and_stops_on_interrupt() {
 }
 
 /// The log lines of a child process, read on a thread (a closed pipe would fail its writes).
+/// The port of the `listen=127.0.0.1:<port>` field of a log line (colour codes removed).
+fn port_in(line: &str) -> u16 {
+    let mut line = line.to_string();
+    while let Some(start) = line.find('\u{1b}') {
+        let end = line[start..]
+            .find('m')
+            .map_or(line.len(), |e| start + e + 1);
+        line.replace_range(start..end, "");
+    }
+    line.split("listen=127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line}"))
+}
+
 fn log_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -141,7 +157,14 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--init"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--init",
+        ])
         .arg(&init)
         .env("RUST_LOG", "cdcfusion=info")
         .env("NO_COLOR", "1")
@@ -153,22 +176,29 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
         .unwrap();
     let rx = log_lines(&mut child);
     let (line, rx) = wait_for_line(rx, "engine running").await;
-    // Without colour codes, whatever the log format does with a pipe.
-    let mut line = line;
-    while let Some(start) = line.find('\u{1b}') {
-        let end = line[start..]
-            .find('m')
-            .map_or(line.len(), |e| start + e + 1);
-        line.replace_range(start..end, "");
-    }
-    let port = line
-        .split("listen=127.0.0.1:")
-        .nth(1)
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .unwrap_or_else(|| panic!("no port in {line}"))
-        .to_string();
+    // Colour codes are removed, whatever the log format does with a pipe.
+    let port = port_in(&line).to_string();
+    let (metrics_line, rx) = wait_for_line(rx, "metrics endpoint").await;
+    let metrics_port = port_in(&metrics_line);
     // The source's failure is shown, and the engine keeps serving.
     let (_, _rx) = wait_for_line(rx, "source stopped").await;
+    // The Prometheus endpoint shows it too.
+    let scrape = {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(scrape.starts_with("HTTP/1.1 200 OK"), "{scrape}");
+    assert!(
+        scrape
+            .lines()
+            .any(|l| l == "cdcfusion_source_state{source=\"broken\",state=\"failed\"} 1"),
+        "{scrape}"
+    );
     let out = Command::new("psql")
         .args([
             "-h",
