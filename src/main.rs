@@ -278,7 +278,7 @@ async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
     );
     let _metrics = match settings.metrics_listen {
         Some(addr) => {
-            let metrics = MetricsServer::bind(Arc::clone(&engine), addr)
+            let metrics = MetricsServer::bind(Arc::clone(&engine), Some(server.stats()), addr)
                 .await
                 .with_context(|| format!("--metrics-listen {addr}"))?;
             tracing::info!(listen = %metrics.local_addr(), "metrics endpoint at /metrics");

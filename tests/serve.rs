@@ -182,23 +182,6 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
     let metrics_port = port_in(&metrics_line);
     // The source's failure is shown, and the engine keeps serving.
     let (_, _rx) = wait_for_line(rx, "source stopped").await;
-    // The Prometheus endpoint shows it too.
-    let scrape = {
-        use std::io::{Read, Write};
-        let mut conn = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
-        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
-        let mut answer = String::new();
-        conn.read_to_string(&mut answer).unwrap();
-        answer
-    };
-    assert!(scrape.starts_with("HTTP/1.1 200 OK"), "{scrape}");
-    assert!(
-        scrape
-            .lines()
-            .any(|l| l == "cdcfusion_source_state{source=\"broken\",state=\"failed\"} 1"),
-        "{scrape}"
-    );
     let out = Command::new("psql")
         .args([
             "-h",
@@ -223,6 +206,28 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The Prometheus endpoint shows it too.
+    let scrape = {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    assert!(scrape.starts_with("HTTP/1.1 200 OK"), "{scrape}");
+    for line in [
+        "cdcfusion_source_state{source=\"broken\",state=\"failed\"} 1",
+        // psql's one statement and its connection.
+        "cdcfusion_pg_connections_total 1",
+        "cdcfusion_pg_statement_seconds_count 1",
+    ] {
+        assert!(
+            scrape.lines().any(|l| l == line),
+            "{line} not in:\n{scrape}"
+        );
+    }
     assert!(child.try_wait().unwrap().is_none(), "serve exited");
     Command::new("kill")
         .arg("-INT")

@@ -571,7 +571,7 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The Prometheus endpoint shows the same status.
-    let metrics = cdcfusion::frontend::render_metrics(&engine).await;
+    let metrics = cdcfusion::frontend::render_metrics(&engine, None).await;
     let commits = scalar(
         &engine,
         "SELECT commits FROM cdc.sinks WHERE name = 'follow'",

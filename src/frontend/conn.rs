@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::block::Block;
 use super::catalog::PgCatalogs;
 use super::session;
+use super::stats::FrontendStats;
 use super::users::Users;
 use crate::config::FrontendSettings;
 use crate::engine::Engine;
@@ -43,6 +44,8 @@ pub struct Shared {
     pub compat: datafusion_pg_catalog::sql::PostgresCompatibilityParser,
     pub parameters: Arc<DefaultServerParameterProvider>,
     pub pid_generator: Arc<dyn PidSecretKeyGenerator>,
+    /// What the metrics endpoint shows of the front end.
+    pub stats: Arc<FrontendStats>,
     slots: Arc<Semaphore>,
     connections: Mutex<HashMap<u64, Weak<ConnState>>>,
     next_connection: AtomicU64,
@@ -71,6 +74,7 @@ impl Shared {
             compat: datafusion_pg_catalog::sql::PostgresCompatibilityParser::new(),
             parameters: Arc::new(parameters),
             pid_generator: Arc::new(RandomPidSecretKeyGenerator::default()),
+            stats: Arc::default(),
             connections: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(1),
         }
@@ -80,6 +84,7 @@ impl Shared {
     /// limit if one is free (the start-up exchange refuses it otherwise).
     pub fn accept(&self) -> (u64, Arc<ConnState>) {
         let slot = Arc::clone(&self.slots).try_acquire_owned().ok();
+        self.stats.connection();
         let conn = Arc::new(ConnState::new(slot));
         let id = self.next_connection.fetch_add(1, Ordering::Relaxed);
         self.connections
@@ -87,6 +92,13 @@ impl Shared {
             .expect("connections")
             .insert(id, Arc::downgrade(&conn));
         (id, conn)
+    }
+
+    /// Connections open now (those holding a slot under the limit).
+    pub fn open_connections(&self) -> usize {
+        self.settings
+            .max_connections
+            .saturating_sub(self.slots.available_permits())
     }
 
     /// Forgets the connection `id` once it has ended.

@@ -3,7 +3,7 @@
 //!
 //! # Invariant
 //! Every figure is read from the same status tables users query (`cdc.sources`, `cdc.tables`,
-//! `cdc.sinks`) at scrape time, so the endpoint and SQL never disagree; a scrape never blocks
+//! `cdc.sinks`) at scrape time (the front end's own counters come from `stats`), so the endpoint and SQL never disagree; a scrape never blocks
 //! capture (it plans ordinary queries over status snapshots). The HTTP side is one route
 //! answered on a plain TCP listener: a scrape needs no more, and an HTTP server crate would add
 //! its build to every build.
@@ -18,6 +18,8 @@ use arrow::datatypes::{DataType, Float64Type, UInt64Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::server::FrontendMetrics;
+use super::stats::BUCKETS;
 use crate::engine::Engine;
 
 /// How a status column becomes a metric.
@@ -161,9 +163,49 @@ fn render_family(out: &mut String, family: &Family, batches: &[RecordBatch]) {
     }
 }
 
-/// The metrics of `engine` now, in the text exposition format.
-pub async fn render(engine: &Engine) -> String {
+/// The front end's lines: connections, statements and their time, errors by SQLSTATE.
+fn render_frontend(out: &mut String, frontend: &FrontendMetrics) {
+    let (open, stats) = frontend.snapshot();
+    let _ = writeln!(
+        out,
+        "# HELP cdcfusion_pg_connections Client connections open now.\n# TYPE cdcfusion_pg_connections gauge\ncdcfusion_pg_connections {open}"
+    );
+    let _ = writeln!(
+        out,
+        "# HELP cdcfusion_pg_connections_total Client connections accepted.\n# TYPE cdcfusion_pg_connections_total counter\ncdcfusion_pg_connections_total {}",
+        stats.connections
+    );
+    let name = "cdcfusion_pg_statement_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Time from receiving a statement to its first response.\n# TYPE {name} histogram"
+    );
+    for (le, count) in BUCKETS.iter().zip(&stats.cumulative) {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {count}");
+    }
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{le=\"+Inf\"}} {total}\n{name}_sum {}\n{name}_count {total}",
+        stats.seconds,
+        total = stats.statements
+    );
+    let name = "cdcfusion_pg_errors_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Statements answered with an error, by SQLSTATE.\n# TYPE {name} counter"
+    );
+    for (code, count) in &stats.errors {
+        let _ = writeln!(out, "{name}{{sqlstate=\"{}\"}} {count}", label_value(code));
+    }
+}
+
+/// The metrics of `engine` (and of its PostgreSQL front end, when given) now, in the text
+/// exposition format.
+pub async fn render(engine: &Engine, frontend: Option<&FrontendMetrics>) -> String {
     let mut out = String::new();
+    if let Some(frontend) = frontend {
+        render_frontend(&mut out, frontend);
+    }
     let mut failed = 0u32;
     for family in FAMILIES {
         let rows = match engine.sql(&format!("SELECT * FROM {}", family.table)).await {
@@ -204,14 +246,14 @@ async fn request_line(stream: &mut TcpStream) -> Option<String> {
     head.lines().next().map(str::to_string)
 }
 
-async fn answer(engine: &Engine, mut stream: TcpStream) {
+async fn answer(engine: &Engine, frontend: Option<&FrontendMetrics>, mut stream: TcpStream) {
     let Some(line) = request_line(&mut stream).await else {
         return;
     };
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => ("200 OK", render(engine).await),
+        ("GET", "/metrics") => ("200 OK", render(engine, frontend).await),
         ("GET", _) => (
             "404 Not Found",
             "only /metrics is served here\n".to_string(),
@@ -243,8 +285,12 @@ impl Drop for MetricsServer {
 }
 
 impl MetricsServer {
-    /// Listens on `addr` and answers scrapes of `engine`.
-    pub async fn bind(engine: Arc<Engine>, addr: SocketAddr) -> std::io::Result<Self> {
+    /// Listens on `addr` and answers scrapes of `engine` and its front end.
+    pub async fn bind(
+        engine: Arc<Engine>,
+        frontend: Option<FrontendMetrics>,
+        addr: SocketAddr,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
         let task = tokio::spawn(async move {
@@ -252,7 +298,10 @@ impl MetricsServer {
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let engine = Arc::clone(&engine);
-                        tokio::spawn(async move { answer(&engine, stream).await });
+                        let frontend = frontend.clone();
+                        tokio::spawn(
+                            async move { answer(&engine, frontend.as_ref(), stream).await },
+                        );
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "metrics endpoint: accept failed");
@@ -276,13 +325,13 @@ mod tests {
     #[tokio::test]
     async fn an_engine_without_sources_has_empty_families_and_other_paths_are_refused() {
         let engine = Arc::new(Engine::new());
-        let text = render(&engine).await;
+        let text = render(&engine, None).await;
         assert!(
             text.contains("# TYPE cdcfusion_sink_commits_total counter"),
             "{text}"
         );
         assert!(text.contains("cdcfusion_metrics_errors 0"), "{text}");
-        let server = MetricsServer::bind(engine, "127.0.0.1:0".parse().unwrap())
+        let server = MetricsServer::bind(engine, None, "127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
         let mut conn = TcpStream::connect(server.local_addr()).await.unwrap();

@@ -29,6 +29,7 @@
 //! * `datarows`: the `DataRow`s of a whole batch, written into one buffer;
 //! * `error`: SQLSTATEs of every error a client can see;
 //! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop;
+//! * `stats`: what the front end counts (connections, statements, their time, errors);
 //! * `metrics`: the Prometheus endpoint, the operator's other window onto the same status.
 //!
 //! The wire protocol itself is pgwire's; `pg_catalog` with the functions psql calls, and the
@@ -57,6 +58,7 @@ mod results;
 mod server;
 mod session;
 mod statement;
+mod stats;
 mod tls;
 mod users;
 mod wire;
@@ -64,5 +66,5 @@ mod wire;
 pub use catalog::DEFAULT_DATABASE;
 pub use error::FrontendError;
 pub use metrics::{render as render_metrics, MetricsServer};
-pub use server::Server;
+pub use server::{FrontendMetrics, Server};
 pub use session::SERVER_VERSION;

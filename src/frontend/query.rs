@@ -84,8 +84,33 @@ pub struct Parser {
 }
 
 impl Parser {
-    /// Runs a statement to its response.
+    /// Runs a statement to its response, counted for the metrics endpoint.
     async fn run<C>(
+        &self,
+        client: &mut C,
+        prepared: &Prepared,
+        params: Option<ParamValues>,
+        format: &Format,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let started = std::time::Instant::now();
+        let result = self.run_statement(client, prepared, params, format).await;
+        let code = match &result {
+            Ok(_) => None,
+            Err(PgWireError::UserError(info)) => Some(info.code.as_str()),
+            Err(_) => Some("XX000"),
+        };
+        self.shared.stats.statement(started.elapsed(), code);
+        result
+    }
+
+    /// Runs a statement to its response.
+    async fn run_statement<C>(
         &self,
         client: &mut C,
         prepared: &Prepared,

@@ -46,6 +46,18 @@ use crate::engine::Engine;
 /// How often a connection checks for idleness and shutdown.
 const WATCH_INTERVAL: Duration = Duration::from_millis(50);
 
+/// What the metrics endpoint reads of a running front end.
+#[derive(Debug, Clone)]
+pub struct FrontendMetrics {
+    shared: Arc<Shared>,
+}
+
+impl FrontendMetrics {
+    pub fn snapshot(&self) -> (usize, super::stats::StatsSnapshot) {
+        (self.shared.open_connections(), self.shared.stats.snapshot())
+    }
+}
+
 /// The server: a bound listener and the shared state of its connections.
 pub struct Server {
     listener: TcpListener,
@@ -88,6 +100,13 @@ impl Server {
     }
 
     /// The address the server listens on (useful with port 0).
+    /// The front end's counters and its open connections, for the metrics endpoint.
+    pub fn stats(&self) -> FrontendMetrics {
+        FrontendMetrics {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()
