@@ -128,44 +128,61 @@ impl DeltaTarget {
         .collect()
     }
 
-    /// Whether the table's store answers a listing of its log right now.
-    async fn reachable(&self) -> bool {
-        let Ok(url) = deltalake::ensure_table_uri(&self.url) else {
-            return true;
-        };
-        let Ok(store) = deltalake::DeltaTableBuilder::from_url(url).and_then(|b| {
-            b.with_storage_options(Self::storage_options())
-                .build_storage()
-        }) else {
-            return true;
-        };
-        let log = object_store::path::Path::from("_delta_log");
-        store
-            .object_store(None)
-            .list_with_delimiter(Some(&log))
-            .await
-            .is_ok()
-    }
-
-    async fn load(&self) -> Result<DeltaTable, SinkError> {
+    /// The table's builder: the store's handlers registered, retries failing fast.
+    fn builder(&self) -> Result<deltalake::DeltaTableBuilder, SinkError> {
         #[cfg(feature = "s3")]
         {
             static REGISTERED: std::sync::Once = std::sync::Once::new();
             REGISTERED.call_once(|| deltalake::aws::register_handlers(None));
         }
         let url = deltalake::ensure_table_uri(&self.url).map_err(|e| classify(&self.what(), e))?;
-        // Fail fast on an unreachable store: the runner retries with its own backoff and shows
-        // the sink as `retrying` meanwhile (the store's default retries for minutes).
-        let options = [
-            ("max_retries".to_string(), TARGET_RETRIES.to_string()),
-            (
-                "retry_timeout".to_string(),
-                format!("{}s", TARGET_RETRY_SECONDS),
-            ),
-        ];
-        DeltaTable::try_from_url_with_storage_options(url, options.into_iter().collect())
+        Ok(deltalake::DeltaTableBuilder::from_url(url)
+            .map_err(|e| classify(&self.what(), e))?
+            .with_storage_options(Self::storage_options()))
+    }
+
+    /// Whether the location holds a Delta log yet (anything under `_delta_log/`).
+    async fn has_log(&self) -> Result<bool, SinkError> {
+        let store = self
+            .builder()?
+            .build_storage()
+            .map_err(|e| classify(&self.what(), e))?;
+        let log = object_store::path::Path::from("_delta_log");
+        match store
+            .object_store(None)
+            .list_with_delimiter(Some(&log))
             .await
-            .map_err(|e| classify(&self.what(), e))
+        {
+            Ok(listing) => Ok(!listing.objects.is_empty()),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(
+                e @ (object_store::Error::PermissionDenied { .. }
+                | object_store::Error::Unauthenticated { .. }),
+            ) => Err(SinkError::Invalid(format!(
+                "{}: {e}; check the credentials the engine runs with",
+                self.what()
+            ))),
+            Err(e) => Err(SinkError::unavailable(self.what(), e)),
+        }
+    }
+
+    /// Whether the table's store answers a listing of its log right now.
+    async fn reachable(&self) -> bool {
+        self.has_log().await.is_ok()
+    }
+
+    /// The table, loaded; or, where there is no log yet, a table to create (loading it would
+    /// only have `deltalake` log an error about the missing log).
+    async fn load(&self) -> Result<DeltaTable, SinkError> {
+        let exists = self.has_log().await?;
+        let mut table = self
+            .builder()?
+            .build()
+            .map_err(|e| classify(&self.what(), e))?;
+        if exists {
+            table.load().await.map_err(|e| classify(&self.what(), e))?;
+        }
+        Ok(table)
     }
 
     /// Creates the table for `layout`, its change data feed on.
