@@ -131,10 +131,27 @@ pub async fn sync_source(engine: &cdcfusion::engine::Engine, source: &str) {
     )
     .await
     .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.source(source).unwrap().wait_for(&target))
-        .await
-        .unwrap()
-        .unwrap();
+    let running = engine.source(source).unwrap();
+    match tokio::time::timeout(HANG_GUARD, running.wait_for(&target)).await {
+        Ok(reached) => reached.unwrap(),
+        Err(_) => {
+            let events: Vec<mysql_async::Row> = root_conn(server())
+                .await
+                .query(format!("SHOW BINLOG EVENTS IN '{}'", target.file))
+                .await
+                .unwrap();
+            let events: Vec<String> = events
+                .iter()
+                .rev()
+                .take(8)
+                .map(|r| format!("{:?}", r.clone().unwrap()))
+                .collect();
+            panic!(
+                "source {source} does not reach {target:?} (at {:?}); the binlog ends: {events:#?}",
+                query(engine, "SELECT position FROM cdc.sources").await
+            )
+        }
+    }
 }
 
 /// The rows a query on `engine` returns, one string per row (panics naming the query).
