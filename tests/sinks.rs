@@ -359,6 +359,30 @@ async fn lines(engine: &Engine, select: &str) -> Vec<String> {
         .collect()
 }
 
+/// Rounds 0–2 of `changes` with `sinks` caught up; then a crash (the engine dropped without a
+/// clean stop), round 3 while it is away and round 4 once it is back (engine state and output
+/// directories in `dirs`). Returns the engine opened again.
+async fn rounds_across_a_crash(
+    engine: Engine,
+    dirs: (&std::path::Path, &std::path::Path),
+    source: &str,
+    sinks: &[&str],
+    changes: impl Fn(i32) -> String,
+) -> Engine {
+    for round in 0..3 {
+        exec(&changes(round)).await;
+    }
+    for sink in sinks {
+        sink_caught_up(&engine, source, sink).await;
+    }
+    drop(engine);
+    exec(&changes(3)).await;
+    let engine = open(dirs.0, dirs.1).await;
+    ready(&engine, source).await;
+    exec(&changes(4)).await;
+    engine
+}
+
 /// One source transaction of round `round` on `db.t` (`id` first, `v`, `n` next): updates
 /// (moving some rows out of `n % 5 <> 0`), a key change, a delete and two inserts whose
 /// columns after `id` are `rest`.
@@ -417,17 +441,14 @@ async fn postgres_sinks_upsert_and_append_exactly_once_across_crashes() {
             ["'new\\ttab', 5, NULL, NULL", "NULL, 1, -3.5, '2000-01-01'"],
         )
     };
-    for round in 0..3 {
-        exec(&changes(round)).await;
-    }
-    sink_caught_up(&engine, "pg1", "copy").await;
-    sink_caught_up(&engine, "pg1", "log").await;
-    // A crash; more changes arrive while the engine is away, and after it is back.
-    drop(engine);
-    exec(&changes(3)).await;
-    let engine = open(state.path(), out.path()).await;
-    ready(&engine, "pg1").await;
-    exec(&changes(4)).await;
+    let engine = rounds_across_a_crash(
+        engine,
+        (state.path(), out.path()),
+        "pg1",
+        &["copy", "log"],
+        changes,
+    )
+    .await;
     sink_caught_up(&engine, "pg1", "copy").await;
     sink_caught_up(&engine, "pg1", "log").await;
 
@@ -630,16 +651,14 @@ async fn delta_sinks_upsert_and_append_exactly_once_across_crashes() {
             ["'new', 5, 0, '838:59:59'", "NULL, 1, NULL, NULL"],
         )
     };
-    for round in 0..3 {
-        exec(&changes(round)).await;
-    }
-    sink_caught_up(&engine, "dl", "lake_log").await;
-    sink_caught_up(&engine, "dl", "lake_copy").await;
-    drop(engine);
-    exec(&changes(3)).await;
-    let engine = open(state.path(), out.path()).await;
-    ready(&engine, "dl").await;
-    exec(&changes(4)).await;
+    let engine = rounds_across_a_crash(
+        engine,
+        (state.path(), out.path()),
+        "dl",
+        &["lake_log", "lake_copy"],
+        changes,
+    )
+    .await;
     exec(&format!("ALTER TABLE {db}.t ADD COLUMN note VARCHAR(8)")).await;
     exec(&format!("UPDATE {db}.t SET note = 'x', n = 2 WHERE id = 1")).await;
     sink_caught_up(&engine, "dl", "lake_log").await;
