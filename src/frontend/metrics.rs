@@ -107,26 +107,48 @@ fn number(batch: &RecordBatch, column: &str, row: usize) -> Option<f64> {
     }
 }
 
-fn text(batch: &RecordBatch, column: &str, row: usize) -> Option<String> {
-    let array = batch.column_by_name(column)?;
-    let array = arrow::compute::cast(array, &DataType::Utf8).ok()?;
-    let strings = array.as_string::<i32>();
-    (!strings.is_null(row)).then(|| strings.value(row).to_string())
+/// Every value of `column` as text (NULL as `None`), cast once for the whole batch.
+fn texts(batch: &RecordBatch, column: &str) -> Vec<Option<String>> {
+    let Some(array) = batch
+        .column_by_name(column)
+        .and_then(|a| arrow::compute::cast(a, &DataType::Utf8).ok())
+    else {
+        return vec![None; batch.num_rows()];
+    };
+    array
+        .as_string::<i32>()
+        .iter()
+        .map(|v| v.map(str::to_string))
+        .collect()
 }
 
 /// One family's lines from its status rows.
 fn render_family(out: &mut String, family: &Family, batches: &[RecordBatch]) {
-    let labels = |batch: &RecordBatch, row: usize| {
-        family
-            .labels
-            .iter()
-            .map(|(column, label)| {
-                let value = text(batch, column, row).unwrap_or_default();
-                format!("{label}=\"{}\"", label_value(&value))
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    // The labels of each row, built once and shared by all the family's metrics.
+    let labels: Vec<Vec<String>> = batches
+        .iter()
+        .map(|batch| {
+            let columns: Vec<Vec<Option<String>>> = family
+                .labels
+                .iter()
+                .map(|(column, _)| texts(batch, column))
+                .collect();
+            (0..batch.num_rows())
+                .map(|row| {
+                    family
+                        .labels
+                        .iter()
+                        .zip(&columns)
+                        .map(|((_, label), values)| {
+                            let value = values[row].as_deref().unwrap_or_default();
+                            format!("{label}=\"{}\"", label_value(value))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .collect()
+        })
+        .collect();
     for (column, suffix, kind, help) in family.values {
         let name = format!("{}_{suffix}", family.prefix);
         let kind = match kind {
@@ -134,10 +156,10 @@ fn render_family(out: &mut String, family: &Family, batches: &[RecordBatch]) {
             Kind::Counter => "counter",
         };
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for batch in batches {
-            for row in 0..batch.num_rows() {
+        for (batch, labels) in batches.iter().zip(&labels) {
+            for (row, labels) in labels.iter().enumerate() {
                 if let Some(v) = number(batch, column, row) {
-                    let _ = writeln!(out, "{name}{{{}}} {v}", labels(batch, row));
+                    let _ = writeln!(out, "{name}{{{labels}}} {v}");
                 }
             }
         }
@@ -148,15 +170,10 @@ fn render_family(out: &mut String, family: &Family, batches: &[RecordBatch]) {
             out,
             "# HELP {name} The {column} of each, as a label (value 1).\n# TYPE {name} gauge"
         );
-        for batch in batches {
-            for row in 0..batch.num_rows() {
-                if let Some(v) = text(batch, column, row) {
-                    let _ = writeln!(
-                        out,
-                        "{name}{{{},{column}=\"{}\"}} 1",
-                        labels(batch, row),
-                        label_value(&v)
-                    );
+        for (batch, labels) in batches.iter().zip(&labels) {
+            for (value, labels) in texts(batch, column).iter().zip(labels) {
+                if let Some(v) = value {
+                    let _ = writeln!(out, "{name}{{{labels},{column}=\"{}\"}} 1", label_value(v));
                 }
             }
         }

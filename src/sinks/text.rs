@@ -1,7 +1,8 @@
 //! Values that targets write as text because they have no column type of their own there.
 //!
 //! # Invariant
-//! MySQL `TIME` (an Arrow duration, up to ±838 hours) is written as a signed
+//! Identifiers are double-quoted with `"` doubled, as PostgreSQL and DataFusion's SQL (which
+//! `deltalake` parses) read them, so any column name survives. MySQL `TIME` (an Arrow duration, up to ±838 hours) is written as a signed
 //! `H:MM:SS.ffffff`, which PostgreSQL's `interval` reads back and people read as a time.
 
 use std::fmt::Write;
@@ -11,6 +12,11 @@ use arrow::datatypes::{
     DurationMicrosecondType, DurationMillisecondType, DurationNanosecondType, DurationSecondType,
     TimeUnit,
 };
+
+/// `name` as a double-quoted SQL identifier.
+pub fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
 
 /// `array[row]` of a duration array of `unit`, in microseconds.
 pub fn duration_micros(array: &dyn Array, unit: TimeUnit, row: usize) -> i64 {
@@ -54,5 +60,10 @@ mod tests {
         s.clear();
         write_interval(&mut s, 61_500_000);
         assert_eq!(s, "0:01:01.500000");
+    }
+
+    #[test]
+    fn identifiers_keep_their_quotes() {
+        assert_eq!(quote_identifier("a\"b"), "\"a\"\"b\"");
     }
 }

@@ -37,6 +37,7 @@ use futures::TryStreamExt;
 
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use super::text::quote_identifier as quote;
 use conform::{conform, delta_schema};
 
 const SINK_KEY: &str = "cdcfusion.sink";
@@ -75,11 +76,6 @@ fn classify(what: &str, e: DeltaTableError) -> SinkError {
         DeltaTableError::InvalidTableLocation(_) => SinkError::Invalid(format!("{what}: {e}")),
         other => SinkError::Conflict(format!("{what}: {other}")),
     }
-}
-
-/// `name` quoted as an identifier in a `deltalake` SQL expression.
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 impl DeltaTarget {
@@ -329,9 +325,9 @@ impl DeltaTarget {
         write.await.map_err(|e| classify(&self.what(), e))
     }
 
-    /// The `MERGE` source: the rows to upsert, then the keys to delete, flagged.
-    fn merge_source(&self, commit: &Commit) -> Result<RecordBatch, SinkError> {
-        let rows = conform(&commit.rows)?;
+    /// The `MERGE` source: `rows` (the commit's, in Delta's types) to upsert, then the keys
+    /// to delete, flagged.
+    fn merge_source(&self, rows: &RecordBatch, commit: &Commit) -> Result<RecordBatch, SinkError> {
         let error = |e: arrow::error::ArrowError| SinkError::Input(format!("merge source: {e}"));
         let mut fields: Vec<Field> = rows
             .schema()
@@ -373,8 +369,9 @@ impl DeltaTarget {
         mut table: DeltaTable,
         commit: &Commit,
     ) -> Result<DeltaTable, SinkError> {
-        let source = self.merge_source(commit)?;
-        let added = self.new_columns(&table, &conform(&commit.rows)?.schema())?;
+        let rows = conform(&commit.rows)?;
+        let source = self.merge_source(&rows, commit)?;
+        let added = self.new_columns(&table, &rows.schema())?;
         if !added.is_empty() {
             let fields = added
                 .iter()

@@ -30,8 +30,9 @@ use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use super::text::quote_identifier as quote;
 pub use copy::copy_text;
-use types::{accepts, pg_type, quote};
+use types::{accepts, pg_type};
 
 /// The table, in the target table's schema, that holds each sink's progress.
 const PROGRESS_TABLE: &str = "_cdcfusion_sinks";

@@ -97,11 +97,6 @@ pub fn accepts(typname: &str, data_type: &DataType) -> bool {
     }
 }
 
-/// `name` quoted as a PostgreSQL identifier.
-pub fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +148,5 @@ mod tests {
         assert!(!accepts("text", &DataType::Int32));
         assert!(!accepts("float4", &DataType::Float64));
         assert!(accepts("jsonb", &DataType::Struct(Default::default())));
-        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
     }
 }
