@@ -9,15 +9,18 @@
 
 use std::time::Duration;
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use cdcfusion::config::{parse_duration, FlagSettings, FrontendSettings, Settings, UserSettings};
+use cdcfusion::config::{
+    parse_duration, FlagSettings, FrontendSettings, Role, Settings, UserSettings,
+};
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineOptions};
-use cdcfusion::frontend::{MetricsServer, Server};
+use cdcfusion::frontend::{console, MetricsServer, Server};
 use cdcfusion::sql::{parse_cdc_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
@@ -91,6 +94,19 @@ enum Command {
         #[arg(long)]
         fail_fast: bool,
     },
+    /// Print the sources, tables and sinks of a running engine and their lag, read over the
+    /// PostgreSQL protocol (password from PGPASSWORD).
+    Status {
+        /// The engine's PostgreSQL front end.
+        #[arg(long, default_value = "postgresql://127.0.0.1:5433/postgres")]
+        url: String,
+        /// Print again every `--interval` until Ctrl-C.
+        #[arg(long)]
+        watch: bool,
+        /// Time between prints with `--watch` (`500ms`, `2s`).
+        #[arg(long, value_parser = parse_duration, default_value = "2s")]
+        interval: Duration,
+    },
     /// Print the change stream of a MySQL/MariaDB server.
     Capture {
         /// `mysql://user:password@host:port`
@@ -118,12 +134,16 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // Progress bars (drawn on a terminal only) share stderr with the log: each log line is
+    // written with the bars lifted, so neither tears the other.
+    let bars = indicatif::MultiProgress::new();
+    let log_bars = bars.clone();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "cdcfusion=info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(move || BelowBars(log_bars.clone()))
         .init();
     match Cli::parse().command {
         Command::Demo {
@@ -160,9 +180,15 @@ async fn main() -> Result<()> {
             serve(
                 Settings::resolve(flags, |k| std::env::var(k).ok())?,
                 fail_fast,
+                bars,
             )
             .await
         }
+        Command::Status {
+            url,
+            watch,
+            interval,
+        } => status(&url, watch, interval).await,
         Command::Capture {
             url,
             server_id,
@@ -239,7 +265,7 @@ impl Drop for StateLock {
     }
 }
 
-async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
+async fn serve(settings: Settings, fail_fast: bool, bars: indicatif::MultiProgress) -> Result<()> {
     let _lock = match &settings.state_dir {
         Some(dir) => Some(StateLock::acquire(dir)?),
         None => None,
@@ -287,7 +313,15 @@ async fn serve(settings: Settings, fail_fast: bool) -> Result<()> {
         None => None,
     };
     let init = run_init(Arc::clone(&engine), settings.init.clone(), fail_fast);
-    let status = log_status(Arc::clone(&engine));
+    // On a terminal, progress bars; elsewhere (a service's log), a plain line now and then.
+    let status = async {
+        if std::io::stderr().is_terminal() {
+            console::show_progress(Arc::clone(&engine), bars).await;
+            Ok(())
+        } else {
+            log_status(Arc::clone(&engine)).await
+        }
+    };
     let init = async {
         init.await?;
         // Done: keep serving.
@@ -371,6 +405,56 @@ async fn stop_signal() {
         () = terminate => {}
     }
     tracing::info!("stopping");
+}
+
+/// A log line written below the progress bars (see `main`).
+struct BelowBars(indicatif::MultiProgress);
+
+impl std::io::Write for BelowBars {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.suspend(|| std::io::stderr().write(buf))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// `cdcfusion status`: the engine's status tables, once or every `interval`.
+async fn status(url: &str, watch: bool, interval: Duration) -> Result<()> {
+    let mut config: tokio_postgres::Config =
+        url.parse().with_context(|| format!("--url {url:?}"))?;
+    if config.get_user().is_none() {
+        let user = std::env::var("PGUSER")
+            .or_else(|_| std::env::var("USER"))
+            .unwrap_or_else(|_| "postgres".into());
+        config.user(user);
+    }
+    if config.get_password().is_none() {
+        if let Ok(password) = std::env::var("PGPASSWORD") {
+            config.password(password);
+        }
+    }
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .with_context(|| format!("connecting to {url}"))?;
+    tokio::spawn(connection);
+    loop {
+        let text = console::render(&console::read_status(&client).await?);
+        if watch {
+            // Clear the screen and print from its top.
+            print!("\x1b[2J\x1b[H");
+        }
+        print!("{text}");
+        if !watch {
+            return Ok(());
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
 }
 
 /// Logs the sources' status every ten seconds (never returns unless a query fails).
@@ -463,6 +547,7 @@ async fn run_demo(
             name: DEMO_USER.into(),
             password: DEMO_PASSWORD.into(),
             method: None,
+            role: Some(Role::Admin),
         }],
         ..FrontendSettings::default()
     };

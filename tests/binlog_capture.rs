@@ -169,6 +169,65 @@ async fn add_and_drop_column_mid_stream_keep_columns_aligned() {
     }
 }
 
+/// `CREATE TABLE ... SELECT` is one transaction with the rows it writes, ending after its XID:
+/// a reader resuming at its end repeats nothing, and a capture publishing at its end has read
+/// everything the server logged for it.
+#[tokio::test]
+async fn create_table_as_select_is_one_transaction_with_its_rows() {
+    let server = server();
+    let mut conn = root_conn(server).await;
+    fresh_db(&mut conn, "cap_ctas").await;
+    conn.query_drop(
+        "CREATE TABLE cap_ctas.t (id INT PRIMARY KEY, v VARCHAR(8));
+         INSERT INTO cap_ctas.t VALUES (1, 'a'), (2, 'b')",
+    )
+    .await
+    .unwrap();
+    let mut r = reader(server, "cap_ctas", StartPosition::Current).await;
+    conn.query_drop("CREATE TABLE cap_ctas.ctas_rows AS SELECT id, v FROM cap_ctas.t")
+        .await
+        .unwrap();
+    let is_ctas = |t: &cdcfusion::change::SourceTransaction| {
+        t.ddl.iter().any(|d| d.statement.contains("ctas_rows"))
+    };
+    let txs = read_until(&mut r, is_ctas).await;
+    let tx = txs.last().unwrap();
+    assert_eq!(tx.num_rows(), 2, "the rows come with the statement: {tx:?}");
+    assert_eq!(
+        row_strings(tx.changes[0].after.as_ref().unwrap()),
+        ["id=1 v=a", "id=2 v=b"]
+    );
+    assert!(
+        matches!(tx.gtid, Some(Gtid::MariaDb { .. })),
+        "{:?}",
+        tx.gtid
+    );
+    let events: Vec<(String, u64)> = conn
+        .query_map(
+            format!(
+                "SHOW BINLOG EVENTS IN '{}' FROM {} LIMIT 12",
+                tx.start.file, tx.start.offset
+            ),
+            |row: mysql_async::Row| {
+                (
+                    row.get::<String, _>("Event_type").unwrap(),
+                    row.get::<u64, _>("End_log_pos").unwrap(),
+                )
+            },
+        )
+        .await
+        .unwrap();
+    let xid = events
+        .iter()
+        .find(|(kind, _)| kind == "Xid")
+        .map(|(_, end)| *end)
+        .unwrap_or_else(|| panic!("no XID after the statement: {events:?}"));
+    assert_eq!(
+        tx.end.offset, xid,
+        "the transaction ends after its XID: {events:?}"
+    );
+}
+
 #[tokio::test]
 async fn resumes_from_file_offset_and_from_gtid_without_repeats() {
     let server = server();

@@ -387,10 +387,15 @@ async fn checkpoints_that_cannot_reach_the_store_are_retried_and_lose_nothing() 
     .expect("the checkpoints never caught up");
     let status = query(
         &engine,
-        "SELECT retries >= 1 AS retried, last_error_sqlstate FROM cdc.sources",
+        "SELECT retries >= 1 AS retried, last_error_sqlstate, checkpoint_failures >= 1 AS failed, \
+         checkpoints >= 2 AS written, last_checkpoint_seconds >= 0 AS timed, \
+         checkpoint_age_seconds < 3600 AS recent FROM cdc.sources",
     )
     .await;
-    assert_eq!(status, ["retried=true last_error_sqlstate=58030"]);
+    assert_eq!(
+        status,
+        ["retried=true last_error_sqlstate=58030 failed=true written=true timed=true recent=true"]
+    );
     println!(
         "{} connections to the store through the faults, ridden out",
         proxy.accepted()

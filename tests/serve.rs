@@ -228,6 +228,37 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
             "{line} not in:\n{scrape}"
         );
     }
+    // `cdcfusion status` prints the same over the PostgreSQL protocol.
+    let out = Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+        .args(["status", "--url"])
+        .arg(format!("postgresql://u@127.0.0.1:{port}/postgres"))
+        .env("PGPASSWORD", "p")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for part in ["Sources", "Tables", "Sinks\n  (none)"] {
+        assert!(stdout.contains(part), "{part} not in:\n{stdout}");
+    }
+    let source_row = stdout
+        .lines()
+        .find(|l| l.contains("broken"))
+        .unwrap_or_else(|| panic!("no row of the source in:\n{stdout}"));
+    assert!(source_row.contains("failed"), "{source_row}");
+    // A wrong password is a clear error and a failed exit, not a hang.
+    let out = Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+        .args(["status", "--url"])
+        .arg(format!("postgresql://u@127.0.0.1:{port}/postgres"))
+        .env("PGPASSWORD", "wrong")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("connecting to"), "{stderr}");
     assert!(child.try_wait().unwrap().is_none(), "serve exited");
     Command::new("kill")
         .arg("-INT")

@@ -598,8 +598,15 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
         "SELECT commits FROM cdc.sinks WHERE name = 'follow'",
     )
     .await;
+    let changes = scalar(
+        &engine,
+        "SELECT changes FROM cdc.sources WHERE name = 'pgf'",
+    )
+    .await;
+    assert_ne!(changes, "0", "the writes were counted");
     for line in [
         format!("cdcfusion_sink_commits_total{{sink=\"follow\",source=\"pgf\"}} {commits}"),
+        format!("cdcfusion_source_changes_total{{source=\"pgf\"}} {changes}"),
         "cdcfusion_sink_state{sink=\"strict\",source=\"pgf\",state=\"failed\"} 1".to_string(),
         "cdcfusion_sink_lag_entries{sink=\"follow\",source=\"pgf\"} 0".to_string(),
         format!("cdcfusion_table_rows{{source=\"pgf\",db=\"{db}\",table=\"t\"}} 30"),

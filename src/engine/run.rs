@@ -14,7 +14,7 @@ use futures::FutureExt;
 
 use super::resnapshot::{resnapshot, resnapshot_table};
 use super::retry;
-use super::source_status::SourceStatus;
+use super::source_status::{now_micros, SourceStatus};
 use super::stop::{fail, panicked, Stop};
 use super::task::{append, fresh, recover, resume_published, Mode, Started, Task};
 use crate::capture::version::{Published, SourceVersion};
@@ -111,6 +111,7 @@ pub(crate) async fn checkpoint_loop(
             tokio::time::sleep(retry::backoff(failures)).await;
         }
         let version = published.load_full();
+        let started = std::time::Instant::now();
         let result = AssertUnwindSafe(async {
             crate::failpoint::hit_in("checkpoint", &name);
             checkpointer.checkpoint(&version).await
@@ -136,6 +137,9 @@ pub(crate) async fn checkpoint_loop(
                 }
                 s.checkpoint_error = None;
                 s.checkpoint_retrying = false;
+                s.checkpoints += 1;
+                s.last_checkpoint_micros = Some(now_micros());
+                s.last_checkpoint_seconds = Some(started.elapsed().as_secs_f64());
                 failures = 0;
             }
             Err(e) if e.is_transient() => {
@@ -143,6 +147,7 @@ pub(crate) async fn checkpoint_loop(
                 tracing::warn!(error = %e, attempt = failures, "checkpoint failed; retrying");
                 s.checkpoint_error = Some(e.to_string());
                 s.checkpoint_retrying = true;
+                s.checkpoint_failures += 1;
                 s.retries += 1;
                 s.last_error = Some(Fault::new(
                     e.sqlstate(),
@@ -153,6 +158,7 @@ pub(crate) async fn checkpoint_loop(
                 tracing::warn!(error = %e, "checkpoint failed; retrying at the next interval");
                 s.checkpoint_error = Some(e.to_string());
                 s.checkpoint_retrying = false;
+                s.checkpoint_failures += 1;
                 failures = 0;
             }
         }
@@ -324,6 +330,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
                 s.set_tables(capture.tables().to_vec());
             }
             s.transactions += count;
+            s.changes += changes.len() as u64;
             s.last_commit_ts_micros = Some(tx.commit_ts_micros);
         }
     }

@@ -24,6 +24,8 @@ pub struct SourceStatus {
     pub error: Option<String>,
     /// Transactions applied since the hand-off.
     pub transactions: u64,
+    /// Changelog entries (row changes) appended since the hand-off.
+    pub changes: u64,
     /// Commit time (µs) of the last applied transaction.
     pub last_commit_ts_micros: Option<i64>,
     /// The server's own binlog end, polled every [`SERVER_POLL`].
@@ -34,6 +36,13 @@ pub struct SourceStatus {
     pub consistent_from: Option<BinlogCoord>,
     /// Why the last checkpoint failed, until one succeeds.
     pub checkpoint_error: Option<String>,
+    /// Checkpoints that succeeded (written, or with nothing new to write) since the start.
+    pub checkpoints: u64,
+    /// Checkpoints that failed since the start.
+    pub checkpoint_failures: u64,
+    /// When the last checkpoint succeeded (µs since the epoch) and how long it took.
+    pub last_checkpoint_micros: Option<i64>,
+    pub last_checkpoint_seconds: Option<f64>,
     /// Restarts after transient failures (`engine::retry`).
     pub retries: u64,
     /// Waiting to restart after a transient failure.
@@ -73,4 +82,11 @@ impl SourceStatus {
             .as_micros() as i64;
         Some((now - last).max(0) as f64 / 1e6)
     }
+}
+
+/// Now, in microseconds since the epoch.
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }

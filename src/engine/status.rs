@@ -24,6 +24,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::sinks::{SinksRef, SinksTable};
 use super::source::{RunningSource, SourcesRef};
+use super::source_status::now_micros;
 use super::status_rows::{table, text};
 use crate::capture::describe_columns;
 use crate::change::position::ChangePosition;
@@ -156,8 +157,12 @@ fn build(
             let (mut retries, mut last_error, mut last_sqlstate, mut last_at) =
                 (vec![], vec![], vec![], vec![]);
             let mut consistent = Vec::new();
-            let mut txs = Vec::new();
+            let (mut txs, mut changes) = (Vec::new(), Vec::new());
             let (mut lag_s, mut lag_b, mut server_pos) = (vec![], vec![], vec![]);
+            let (mut snapshot_rows, mut eta) = (vec![], vec![]);
+            let (mut checkpoints, mut checkpoint_failures) = (vec![], vec![]);
+            let (mut checkpoint_at, mut checkpoint_age, mut checkpoint_took) =
+                (vec![], vec![], vec![]);
             for s in sources {
                 let status = s.status();
                 let report = s.progress.report();
@@ -206,6 +211,18 @@ fn build(
                 lag_b.push(status.lag_bytes(version.position.as_ref()));
                 server_pos.push(status.server_position.as_ref().map(ToString::to_string));
                 txs.push(status.transactions);
+                changes.push(status.changes);
+                snapshot_rows.push(report.rows_read as u64);
+                eta.push(report.eta.map(|d| d.as_secs_f64()));
+                checkpoints.push(status.checkpoints);
+                checkpoint_failures.push(status.checkpoint_failures);
+                checkpoint_at.push(status.last_checkpoint_micros);
+                checkpoint_age.push(
+                    status
+                        .last_checkpoint_micros
+                        .map(|at| (now_micros() - at).max(0) as f64 / 1e6),
+                );
+                checkpoint_took.push(status.last_checkpoint_seconds);
             }
             let [name, flavor, version, phase, published, live, error, url, durable, consistent_from, checkpoint_error, state, error_sqlstate, error_position, error_table] =
                 cols;
@@ -224,6 +241,9 @@ fn build(
                 ("lag_bytes", Arc::new(UInt64Array::from(lag_b))),
                 ("consistent", Arc::new(BooleanArray::from(consistent))),
                 ("transactions", Arc::new(UInt64Array::from(txs))),
+                ("changes", Arc::new(UInt64Array::from(changes))),
+                ("snapshot_rows", Arc::new(UInt64Array::from(snapshot_rows))),
+                ("snapshot_eta_seconds", Arc::new(Float64Array::from(eta))),
                 ("error", text(error)),
                 ("error_sqlstate", text(error_sqlstate)),
                 ("error_position", text(error_position)),
@@ -240,12 +260,30 @@ fn build(
                     Arc::new(TimestampMicrosecondArray::from(last_at).with_timezone("UTC")),
                 ),
                 ("checkpoint_error", text(checkpoint_error)),
+                ("checkpoints", Arc::new(UInt64Array::from(checkpoints))),
+                (
+                    "checkpoint_failures",
+                    Arc::new(UInt64Array::from(checkpoint_failures)),
+                ),
+                (
+                    "last_checkpoint_at",
+                    Arc::new(TimestampMicrosecondArray::from(checkpoint_at).with_timezone("UTC")),
+                ),
+                (
+                    "checkpoint_age_seconds",
+                    Arc::new(Float64Array::from(checkpoint_age)),
+                ),
+                (
+                    "last_checkpoint_seconds",
+                    Arc::new(Float64Array::from(checkpoint_took)),
+                ),
                 ("url", text(url)),
             ])
         }
         "tables" => {
             let mut cols: [Vec<Option<String>>; 8] = Default::default();
             let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
+            let mut rows_read = Vec::new();
             let mut complete = Vec::new();
             let (mut log_rows, mut log_memory, mut log_spilled) = (vec![], vec![], vec![]);
             let mut schema_versions = Vec::new();
@@ -283,6 +321,13 @@ fn build(
                             .count() as u64,
                     );
                     total.push(chunks.len() as u64);
+                    rows_read.push(
+                        chunks
+                            .iter()
+                            .filter(|c| c.state == ChunkState::Done)
+                            .map(|c| c.rows as u64)
+                            .sum::<u64>(),
+                    );
                     keyless.push(t.primary_key.is_empty());
                     // False while the rows are the chunks done so far of a running snapshot.
                     complete.push(version.consistent);
@@ -308,6 +353,7 @@ fn build(
                 ("rows", Arc::new(UInt64Array::from(rows))),
                 ("chunks_done", Arc::new(UInt64Array::from(done))),
                 ("chunks_total", Arc::new(UInt64Array::from(total))),
+                ("snapshot_rows", Arc::new(UInt64Array::from(rows_read))),
                 ("snapshot_min_high", text(low)),
                 ("snapshot_max_high", text(high)),
                 ("keyless", Arc::new(BooleanArray::from(keyless))),

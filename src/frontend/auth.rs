@@ -172,6 +172,7 @@ impl Startup {
             .unwrap_or_else(|| user.clone());
         Ok(match catalog_of_database(&self.shared.engine, &database) {
             Some(catalog) => Admitted::Session(SessionInfo {
+                role: self.shared.users.role(&user),
                 user,
                 database,
                 catalog,

@@ -206,6 +206,13 @@ impl<C: Sink<PgWireBackendMessage> + Unpin> Sink<PgWireBackendMessage> for Track
             PgWireBackendMessage::ReadyForQuery(_) => {
                 PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(lock(self.block).status()))
             }
+            // pgwire ends a `COPY ... TO STDOUT` whose rows fail with a backend `CopyFail`, a
+            // message only clients may send (a client waits on it forever), then returns the
+            // error, which it sends as the `ErrorResponse` that ends a copy in PostgreSQL.
+            PgWireBackendMessage::CopyFail(_) => {
+                lock(self.block).fail();
+                return Ok(());
+            }
             other => other,
         };
         Pin::new(&mut *self.inner).start_send(item)

@@ -126,6 +126,8 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub struct SessionInfo {
     pub user: String,
+    /// What the user may do, fixed at login.
+    pub role: crate::config::Role,
     pub database: String,
     pub catalog: String,
 }

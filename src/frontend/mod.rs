@@ -7,7 +7,8 @@
 //! * `server`: the listener, the life of a connection (limit, idle sessions, cancellation,
 //!   graceful shutdown);
 //! * `auth`: the start-up exchange (connection slot, TLS requirement, database, password);
-//! * `users`: the users who may log in and their password verifiers;
+//! * `users`: the users who may log in, their password verifiers and roles;
+//! * `privileges`: what a user's role lets it run;
 //! * `tls`: the rustls acceptor of the configured certificate;
 //! * `query`: the simple and extended protocols, running each statement by its type;
 //! * `lookup`: primary-key point lookups answered from the key index without planning;
@@ -30,7 +31,8 @@
 //! * `error`: SQLSTATEs of every error a client can see;
 //! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop;
 //! * `stats`: what the front end counts (connections, statements, their time, errors);
-//! * `metrics`: the Prometheus endpoint, the operator's other window onto the same status.
+//! * `metrics`: the Prometheus endpoint, the operator's other window onto the same status;
+//! * `console`: the same status on a terminal (`cdcfusion status`, `serve`'s progress bars).
 //!
 //! The wire protocol itself is pgwire's; `pg_catalog` with the functions psql calls, and the
 //! PostgreSQL compatibility rewrites of catalog queries, are datafusion-pg-catalog's; Arrow to
@@ -43,6 +45,7 @@ mod catalog_ast;
 mod client_info;
 mod compat;
 mod conn;
+pub mod console;
 mod copy;
 mod datarows;
 mod encode;
@@ -52,6 +55,7 @@ mod lookup;
 mod metrics;
 mod pg_functions;
 mod planner;
+mod privileges;
 mod query;
 mod reflect;
 mod results;

@@ -34,6 +34,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, Type};
 use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::copy::CopyData;
 use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
@@ -46,7 +47,8 @@ use super::encode;
 use super::error::{datafusion_error, user_error};
 use super::lookup;
 use super::planner::Planner;
-use super::results::{self, execute, rows, warn_stale};
+use super::privileges;
+use super::results::{self, execute, rows, warn_stale, within_result_size, StatementLimits};
 use super::session::{self, SessionStatement};
 use super::statement::{self, ours_answer, Answer, Parsed, Prepared};
 use crate::provider::health::ReadPolicy;
@@ -130,13 +132,19 @@ impl Parser {
             _ => None,
         };
         block::lock(self.conn.block()).admit(session)?;
+        if let Some(info) = self.conn.session() {
+            privileges::authorize(info.role, &info.user, &prepared.parsed)?;
+        }
+        let limits = StatementLimits::of(&self.shared.settings);
         match &prepared.parsed {
             Parsed::Session(s) => self.run_session(client, s, format),
             Parsed::Ours(statement) => {
                 let stop = self.planner.start(&metadata);
                 let df = self.planner.run_ours(statement.clone(), &stop).await?;
                 match ours_answer(statement) {
-                    (_, true) => Ok(Response::Query(rows(df, format, &metadata, stop).await?)),
+                    (_, true) => Ok(Response::Query(
+                        rows(df, format, &metadata, stop, limits).await?,
+                    )),
                     (tag, false) => Ok(Response::Execution(Tag::new(tag))),
                 }
             }
@@ -153,9 +161,12 @@ impl Parser {
                 let header = out.header_line(&fields);
                 let encoder = out.encoder(Arc::clone(&fields));
                 let columns = fields.len();
-                let batches = execute(df, stop, session::time_zone(&metadata)).await?;
+                let batches = execute(df, stop, session::time_zone(&metadata), limits).await?;
                 warn_stale(client, &policy).await?;
                 let lines = encode::copy_rows(batches, fields, encoder);
+                let lines = within_result_size(lines, limits.result_size, |line: &CopyData| {
+                    line.data.len()
+                });
                 let lines = copy::with_header(header, lines);
                 Ok(Response::CopyOut(CopyResponse::new(0, columns, lines)))
             }
@@ -175,12 +186,15 @@ impl Parser {
                     return Ok(Response::Query(response));
                 }
                 let (mut df, policy) = self.frame(prepared, statement, &metadata, &stop).await?;
-                if let Some(params) = params {
-                    df = df.with_param_values(params).map_err(datafusion_error)?;
+                match params {
+                    Some(params) => {
+                        df = df.with_param_values(params).map_err(datafusion_error)?;
+                    }
+                    None => no_parameters(&df)?,
                 }
                 let (tag, counted) = match answer {
                     Answer::Rows => {
-                        let response = rows(df, format, &metadata, stop).await?;
+                        let response = rows(df, format, &metadata, stop, limits).await?;
                         warn_stale(client, &policy).await?;
                         return Ok(Response::Query(response));
                     }
@@ -188,12 +202,13 @@ impl Parser {
                     Answer::Copied => (Tag::new("COPY"), true),
                     Answer::Done(tag) => (Tag::new(tag), false),
                 };
-                let batches: Vec<RecordBatch> = execute(df, stop, session::time_zone(&metadata))
-                    .await?
-                    .collect::<Vec<_>>()
-                    .await
-                    .into_iter()
-                    .collect::<PgWireResult<_>>()?;
+                let batches: Vec<RecordBatch> =
+                    execute(df, stop, session::time_zone(&metadata), limits)
+                        .await?
+                        .collect::<Vec<_>>()
+                        .await
+                        .into_iter()
+                        .collect::<PgWireResult<_>>()?;
                 Ok(Response::Execution(if counted {
                     tag.with_rows(results::inserted_rows(&batches))
                 } else {
@@ -453,6 +468,41 @@ impl SimpleQueryHandler for QueryHandler {
     }
 }
 
+/// Rows one `Execute` sends at most before `PortalSuspended`: pgwire reserves room for the
+/// rows a client asks for before it has any, so a request for two billion rows (or a negative
+/// count, read as even more) would take the server down.
+const MAX_ROWS_PER_EXECUTE: i32 = 1 << 16;
+
+/// The rows an `Execute` asking for `asked` sends before suspending: all of them for 0 (as
+/// for any count that is not positive), else at most [`MAX_ROWS_PER_EXECUTE`]; a client that
+/// asked for more executes the portal again, as after any `PortalSuspended`.
+fn rows_per_execute(asked: i32) -> i32 {
+    if asked <= 0 {
+        0
+    } else {
+        asked.min(MAX_ROWS_PER_EXECUTE)
+    }
+}
+
+/// `undefined_parameter`.
+const SQLSTATE_UNDEFINED_PARAMETER: &str = "42P02";
+
+/// Refuses a statement of the simple protocol (which has no parameter values) that uses a
+/// parameter, as PostgreSQL does, before anything runs it.
+fn no_parameters(df: &DataFrame) -> PgWireResult<()> {
+    let used = df
+        .logical_plan()
+        .get_parameter_types()
+        .map_err(datafusion_error)?;
+    match used.keys().min() {
+        None => Ok(()),
+        Some(first) => Err(user_error(
+            SQLSTATE_UNDEFINED_PARAMETER,
+            format!("there is no parameter {first}"),
+        )),
+    }
+}
+
 /// A failed statement as a response (the connection carries on).
 fn error_response(error: PgWireError) -> Response {
     Response::Error(Box::new(error.into()))
@@ -521,13 +571,14 @@ impl ExtendedQueryHandler for QueryHandler {
         Arc::clone(&self.parser)
     }
 
-    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    async fn on_execute<C>(&self, client: &mut C, mut message: Execute) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore<Statement = Prepared>,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        message.max_rows = rows_per_execute(message.max_rows);
         self._on_execute(&mut Tracked::new(client, self.parser.conn.block()), message)
             .await
     }
@@ -564,6 +615,15 @@ impl ExtendedQueryHandler for QueryHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_execute_never_asks_for_more_rows_than_the_server_reserves() {
+        assert_eq!(rows_per_execute(0), 0);
+        assert_eq!(rows_per_execute(-1), 0);
+        assert_eq!(rows_per_execute(i32::MIN), 0);
+        assert_eq!(rows_per_execute(50), 50);
+        assert_eq!(rows_per_execute(i32::MAX), MAX_ROWS_PER_EXECUTE);
+    }
 
     #[test]
     fn parameters_are_ordered_by_number() {

@@ -4,27 +4,132 @@
 //!
 //! # Invariant
 //! A result stream ends with an error as soon as its statement's [`Stop`] fires, and holds
-//! the `Stop` (so the connection counts as busy) until it is dropped.
+//! the `Stop` (so the connection counts as busy) until it is dropped. Each statement runs
+//! with a memory pool of its own of `query_memory_limit` bytes (a query that needs more fails
+//! with `53200`, the others go on) and ends with `54000` once the rows it has sent pass
+//! `max_result_size`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::error::DataFusionError;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::prelude::DataFrame;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use pgwire::api::portal::Format;
 use pgwire::api::results::QueryResponse;
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 
 use super::conn::{Stop, Stopped};
-use super::error::{canceled, datafusion_error};
+use super::error::{canceled, datafusion_error, user_error};
 use super::session;
 use super::{datarows, encode};
+use crate::config::FrontendSettings;
 use crate::provider::health::ReadPolicy;
+
+/// What one statement may use, from the front end's settings (0: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatementLimits {
+    /// Bytes the statement's sorts, joins and aggregates may hold at once.
+    pub memory: u64,
+    /// Bytes of rows (as sent) the statement may answer with.
+    pub result_size: u64,
+}
+
+impl StatementLimits {
+    pub fn of(settings: &FrontendSettings) -> Self {
+        Self {
+            memory: settings.query_memory_limit,
+            result_size: settings.max_result_size,
+        }
+    }
+}
+
+/// `out_of_memory`.
+const SQLSTATE_OUT_OF_MEMORY: &str = "53200";
+/// `program_limit_exceeded`.
+const SQLSTATE_PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+/// Consumers an out-of-memory error names.
+const CONSUMERS_NAMED: usize = 3;
+
+/// The stream of `df` with a memory pool of its own of `limit` bytes (0: the engine's).
+async fn execute_within(
+    df: DataFrame,
+    limit: u64,
+) -> Result<SendableRecordBatchStream, DataFusionError> {
+    if limit == 0 {
+        return df.execute_stream().await;
+    }
+    let task = df.task_ctx();
+    let pool = TrackConsumersPool::new(
+        GreedyMemoryPool::new(usize::try_from(limit).unwrap_or(usize::MAX)),
+        std::num::NonZeroUsize::new(CONSUMERS_NAMED).expect("non-zero"),
+    );
+    let runtime = RuntimeEnvBuilder::from_runtime_env(&task.runtime_env())
+        .with_memory_pool(Arc::new(pool))
+        .build_arc()?;
+    let plan = df.create_physical_plan().await?;
+    datafusion::physical_plan::execute_stream(plan, Arc::new(task.with_runtime(runtime)))
+}
+
+/// A DataFusion error of a statement run with `limits`: running out of the statement's memory
+/// says which setting bounds it.
+fn statement_error(error: DataFusionError, limits: StatementLimits) -> PgWireError {
+    if matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)) {
+        return user_error(
+            SQLSTATE_OUT_OF_MEMORY,
+            format!(
+                "the query needs more memory than query_memory_limit ({} bytes) allows: {error}. \
+                 Narrow the query (filter, fewer columns, a LIMIT), or raise query_memory_limit \
+                 in the settings",
+                limits.memory
+            ),
+        );
+    }
+    datafusion_error(error)
+}
+
+/// `rows`, ended with `54000` once the bytes `size` counts pass `max` (0: no limit).
+pub fn within_result_size<S, T>(
+    rows: S,
+    max: u64,
+    size: impl Fn(&T) -> usize + Send + 'static,
+) -> impl Stream<Item = PgWireResult<T>> + Send
+where
+    S: Stream<Item = PgWireResult<T>> + Send,
+    T: Send,
+{
+    rows.scan((0u64, false), move |(sent, failed), row| {
+        let item = match row {
+            _ if *failed => None,
+            Ok(row) if max > 0 => {
+                *sent += size(&row) as u64;
+                if *sent > max {
+                    *failed = true;
+                    Some(Err(user_error(
+                        SQLSTATE_PROGRAM_LIMIT_EXCEEDED,
+                        format!(
+                            "the result is larger than max_result_size ({max} bytes): narrow the \
+                             query, fetch it in parts (a cursor, LIMIT/OFFSET or a key range), or \
+                             raise max_result_size in the settings"
+                        ),
+                    )))
+                } else {
+                    Some(Ok(row))
+                }
+            }
+            other => Some(other),
+        };
+        futures::future::ready(item)
+    })
+}
 
 /// Tells the client, with a WARNING notice each, which stopped tables the statement read
 /// stale (only a session with `cdcfusion.stale_reads` on reads them at all).
@@ -54,27 +159,28 @@ where
 /// `warning` class `01`: the result reflects a table whose capture has stopped.
 const SQLSTATE_STALE_READ: &str = "01000";
 
-/// Starts executing `df`; the batches stop with an error when `stop` fires.
+/// Starts executing `df` within `limits`; the batches stop with an error when `stop` fires.
 /// `timestamptz` values come out in `zone` (see `encode::in_time_zone`).
 pub async fn execute(
     df: DataFrame,
     stop: Stop,
     zone: Option<Arc<str>>,
+    limits: StatementLimits,
 ) -> PgWireResult<impl Stream<Item = PgWireResult<RecordBatch>> + Send + 'static> {
     let stream: SendableRecordBatchStream = tokio::select! {
         biased;
         why = stop.stopped() => return Err(canceled(why == Stopped::TimedOut)),
-        stream = df.execute_stream() => stream.map_err(datafusion_error)?,
+        stream = execute_within(df, limits.memory) => stream.map_err(|e| statement_error(e, limits))?,
     };
     let stopped = stop.stopped();
-    let batches = futures::stream::unfold(Some((stream, stopped, stop)), |state| async move {
+    let batches = futures::stream::unfold(Some((stream, stopped, stop)), move |state| async move {
         let (mut stream, mut stopped, stop) = state?;
         tokio::select! {
             biased;
             why = &mut stopped => Some((Err(canceled(why == Stopped::TimedOut)), None)),
             item = stream.next() => match item {
                 Some(Ok(batch)) => Some((Ok(batch), Some((stream, stopped, stop)))),
-                Some(Err(e)) => Some((Err(datafusion_error(e)), None)),
+                Some(Err(e)) => Some((Err(statement_error(e, limits)), None)),
                 None => None,
             },
         }
@@ -85,20 +191,20 @@ pub async fn execute(
     }))
 }
 
-/// The rows of `df` in `format`.
+/// The rows of `df` in `format`, within `limits`.
 pub async fn rows(
     df: DataFrame,
     format: &Format,
     metadata: &HashMap<String, String>,
     stop: Stop,
+    limits: StatementLimits,
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(metadata));
     let fields = Arc::new(encode::pg_fields(df.schema().as_arrow(), format, &options)?);
-    let batches = execute(df, stop, session::time_zone(metadata)).await?;
-    Ok(QueryResponse::new(
-        Arc::clone(&fields),
-        datarows::data_rows(batches, fields),
-    ))
+    let batches = execute(df, stop, session::time_zone(metadata), limits).await?;
+    let rows = datarows::data_rows(batches, Arc::clone(&fields));
+    let rows = within_result_size(rows, limits.result_size, |row: &DataRow| row.data.len());
+    Ok(QueryResponse::new(fields, rows))
 }
 
 /// The rows of one batch in `format`, as [`rows`] sends a planned statement's.

@@ -1,10 +1,12 @@
-//! The users who may log in, with what each login method needs: the configured method and, for
-//! SCRAM-SHA-256, a verifier derived once from the password (never at every login).
+//! The users who may log in, with what each login method needs (the configured method and, for
+//! SCRAM-SHA-256, a verifier derived once from the password, never at every login) and what
+//! each may do (its [`Role`]).
 //!
 //! # Invariant
 //! A user's method is the global `trust` when configured, else the user's own; an unknown user
 //! goes through SCRAM and fails in it, so the start-up exchange answers the same whether the
-//! user exists or not.
+//! user exists or not. A configured user without a role is a reader; a login that is not a
+//! configured user (only `trust` lets one in) is an admin only when no user is configured.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -16,7 +18,7 @@ use pgwire::api::auth::sasl::scram::{gen_salted_password, SCRAM_ITERATIONS};
 use pgwire::api::auth::{AuthSource, LoginInfo, Password};
 use pgwire::error::{PgWireError, PgWireResult};
 
-use crate::config::{AuthMethod, UserSettings};
+use crate::config::{AuthMethod, Role, UserSettings};
 
 /// Salt length of the SCRAM verifiers we derive from configured passwords.
 const SCRAM_SALT_LEN: usize = 16;
@@ -24,6 +26,7 @@ const SCRAM_SALT_LEN: usize = 16;
 /// A configured user with what each method needs.
 struct User {
     method: AuthMethod,
+    role: Role,
     password: String,
     scram_salt: Vec<u8>,
     /// `Hi(password, salt, iterations)`: computed once, not at every login.
@@ -56,6 +59,7 @@ impl Users {
                     u.name.clone(),
                     User {
                         method: u.method.unwrap_or(default),
+                        role: u.role.unwrap_or(Role::Reader),
                         password: u.password.clone(),
                         scram_salt,
                         scram_salted,
@@ -75,6 +79,15 @@ impl Users {
         self.users
             .get(user)
             .map_or(AuthMethod::ScramSha256, |u| u.method)
+    }
+
+    /// What `user`, logged in, may do (see the module docs).
+    pub fn role(&self, user: &str) -> Role {
+        match self.users.get(user) {
+            Some(u) => u.role,
+            None if self.users.is_empty() => Role::Admin,
+            None => Role::Reader,
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cdcfusion::capture::{CaptureOptions, SnapshotMode};
 use cdcfusion::change::schema::Flavor;
-use cdcfusion::config::{AuthMethod, FrontendSettings, UserSettings};
+use cdcfusion::config::{AuthMethod, FrontendSettings, Role, UserSettings};
 use cdcfusion::engine::Engine;
 use cdcfusion::frontend::Server;
 use cdcfusion::source::connect::current_position;
@@ -33,11 +33,13 @@ pub fn settings() -> FrontendSettings {
                 name: USER.into(),
                 password: PASSWORD.into(),
                 method: None,
+                role: Some(Role::Admin),
             },
             UserSettings {
                 name: MD5_USER.into(),
                 password: MD5_PASSWORD.into(),
                 method: Some(AuthMethod::Md5),
+                role: Some(Role::Reader),
             },
         ],
         auth_failure_delay: Duration::from_millis(50),

@@ -10,6 +10,8 @@ mod reference;
 mod clients;
 mod complexity;
 mod files;
+mod fuzz;
+mod limits;
 mod lookups;
 mod malformed;
 mod plans;

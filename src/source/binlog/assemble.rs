@@ -3,7 +3,9 @@
 //! # Transactions and positions
 //! A transaction starts at its GTID event (MySQL GTID / anonymous GTID, MariaDB GTID) or at
 //! `BEGIN`, and ends at `XID`, `COMMIT`/`ROLLBACK`, or, for a DDL, at the statement itself
-//! (for old MySQL's bare autocommitted rows events: at the statement's last rows event). Its
+//! (for old MySQL's bare autocommitted rows events: at the statement's last rows event). A
+//! `CREATE TABLE ... SELECT` is the one DDL that shares its transaction: with the rows it
+//! writes, up to its `XID`. Its
 //! changes are positioned by `(file, offset of the first event, event index, row index)`, and
 //! the transaction is only handed out once it is complete, with `end` = where the next one
 //! starts. Resuming at `end` therefore neither repeats nor skips a change.
@@ -373,6 +375,19 @@ impl Assembler {
                 {
                     return Ok(None);
                 }
+                if let Some(create) = create_with_rows(stmt, self.tx.as_ref()) {
+                    // `CREATE TABLE ... SELECT`: one transaction with the rows it writes, ended
+                    // by its XID, so the table and its rows are published together.
+                    self.schemas.clear();
+                    self.decoders.clear();
+                    let tx = self.tx.get_or_insert_with(|| TxBuilder::new(at, None));
+                    tx.in_begin = true;
+                    tx.ddl.push(Ddl {
+                        db: q.schema().into_owned(),
+                        statement: create.to_string(),
+                    });
+                    return Ok(None);
+                }
                 if self.tx.as_ref().is_some_and(|t| t.in_begin && !t.standalone) {
                     // A statement inside a row-format transaction (e.g. a temporary table).
                     return Ok(None);
@@ -652,6 +667,42 @@ impl Assembler {
 }
 
 /// `(expected, computed)` when an event's CRC32 does not match its bytes.
+/// The statement of a `CREATE TABLE ... SELECT` that opens a transaction with its rows, or
+/// `None` for a statement that is a transaction of its own. MariaDB logs it under a GTID that is
+/// not standalone and ends it with an XID; MySQL 8.0.21+ appends `START TRANSACTION` to it.
+fn create_with_rows<'a>(stmt: &'a str, tx: Option<&TxBuilder>) -> Option<&'a str> {
+    const OPENS: &[u8] = b"START TRANSACTION";
+    let mut words = stmt.split_ascii_whitespace().take(4);
+    let create = words
+        .next()
+        .is_some_and(|w| w.eq_ignore_ascii_case("CREATE"))
+        && match words.next() {
+            Some(w) if w.eq_ignore_ascii_case("TABLE") => true,
+            // MariaDB's `CREATE OR REPLACE TABLE ... SELECT`.
+            Some(w) if w.eq_ignore_ascii_case("OR") => {
+                words
+                    .next()
+                    .is_some_and(|w| w.eq_ignore_ascii_case("REPLACE"))
+                    && words
+                        .next()
+                        .is_some_and(|w| w.eq_ignore_ascii_case("TABLE"))
+            }
+            _ => false,
+        };
+    if !create {
+        return None;
+    }
+    let bytes = stmt.as_bytes();
+    if bytes.len() > OPENS.len() && bytes[bytes.len() - OPENS.len()..].eq_ignore_ascii_case(OPENS) {
+        // The suffix is ASCII, so the cut is on a character boundary.
+        return Some(stmt[..stmt.len() - OPENS.len()].trim_end());
+    }
+    let mariadb_group = tx.is_some_and(|t| {
+        !t.standalone && !t.in_begin && matches!(t.gtid, Some(Gtid::MariaDb { .. }))
+    });
+    mariadb_group.then_some(stmt)
+}
+
 pub(super) fn checksum_mismatch(event: &Event) -> Option<(u32, u32)> {
     // Events unpacked from a transaction payload (MySQL binlog_transaction_compression)
     // carry no CRC of their own (WL#3549), only the payload event around them does;
@@ -670,5 +721,51 @@ fn decode_err(what: &str, at: &BinlogCoord, detail: &str) -> SourceError {
         what: what.to_string(),
         at: at.clone(),
         detail: detail.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mariadb_tx(standalone: bool) -> TxBuilder {
+        let gtid = Gtid::MariaDb {
+            domain: 0,
+            server: 1,
+            seq: 7,
+        };
+        let mut tx = TxBuilder::new(BinlogCoord::new(Arc::from("b.000001"), 4), Some(gtid));
+        tx.standalone = standalone;
+        tx
+    }
+
+    #[test]
+    fn create_select_shares_its_transaction_with_its_rows() {
+        let mysql = "CREATE TABLE `s` (\n  `id` int NOT NULL\n) START TRANSACTION";
+        assert_eq!(
+            create_with_rows(mysql, None),
+            Some("CREATE TABLE `s` (\n  `id` int NOT NULL\n)")
+        );
+        let group = mariadb_tx(false);
+        let mariadb = "CREATE TABLE `s` (`id` int(11) NOT NULL)";
+        assert_eq!(create_with_rows(mariadb, Some(&group)), Some(mariadb));
+        let replace = "create or  replace table s select 1 as id";
+        assert_eq!(create_with_rows(replace, Some(&group)), Some(replace));
+    }
+
+    #[test]
+    fn other_statements_are_transactions_of_their_own() {
+        let standalone = mariadb_tx(true);
+        let plain = "CREATE TABLE s (id INT PRIMARY KEY)";
+        assert_eq!(create_with_rows(plain, Some(&standalone)), None);
+        assert_eq!(create_with_rows(plain, None), None);
+        let group = mariadb_tx(false);
+        for stmt in [
+            "ALTER TABLE s ADD COLUMN v INT",
+            "CREATE TEMPORARY TABLE s (id INT)",
+            "CREATE TABLESPACE ts ADD DATAFILE 'x' START TRANSACTION",
+        ] {
+            assert_eq!(create_with_rows(stmt, Some(&group)), None, "{stmt}");
+        }
     }
 }

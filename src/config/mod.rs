@@ -11,17 +11,22 @@
 //! | changes since a table's last state snapshot before its rows are written again (at least a quarter of its rows) | `state_snapshot_min_changes` | `CDCFUSION_STATE_SNAPSHOT_MIN_CHANGES` | `--state-snapshot-min-changes` | `100000` |
 //! | memory for each source's changelogs (older entries are read back from the state directory; `0` = no limit) | `changelog_memory_budget` | `CDCFUSION_CHANGELOG_MEMORY_BUDGET` | `--changelog-memory-budget` | `256MiB` |
 //! | default password method | `auth` | `CDCFUSION_AUTH` | — | `scram-sha-256` |
-//! | users | `[[users]]` (`name`, `password`, `method`) | `CDCFUSION_USER` + `CDCFUSION_PASSWORD` (one user) | — | none |
+//! | users | `[[users]]` (`name`, `password`, `method`, `role`) | `CDCFUSION_USER` + `CDCFUSION_PASSWORD` (one user, role `admin`) | — | none |
 //! | TLS certificate and key (PEM) | `tls_cert`, `tls_key` | `CDCFUSION_TLS_CERT`, `CDCFUSION_TLS_KEY` | — | none |
 //! | refuse connections without TLS | `tls_required` | — | — | `false` |
 //! | connection limit | `max_connections` | — | — | 100 |
 //! | idle sessions closed after (ms, 0 = never) | `idle_session_timeout_ms` | — | — | 0 |
 //! | default statement timeout (ms, 0 = none) | `statement_timeout_ms` | — | — | 0 |
+//! | memory one query may hold (sorts, joins, aggregates; `0` = no limit) | `query_memory_limit` | — | — | `1GiB` |
+//! | bytes of rows one statement may send (`0` = no limit) | `max_result_size` | — | — | `0` |
 //! | time running queries get at shutdown (ms) | `shutdown_grace_ms` | — | — | 10000 |
 //! | delay before a failed login is answered (ms) | `auth_failure_delay_ms` | — | — | 1000 |
 //! | storage SQL may read and write (`CREATE EXTERNAL TABLE`, `COPY ... TO`) | `allowed_locations = [...]` | — | — | none |
 //!
-//! `trust` (no password) is never a default: it must be set as `auth` explicitly.
+//! `trust` (no password) is never a default: it must be set as `auth` explicitly. A user's
+//! `role` is `admin` (may also create, alter and drop sources and sinks, and write files) or
+//! `reader` (queries); `[[users]]` without a `role` are readers, so a forgotten setting never
+//! grants more. Under `trust` with no users configured, every login is an `admin`.
 //! Unknown TOML keys are errors, so a misspelt setting is never silently ignored.
 
 use std::net::SocketAddr;
@@ -61,6 +66,8 @@ pub enum ConfigError {
     },
     #[error("invalid auth method {value:?} (from {origin}): expected scram-sha-256, md5 or trust")]
     AuthMethod { value: String, origin: &'static str },
+    #[error("invalid {key} {value:?}: expected bytes with an optional unit, e.g. 512MiB or 2GiB (0: no limit)")]
+    Size { key: &'static str, value: String },
     #[error("{0} is set without {1}")]
     Incomplete(&'static str, &'static str),
     #[error("invalid allowed_locations: {0}")]
@@ -120,6 +127,25 @@ impl std::str::FromStr for AuthMethod {
     }
 }
 
+/// What a user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Everything: also create, alter and drop sources and sinks, and write files.
+    Admin,
+    /// Queries, `SHOW`, `EXPLAIN`, `COPY ... TO STDOUT` and session settings.
+    Reader,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Reader => "reader",
+        }
+    }
+}
+
 /// A user of the PostgreSQL front end.
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +154,8 @@ pub struct UserSettings {
     pub password: String,
     /// Overrides the default `auth` method for this user.
     pub method: Option<AuthMethod>,
+    /// `reader` when not given.
+    pub role: Option<Role>,
 }
 
 impl std::fmt::Debug for UserSettings {
@@ -135,12 +163,15 @@ impl std::fmt::Debug for UserSettings {
         f.debug_struct("UserSettings")
             .field("name", &self.name)
             .field("method", &self.method)
+            .field("role", &self.role)
             .finish_non_exhaustive()
     }
 }
 
 /// Default connection limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
+/// Default memory one query may hold.
+pub const DEFAULT_QUERY_MEMORY_LIMIT: u64 = 1 << 30;
 /// Default time running queries get to finish at shutdown before they are cancelled.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Default delay before a failed login is answered, which slows password guessing down.
@@ -157,6 +188,10 @@ pub struct FrontendSettings {
     pub max_connections: usize,
     pub idle_session_timeout: Option<Duration>,
     pub statement_timeout: Option<Duration>,
+    /// Bytes; 0 = no limit.
+    pub query_memory_limit: u64,
+    /// Bytes of rows one statement may send; 0 = no limit.
+    pub max_result_size: u64,
     pub shutdown_grace: Duration,
     pub auth_failure_delay: Duration,
 }
@@ -171,6 +206,8 @@ impl Default for FrontendSettings {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_session_timeout: None,
             statement_timeout: None,
+            query_memory_limit: DEFAULT_QUERY_MEMORY_LIMIT,
+            max_result_size: 0,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
         }
@@ -198,6 +235,8 @@ pub struct FileSettings {
     pub max_connections: Option<usize>,
     pub idle_session_timeout_ms: Option<u64>,
     pub statement_timeout_ms: Option<u64>,
+    pub query_memory_limit: Option<String>,
+    pub max_result_size: Option<String>,
     pub shutdown_grace_ms: Option<u64>,
     pub auth_failure_delay_ms: Option<u64>,
     /// URL prefixes (or absolute paths) SQL may read and write.
@@ -361,6 +400,8 @@ fn frontend_settings(
                 name,
                 password,
                 method: None,
+                // The one user of a deployment configured by its environment runs it.
+                role: Some(Role::Admin),
             });
         }
         (Some(_), None) => {
@@ -394,6 +435,20 @@ fn frontend_settings(
             "tls_cert and tls_key",
         ));
     }
+    let size = |key: &'static str, value: Option<String>, default: u64| match value {
+        Some(value) => parse_size(&value).ok_or(ConfigError::Size { key, value }),
+        None => Ok(default),
+    };
+    let query_memory_limit = size(
+        "query_memory_limit",
+        file.query_memory_limit,
+        defaults.query_memory_limit,
+    )?;
+    let max_result_size = size(
+        "max_result_size",
+        file.max_result_size,
+        defaults.max_result_size,
+    )?;
     Ok(FrontendSettings {
         auth,
         users,
@@ -402,6 +457,8 @@ fn frontend_settings(
         max_connections: file.max_connections.unwrap_or(defaults.max_connections),
         idle_session_timeout: millis(file.idle_session_timeout_ms),
         statement_timeout: millis(file.statement_timeout_ms),
+        query_memory_limit,
+        max_result_size,
         shutdown_grace: file
             .shutdown_grace_ms
             .map_or(defaults.shutdown_grace, Duration::from_millis),
@@ -423,231 +480,4 @@ fn read_file(path: &Path) -> Result<FileSettings, ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn no_env(_: &str) -> Option<String> {
-        None
-    }
-
-    #[test]
-    fn the_changelog_budget_takes_sizes_and_names_a_bad_one() {
-        assert_eq!(parse_size("0"), Some(0));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("512MiB"), Some(512 << 20));
-        assert_eq!(parse_size("2 GB"), Some(2 << 30));
-        assert_eq!(parse_size("1.5G"), None);
-        assert_eq!(parse_size("12 parsecs"), None);
-        let defaults = Settings::resolve(FlagSettings::default(), no_env).unwrap();
-        assert_eq!(
-            defaults.changelog_memory_budget,
-            crate::durable::checkpoint::DEFAULT_CHANGELOG_MEMORY_BUDGET
-        );
-        let env = |k: &str| (k == "CDCFUSION_CHANGELOG_MEMORY_BUDGET").then(|| "64MiB".into());
-        let set = Settings::resolve(FlagSettings::default(), env).unwrap();
-        assert_eq!(set.changelog_memory_budget, 64 << 20);
-        let bad = Settings::resolve(
-            FlagSettings {
-                changelog_memory_budget: Some("lots".into()),
-                ..Default::default()
-            },
-            env,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            bad.contains("\"lots\"") && bad.contains("--changelog-memory-budget"),
-            "{bad}"
-        );
-    }
-
-    #[test]
-    fn flags_beat_environment_beat_file_beat_defaults() {
-        let dir = std::env::temp_dir().join(format!("cdcfusion-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("c.toml");
-        std::fs::write(
-            &file,
-            "listen = '127.0.0.1:7000'\nstate_dir = '/var/lib/x'\ninit = ['a.sql']\n",
-        )
-        .unwrap();
-        let defaults = Settings::resolve(FlagSettings::default(), no_env).unwrap();
-        assert_eq!(defaults.listen.to_string(), DEFAULT_LISTEN);
-        assert_eq!(defaults.state_dir, None);
-        let from_file = Settings::resolve(
-            FlagSettings {
-                config: Some(file.clone()),
-                init: vec!["b.sql".into()],
-                ..Default::default()
-            },
-            no_env,
-        )
-        .unwrap();
-        assert_eq!(from_file.listen.to_string(), "127.0.0.1:7000");
-        assert_eq!(from_file.state_dir, Some(PathBuf::from("/var/lib/x")));
-        assert_eq!(
-            from_file.init,
-            vec![PathBuf::from("a.sql"), PathBuf::from("b.sql")]
-        );
-        let env = |k: &str| (k == "CDCFUSION_LISTEN").then(|| "127.0.0.1:7001".to_string());
-        let with_env = Settings::resolve(
-            FlagSettings {
-                config: Some(file.clone()),
-                ..Default::default()
-            },
-            env,
-        )
-        .unwrap();
-        assert_eq!(with_env.listen.to_string(), "127.0.0.1:7001");
-        let with_flag = Settings::resolve(
-            FlagSettings {
-                config: Some(file.clone()),
-                listen: Some("127.0.0.1:7002".into()),
-                ..Default::default()
-            },
-            env,
-        )
-        .unwrap();
-        assert_eq!(with_flag.listen.to_string(), "127.0.0.1:7002");
-        std::fs::write(&file, "lisen = '127.0.0.1:1'\n").unwrap();
-        let err = Settings::resolve(
-            FlagSettings {
-                config: Some(file.clone()),
-                ..Default::default()
-            },
-            no_env,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("lisen"), "{err}");
-        let err = Settings::resolve(
-            FlagSettings {
-                listen: Some("nowhere".into()),
-                ..Default::default()
-            },
-            no_env,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("--listen"), "{err}");
-        let interval =
-            |k: &str| (k == "CDCFUSION_CHECKPOINT_INTERVAL").then(|| "250ms".to_string());
-        assert_eq!(
-            Settings::resolve(FlagSettings::default(), interval)
-                .unwrap()
-                .checkpoint_interval,
-            Duration::from_millis(250)
-        );
-        let err = Settings::resolve(
-            FlagSettings {
-                checkpoint_interval: Some("soon".into()),
-                ..Default::default()
-            },
-            no_env,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("--checkpoint-interval"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn frontend_settings_from_file_and_environment() {
-        let dir = tempfile_dir("frontend");
-        let file = dir.join("c.toml");
-        std::fs::write(
-            &file,
-            "auth = 'md5'\nmax_connections = 3\nidle_session_timeout_ms = 500\n\
-             [[users]]\nname = 'ann'\npassword = 'x'\n\
-             [[users]]\nname = 'bob'\npassword = 'y'\nmethod = 'scram-sha-256'\n",
-        )
-        .unwrap();
-        let flags = || FlagSettings {
-            config: Some(file.clone()),
-            ..Default::default()
-        };
-        let s = Settings::resolve(flags(), no_env).unwrap().frontend;
-        assert_eq!(s.auth, AuthMethod::Md5);
-        assert_eq!(s.max_connections, 3);
-        assert_eq!(s.idle_session_timeout, Some(Duration::from_millis(500)));
-        assert_eq!(s.statement_timeout, None);
-        assert_eq!(s.users.len(), 2);
-        assert_eq!(s.users[1].method, Some(AuthMethod::ScramSha256));
-        // The environment's user joins them; the environment's method wins.
-        let env = |k: &str| match k {
-            "CDCFUSION_USER" => Some("ci".to_string()),
-            "CDCFUSION_PASSWORD" => Some("secret".to_string()),
-            "CDCFUSION_AUTH" => Some("trust".to_string()),
-            _ => None,
-        };
-        let s = Settings::resolve(flags(), env).unwrap().frontend;
-        assert_eq!(s.auth, AuthMethod::Trust);
-        assert_eq!(s.users.last().unwrap().name, "ci");
-        assert!(
-            !format!("{:?}", s.users).contains("secret"),
-            "passwords stay out of logs"
-        );
-        // A user without a password, or a bad method, is refused.
-        let env = |k: &str| (k == "CDCFUSION_USER").then(|| "ci".to_string());
-        assert!(Settings::resolve(flags(), env).is_err());
-        let env = |k: &str| (k == "CDCFUSION_AUTH").then(|| "plain".to_string());
-        let err = Settings::resolve(flags(), env).unwrap_err();
-        assert!(err.to_string().contains("plain"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn the_metrics_endpoint_is_off_unless_an_address_is_given() {
-        assert_eq!(
-            Settings::resolve(FlagSettings::default(), no_env)
-                .unwrap()
-                .metrics_listen,
-            None
-        );
-        let env = |k: &str| (k == "CDCFUSION_METRICS_LISTEN").then(|| "127.0.0.1:9464".to_string());
-        let on = Settings::resolve(FlagSettings::default(), env).unwrap();
-        assert_eq!(on.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
-        let err = Settings::resolve(
-            FlagSettings {
-                metrics_listen: Some("9464".into()),
-                ..Default::default()
-            },
-            no_env,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("--metrics-listen"), "{err}");
-    }
-
-    #[test]
-    fn allowed_locations_from_file() {
-        let dir = tempfile_dir("locations");
-        let file = dir.join("c.toml");
-        let flags = || FlagSettings {
-            config: Some(file.clone()),
-            ..Default::default()
-        };
-        std::fs::write(&file, "").unwrap();
-        let none = Settings::resolve(flags(), no_env)
-            .unwrap()
-            .allowed_locations;
-        assert!(none.is_empty() && !none.allows("/tmp/x.csv"));
-        std::fs::write(
-            &file,
-            "allowed_locations = ['s3://bucket/prefix/', 'file:///data/exports/']\n",
-        )
-        .unwrap();
-        let some = Settings::resolve(flags(), no_env)
-            .unwrap()
-            .allowed_locations;
-        assert!(some.allows("/data/exports/x.csv") && some.allows("s3://bucket/prefix/y"));
-        assert!(!some.allows("/data/x.csv"));
-        std::fs::write(&file, "allowed_locations = ['exports/']\n").unwrap();
-        let err = Settings::resolve(flags(), no_env).unwrap_err();
-        assert!(err.to_string().contains("allowed_locations"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    fn tempfile_dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("cdcfusion-config-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-}
+mod tests;
