@@ -617,6 +617,13 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
             "{line} not in:\n{metrics}"
         );
     }
+    let estimated = format!(
+        "cdcfusion_table_snapshot_rows_estimated{{source=\"pgf\",db=\"{db}\",table=\"t\"}} "
+    );
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&estimated)),
+        "{estimated} not in:\n{metrics}"
+    );
     drop(engine);
 }
 

@@ -283,7 +283,7 @@ fn build(
         "tables" => {
             let mut cols: [Vec<Option<String>>; 8] = Default::default();
             let (mut rows, mut done, mut total, mut keyless) = (vec![], vec![], vec![], vec![]);
-            let mut rows_read = Vec::new();
+            let (mut rows_read, mut estimated) = (Vec::new(), Vec::new());
             let mut complete = Vec::new();
             let (mut log_rows, mut log_memory, mut log_spilled) = (vec![], vec![], vec![]);
             let mut schema_versions = Vec::new();
@@ -328,6 +328,13 @@ fn build(
                             .map(|c| c.rows as u64)
                             .sum::<u64>(),
                     );
+                    estimated.push(
+                        report
+                            .estimated_rows
+                            .iter()
+                            .find(|(id, _)| *id == t.id)
+                            .map(|(_, n)| *n),
+                    );
                     keyless.push(t.primary_key.is_empty());
                     // False while the rows are the chunks done so far of a running snapshot.
                     complete.push(version.consistent);
@@ -354,6 +361,10 @@ fn build(
                 ("chunks_done", Arc::new(UInt64Array::from(done))),
                 ("chunks_total", Arc::new(UInt64Array::from(total))),
                 ("snapshot_rows", Arc::new(UInt64Array::from(rows_read))),
+                (
+                    "snapshot_rows_estimated",
+                    Arc::new(UInt64Array::from(estimated)),
+                ),
                 ("snapshot_min_high", text(low)),
                 ("snapshot_max_high", text(high)),
                 ("keyless", Arc::new(BooleanArray::from(keyless))),

@@ -1,6 +1,7 @@
 //! What an operator reads on a terminal: the status tables as text (`cdcfusion status`, read
 //! over the PostgreSQL protocol from a running engine) and, while `cdcfusion serve` runs on a
-//! terminal, a progress bar for each table being snapshotted and a line with each source's lag.
+//! terminal, a progress bar for each table being snapshotted (rows read of the server's
+//! estimate) and a line with each source's lag.
 //!
 //! # Invariant
 //! Both read the same `cdc.*` status tables a SQL client reads, so the console never shows a
@@ -112,7 +113,7 @@ const REFRESH: Duration = Duration::from_millis(500);
 pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
     let mut tables: HashMap<String, ProgressBar> = HashMap::new();
     let mut sources: HashMap<String, ProgressBar> = HashMap::new();
-    let style = ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} chunks  {msg}")
+    let style = ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} rows  {msg}")
         .expect("a valid template")
         .progress_chars("=> ");
     let line = ProgressStyle::with_template("{prefix:.bold} {msg}").expect("a valid template");
@@ -120,15 +121,16 @@ pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
         tokio::time::sleep(REFRESH).await;
         let Some(rows) = status_rows(
             &engine,
-            "SELECT source, db, \"table\", phase, chunks_done, chunks_total, snapshot_rows \
-             FROM cdc.tables",
+            "SELECT source, db, \"table\", phase, chunks_done, chunks_total, snapshot_rows, \
+             snapshot_rows_estimated FROM cdc.tables",
         )
         .await
         else {
             continue;
         };
         for row in rows {
-            let [source, db, table, phase, done, total, rows_read] = row.as_slice() else {
+            let [source, db, table, phase, done, total, rows_read, estimated] = row.as_slice()
+            else {
                 continue;
             };
             let name = format!("{source}.{db}.{table}");
@@ -142,10 +144,18 @@ pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
                         tables.insert(name.clone(), bar.clone());
                         bar
                     });
-                    bar.set_length(total.parse().unwrap_or(0));
-                    bar.set_position(done.parse().unwrap_or(0));
+                    // The server's estimate can be short of the rows there are.
                     let rows_read: u64 = rows_read.parse().unwrap_or(0);
-                    bar.set_message(snapshot_message(rows_read, bar.elapsed(), bar.eta()));
+                    let estimated: u64 = estimated.parse().unwrap_or(0);
+                    bar.set_length(estimated.max(rows_read));
+                    bar.set_position(rows_read);
+                    let chunks = format!("{done}/{total} chunks");
+                    bar.set_message(snapshot_message(
+                        &chunks,
+                        rows_read,
+                        bar.elapsed(),
+                        bar.eta(),
+                    ));
                 }
                 (false, Some(bar)) => {
                     bar.finish_and_clear();
@@ -182,15 +192,15 @@ pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
     }
 }
 
-/// The figures of a running snapshot: rows read, their rate, and the time left.
-fn snapshot_message(rows: u64, elapsed: Duration, eta: Duration) -> String {
+/// The figures of a running snapshot: chunks done, the rate of rows read, and the time left.
+fn snapshot_message(chunks: &str, rows: u64, elapsed: Duration, eta: Duration) -> String {
     let rate = rows as f64 / elapsed.as_secs_f64().max(1e-3);
     let eta = if eta.is_zero() {
         String::new()
     } else {
         format!(", ETA {}s", eta.as_secs())
     };
-    format!("{rows} rows, {rate:.0} rows/s{eta}")
+    format!("{chunks}, {rate:.0} rows/s{eta}")
 }
 
 /// A source's phase, state and lag in one line.
@@ -259,8 +269,13 @@ mod tests {
     #[test]
     fn progress_lines_read_plainly() {
         assert_eq!(
-            snapshot_message(5000, Duration::from_secs(2), Duration::from_secs(3)),
-            "5000 rows, 2500 rows/s, ETA 3s"
+            snapshot_message(
+                "3/8 chunks",
+                5000,
+                Duration::from_secs(2),
+                Duration::from_secs(3)
+            ),
+            "3/8 chunks, 2500 rows/s, ETA 3s"
         );
         assert_eq!(
             source_message("streaming", "running", "0.2", "120"),

@@ -71,6 +71,7 @@ const FAMILIES: &[Family] = &[
             ("chunks_done", "snapshot_chunks_done", Kind::Gauge, "Snapshot chunks read and applied."),
             ("chunks_total", "snapshot_chunks_total", Kind::Gauge, "Snapshot chunks planned."),
             ("snapshot_rows", "snapshot_rows", Kind::Gauge, "Rows of the table's snapshot chunks read and applied."),
+            ("snapshot_rows_estimated", "snapshot_rows_estimated", Kind::Gauge, "The server's estimate of the table's rows when its snapshot was planned."),
             ("changelog_entries", "changelog_entries", Kind::Gauge, "Entries in the table's changelog."),
             ("complete", "snapshot_complete", Kind::Gauge, "1 once the table's snapshot is complete."),
         ],

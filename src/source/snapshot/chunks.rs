@@ -93,6 +93,24 @@ fn int_value(v: i128) -> Value {
     }
 }
 
+/// The server's estimate of the rows of `schema` (`information_schema.TABLES.TABLE_ROWS`:
+/// for InnoDB a sample, which can be off either way); `None` when it has none.
+pub async fn estimate_rows(
+    conn: &mut Conn,
+    schema: &TableSchema,
+    limit: Duration,
+) -> SourceResult<Option<u64>> {
+    let estimate: Option<Option<u64>> = first(
+        conn,
+        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?".into(),
+        (&schema.id.db, &schema.id.table),
+        limit,
+        || format!("estimating the rows of {}", schema.id),
+    )
+    .await?;
+    Ok(estimate.flatten())
+}
+
 /// Plans the chunks of `schema` on column `key` with about `chunk_size` rows each.
 /// Each boundary query waits at most `limit` for its answer (see `connect`).
 pub async fn plan_chunks(
@@ -120,15 +138,10 @@ pub async fn plan_chunks(
     if min == Value::NULL {
         return Ok(vec![ChunkRange::ALL]);
     }
-    let estimate: Option<Option<u64>> = first(
-        conn,
-        "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?".into(),
-        (&schema.id.db, &schema.id.table),
-        limit,
-        ctx,
-    )
-    .await?;
-    let rows = estimate.flatten().unwrap_or(0).max(1) as f64;
+    let rows = estimate_rows(conn, schema, limit)
+        .await?
+        .unwrap_or(0)
+        .max(1) as f64;
     let mut boundaries = Vec::new();
     match (
         integer_key(&schema.columns[key].kind),

@@ -37,7 +37,7 @@ use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 
 pub use super::chunks::SnapshotChunk;
-use super::chunks::{plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
+use super::chunks::{estimate_rows, plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
 pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport};
 use super::window::{RangeCheck, WindowFeed};
@@ -206,7 +206,10 @@ pub async fn plan_snapshot(
     let ids: Vec<TableId> = tables.iter().map(|t| t.id.clone()).collect();
     let resume = options.resume.as_ref().filter(|r| r.tables == ids);
     let mut planned = Vec::new();
+    let mut estimates = Vec::with_capacity(tables.len());
     for (t, schema) in tables.iter().enumerate() {
+        let estimate = estimate_rows(&mut conn, schema, connect.read_timeout).await?;
+        estimates.push((schema.id.clone(), estimate.unwrap_or(0)));
         let key = chunk_key(schema, options.chunk_keys.get(&schema.id))?;
         let ranges = match (resume, key) {
             // The interrupted snapshot's plan, bounds exactly as the server returned them.
@@ -237,6 +240,7 @@ pub async fn plan_snapshot(
         });
     }
     drop(conn);
+    progress.update(|r| r.estimated_rows = estimates);
     let plan: Vec<PlannedChunk> = planned
         .iter()
         .enumerate()

@@ -61,6 +61,8 @@ pub struct ProgressReport {
     /// rows cannot be told apart; their guarantee is weaker.
     pub keyless_tables: Vec<TableId>,
     pub chunks: Vec<ChunkStatus>,
+    /// The server's estimate of each table's rows when the snapshot was planned (0: none).
+    pub estimated_rows: Vec<(TableId, u64)>,
 }
 
 /// Shared, updated progress; see [`ProgressReport`].
@@ -86,6 +88,7 @@ impl Default for Progress {
                 position: None,
                 keyless_tables: Vec::new(),
                 chunks: Vec::new(),
+                estimated_rows: Vec::new(),
             }),
             working_on: Mutex::new(None),
         }
