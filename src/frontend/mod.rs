@@ -11,6 +11,7 @@
 //! * `privileges`: what a user's role lets it run;
 //! * `tls`: the rustls acceptor of the configured certificate;
 //! * `query`: the simple and extended protocols, running each statement by its type;
+//! * `guards`: the `Execute` row count and unbound parameters, checked before anything runs;
 //! * `lookup`: primary-key point lookups answered from the key index without planning;
 //! * `statement`: a statement parsed once into its type (ours, session, `COPY`, DataFusion's);
 //! * `planner`: the connection's DataFusion session state, and planning a statement in it
@@ -50,6 +51,7 @@ mod copy;
 mod datarows;
 mod encode;
 mod error;
+mod guards;
 mod keys;
 mod lookup;
 mod metrics;
