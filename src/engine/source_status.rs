@@ -76,17 +76,17 @@ impl SourceStatus {
             return Some(0.0);
         }
         let last = self.last_commit_ts_micros?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_micros() as i64;
-        Some((now - last).max(0) as f64 / 1e6)
+        Some((now_micros() - last).max(0) as f64 / 1e6)
     }
+}
+
+/// `at` in microseconds since the epoch (0 before it).
+pub fn micros(at: std::time::SystemTime) -> i64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// Now, in microseconds since the epoch.
 pub fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
+    micros(std::time::SystemTime::now())
 }

@@ -24,7 +24,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use super::sinks::{SinksRef, SinksTable};
 use super::source::{RunningSource, SourcesRef};
-use super::source_status::now_micros;
+use super::source_status::{micros, now_micros};
 use super::status_rows::{table, text};
 use crate::capture::describe_columns;
 use crate::change::position::ChangePosition;
@@ -60,12 +60,6 @@ fn phase_name(p: Phase) -> &'static str {
         Phase::Streaming => "streaming",
         Phase::Done => "done",
     }
-}
-
-/// Microseconds since the epoch.
-fn micros(at: std::time::SystemTime) -> i64 {
-    at.duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// One status table; its rows are computed when a query scans it, from the versions that
@@ -314,20 +308,12 @@ fn build(
                             .map(|s| s.rows as u64)
                             .sum::<u64>()
                     }));
-                    done.push(
-                        chunks
-                            .iter()
-                            .filter(|c| c.state == ChunkState::Done)
-                            .count() as u64,
-                    );
+                    let finished = chunks.iter().filter(|c| c.state == ChunkState::Done);
+                    let (n, rows) =
+                        finished.fold((0u64, 0u64), |(n, r), c| (n + 1, r + c.rows as u64));
+                    done.push(n);
                     total.push(chunks.len() as u64);
-                    rows_read.push(
-                        chunks
-                            .iter()
-                            .filter(|c| c.state == ChunkState::Done)
-                            .map(|c| c.rows as u64)
-                            .sum::<u64>(),
-                    );
+                    rows_read.push(rows);
                     estimated.push(
                         report
                             .estimated_rows

@@ -28,7 +28,7 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 
 use super::conn::{Stop, Stopped};
-use super::error::{canceled, datafusion_error, user_error};
+use super::error::{canceled, datafusion_error, datafusion_sqlstate, user_error};
 use super::session;
 use super::{datarows, encode};
 use crate::config::FrontendSettings;
@@ -52,8 +52,6 @@ impl StatementLimits {
     }
 }
 
-/// `out_of_memory`.
-const SQLSTATE_OUT_OF_MEMORY: &str = "53200";
 /// `program_limit_exceeded`.
 const SQLSTATE_PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 /// Consumers an out-of-memory error names.
@@ -83,8 +81,9 @@ async fn execute_within(
 /// says which setting bounds it.
 fn statement_error(error: DataFusionError, limits: StatementLimits) -> PgWireError {
     if matches!(error.find_root(), DataFusionError::ResourcesExhausted(_)) {
+        // `out_of_memory`, as every exhausted resource is classified.
         return user_error(
-            SQLSTATE_OUT_OF_MEMORY,
+            datafusion_sqlstate(&error),
             format!(
                 "the query needs more memory than query_memory_limit ({} bytes) allows: {error}. \
                  Narrow the query (filter, fewer columns, a LIMIT), or raise query_memory_limit \

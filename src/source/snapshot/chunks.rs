@@ -111,13 +111,15 @@ pub async fn estimate_rows(
     Ok(estimate.flatten())
 }
 
-/// Plans the chunks of `schema` on column `key` with about `chunk_size` rows each.
+/// Plans the chunks of `schema` on column `key` with about `chunk_size` rows each, the table
+/// holding about `estimate` rows ([`estimate_rows`]).
 /// Each boundary query waits at most `limit` for its answer (see `connect`).
 pub async fn plan_chunks(
     conn: &mut Conn,
     schema: &TableSchema,
     key: usize,
     chunk_size: usize,
+    estimate: Option<u64>,
     limit: Duration,
 ) -> SourceResult<Vec<ChunkRange>> {
     let chunk_size = chunk_size.max(1);
@@ -138,10 +140,7 @@ pub async fn plan_chunks(
     if min == Value::NULL {
         return Ok(vec![ChunkRange::ALL]);
     }
-    let rows = estimate_rows(conn, schema, limit)
-        .await?
-        .unwrap_or(0)
-        .max(1) as f64;
+    let rows = estimate.unwrap_or(0).max(1) as f64;
     let mut boundaries = Vec::new();
     match (
         integer_key(&schema.columns[key].kind),

@@ -221,7 +221,7 @@ pub async fn plan_snapshot(
                 .collect(),
             (None, Some(key)) => {
                 let limit = connect.read_timeout;
-                plan_chunks(&mut conn, schema, key, options.chunk_size, limit).await?
+                plan_chunks(&mut conn, schema, key, options.chunk_size, estimate, limit).await?
             }
             (None, None) => vec![ChunkRange::ALL],
         };
