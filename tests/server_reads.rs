@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::util::pretty::pretty_format_batches;
-use cdcfusion::capture::{CaptureOptions, SnapshotMode};
 use cdcfusion::engine::Engine;
 use common::*;
 use mysql_async::prelude::Queryable;
@@ -35,20 +34,7 @@ async fn setup(db: &str, source: &str) -> Engine {
     ))
     .await
     .unwrap();
-    let engine = Engine::new();
-    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
-    options.server_id = next_server_id();
-    options.snapshot.window_server_id = next_server_id();
-    options.snapshot.chunk_size = 8;
-    options.snapshot.parallelism = 2;
-    engine
-        .create_source(source, &server().cdc_url(), options)
-        .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
-        .await
-        .unwrap()
-        .unwrap();
-    engine
+    capture_db(db, source, 8, 2).await
 }
 
 #[tokio::test]

@@ -6,7 +6,6 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use cdcfusion::capture::{CaptureOptions, SnapshotMode};
 use cdcfusion::engine::Engine;
 use common::*;
 use mysql_async::prelude::Queryable;
@@ -22,19 +21,7 @@ async fn setup(db: &str, source: &str) -> Engine {
     ))
     .await
     .unwrap();
-    let engine = Engine::new();
-    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
-    options.server_id = next_server_id();
-    options.snapshot.window_server_id = next_server_id();
-    options.snapshot.chunk_size = 16;
-    engine
-        .create_source(source, &server().cdc_url(), options)
-        .unwrap();
-    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
-        .await
-        .unwrap()
-        .unwrap();
-    engine
+    capture_db(db, source, 16, 4).await
 }
 
 #[tokio::test]

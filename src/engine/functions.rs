@@ -1,7 +1,10 @@
-//! Table functions that name a source: `changelog_tail`, `mysql_snapshot`, `mysql_binlog`.
+//! Table functions that name a source: `changelog_tail`, `mysql_snapshot`, `mysql_binlog`,
+//! and `as_of`.
 //!
-//! Each takes the source's name and `'db.table'` as text literals and resolves them when the
-//! query is planned, so an unknown source or table is a planning error that names it.
+//! The first three take the source's name and `'db.table'` as text literals; `as_of` takes a
+//! table's SQL name (`'source.db.table'`, or shorter under the session's default catalog and
+//! schema) and the point to read it at. Names are resolved when the query is planned, so an
+//! unknown source or table is a planning error that names it.
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ use datafusion::logical_expr::Expr;
 
 use super::source::{RunningSource, Sources, SourcesRef};
 use crate::change::position::StartPosition;
+use crate::provider::as_of::{AsOf, AsOfError, AsOfTable};
 use crate::provider::mysql::{MysqlBinlogTable, MysqlSnapshotTable};
 use crate::provider::tail::ChangelogTail;
 use crate::state::changelog::changelog_schema;
@@ -39,10 +43,11 @@ pub(super) fn register(ctx: &SessionContext, sources: &Arc<Sources>) {
     ctx.register_udtf(
         "mysql_binlog",
         Arc::new(SourceFunction {
-            sources,
+            sources: std::sync::Weak::clone(&sources),
             kind: Kind::MysqlBinlog,
         }),
     );
+    ctx.register_udtf("as_of", Arc::new(AsOfFunction { sources }));
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -160,15 +165,147 @@ impl TableFunctionImpl for SourceFunction {
 
 impl SourceFunction {
     fn source(&self, name: &str) -> Result<Arc<RunningSource>> {
-        let sources = self
-            .sources
-            .upgrade()
-            .ok_or_else(|| DataFusionError::Plan("the engine is gone".into()))?;
-        let running = sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(name)
-            .cloned();
-        running.ok_or_else(|| DataFusionError::Plan(format!("source \"{name}\" does not exist")))
+        source_named(&self.sources, name)
     }
+}
+
+/// `as_of('[source.][db.]table', point)`: a current table as it was at a point (a position's
+/// text, or a timestamp); see `provider::as_of`.
+#[derive(Debug)]
+struct AsOfFunction {
+    sources: SourcesRef,
+}
+
+impl TableFunctionImpl for AsOfFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let exprs = args.exprs();
+        let [name, at] = exprs else {
+            return plan_err!(
+                "as_of takes two arguments, a table's name and the point to read it at \
+                 (a position's text or a timestamp), got {}",
+                exprs.len()
+            );
+        };
+        let Some(name) = text(name) else {
+            return plan_err!(
+                "as_of takes the table's name as a text literal, e.g. 'source.db.table'"
+            );
+        };
+        let session = args.session();
+        let [source, db, table] = qualified(&name, session)?;
+        let running = source_named(&self.sources, &source)?;
+        let status = running.status();
+        let index = status
+            .tables
+            .iter()
+            .position(|t| t.id.db == db && t.id.table == table)
+            .ok_or_else(|| {
+                DataFusionError::External(Box::new(AsOfError::new(
+                    // undefined_table
+                    "42P01",
+                    format!("source \"{source}\" captures no table {db}.{table}"),
+                )))
+            })?;
+        let at = point(at, session)?;
+        Ok(Arc::new(AsOfTable::new(
+            &source,
+            Arc::clone(&running.published),
+            index,
+            Arc::clone(&status.tables[index]),
+            at,
+            status.consistent_from.clone(),
+            Arc::clone(&running.health),
+        )))
+    }
+}
+
+/// `name` as `[source, db, table]`, the missing leading parts from the session's defaults;
+/// unquoted parts are folded to lower case, as in every other name.
+fn qualified(name: &str, session: &dyn datafusion::catalog::Session) -> Result<[String; 3]> {
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    let bad = |e: &dyn std::fmt::Display| {
+        DataFusionError::Plan(format!("as_of: {name:?} is not a table name: {e}"))
+    };
+    let parsed = sqlparser::parser::Parser::new(&dialect)
+        .try_with_sql(name)
+        .and_then(|mut p| {
+            let object = p.parse_object_name(false)?;
+            p.expect_token(&sqlparser::tokenizer::Token::EOF)?;
+            Ok(object)
+        })
+        .map_err(|e| bad(&e))?;
+    let fold = session
+        .config()
+        .options()
+        .sql_parser
+        .enable_ident_normalization;
+    let mut parts: Vec<String> = Vec::new();
+    for part in &parsed.0 {
+        let ident = part.as_ident().ok_or_else(|| bad(&"not an identifier"))?;
+        parts.push(match ident.quote_style {
+            None if fold => ident.value.to_lowercase(),
+            _ => ident.value.clone(),
+        });
+    }
+    let defaults = &session.config().options().catalog;
+    match parts.as_slice() {
+        [t] => Ok([
+            defaults.default_catalog.clone(),
+            defaults.default_schema.clone(),
+            t.clone(),
+        ]),
+        [d, t] => Ok([defaults.default_catalog.clone(), d.clone(), t.clone()]),
+        [s, d, t] => Ok([s.clone(), d.clone(), t.clone()]),
+        _ => Err(bad(&"expected source.db.table")),
+    }
+}
+
+/// The point of `as_of`: a position's text, or an expression of a time (a `TIMESTAMP`
+/// literal, `now() - INTERVAL '1 hour'`, ...), a time without a zone being UTC.
+fn point(at: &Expr, session: &dyn datafusion::catalog::Session) -> Result<AsOf> {
+    use arrow::datatypes::{DataType, TimeUnit};
+    if let Some(text) = text(at) {
+        return AsOf::parse(&text).map_err(|e| DataFusionError::External(Box::new(e)));
+    }
+    let schema = datafusion::common::DFSchema::empty();
+    let expr = session.create_physical_expr(at.clone(), &schema)?;
+    let one_row = arrow::array::RecordBatch::try_new_with_options(
+        Arc::new(arrow::datatypes::Schema::empty()),
+        vec![],
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+    )?;
+    let value = match expr.evaluate(&one_row)? {
+        datafusion::logical_expr::ColumnarValue::Scalar(v) => v,
+        datafusion::logical_expr::ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
+    };
+    match &value {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+        | ScalarValue::LargeUtf8(Some(s)) => {
+            AsOf::parse(s).map_err(|e| DataFusionError::External(Box::new(e)))
+        }
+        v if matches!(v.data_type(), DataType::Timestamp(..)) && !v.is_null() => {
+            match v.cast_to(&DataType::Timestamp(TimeUnit::Microsecond, None))? {
+                ScalarValue::TimestampMicrosecond(Some(t), _) => Ok(AsOf::Time(t)),
+                other => plan_err!("as_of: the time {other} cannot be read"),
+            }
+        }
+        other => plan_err!(
+            "as_of reads a table at a position's text or a timestamp, not at {other} ({})",
+            other.data_type()
+        ),
+    }
+}
+
+/// The running source named `name`.
+fn source_named(sources: &SourcesRef, name: &str) -> Result<Arc<RunningSource>> {
+    let sources = sources
+        .upgrade()
+        .ok_or_else(|| DataFusionError::Plan("the engine is gone".into()))?;
+    let running = sources
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(name)
+        .cloned();
+    running.ok_or_else(|| DataFusionError::Plan(format!("source \"{name}\" does not exist")))
 }

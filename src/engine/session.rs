@@ -302,6 +302,7 @@ impl Engine {
     /// state before planning (default catalog, session functions, ...). Versions are pinned
     /// after it runs, so a session can never plan against an unpinned source.
     ///
+    /// `name AS OF point` is written as the `as_of` table function first (`sql::as_of`).
     /// Every statement is measured before it is planned (`limits`: deeper than
     /// [`limits::MAX_DEPTH`] is [`EngineError::TooComplex`]) and checked for the storage it
     /// reaches, by its text and again by its plan, before it runs (`files`: outside the
@@ -315,6 +316,8 @@ impl Engine {
             return self.execute(statement).await;
         }
         let state = session(self.ctx.state());
+        let rewritten = crate::sql::rewrite_as_of(sql);
+        let sql = rewritten.as_deref().unwrap_or(sql);
         limits::check_nesting(sql)?;
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state

@@ -14,6 +14,7 @@ use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::engine::EngineError;
+use crate::provider::as_of::AsOfError;
 use crate::provider::current::SchemaChanged;
 use crate::provider::health::TableUnavailable;
 use crate::sql::SqlError;
@@ -171,6 +172,8 @@ pub fn datafusion_sqlstate(error: &DataFusionError) -> &'static str {
                 e.sqlstate
             } else if let Some(e) = e.downcast_ref::<SchemaChanged>() {
                 e.sqlstate()
+            } else if let Some(e) = e.downcast_ref::<AsOfError>() {
+                e.sqlstate
             } else {
                 SQLSTATE_INTERNAL
             }

@@ -5,7 +5,9 @@
 //! statement, when its turn comes, is offered in this order to:
 //! 1. cdcfusion's grammar (`CREATE SOURCE`, `SHOW SOURCES`, ...), which claims a statement by
 //!    its first words and parses only what it claims ([`Parsed::Ours`]);
-//! 2. PostgreSQL's grammar with `datafusion-pg-catalog`'s compatibility rewrites (its
+//! 2. our `AS OF` after a table name (`sql::as_of`), which no other grammar reads, written as
+//!    the `as_of` table function, for
+//! 3. PostgreSQL's grammar with `datafusion-pg-catalog`'s compatibility rewrites (its
 //!    replacements of whole client queries, then its rules) and ours (`compat`): the one parse
 //!    of every other statement. Its syntax tree is then taken, by type, as
 //!    * a session statement (`SET`, `SHOW`, `BEGIN`, ...; [`Parsed::Session`]),
@@ -42,7 +44,9 @@ use super::error::{engine_error, user_error};
 use super::planner::Kept;
 use super::session::SessionStatement;
 use crate::engine::{limits, parser_error, TooComplex};
-use crate::sql::{parse_cdc_statement, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR};
+use crate::sql::{
+    parse_cdc_statement, rewrite_as_of, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR,
+};
 
 /// One statement of a client, typed (see the module docs).
 #[derive(Debug, Clone)]
@@ -152,6 +156,8 @@ pub fn parse(shared: &Shared, text: &str) -> PgWireResult<Option<Parsed>> {
     {
         return Ok(Some(Parsed::Ours(statement)));
     }
+    let rewritten = rewrite_as_of(text);
+    let text = rewritten.as_deref().unwrap_or(text);
     limits::check_nesting(text).map_err(too_complex)?;
     let mut statements = match shared.compat.parse(text) {
         Ok(statements) => statements,

@@ -231,7 +231,11 @@ impl TableProvider for CurrentTableProvider {
 
 /// Cuts batches into slices of `batch_size` rows dealt over `n` partitions, so that scans of a
 /// large table run in parallel (slicing shares the buffers; nothing is copied).
-fn partition(batches: Vec<RecordBatch>, n: usize, batch_size: usize) -> Vec<Vec<RecordBatch>> {
+pub(super) fn partition(
+    batches: Vec<RecordBatch>,
+    n: usize,
+    batch_size: usize,
+) -> Vec<Vec<RecordBatch>> {
     let n = n.max(1);
     let mut out = vec![Vec::new(); n];
     let mut i = 0;

@@ -9,6 +9,8 @@
 //!
 //! * [`current`]: `db.table`, the state at the version's position, with projection, primary-key
 //!   lookup, limit and row-count statistics;
+//! * [`as_of`]: `db.table` as it was at a past position or time, rebuilt from the current
+//!   table and the changelog's entries after that point;
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
 //!   position and commit time; [`segments`] reads segments spilled to the state store back;
 //! * [`health`]: the faults that stopped a source or table; scans of a stopped table fail
@@ -20,6 +22,7 @@
 //! * [`plans`]: the execution plans that read the server: a snapshot's chunks as partitions,
 //!   and a table's binlog changes as an unbounded stream.
 
+pub mod as_of;
 pub mod changelog;
 pub mod current;
 pub mod health;

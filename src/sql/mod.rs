@@ -1,6 +1,7 @@
 //! The SQL statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `DROP SOURCE`,
-//! `SHOW SOURCES`, `ALTER SOURCE ... RESNAPSHOT`, and the sink statements (`CREATE SINK`,
-//! `DROP SINK`, `SHOW SINKS`, `ALTER SINK ... PAUSE | RESUME`).
+//! `SHOW SOURCES`, `ALTER SOURCE ... RESNAPSHOT`, the sink statements (`CREATE SINK`,
+//! `DROP SINK`, `SHOW SINKS`, `ALTER SINK ... PAUSE | RESUME`), and `AS OF` after a table
+//! name in a query (rewritten to the `as_of` table function, see `as_of`).
 //!
 //! This module owns their text: grammar, option checking and rendering back to SQL. It does
 //! not run them; the executor (the pgwire layer's query hook) matches on [`CdcStatement`] and
@@ -27,10 +28,12 @@
 //! * `parse`: which texts are ours, and each statement's grammar ([`parse_cdc_statement`]).
 //! * `render`: statements back to SQL, password masked.
 //! * `script`: splitting a script into statements (for `--init` files).
+//! * `as_of`: `name AS OF point` in a query, written as the `as_of` table function.
 //!
 //! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step
 //! with [`OPTIONS`] and its examples parsing.
 
+mod as_of;
 mod error;
 mod grammar;
 mod mysql_url;
@@ -43,6 +46,7 @@ mod sink;
 mod statement;
 mod value;
 
+pub use as_of::rewrite_as_of;
 pub use error::{
     SqlError, SQLSTATE_DUPLICATE_OBJECT, SQLSTATE_FEATURE_NOT_SUPPORTED,
     SQLSTATE_INVALID_PARAMETER_VALUE, SQLSTATE_SYNTAX_ERROR, SQLSTATE_UNDEFINED_OBJECT,

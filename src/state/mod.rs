@@ -3,9 +3,10 @@
 //! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
 //! changelog entries that replay to them, holding the hand-off's chunks column-wise
 //! ([`handoff`]) with one compact key index ([`index`]); after the hand-off, [`current`] keeps
-//! them compactly
-//! and publishes immutable snapshots for queries; [`changelog`] keeps every change as
-//! append-only Arrow batches; [`diff`] gives the entries between two states (re-snapshots).
+//! them compactly and publishes immutable snapshots for queries; [`changelog`] keeps every
+//! change as append-only Arrow batches; [`diff`] gives the entries between two states
+//! (re-snapshots); [`history`] rebuilds a past state from a later one and the entries between
+//! them (`AS OF`).
 
 pub mod changelog;
 pub mod current;
@@ -13,5 +14,6 @@ pub mod diff;
 #[cfg(test)]
 pub(crate) mod fixtures;
 pub mod handoff;
+pub mod history;
 pub mod index;
 pub mod merge;

@@ -123,6 +123,31 @@ pub fn row_strings(batch: &arrow::array::RecordBatch) -> Vec<String> {
         .collect()
 }
 
+/// A new engine capturing every table of `db` as source `source` (a snapshot of `chunk_size`
+/// rows per chunk, `parallelism` at a time), once its snapshot is handed over.
+pub async fn capture_db(
+    db: &str,
+    source: &str,
+    chunk_size: usize,
+    parallelism: usize,
+) -> cdcfusion::engine::Engine {
+    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+    let engine = cdcfusion::engine::Engine::new();
+    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+    options.server_id = next_server_id();
+    options.snapshot.window_server_id = next_server_id();
+    options.snapshot.chunk_size = chunk_size;
+    options.snapshot.parallelism = parallelism;
+    engine
+        .create_source(source, &server().cdc_url(), options)
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
+        .await
+        .expect("the snapshot hangs")
+        .unwrap();
+    engine
+}
+
 /// Waits until source `source` of `engine` has applied everything the shared server wrote.
 pub async fn sync_source(engine: &cdcfusion::engine::Engine, source: &str) {
     let (target, _) = cdcfusion::source::connect::current_position(

@@ -7,6 +7,7 @@ mod common;
 mod fixture;
 mod reference;
 
+mod as_of;
 mod clients;
 mod complexity;
 mod files;
