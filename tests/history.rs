@@ -414,3 +414,89 @@ async fn as_of_reads_history_back_from_the_store_after_a_restart() {
         }
     }
 }
+
+/// A client that keeps the last `_position` it processed and tails again after it, killed at
+/// random points (inside transactions too), sees every entry exactly once.
+#[tokio::test]
+async fn a_tail_resumed_after_its_last_position_misses_and_repeats_nothing() {
+    let (db, source) = ("hist_d", "hd");
+    let engine = setup(db, source).await;
+    let mut conn = root_conn(server()).await;
+    let seed: u64 = rand::random();
+    println!("seed={seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    for _ in 0..15 {
+        random_transaction(&mut conn, db, &mut rng).await;
+    }
+    sync_source(&engine, source).await;
+    let tail = |after: Option<String>, n: usize| {
+        let after = after.map(|p| format!(", '{p}'")).unwrap_or_default();
+        format!(
+            "SELECT _position, _op, id FROM changelog_tail('{source}', '{db}.t'{after}) LIMIT {n}"
+        )
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut last: Option<String> = None;
+    let mut writes = 0;
+    loop {
+        let all = query(
+            &engine,
+            &format!(
+                "SELECT _position, _op, id FROM {source}.{db}.\"t$changelog\" ORDER BY _position"
+            ),
+        )
+        .await;
+        let left = all.len() - seen.len();
+        if left == 0 {
+            assert_eq!(seen, all, "every entry once, in order");
+            break;
+        }
+        // The client is killed after a random number of entries.
+        let n = rng.random_range(1..=left.min(40));
+        let got = tokio::time::timeout(HANG_GUARD, query(&engine, &tail(last.clone(), n)))
+            .await
+            .expect("the tail has the entries");
+        assert_eq!(got.len(), n);
+        last = Some(
+            got.last()
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .trim_start_matches("_position=")
+                .to_string(),
+        );
+        seen.extend(got);
+        assert_eq!(seen[..], all[..seen.len()], "after {last:?}");
+        // The source goes on changing between the client's runs.
+        if writes < 10 {
+            random_transaction(&mut conn, db, &mut rng).await;
+            sync_source(&engine, source).await;
+            writes += 1;
+        }
+    }
+    // After a binlog position: the transactions that start there or later.
+    let coord = position(&mut conn).await;
+    conn.query_drop(format!(
+        "INSERT INTO {db}.t VALUES (900, 'w', 9), (901, 'w', 9)"
+    ))
+    .await
+    .unwrap();
+    sync_source(&engine, source).await;
+    let got = tokio::time::timeout(
+        HANG_GUARD,
+        query(
+            &engine,
+            &format!("SELECT _op, id FROM changelog_tail('{source}', '{db}.t', '{coord}') LIMIT 2"),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got, ["_op=c id=900", "_op=c id=901"]);
+    let (state, _) = as_of_error(
+        &engine,
+        &format!("SELECT * FROM changelog_tail('{source}', '{db}.t', 'later')"),
+    )
+    .await;
+    assert_eq!(state, "22P02");
+}

@@ -52,8 +52,9 @@ pub(super) fn register(ctx: &SessionContext, sources: &Arc<Sources>) {
 
 #[derive(Debug, Clone, Copy)]
 enum Kind {
-    /// `changelog_tail('source', 'db.table')`: the captured changelog, then every new change
-    /// as it is published (unbounded; end it with `LIMIT` or by cancelling the query).
+    /// `changelog_tail('source', 'db.table' [, 'after'])`: the captured changelog (after a
+    /// position, when given), then every new change as it is published (unbounded; end it
+    /// with `LIMIT` or by cancelling the query).
     ChangelogTail,
     /// `mysql_snapshot('source', 'db.table')`: a one-off consistent chunked read from MySQL.
     MysqlSnapshot,
@@ -91,8 +92,8 @@ impl TableFunctionImpl for SourceFunction {
         let name = self.kind.name();
         let exprs = args.exprs();
         let max_args = match self.kind {
-            Kind::MysqlBinlog => 3,
-            _ => 2,
+            Kind::MysqlBinlog | Kind::ChangelogTail => 3,
+            Kind::MysqlSnapshot => 2,
         };
         let texts: Vec<Option<String>> = exprs.iter().map(text).collect();
         let (Some(Some(source)), Some(Some(table))) = (texts.first(), texts.get(1)) else {
@@ -101,10 +102,12 @@ impl TableFunctionImpl for SourceFunction {
         if exprs.len() > max_args || texts.iter().any(Option::is_none) {
             return plan_err!(
                 "{name} takes {} text literals, got {} arguments",
-                if max_args == 3 {
-                    "two or three ('source', 'db.table' [, 'start position'])"
-                } else {
-                    "two ('source', 'db.table')"
+                match self.kind {
+                    Kind::ChangelogTail =>
+                        "two or three ('source', 'db.table' [, 'after position'])",
+                    _ if max_args == 3 =>
+                        "two or three ('source', 'db.table' [, 'start position'])",
+                    _ => "two ('source', 'db.table')",
                 },
                 exprs.len()
             );
@@ -128,12 +131,17 @@ impl TableFunctionImpl for SourceFunction {
                     .get(index)
                     .map(|log| Arc::clone(&log.schema))
                     .unwrap_or_else(|| changelog_schema(&schema.arrow));
-                let tail = ChangelogTail::new(
+                let mut tail = ChangelogTail::new(
                     Arc::clone(&running.published),
                     running.versions.clone(),
                     index,
                     Arc::clone(&changelog),
                 );
+                if let Some(Some(after)) = texts.get(2) {
+                    let point =
+                        AsOf::parse(after).map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    tail = tail.after(&point)?;
+                }
                 Arc::new(
                     StreamingTable::try_new(changelog, vec![Arc::new(tail)])?
                         .with_infinite_table(true),

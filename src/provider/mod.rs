@@ -15,8 +15,8 @@
 //!   position and commit time; [`segments`] reads segments spilled to the state store back;
 //! * [`health`]: the faults that stopped a source or table; scans of a stopped table fail
 //!   unless the session reads stale state;
-//! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table')`, for pipelines
-//!   and subscriptions;
+//! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table' [, 'after'])`,
+//!   for pipelines and subscriptions, resumable strictly after any entry;
 //! * [`mysql`]: reads straight from the source's server, `mysql_snapshot` (a consistent chunked
 //!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging;
 //! * [`plans`]: the execution plans that read the server: a snapshot's chunks as partitions,

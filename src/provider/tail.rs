@@ -7,10 +7,16 @@
 //! Segments are whole transactions, so a consumer never sees half of one, and each entry is
 //! emitted exactly once per scan, in the order the capture appended them. Its columns are the
 //! changelog's when the scan starts: a column a DDL adds later is not in the stream.
+//!
+//! A tail may start *after* a point instead of at the first entry: a changelog `_position`
+//! (the entries strictly after it) or a binlog position (the transactions starting at or after
+//! it). Entries are appended in position order, so the entries to skip are a prefix: a client
+//! that keeps the last `_position` it processed and tails again after it gets exactly the
+//! rest, with no entry missing or repeated, even if it stopped inside a transaction.
 
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -20,8 +26,9 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
+use super::as_of::AsOf;
 use crate::capture::version::Published;
-use crate::state::changelog::{read_segments, Changelog};
+use crate::state::changelog::{read_segments, Changelog, POSITION_COLUMN};
 
 /// The entries of `log` from entry `from` on, in order and in `schema` (the tail's, fixed when
 /// it started: columns a DDL adds later are not in it); segments merged since entries were
@@ -55,6 +62,8 @@ pub struct ChangelogTail {
     versions: watch::Receiver<u64>,
     index: usize,
     schema: SchemaRef,
+    /// Entries whose `_position` sorts at or before this text are skipped.
+    skip_through: Option<String>,
 }
 
 impl ChangelogTail {
@@ -69,8 +78,48 @@ impl ChangelogTail {
             versions,
             index,
             schema,
+            skip_through: None,
         }
     }
+
+    /// The tail starts after `point` (see the module docs).
+    pub fn after(mut self, point: &AsOf) -> Result<Self> {
+        self.skip_through = Some(match point {
+            AsOf::Entry(entry) => entry.to_string(),
+            // Snapshot entries read at the position are before it, like AS OF reads it.
+            AsOf::Binlog(coord) => format!("{}:{:012}:{:010};", coord.file, coord.offset, 0),
+            AsOf::Time(_) => {
+                return Err(DataFusionError::Plan(
+                    "changelog_tail starts after a position, not a time".into(),
+                ))
+            }
+        });
+        Ok(self)
+    }
+}
+
+/// How many leading entries of `log` sort at or before `through` (they are a prefix).
+async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
+    let mut skip = 0;
+    for segment in log.segments() {
+        if segment.max_position.as_str() <= through {
+            skip += segment.rows;
+            continue;
+        }
+        if segment.min_position.as_str() <= through {
+            let batch = segment
+                .batch(&log.schema)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
+            skip += positions
+                .iter()
+                .take_while(|p| p.is_some_and(|p| p <= through))
+                .count();
+        }
+        break;
+    }
+    Ok(skip)
 }
 
 impl PartitionStream for ChangelogTail {
@@ -83,25 +132,40 @@ impl PartitionStream for ChangelogTail {
         let versions = self.versions.clone();
         let index = self.index;
         let schema = Arc::clone(&self.schema);
-        // State: the version counter, entries sent so far, and the entries still to send.
+        let skip_through = self.skip_through.clone();
+        // State: the version counter, entries sent (or skipped) so far, the entries still to
+        // send, and the point to start after, until the first version is read.
         let stream = futures::stream::unfold(
             (
                 versions,
                 0usize,
                 None::<BoxStream<'static, Result<RecordBatch>>>,
+                skip_through,
             ),
-            move |(mut versions, mut sent, mut pending)| {
+            move |(mut versions, mut sent, mut pending, mut skip_through)| {
                 let published = Arc::clone(&published);
                 let schema = Arc::clone(&schema);
                 async move {
                     loop {
+                        if let Some(through) = skip_through.as_deref() {
+                            let version = published.load_full();
+                            if let Some(log) = version.changelogs.get(index) {
+                                match entries_through(log, through).await {
+                                    Ok(n) => sent = n,
+                                    Err(e) => return Some((Err(e), (versions, sent, None, None))),
+                                }
+                                skip_through = None;
+                            }
+                        }
                         if let Some(batches) = pending.as_mut() {
                             match batches.next().await {
                                 Some(Ok(batch)) => {
                                     sent += batch.num_rows();
-                                    return Some((Ok(batch), (versions, sent, pending)));
+                                    return Some((Ok(batch), (versions, sent, pending, None)));
                                 }
-                                Some(Err(e)) => return Some((Err(e), (versions, sent, None))),
+                                Some(Err(e)) => {
+                                    return Some((Err(e), (versions, sent, None, None)))
+                                }
                                 None => pending = None,
                             }
                         }
