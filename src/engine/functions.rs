@@ -91,9 +91,16 @@ impl TableFunctionImpl for SourceFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
         let name = self.kind.name();
         let exprs = args.exprs();
-        let max_args = match self.kind {
-            Kind::MysqlBinlog | Kind::ChangelogTail => 3,
-            Kind::MysqlSnapshot => 2,
+        let (max_args, takes) = match self.kind {
+            Kind::ChangelogTail => (
+                3,
+                "two or three ('source', 'db.table' [, 'after position'])",
+            ),
+            Kind::MysqlBinlog => (
+                3,
+                "two or three ('source', 'db.table' [, 'start position'])",
+            ),
+            Kind::MysqlSnapshot => (2, "two ('source', 'db.table')"),
         };
         let texts: Vec<Option<String>> = exprs.iter().map(text).collect();
         let (Some(Some(source)), Some(Some(table))) = (texts.first(), texts.get(1)) else {
@@ -101,14 +108,7 @@ impl TableFunctionImpl for SourceFunction {
         };
         if exprs.len() > max_args || texts.iter().any(Option::is_none) {
             return plan_err!(
-                "{name} takes {} text literals, got {} arguments",
-                match self.kind {
-                    Kind::ChangelogTail =>
-                        "two or three ('source', 'db.table' [, 'after position'])",
-                    _ if max_args == 3 =>
-                        "two or three ('source', 'db.table' [, 'start position'])",
-                    _ => "two ('source', 'db.table')",
-                },
+                "{name} takes {takes} text literals, got {} arguments",
                 exprs.len()
             );
         }

@@ -26,8 +26,8 @@
 //!
 //! # Invariant
 //! Every statement is measured before anything walks its tree (`engine::limits`), and a
-//! statement's type alone decides who runs it and what it answers ([`Answer`]); its text is
-//! never matched against words after the split.
+//! statement's type alone decides who runs it and what it answers ([`Answer`]); after the
+//! split, its text is read only by the grammars of the chain (tokens, never raw words).
 
 use std::sync::{Arc, Mutex};
 

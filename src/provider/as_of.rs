@@ -145,10 +145,11 @@ impl Cut {
 
     /// Text that sorts after the `_position` of every entry in the state and at or before
     /// every other (positions compare as text within one binlog file name length).
-    fn text(&self) -> String {
+    pub fn text(&self) -> String {
         format!(
-            "{}:{:012}:{:010}",
-            self.coord.file, self.coord.offset, self.event
+            "{}:{:010}",
+            ChangePosition::text_before(&self.coord),
+            self.event
         )
     }
 }
@@ -207,7 +208,6 @@ impl AsOfTable {
                 version: snap.schema().version,
             })));
         }
-        let cut = resolve(&self.at, log, position).await?;
         let Some(from) = self.consistent_from.as_ref().filter(|_| version.consistent) else {
             return Err(AsOfError::new(
                 "55000",
@@ -220,6 +220,7 @@ impl AsOfTable {
             )
             .into_df());
         };
+        let cut = resolve(&self.at, log, position).await?;
         let oldest = Cut::at(from.clone());
         if cut < oldest {
             return Err(out_of_history(format!(

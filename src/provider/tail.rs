@@ -26,7 +26,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
-use super::as_of::AsOf;
+use super::as_of::{AsOf, Cut};
 use crate::capture::version::Published;
 use crate::state::changelog::{read_segments, Changelog, POSITION_COLUMN};
 
@@ -86,8 +86,9 @@ impl ChangelogTail {
     pub fn after(mut self, point: &AsOf) -> Result<Self> {
         self.skip_through = Some(match point {
             AsOf::Entry(entry) => entry.to_string(),
-            // Snapshot entries read at the position are before it, like AS OF reads it.
-            AsOf::Binlog(coord) => format!("{}:{:012}:{:010};", coord.file, coord.offset, 0),
+            // The entries AS OF the position holds: every transaction before it and the
+            // snapshot entries read at it (no entry's text equals a cut's).
+            AsOf::Binlog(coord) => Cut::at(coord.clone()).text(),
             AsOf::Time(_) => {
                 return Err(DataFusionError::Plan(
                     "changelog_tail starts after a position, not a time".into(),

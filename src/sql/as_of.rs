@@ -15,6 +15,8 @@ use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::{Keyword, RESERVED_FOR_TABLE_ALIAS};
 use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
+use super::script::Offsets;
+
 /// `sql` with every `name AS OF point` written as the `as_of` table function; `None` when it
 /// has none (or does not tokenize: the parser then reports the text as it is).
 pub fn rewrite_as_of(sql: &str) -> Option<String> {
@@ -99,32 +101,6 @@ fn is_word(token: Option<&TokenWithSpan>) -> bool {
             ..
         })
     )
-}
-
-/// Byte offsets of token locations (lines and columns count from 1, columns in characters).
-struct Offsets<'a> {
-    text: &'a str,
-    line_starts: Vec<usize>,
-}
-
-impl<'a> Offsets<'a> {
-    fn new(text: &'a str) -> Self {
-        let mut line_starts = vec![0];
-        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Self { text, line_starts }
-    }
-
-    fn of(&self, line: u64, column: u64) -> usize {
-        let start = self
-            .line_starts
-            .get(line.saturating_sub(1) as usize)
-            .copied()
-            .unwrap_or(self.text.len());
-        self.text[start..]
-            .char_indices()
-            .nth(column.saturating_sub(1) as usize)
-            .map_or(self.text.len(), |(i, _)| start + i)
-    }
 }
 
 #[cfg(test)]

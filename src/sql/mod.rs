@@ -27,7 +27,8 @@
 //! * `sink`: the sink statements' grammar and options.
 //! * `parse`: which texts are ours, and each statement's grammar ([`parse_cdc_statement`]).
 //! * `render`: statements back to SQL, password masked.
-//! * `script`: splitting a script into statements (for `--init` files).
+//! * `script`: splitting a script into statements (for `--init` files), and token locations
+//!   as byte offsets.
 //! * `as_of`: `name AS OF point` in a query, written as the `as_of` table function.
 //!
 //! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step

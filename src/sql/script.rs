@@ -15,26 +15,14 @@ pub fn split_statements(text: &str) -> Result<Vec<String>, SqlError> {
             message: e.message.clone(),
             location: Some(e.location),
         })?;
-    // Byte offset of the start of each line, to turn token locations into slices.
-    let mut line_starts = vec![0];
-    line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-    let offset = |line: u64, column: u64| -> usize {
-        let start = line_starts
-            .get(line.saturating_sub(1) as usize)
-            .copied()
-            .unwrap_or(text.len());
-        text[start..]
-            .char_indices()
-            .nth(column.saturating_sub(1) as usize)
-            .map_or(text.len(), |(i, _)| start + i)
-    };
+    let offsets = Offsets::new(text);
     let mut out = Vec::new();
     let mut start = 0;
     let mut has_code = false;
     for t in &tokens {
         match &t.token {
             Token::SemiColon => {
-                let end = offset(t.span.start.line, t.span.start.column);
+                let end = offsets.of(t.span.start.line, t.span.start.column);
                 if has_code {
                     out.push(text[start..end].trim().to_string());
                 }
@@ -49,6 +37,33 @@ pub fn split_statements(text: &str) -> Result<Vec<String>, SqlError> {
         out.push(text[start..].trim().to_string());
     }
     Ok(out)
+}
+
+/// Byte offsets of token locations (lines and columns count from 1, columns in characters),
+/// to turn tokens into slices of their text.
+pub(super) struct Offsets<'a> {
+    text: &'a str,
+    line_starts: Vec<usize>,
+}
+
+impl<'a> Offsets<'a> {
+    pub(super) fn new(text: &'a str) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        Self { text, line_starts }
+    }
+
+    pub(super) fn of(&self, line: u64, column: u64) -> usize {
+        let start = self
+            .line_starts
+            .get(line.saturating_sub(1) as usize)
+            .copied()
+            .unwrap_or(self.text.len());
+        self.text[start..]
+            .char_indices()
+            .nth(column.saturating_sub(1) as usize)
+            .map_or(self.text.len(), |(i, _)| start + i)
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow::compute::take;
 use arrow::error::ArrowError;
 use arrow::row::Rows;
 
@@ -109,15 +109,13 @@ fn before_images(
     rows: &[u32],
 ) -> Result<RecordBatch, ArrowError> {
     let before = entries.column(entries.num_columns() - 1).as_struct();
-    let columns = before.columns().to_vec();
-    let all = RecordBatch::try_new(
-        Arc::new(arrow::datatypes::Schema::new(
-            before.fields().iter().cloned().collect::<Vec<_>>(),
-        )),
-        columns,
-    )?;
-    let taken = take_record_batch(&all, &UInt32Array::from(rows.to_vec()))?;
-    RecordBatch::try_new(Arc::clone(table), taken.columns().to_vec())
+    let rows = UInt32Array::from(rows.to_vec());
+    let columns = before
+        .columns()
+        .iter()
+        .map(|c| take(c, &rows, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(Arc::clone(table), columns)
 }
 
 /// Takes away one copy of row `i` under its key; `None` when the state holds none.
