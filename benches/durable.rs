@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use cdcfusion::change::position::BinlogCoord;
 use cdcfusion::change::schema::Flavor;
-use cdcfusion::devserver::{DevServer, DevServerOptions};
+use cdcfusion::devserver::DevServer;
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
@@ -93,12 +93,7 @@ fn create(server: &DevServer, name: &str, server_id: u32, with: &str) -> String 
 async fn main() {
     let total = common::rows_arg(1_000_000);
     let changes = changes_arg(200_000);
-    let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
-    let mut conn = mysql_async::Conn::from_url(server.root_url())
-        .await
-        .unwrap();
-    common::create_table(&mut conn).await;
-    common::insert_rows(&mut conn, 1, total).await;
+    let (server, mut conn) = common::server_with_rows(total).await;
     let dir = tempfile::tempdir().unwrap();
     let location = dir.path().join("state");
     let location = location.to_str().unwrap();

@@ -21,7 +21,7 @@ mod common;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
-use cdcfusion::devserver::{DevServer, DevServerOptions};
+use cdcfusion::devserver::DevServer;
 use cdcfusion::engine::{AllowedLocations, Engine, EngineOptions};
 use cdcfusion::sinks::copy_text;
 use futures::SinkExt;
@@ -262,12 +262,7 @@ async fn main() {
     let rounds = common::arg("--rounds", 3usize);
     let rate = common::u64_arg("--rate", 10_000);
     let seconds = common::u64_arg("--seconds", 10);
-    let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
-    let mut conn = mysql_async::Conn::from_url(server.root_url())
-        .await
-        .unwrap();
-    common::create_table(&mut conn).await;
-    common::insert_rows(&mut conn, 1, total).await;
+    let (server, _conn) = common::server_with_rows(total).await;
 
     let admin = pg(PG_ADMIN).await;
     admin

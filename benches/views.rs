@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use arrow::compute::concat_batches;
 use cdcfusion::capture::{CaptureOptions, SnapshotMode};
-use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::engine::Engine;
 use datafusion::catalog::MemTable;
 use rand::{Rng, SeedableRng};
@@ -48,12 +47,7 @@ async fn lookups(
 #[tokio::main]
 async fn main() {
     let total = common::rows_arg(1_000_000);
-    let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");
-    let mut conn = mysql_async::Conn::from_url(server.root_url())
-        .await
-        .unwrap();
-    common::create_table(&mut conn).await;
-    common::insert_rows(&mut conn, 1, total).await;
+    let (server, _conn) = common::server_with_rows(total).await;
     let engine = Arc::new(Engine::new());
     let mut options = CaptureOptions::new("bench.t", SnapshotMode::Initial);
     options.server_id = 9100;

@@ -500,3 +500,494 @@ async fn a_tail_resumed_after_its_last_position_misses_and_repeats_nothing() {
     .await;
     assert_eq!(state, "22P02");
 }
+
+/// `changelog_entries`, `changelog_trimmed_entries` and `history_from` of `db.t`.
+async fn retained(engine: &Engine, db: &str) -> (u64, u64, String) {
+    let rows = query(
+        engine,
+        &format!(
+            "SELECT changelog_entries AS n, changelog_trimmed_entries AS gone, history_from AS h \
+             FROM cdc.tables WHERE db = '{db}' AND \"table\" = 't'"
+        ),
+    )
+    .await;
+    let fields: Vec<&str> = rows[0]
+        .split(' ')
+        .map(|f| f.split_once('=').unwrap().1)
+        .collect();
+    (
+        fields[0].parse().unwrap(),
+        fields[1].parse().unwrap(),
+        fields[2].to_string(),
+    )
+}
+
+/// The `CREATE SOURCE` statement `SHOW SOURCES` gives for `source`.
+async fn source_definition(engine: &Engine, source: &str) -> String {
+    query(engine, "SHOW SOURCES")
+        .await
+        .into_iter()
+        .find(|r| r.starts_with(&format!("name={source} ")))
+        .unwrap_or_else(|| panic!("no source {source}"))
+}
+
+/// An engine keeping its state in `path`, checkpointing often, whose SQL may write under `out`.
+async fn open_durable(path: &str, out: &std::path::Path) -> Engine {
+    use cdcfusion::durable::DurableOptions;
+    use cdcfusion::engine::{AllowedLocations, EngineOptions};
+    let options = EngineOptions {
+        durable: DurableOptions {
+            checkpoint_interval: Duration::from_millis(50),
+            state_snapshot_min_changes: 10,
+            ..Default::default()
+        },
+        allowed_locations: AllowedLocations::parse(&[format!("file://{}/", out.display())])
+            .unwrap(),
+        ..Default::default()
+    };
+    let engine = Engine::open(path, options).await.unwrap();
+    engine
+}
+
+/// [`open_durable`] with source `source` capturing `db` and keeping `retain` of history, once
+/// its snapshot is handed over.
+async fn durable_source(
+    path: &str,
+    out: &std::path::Path,
+    db: &str,
+    source: &str,
+    retain: &str,
+) -> Engine {
+    let engine = open_durable(path, out).await;
+    engine
+        .sql(&format!(
+            "CREATE SOURCE {source} FROM MYSQL '{}' WITH (tables = '{db}.*', chunk_size = 16, \
+             server_id = {}, retain_history = '{retain}')",
+            server().cdc_url(),
+            source_server_id()
+        ))
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
+        .await
+        .unwrap()
+        .unwrap();
+    engine
+}
+
+/// `retain_history = '<n> changes'` under a long writer: the changelog stays bounded, AS OF
+/// reads exactly from the oldest retained position on and refuses older points naming it,
+/// checkpoints lose the trimmed entries too (a restart continues from the trimmed history),
+/// and `ALTER SOURCE ... SET` changes the policy of the running source, across a restart.
+#[tokio::test]
+async fn retention_bounds_the_history_and_as_of_reads_what_is_kept() {
+    let (db, source) = ("hist_e", "he");
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(16), n INT);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_40;
+         CREATE TABLE {db}.u (id INT PRIMARY KEY, w BIGINT);
+         CREATE TABLE {db}.k (a INT, b VARCHAR(8));"
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state").to_str().unwrap().to_string();
+    let engine = durable_source(&path, dir.path(), db, source, "50 changes").await;
+    let mut points: Vec<(BinlogCoord, BTreeMap<&str, Vec<String>>)> = Vec::new();
+    points.push((position(&mut conn).await, server_state(&mut conn, db).await));
+    let mut changes = 40u64;
+    // A long writer of single-row transactions, the engine keeping up as it goes.
+    for round in 0..30 {
+        for i in 0..20 {
+            let id = (round * 20 + i) % 40 + 1;
+            conn.query_drop(format!("UPDATE {db}.t SET n = n + 1 WHERE id = {id}"))
+                .await
+                .unwrap();
+            changes += 1;
+            points.push((position(&mut conn).await, server_state(&mut conn, db).await));
+        }
+        sync_source(&engine, source).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let (kept, gone, _) = retained(&engine, db).await;
+        assert_eq!(kept + gone, changes, "every entry counted once");
+    }
+    // Retention trims whole segments (runs of transactions merge into ever larger ones), so
+    // it keeps at least 50 and at most a segment size class more.
+    let (kept, gone, from) = retained(&engine, db).await;
+    assert!(gone > 0, "nothing trimmed: {kept} kept");
+    assert!((50..=1100).contains(&kept), "{kept} kept");
+    assert!(kept < changes, "{kept} of {changes} kept");
+    let history_from: BinlogCoord = from.parse().unwrap();
+    // From the oldest retained position on AS OF is exact; before it, an error naming it.
+    let mut checked = 0;
+    for (coord, truth) in points.iter().filter(|(c, _)| *c >= history_from) {
+        let at = as_of(&engine, source, db, "t", &format!("'{coord}'")).await;
+        assert_eq!(at, truth["t"], "t AS OF '{coord}'");
+        checked += 1;
+    }
+    assert!(checked >= 40, "{checked} points checked");
+    let (_, truth) = points
+        .iter()
+        .rev()
+        .find(|(c, _)| *c <= history_from)
+        .expect("a point before the retained history");
+    assert_eq!(
+        as_of(&engine, source, db, "t", &format!("'{history_from}'")).await,
+        truth["t"]
+    );
+    let (older, _) = points.iter().find(|(c, _)| *c < history_from).unwrap();
+    let (state, message) = as_of_error(
+        &engine,
+        &format!("SELECT * FROM {source}.{db}.t AS OF '{older}'"),
+    )
+    .await;
+    assert_eq!(state, "22023", "{message}");
+    assert!(message.contains(&format!("'{history_from}'")), "{message}");
+    assert!(message.contains("retain_history"), "{message}");
+    // A tail cannot start after entries retention removed.
+    let first_kept = scalar(
+        &engine,
+        &format!("SELECT min(_position) AS p FROM {source}.{db}.\"t$changelog\""),
+    )
+    .await;
+    let (state, message) = as_of_error(
+        &engine,
+        &format!(
+            "SELECT * FROM changelog_tail('{source}', '{db}.t', '{}') LIMIT 1",
+            points[1].0
+        ),
+    )
+    .await;
+    assert_eq!(state, "22023", "{message}");
+    assert!(first_kept.as_str() > cut_text(&points[1].0).as_str());
+
+    // The checkpoints lost the trimmed entries too: a restart holds no more than they kept.
+    sync_source(&engine, source).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(engine);
+    let engine = open_durable(&path, dir.path()).await;
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready(source))
+        .await
+        .unwrap()
+        .unwrap();
+    sync_source(&engine, source).await;
+    let (kept_after, gone_after, from_after) = retained(&engine, db).await;
+    assert_eq!(
+        kept_after + gone_after,
+        changes,
+        "offsets continue after the restart"
+    );
+    assert!(
+        gone_after > 0 && kept_after < changes,
+        "{kept_after} kept after the restart"
+    );
+    let from_after: BinlogCoord = from_after.parse().unwrap();
+    for (coord, truth) in points.iter().filter(|(c, _)| *c >= from_after).step_by(7) {
+        let at = as_of(&engine, source, db, "t", &format!("'{coord}'")).await;
+        assert_eq!(at, truth["t"], "t AS OF '{coord}' after the restart");
+    }
+    let definition = source_definition(&engine, source).await;
+    assert!(
+        definition.contains("retain_history = '50 changes'"),
+        "{definition}"
+    );
+
+    // ALTER SOURCE ... SET: from now on everything is kept, also after a restart.
+    engine
+        .sql(&format!(
+            "ALTER SOURCE {source} SET (retain_history = 'all')"
+        ))
+        .await
+        .unwrap();
+    for id in 1..=60 {
+        conn.query_drop(format!(
+            "UPDATE {db}.t SET n = n + 1 WHERE id = {}",
+            id % 40 + 1
+        ))
+        .await
+        .unwrap();
+        changes += 1;
+    }
+    sync_source(&engine, source).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (kept, gone, _) = retained(&engine, db).await;
+    assert_eq!((kept, gone), (kept_after + 60, gone_after));
+    assert_eq!(kept + gone, changes);
+    drop(engine);
+    let engine = open_durable(&path, dir.path()).await;
+    let definition = source_definition(&engine, source).await;
+    assert!(!definition.contains("retain_history"), "{definition}");
+    let refused = engine
+        .sql(&format!("ALTER SOURCE {source} SET (chunk_size = 5)"))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("running source"), "{refused}");
+}
+
+/// A paused sink holds back the history it has not committed: retention trims only what it
+/// has, and the sink resumes with every change exactly once (read back by DuckDB).
+#[tokio::test]
+async fn retention_never_drops_what_a_paused_sink_needs() {
+    use common::readers::{duckdb, sink_caught_up};
+    let (db, source) = ("hist_f", "hf");
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(16), n INT);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_40;"
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state").to_str().unwrap().to_string();
+    let engine = durable_source(&path, dir.path(), db, source, "5 changes").await;
+    let out = dir.path().join("changes");
+    engine
+        .sql(&format!(
+            "CREATE SINK all_changes INTO PARQUET 'file://{}' WITH (commit_interval = '50ms') \
+             AS SELECT * FROM {source}.{db}.\"t$changelog\"",
+            out.display()
+        ))
+        .await
+        .unwrap();
+    let write = |from: i32, to: i32| {
+        let db = db.to_string();
+        async move {
+            let mut conn = root_conn(server()).await;
+            for i in from..to {
+                conn.query_drop(format!(
+                    "UPDATE {db}.t SET n = {i} WHERE id = {}",
+                    i % 40 + 1
+                ))
+                .await
+                .unwrap();
+            }
+        }
+    };
+    write(0, 100).await;
+    sink_caught_up(&engine, source, "all_changes").await;
+    engine.sql("ALTER SINK all_changes PAUSE").await.unwrap();
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    while scalar(
+        &engine,
+        "SELECT state FROM cdc.sinks WHERE name = 'all_changes'",
+    )
+    .await
+        != "paused"
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sink does not pause"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let committed = scalar(
+        &engine,
+        "SELECT committed_position FROM cdc.sinks WHERE name = 'all_changes'",
+    )
+    .await;
+    // While paused, 300 more changes arrive; retention may trim only up to the sink's commit.
+    write(100, 400).await;
+    sync_source(&engine, source).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after_commit = scalar(
+        &engine,
+        &format!(
+            "SELECT count(*) AS n FROM {source}.{db}.\"t$changelog\" WHERE _position > '{committed}'"
+        ),
+    )
+    .await;
+    assert_eq!(
+        after_commit, "300",
+        "the paused sink's entries are all kept"
+    );
+    let (_, gone, _) = retained(&engine, db).await;
+    assert!(gone > 0, "what the sink had committed is trimmed");
+    engine.sql("ALTER SINK all_changes RESUME").await.unwrap();
+    sink_caught_up(&engine, source, "all_changes").await;
+    let files = format!("{}/**/*.parquet", out.display());
+    let written = duckdb(&format!(
+        "SELECT count(*), count(DISTINCT _position), count(*) FILTER (WHERE _op = 'r') \
+         FROM read_parquet('{files}', hive_partitioning = true)"
+    ));
+    assert_eq!(written, ["440|440|40"], "every change once");
+    // Once the sink has them, retention goes on.
+    write(400, 440).await;
+    sink_caught_up(&engine, source, "all_changes").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (kept, _, _) = retained(&engine, db).await;
+    assert!(kept < 340, "{kept} entries kept after the sink caught up");
+}
+
+/// The rows `reconcile` answers for `db.t`, without the position column, sorted.
+async fn differences(engine: &Engine, source: &str, db: &str) -> Vec<String> {
+    let mut rows = query(
+        engine,
+        &format!(
+            "SELECT key, difference, columns, source_values, engine_values \
+             FROM reconcile('{source}', '{db}.t')"
+        ),
+    )
+    .await;
+    rows.sort();
+    rows
+}
+
+/// `reconcile` under continuous writes reports nothing (the two sides at one position), and
+/// after rows are changed on the server behind the binlog's back it reports exactly those
+/// keys and columns, floating-point ones included.
+#[tokio::test]
+async fn reconcile_reports_exactly_the_rows_changed_behind_the_binlog() {
+    let (db, source) = ("hist_g", "hg");
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(16), n INT, f DOUBLE,
+                              d DECIMAL(8,2), at DATETIME(3), b VARBINARY(8), g FLOAT);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, seq / 7, seq / 3,
+                                   '2026-01-02 03:04:05.678' + INTERVAL seq MINUTE,
+                                   UNHEX(HEX(seq)), seq / 9
+                            FROM {db}.seq_1_to_2000;
+         CREATE TABLE {db}.nokey (a INT);"
+    ))
+    .await
+    .unwrap();
+    let engine = capture_db(db, source, 128, 4).await;
+    // A writer that keeps changing the table while reconcile runs.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = std::sync::Arc::clone(&stop);
+        let db = db.to_string();
+        tokio::spawn(async move {
+            let mut conn = root_conn(server()).await;
+            let mut rng = StdRng::seed_from_u64(5);
+            let mut writes = 0u64;
+            // Keys up to 420 only: the ones changed behind the binlog below stay as they are.
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = rng.random_range(1..400);
+                let sql = match rng.random_range(0..4) {
+                    0 => format!("UPDATE {db}.t SET n = n + 1, f = f * 2 WHERE id = {id}"),
+                    1 => format!("DELETE FROM {db}.t WHERE id = {id}"),
+                    2 => format!(
+                        "INSERT IGNORE INTO {db}.t (id, v, n) VALUES ({id}, 'new', {id})"
+                    ),
+                    _ => format!(
+                        "UPDATE {db}.t SET v = CONCAT('w', {id}), at = NOW(3) WHERE id BETWEEN {id} AND {}",
+                        id + 20
+                    ),
+                };
+                conn.query_drop(sql).await.unwrap();
+                writes += 1;
+            }
+            writes
+        })
+    };
+    for _ in 0..3 {
+        assert_eq!(
+            differences(&engine, source, db).await,
+            Vec::<String>::new(),
+            "no difference under writes"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.await.unwrap();
+    assert!(writes > 0);
+    let reports = query(
+        &engine,
+        "SELECT chunks, chunks_read, rows_compared, differences FROM cdc.reconciliations",
+    )
+    .await;
+    assert_eq!(reports.len(), 3, "{reports:?}");
+    assert!(
+        reports.iter().all(|r| r.ends_with("differences=0")),
+        "{reports:?}"
+    );
+    let chunks: u64 = scalar(&engine, "SELECT max(chunks) AS c FROM cdc.reconciliations")
+        .await
+        .parse()
+        .unwrap();
+    assert!(chunks >= 10, "{chunks} chunks");
+    // Chunks the writer touched were read again and brought back to H: still no difference.
+    let read_again: u64 = scalar(
+        &engine,
+        "SELECT sum(chunks_read) AS n FROM cdc.reconciliations",
+    )
+    .await
+    .parse()
+    .unwrap();
+    assert!(read_again > 0, "no chunk was read again under writes");
+
+    // Quiet: nothing is read again; only checksums and the FLOAT column (compared as values,
+    // one per row) move.
+    sync_source(&engine, source).await;
+    assert!(differences(&engine, source, db).await.is_empty());
+    let rows = scalar(
+        &engine,
+        &format!("SELECT count(*) AS n FROM {source}.{db}.t"),
+    )
+    .await;
+    let quiet = query(
+        &engine,
+        "SELECT chunks_read, rows_fetched, bytes_moved FROM cdc.reconciliations \
+         ORDER BY finished_at DESC LIMIT 1",
+    )
+    .await;
+    println!("quiet reconcile: {quiet:?}");
+    assert!(
+        quiet[0].starts_with(&format!("chunks_read=0 rows_fetched={rows} bytes_moved=")),
+        "{quiet:?}"
+    );
+
+    // Changes the binlog never sees.
+    conn.query_drop(format!(
+        "SET SESSION sql_log_bin = 0;
+         UPDATE {db}.t SET v = 'drift' WHERE id = 500;
+         UPDATE {db}.t SET f = 0.5 WHERE id = 900;
+         UPDATE {db}.t SET g = 2.5 WHERE id = 1500;
+         DELETE FROM {db}.t WHERE id = 1200;
+         INSERT INTO {db}.t (id, v, n) VALUES (5000, 'ghost', 1);
+         SET SESSION sql_log_bin = 1;"
+    ))
+    .await
+    .unwrap();
+    let engine_v: Vec<String> = query(
+        &engine,
+        &format!("SELECT v FROM {source}.{db}.t WHERE id = 500"),
+    )
+    .await;
+    let found = differences(&engine, source, db).await;
+    assert_eq!(found.len(), 5, "{found:#?}");
+    assert!(
+        found[0].starts_with("key=id=1200 difference=extra columns=NULL source_values=NULL"),
+        "{found:#?}"
+    );
+    assert!(
+        found[1].starts_with("key=id=1500 difference=differs columns=g source_values=g=2.5"),
+        "{found:#?}"
+    );
+    assert_eq!(
+        found[2],
+        format!(
+            "key=id=500 difference=differs columns=v source_values=v=drift engine_values={}",
+            engine_v[0]
+        )
+    );
+    assert!(
+        found[3].starts_with("key=id=5000 difference=missing"),
+        "{found:#?}"
+    );
+    assert!(
+        found[4].starts_with("key=id=900 difference=differs columns=f source_values=f=0.5"),
+        "{found:#?}"
+    );
+    // A keyless table cannot be reconciled by key.
+    let (state, message) = as_of_error(
+        &engine,
+        &format!("SELECT * FROM reconcile('{source}', '{db}.nokey')"),
+    )
+    .await;
+    assert_eq!(state, "0A000", "{message}");
+    assert!(message.contains("primary key"), "{message}");
+}

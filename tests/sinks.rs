@@ -47,15 +47,6 @@ async fn open(state: &std::path::Path, out: &std::path::Path) -> Engine {
         .unwrap()
 }
 
-/// One value of the first row of `sql`.
-async fn scalar(engine: &Engine, sql: &str) -> String {
-    let rows = query(engine, sql).await;
-    let row = rows.first().unwrap_or_else(|| panic!("{sql}: no row"));
-    row.split_once('=')
-        .map(|(_, v)| v.to_string())
-        .unwrap_or_default()
-}
-
 /// The changelog of `table` as `position|op|id|v` lines, in position order.
 async fn changelog_lines(
     engine: &Engine,

@@ -27,6 +27,16 @@ pub fn u64_arg(name: &str, default: u64) -> u64 {
     arg(name, default)
 }
 
+/// A private MariaDB holding `bench.t` with rows `1..=total`, and a root connection to it.
+pub async fn server_with_rows(total: u64) -> (cdcfusion::devserver::DevServer, Conn) {
+    let server =
+        cdcfusion::devserver::DevServer::start(Default::default()).expect("private MariaDB");
+    let mut conn = Conn::from_url(server.root_url()).await.unwrap();
+    create_table(&mut conn).await;
+    insert_rows(&mut conn, 1, total).await;
+    (server, conn)
+}
+
 /// Creates the empty table `bench.t` (7 columns: integers, text, DECIMAL, DATETIME(6), DOUBLE).
 pub async fn create_table(conn: &mut Conn) {
     conn.query_drop(

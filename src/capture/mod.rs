@@ -102,6 +102,9 @@ pub struct CaptureOptions {
     /// The longest wait for any one read from the server (see `source::connect`); an engine
     /// gives it to every connection of the source.
     pub read_timeout: std::time::Duration,
+    /// How much changelog history the engine keeps of the captured tables (it trims what the
+    /// capture appended, see `state::retention`).
+    pub retain_history: crate::state::retention::RetainHistory,
 }
 
 impl CaptureOptions {
@@ -113,6 +116,7 @@ impl CaptureOptions {
             server_id: DEFAULT_SERVER_ID,
             visible_during_snapshot: false,
             read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
+            retain_history: crate::state::retention::RetainHistory::All,
         }
     }
 }

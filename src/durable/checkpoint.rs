@@ -16,6 +16,14 @@
 //! table's state is its last snapshot plus the segments after it, replayed on recovery. Restart
 //! cost is therefore bounded by a fraction of the table, not by its history.
 //!
+//! # Retention
+//! Entries retention removed from memory (`state::retention`) leave the checkpoints too: a
+//! table's leading files go once every entry in them is trimmed *and* its state snapshot
+//! covers them (the state is the files after it replayed, so a file after the state is kept
+//! until the next state write). The manifest counts what went ([`TrimRecord`]), so a restart
+//! continues the same offsets and knows where the retained history begins. Retention never
+//! trims an entry the store does not hold yet ([`Checkpointer::durable_rows`]).
+//!
 //! # Compaction and cleanup
 //! Segments already covered by the state snapshot are merged into one once there are more than
 //! [`COMPACT_SEGMENTS`] of them (same entries, same order, fewer files). After each commit, files
@@ -34,7 +42,7 @@ use super::error::DurableError;
 use super::ipc;
 use super::manifest::{
     commit_json, load_newest_manifest, manifest_dir, numbered, numbered_path, source_dir, Manifest,
-    SegmentRef, StateRef, StopRecord, TableManifest, MANIFEST_EXT,
+    SegmentRef, StateRef, StopRecord, TableManifest, TrimRecord, MANIFEST_EXT,
 };
 use super::schemas::StoredSchemaChange;
 use super::spill::{spill_over_budget, StoredChangelog};
@@ -42,7 +50,7 @@ use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
 use crate::capture::version::SourceVersion;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
-use crate::state::changelog::{Changelog, POSITION_COLUMN};
+use crate::state::changelog::{Changelog, Trimmed, COMMIT_TS_COLUMN, POSITION_COLUMN};
 
 /// Covered segments are merged beyond this many per table.
 pub const COMPACT_SEGMENTS: usize = 16;
@@ -111,6 +119,9 @@ pub struct Checkpointer {
     state: tokio::sync::Mutex<Option<Committed>>,
     /// Asks the checkpoint loop for a checkpoint now (end of the hand-off).
     pub wake: tokio::sync::Notify,
+    /// Changelog entries of each table the committed checkpoints hold (`persisted`), readable
+    /// without waiting for a checkpoint in flight: retention trims no further.
+    durable: std::sync::Mutex<Vec<usize>>,
 }
 
 impl Checkpointer {
@@ -121,7 +132,26 @@ impl Checkpointer {
             options,
             state: tokio::sync::Mutex::new(None),
             wake: tokio::sync::Notify::new(),
+            durable: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// How many changelog entries of table `t` (offsets count trimmed ones) the committed
+    /// checkpoints hold; 0 when unknown.
+    pub fn durable_rows(&self, t: usize) -> usize {
+        self.durable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(t)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn set_durable(&self, persisted: &[usize]) {
+        *self
+            .durable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = persisted.to_vec();
     }
 
     pub fn store(&self) -> &Store {
@@ -142,6 +172,7 @@ impl Checkpointer {
     /// garbage once the next manifest is committed.
     pub async fn reset(&self) {
         *self.state.lock().await = None;
+        self.set_durable(&[]);
     }
 
     /// Starts checkpointing a source whose first version is published: `persisted[t]`
@@ -170,6 +201,7 @@ impl Checkpointer {
                 .unwrap_or(1),
         };
         let stores = self.stores(&tables);
+        self.set_durable(&persisted);
         *state = Some(Committed {
             next_seq,
             manifest,
@@ -275,6 +307,7 @@ impl Checkpointer {
                     last_seq: seq,
                     rows: rows as u64,
                     positions: position_range(&new),
+                    max_commit_ts: max_commit_ts(&new),
                     file,
                 });
             }
@@ -306,6 +339,13 @@ impl Checkpointer {
                     }
                 }
             };
+            // What earlier manifests trimmed; a table new to the manifests starts where its
+            // changelog's retained history does (the entries written above).
+            let trimmed = match previous {
+                Some(p) => p.trimmed.clone(),
+                None => record_of(changelog.trimmed()),
+            };
+            let (trimmed, segments) = trim_files(trimmed, segments, changelog.trimmed(), state.seq);
             let segments = self
                 .compact(
                     schema,
@@ -327,6 +367,7 @@ impl Checkpointer {
                     reason: s.reason.clone(),
                     position: s.position.to_string(),
                 }),
+                trimmed,
             });
         }
         let manifest = Manifest {
@@ -363,6 +404,7 @@ impl Checkpointer {
         }
         c.next_seq = seq + 1;
         c.persisted = version.changelogs.iter().map(Changelog::num_rows).collect();
+        self.set_durable(&c.persisted);
         c.tx_seq = tx_seq;
         c.previous = c.manifest.replace(manifest);
         let budget = self.options.changelog_memory_budget;
@@ -461,6 +503,7 @@ impl Checkpointer {
                 last_seq: run[run.len() - 1].last_seq,
                 rows: run.iter().map(|s| s.rows).sum(),
                 positions,
+                max_commit_ts: run.iter().filter_map(|s| s.max_commit_ts).max(),
                 file: self.store.write(&path, FileKind::Segment, &bytes).await?,
             });
         }
@@ -529,6 +572,61 @@ async fn entries_from(
     Ok(out)
 }
 
+/// The record of what `trimmed` removed, if anything.
+fn record_of(trimmed: &Trimmed) -> Option<TrimRecord> {
+    Some(TrimRecord {
+        rows: trimmed.rows as u64,
+        last_position: trimmed.last_position.clone()?,
+        max_commit_ts: trimmed.max_commit_ts,
+    })
+}
+
+/// Drops the leading `segments` whose entries are all trimmed from memory (`memory`) and
+/// covered by the state snapshot of checkpoint `state_seq`, adding them to `trimmed`; see
+/// the module docs. A file whose positions were not recorded stays (and so do those after it).
+fn trim_files(
+    mut trimmed: Option<TrimRecord>,
+    segments: Vec<SegmentRef>,
+    memory: &Trimmed,
+    state_seq: u64,
+) -> (Option<TrimRecord>, Vec<SegmentRef>) {
+    let mut gone = 0;
+    for segment in &segments {
+        let before = trimmed.as_ref().map_or(0, |t| t.rows);
+        let (Some((_, last)), true, true) = (
+            &segment.positions,
+            segment.last_seq <= state_seq,
+            before + segment.rows <= memory.rows as u64,
+        ) else {
+            break;
+        };
+        let max_commit_ts = segment
+            .max_commit_ts
+            .max(trimmed.as_ref().and_then(|t| t.max_commit_ts));
+        trimmed = Some(TrimRecord {
+            rows: before + segment.rows,
+            last_position: last.clone(),
+            max_commit_ts,
+        });
+        gone += 1;
+    }
+    (trimmed, segments.into_iter().skip(gone).collect())
+}
+
+/// The latest commit time (µs) of `batches`' entries.
+fn max_commit_ts(batches: &[RecordBatch]) -> Option<i64> {
+    batches
+        .iter()
+        .filter_map(|b| {
+            b.column(COMMIT_TS_COLUMN)
+                .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                .iter()
+                .flatten()
+                .max()
+        })
+        .max()
+}
+
 /// The first and last `_position` of entries in position order.
 fn position_range(batches: &[RecordBatch]) -> Option<(String, String)> {
     let first = batches.iter().find(|b| b.num_rows() > 0)?;
@@ -540,4 +638,65 @@ fn position_range(batches: &[RecordBatch]) -> Option<(String, String)> {
             .to_string()
     };
     Some((position(first, 0), position(last, last.num_rows() - 1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::durable::store::FileRef;
+
+    fn segment(first: u64, last: u64, rows: u64, positions: Option<(&str, &str)>) -> SegmentRef {
+        SegmentRef {
+            first_seq: first,
+            last_seq: last,
+            rows,
+            positions: positions.map(|(a, b)| (a.to_string(), b.to_string())),
+            max_commit_ts: Some(last as i64),
+            file: FileRef {
+                path: format!("{first}-{last}"),
+                size: 0,
+                crc32: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn files_go_once_trimmed_in_memory_and_covered_by_the_state() {
+        let files = vec![
+            segment(1, 1, 10, Some(("a", "b"))),
+            segment(2, 3, 10, Some(("c", "d"))),
+            segment(4, 4, 10, Some(("e", "f"))),
+            segment(5, 5, 10, Some(("g", "h"))),
+        ];
+        let memory = |rows| Trimmed {
+            rows,
+            last_position: Some("x".into()),
+            max_commit_ts: None,
+        };
+        // 25 entries trimmed in memory: two whole files; the state of checkpoint 4 covers them.
+        let (trimmed, kept) = trim_files(None, files.clone(), &memory(25), 4);
+        let trimmed = trimmed.unwrap();
+        assert_eq!((trimmed.rows, trimmed.last_position.as_str()), (20, "d"));
+        assert_eq!(trimmed.max_commit_ts, Some(3));
+        assert_eq!(kept.len(), 2);
+        // The state of checkpoint 2 covers only the first: a file after the state stays.
+        let (trimmed, kept) = trim_files(None, files.clone(), &memory(40), 2);
+        assert_eq!(trimmed.unwrap().rows, 10);
+        assert_eq!(kept.len(), 3);
+        // What earlier manifests trimmed counts: 30 in memory, 20 already gone before.
+        let before = TrimRecord {
+            rows: 20,
+            last_position: "0".into(),
+            max_commit_ts: Some(9),
+        };
+        let (trimmed, kept) = trim_files(Some(before), files[2..].to_vec(), &memory(30), 9);
+        let trimmed = trimmed.unwrap();
+        assert_eq!((trimmed.rows, trimmed.max_commit_ts), (30, Some(9)));
+        assert_eq!(kept.len(), 1);
+        // A file whose positions were not recorded stays, and the ones after it.
+        let mut old = files.clone();
+        old[0].positions = None;
+        let (trimmed, kept) = trim_files(None, old, &memory(40), 9);
+        assert_eq!((trimmed, kept.len()), (None, 4));
+    }
 }

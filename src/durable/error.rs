@@ -21,6 +21,9 @@ pub enum DurableError {
     /// A file that passed its checksum but does not decode, or decodes to other columns.
     #[error("state file {path} cannot be used: {message}")]
     Decode { path: String, message: String },
+    /// Entries a query's version still named were removed by retention while it ran.
+    #[error("{message}")]
+    Trimmed { message: String },
     /// The manifest and the server disagree (a table gone, the binlog purged...).
     #[error("checkpoint {manifest} cannot be resumed: {message}")]
     Resume { manifest: String, message: String },
@@ -37,6 +40,8 @@ impl DurableError {
             }
             // object_not_in_prerequisite_state
             DurableError::Resume { .. } => "55000",
+            // snapshot_too_old
+            DurableError::Trimmed { .. } => "72000",
             // io_error
             _ => "58030",
         }

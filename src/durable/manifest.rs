@@ -58,6 +58,21 @@ pub struct TableManifest {
     /// changelog end there, and a restart keeps the table stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<StopRecord>,
+    /// The entries retention removed before its first segment (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trimmed: Option<TrimRecord>,
+}
+
+/// What retention removed from the front of a table's changelog: the entries no longer in
+/// any file, counted so offsets stay absolute, and where its retained history starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrimRecord {
+    pub rows: u64,
+    /// The `_position` of the last entry removed.
+    pub last_position: String,
+    /// The latest commit time (µs) of the entries removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_commit_ts: Option<i64>,
 }
 
 /// Why and where a table's capture stopped.
@@ -88,6 +103,9 @@ pub struct SegmentRef {
     /// were recorded): spilled segments are found by them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub positions: Option<(String, String)>,
+    /// The latest commit time (µs) of its entries, when any has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_commit_ts: Option<i64>,
     pub file: FileRef,
 }
 

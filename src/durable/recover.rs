@@ -9,7 +9,8 @@
 //! state at the manifest's position, where the binlog resumes; the engine drops any change
 //! before it (`Capture::resume`). Every file is checked (framing CRC, the size and CRC the
 //! manifest recorded, the columns) before any of it is used. Changelog entries past the
-//! source's memory budget stay in their files (see `spill`).
+//! source's memory budget stay in their files (see `spill`). Entries retention removed are in
+//! no file: the changelog starts after them with their count, so offsets stay what they were.
 //!
 //! A table's state file is written under the schema the manifest records for it, and a
 //! checkpoint after a schema change writes the state again, so every replayed entry is of that
@@ -30,7 +31,7 @@ use crate::capture::SchemaChange;
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{TableId, TableSchema};
-use crate::state::changelog::{Changelog, ChangelogSegment, META_COLUMNS};
+use crate::state::changelog::{Changelog, ChangelogSegment, Trimmed, META_COLUMNS};
 use crate::state::current::CurrentTable;
 use crate::state::merge::TableState;
 
@@ -95,7 +96,15 @@ pub async fn load(
                 message: e.to_string(),
             })?;
         let t = changelogs.len();
-        changelogs.push(changelog_of(schema, t, history));
+        let trimmed = entry
+            .trimmed
+            .as_ref()
+            .map_or_else(Trimmed::default, |r| Trimmed {
+                rows: r.rows as usize,
+                last_position: Some(r.last_position.clone()),
+                max_commit_ts: r.max_commit_ts,
+            });
+        changelogs.push(changelog_of(schema, t, history).after_trimmed(trimmed, manifest.tx_seq));
         let log_schema = Arc::clone(&changelogs[t].schema);
         for segment in &entry.segments {
             let bytes = store.read_ref(&segment.file, FileKind::Segment).await?;

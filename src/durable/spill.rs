@@ -82,6 +82,17 @@ impl StoredChangelog {
                     manifest.seq
                 ))
             })?;
+        if let Some(trim) = &entry.trimmed {
+            if let Some((from, _)) = ranges.iter().find(|(a, _)| *a <= trim.last_position) {
+                return Err(DurableError::Trimmed {
+                    message: format!(
+                        "changelog entries of {} from {from} on were removed by retention \
+                         (retain_history) while the query read them; run it again",
+                        self.table()
+                    ),
+                });
+            }
+        }
         let mut out = Vec::new();
         for segment in entry.segments.iter().filter(|s| overlaps(s, ranges)) {
             let bytes = self
@@ -252,6 +263,7 @@ mod tests {
             last_seq: 1,
             rows: 1,
             positions: p.map(|(a, b)| (a.to_string(), b.to_string())),
+            max_commit_ts: None,
             file: super::super::store::FileRef {
                 path: String::new(),
                 size: 0,

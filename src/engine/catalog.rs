@@ -19,6 +19,7 @@ use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::version::Published;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
+use crate::provider::reconcile::ReconcileLog;
 use crate::provider::CHANGELOG_SUFFIX;
 
 /// The session's catalogs: one per source (looked up live, so dropping a source removes its
@@ -28,6 +29,7 @@ pub(super) struct EngineCatalogs {
     pub(super) others: MemoryCatalogProviderList,
     pub(super) sources: SourcesRef,
     pub(super) sinks: SinksRef,
+    pub(super) reconciliations: ReconcileLog,
 }
 
 impl CatalogProviderList for EngineCatalogs {
@@ -66,6 +68,7 @@ impl CatalogProviderList for EngineCatalogs {
                 status: Arc::new(CdcSchema::new(
                     Arc::downgrade(&sources),
                     std::sync::Weak::clone(&self.sinks),
+                    Arc::clone(&self.reconciliations),
                 )),
             })),
             None => self.others.catalog(name),

@@ -12,12 +12,13 @@ use std::sync::Arc;
 
 use super::error::EngineError;
 use super::session::{Engine, EngineOptions};
+use super::source::RunningSource;
 use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, Durability, DurableError, Store};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
-use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource};
+use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, SourceChanges};
 
 impl Engine {
     /// An engine whose catalog and checkpoints live in `location` (a directory, `file://`,
@@ -129,6 +130,37 @@ impl Engine {
 }
 
 impl Engine {
+    /// `ALTER SOURCE ... SET`: on a durable engine the catalog's statement is committed with
+    /// the new options first (a restart keeps them), then the running source takes them.
+    pub(super) async fn alter_source(
+        &self,
+        source: &RunningSource,
+        changes: &SourceChanges,
+    ) -> Result<(), EngineError> {
+        if let Some(durable) = &self.durable {
+            let mut catalog = durable.catalog.lock().await;
+            let mut next = catalog.clone();
+            next.seq += 1;
+            for entry in next.sources.iter_mut().filter(|s| s.name == source.name) {
+                let Some(CdcStatement::CreateSource(mut create)) =
+                    parse_cdc_statement(&entry.statement)?
+                else {
+                    return Err(EngineError::NotSupported(
+                        "a catalog entry that is not CREATE SOURCE",
+                    ));
+                };
+                create.options = create.options.altered(changes);
+                entry.statement = create.to_sql_with_password();
+            }
+            commit_catalog(&durable.store, &next)
+                .await
+                .map_err(DurableError::from)?;
+            *catalog = next;
+        }
+        source.alter(changes);
+        Ok(())
+    }
+
     /// A source cannot be dropped while sinks read it.
     fn check_no_sinks(&self, source: &str) -> Result<(), EngineError> {
         let sinks = self.sinks_reading(source);

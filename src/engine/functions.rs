@@ -1,5 +1,5 @@
 //! Table functions that name a source: `changelog_tail`, `mysql_snapshot`, `mysql_binlog`,
-//! and `as_of`.
+//! `reconcile` and `as_of`.
 //!
 //! The first three take the source's name and `'db.table'` as text literals; `as_of` takes a
 //! table's SQL name (`'source.db.table'`, or shorter under the session's default catalog and
@@ -20,12 +20,20 @@ use super::source::{RunningSource, Sources, SourcesRef};
 use crate::change::position::StartPosition;
 use crate::provider::as_of::{AsOf, AsOfError, AsOfTable};
 use crate::provider::mysql::{MysqlBinlogTable, MysqlSnapshotTable};
+use crate::provider::reconcile::{ReconcileLog, ReconcileTable};
 use crate::provider::tail::ChangelogTail;
 use crate::state::changelog::changelog_schema;
 
 /// Registers the functions of this module on `ctx`.
-pub(super) fn register(ctx: &SessionContext, sources: &Arc<Sources>) {
+pub(super) fn register(ctx: &SessionContext, sources: &Arc<Sources>, log: &ReconcileLog) {
     let sources = Arc::downgrade(sources);
+    ctx.register_udtf(
+        "reconcile",
+        Arc::new(ReconcileFunction {
+            sources: std::sync::Weak::clone(&sources),
+            log: Arc::clone(log),
+        }),
+    );
     ctx.register_udtf(
         "changelog_tail",
         Arc::new(SourceFunction {
@@ -223,6 +231,70 @@ impl TableFunctionImpl for AsOfFunction {
             at,
             status.consistent_from.clone(),
             Arc::clone(&running.health),
+        )))
+    }
+}
+
+/// `reconcile('source', 'db.table' [, 'engine'])`: the differences between the server's table
+/// and the engine's at one position; see `provider::reconcile`.
+#[derive(Debug)]
+struct ReconcileFunction {
+    sources: SourcesRef,
+    log: ReconcileLog,
+}
+
+impl TableFunctionImpl for ReconcileFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let exprs = args.exprs();
+        let texts: Vec<Option<String>> = exprs.iter().map(text).collect();
+        let (Some(Some(source)), Some(Some(table))) = (texts.first(), texts.get(1)) else {
+            return plan_err!(
+                "reconcile takes text literals: a source name, 'db.table' and optionally \
+                 what to compare with ('engine')"
+            );
+        };
+        if exprs.len() > 3 || texts.iter().any(Option::is_none) {
+            return plan_err!(
+                "reconcile takes two or three text literals ('source', 'db.table' [, 'engine']), \
+                 got {} arguments",
+                exprs.len()
+            );
+        }
+        match texts.get(2).cloned().flatten().as_deref() {
+            None | Some("engine") => {}
+            Some(other) => {
+                return Err(DataFusionError::External(Box::new(AsOfError::new(
+                    // feature_not_supported
+                    "0A000",
+                    format!(
+                        "reconcile compares the server with the engine ('engine'); comparing \
+                         with {other:?} is not supported"
+                    ),
+                ))));
+            }
+        }
+        let running = source_named(&self.sources, source)?;
+        let status = running.status();
+        let index = status
+            .tables
+            .iter()
+            .position(|t| t.id.to_string() == *table)
+            .ok_or_else(|| {
+                DataFusionError::External(Box::new(AsOfError::new(
+                    "42P01",
+                    format!("source \"{source}\" captures no table {table}"),
+                )))
+            })?;
+        Ok(Arc::new(ReconcileTable::new(
+            source,
+            running.capture_options().snapshot.chunk_size,
+            running.connect().clone(),
+            Arc::clone(&running.published),
+            index,
+            Arc::clone(&status.tables[index]),
+            status.consistent_from.clone(),
+            Arc::clone(&running.health),
+            Arc::clone(&self.log),
         )))
     }
 }

@@ -6,6 +6,7 @@
 //! * `source_status`: what `cdc.sources` shows of a source;
 //! * `stop`: why a capture task stopped, recorded as the source's fault;
 //! * `retry`: which stops are transient and how long to wait before the next attempt;
+//! * `retention`: how much history a source keeps and which sinks hold it back;
 //! * `partial`: the chunks a snapshot has read, queryable before the hand-off on request;
 //! * `task`: how a capture task starts (fresh, recovered, resumed) and appends;
 //! * `resnapshot`: `ALTER SOURCE ... RESNAPSHOT [TABLE]`;
@@ -27,6 +28,7 @@ pub mod limits;
 mod partial;
 mod pipeline;
 mod resnapshot;
+mod retention;
 mod retry;
 mod reuse;
 mod run;

@@ -163,6 +163,8 @@ impl Engine {
         paused: bool,
     ) {
         let status = Arc::new(Mutex::new(SinkStatus::default()));
+        // From now until it is dropped, the sink holds the history it has not committed.
+        source.retention().hold(&create.name, &status);
         let (paused_tx, paused_rx) = watch::channel(paused);
         let state = self.ctx.state();
         let input = SinkInput {

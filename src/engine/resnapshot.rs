@@ -316,8 +316,7 @@ fn number_after(events: &mut [ChangelogEvent], log: &Changelog, at: &BinlogCoord
 
 /// The position of the last entry of `log`: entries are appended in position order.
 fn last_position(log: &Changelog) -> Option<ChangePosition> {
-    let segment = log.segments().filter(|s| s.rows > 0).last()?;
-    segment.max_position.parse().ok()
+    log.last_position()?.parse().ok()
 }
 
 /// `rows` (of a table's old schema) in `schema`, its new one, column by name: a column the old

@@ -283,6 +283,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             schema_history = Arc::new(history);
         }
         append(&capture, &mut changelogs, &changes, &mut numbers)?;
+        let trimmed = task
+            .retention
+            .trim(&mut changelogs, checkpointer.as_deref());
         let stops = capture.take_stops();
         if !stops.is_empty() {
             for stop in stops {
@@ -314,6 +317,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         }
         for t in touched {
             version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
+            version.changelogs[t] = changelogs[t].snapshot();
+        }
+        for t in trimmed {
             version.changelogs[t] = changelogs[t].snapshot();
         }
         for snap in &mut version.tables {

@@ -39,6 +39,7 @@ use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::CaptureOptions;
 use crate::durable::{Checkpointer, Durability, DurableOptions, StoreOptions};
 use crate::provider::pin;
+use crate::provider::reconcile::ReconcileLog;
 use crate::sql::{mask_password, parse_cdc_statement, AlterSourceAction, CdcStatement};
 
 /// How a durable engine stores its state.
@@ -130,10 +131,12 @@ impl Engine {
             .with_round_robin_repartition(false);
         let sources: Arc<Sources> = Arc::new(RwLock::new(BTreeMap::new()));
         let sinks: Arc<Sinks> = Arc::new(RwLock::new(BTreeMap::new()));
+        let reconciliations: ReconcileLog = Arc::default();
         let catalogs = Arc::new(EngineCatalogs {
             others: MemoryCatalogProviderList::new(),
             sources: Arc::downgrade(&sources),
             sinks: Arc::downgrade(&sinks),
+            reconciliations: Arc::clone(&reconciliations),
         });
         let state = SessionStateBuilder::new()
             .with_config(config)
@@ -141,7 +144,7 @@ impl Engine {
             .with_catalog_list(catalogs)
             .build();
         let ctx = SessionContext::new_with_state(state);
-        functions::register(&ctx, &sources);
+        functions::register(&ctx, &sources, &reconciliations);
         let default_catalog = default_catalog(&ctx);
         if let Some(catalog) = ctx.catalog(&default_catalog) {
             let _ = catalog.register_schema(
@@ -149,6 +152,7 @@ impl Engine {
                 Arc::new(CdcSchema::new(
                     Arc::downgrade(&sources),
                     Arc::downgrade(&sinks),
+                    reconciliations,
                 )),
             );
         }
@@ -466,7 +470,7 @@ impl Engine {
                 let url = sources.iter().map(|s| Some(s.url.clone())).collect();
                 let definition = sources
                     .iter()
-                    .map(|s| Some(s.definition.clone()).filter(|d| !d.is_empty()))
+                    .map(|s| Some(s.definition()).filter(|d| !d.is_empty()))
                     .collect();
                 let phase = sources
                     .iter()
@@ -519,11 +523,13 @@ impl Engine {
                 Ok(self.ctx.read_empty()?)
             }
             CdcStatement::AlterSource(alter) => {
-                let AlterSourceAction::Resnapshot { table } = alter.action;
                 let source = self.source(&alter.name)?;
-                match table {
-                    Some(table) => source.resnapshot_table(&table).await?,
-                    None => source.resnapshot().await,
+                match alter.action {
+                    AlterSourceAction::Resnapshot { table: Some(table) } => {
+                        source.resnapshot_table(&table).await?
+                    }
+                    AlterSourceAction::Resnapshot { table: None } => source.resnapshot().await,
+                    AlterSourceAction::Set(changes) => self.alter_source(&source, &changes).await?,
                 }
                 Ok(self.ctx.read_empty()?)
             }

@@ -32,6 +32,7 @@ use futures::FutureExt;
 use tokio::sync::watch;
 
 use super::error::EngineError;
+use super::retention::Retention;
 use super::run::{checkpoint_loop, run};
 use super::source_status::{SourceStatus, SERVER_POLL};
 use super::stop::{fail, panicked};
@@ -45,6 +46,7 @@ use crate::provider::health::SharedHealth;
 use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
+use crate::sql::{parse_cdc_statement, CdcStatement, SourceChanges};
 
 /// The engine's sources by name.
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -58,8 +60,9 @@ pub struct RunningSource {
     pub name: String,
     /// The URL with the password masked.
     pub url: String,
-    /// The `CREATE SOURCE` statement, password masked (empty when created from Rust).
-    pub definition: String,
+    /// The `CREATE SOURCE` statement, password masked (empty when created from Rust); `ALTER
+    /// SOURCE ... SET` changes its options.
+    definition: RwLock<String>,
     pub published: Published,
     /// Counts publications, so tails can wait for the next one.
     pub versions: watch::Receiver<u64>,
@@ -133,7 +136,7 @@ impl RunningSource {
         });
         let shared = Task {
             connect,
-            options,
+            options: options.clone(),
             published: Arc::clone(&published),
             progress: Arc::clone(&progress),
             status: Arc::clone(&status),
@@ -142,12 +145,13 @@ impl RunningSource {
             checkpointer: checkpointer.clone(),
             health: Arc::clone(&health),
             journal: Arc::default(),
+            retention: Arc::new(Retention::new(options.retain_history)),
         };
         let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {
             name: name.to_string(),
             url: masked_url.to_string(),
-            definition,
+            definition: RwLock::new(definition),
             published,
             versions,
             progress,
@@ -161,6 +165,35 @@ impl RunningSource {
             poller,
             checkpoints,
         })
+    }
+
+    /// The `CREATE SOURCE` statement, password masked (empty when created from Rust).
+    pub fn definition(&self) -> String {
+        self.definition
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How much history the source keeps, and the sinks that hold it.
+    pub(crate) fn retention(&self) -> &Arc<Retention> {
+        &self.shared.retention
+    }
+
+    /// `ALTER SOURCE ... SET`: the running source takes `changes` (its next trim uses them)
+    /// and shows them in its definition.
+    pub(crate) fn alter(&self, changes: &SourceChanges) {
+        if let Some(policy) = changes.retain_history {
+            self.shared.retention.set_policy(policy);
+        }
+        let mut definition = self
+            .definition
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Ok(Some(CdcStatement::CreateSource(mut create))) = parse_cdc_statement(&definition) {
+            create.options = create.options.altered(changes);
+            *definition = create.to_string();
+        }
     }
 
     /// `ALTER SOURCE ... RESNAPSHOT`: stops the capture, snapshots every table again and

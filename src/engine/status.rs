@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    BooleanArray, Float64Array, RecordBatch, TimestampMicrosecondArray, UInt64Array,
+    ArrayRef, BooleanArray, Float64Array, RecordBatch, TimestampMicrosecondArray, UInt64Array,
 };
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
@@ -28,6 +28,8 @@ use super::source_status::{micros, now_micros};
 use super::status_rows::{table, text};
 use crate::capture::describe_columns;
 use crate::change::position::ChangePosition;
+use crate::provider::as_of::oldest_point;
+use crate::provider::reconcile::ReconcileLog;
 use crate::provider::{memory_scan, version_for};
 use crate::source::snapshot::incremental::{ChunkState, Phase};
 
@@ -39,6 +41,7 @@ pub const STATUS_SCHEMA: &str = "cdc";
 pub(crate) struct CdcSchema {
     sources: SourcesRef,
     sinks: SinksRef,
+    reconciliations: ReconcileLog,
 }
 
 const TABLES: [&str; 4] = ["sources", "tables", "chunks", "schema_history"];
@@ -46,9 +49,90 @@ const TABLES: [&str; 4] = ["sources", "tables", "chunks", "schema_history"];
 /// `cdc.sinks` (see `sinks`).
 const SINKS_TABLE: &str = "sinks";
 
+/// `cdc.reconciliations`: the reports of the latest `reconcile` runs.
+const RECONCILIATIONS_TABLE: &str = "reconciliations";
+
 impl CdcSchema {
-    pub(crate) fn new(sources: SourcesRef, sinks: SinksRef) -> Self {
-        Self { sources, sinks }
+    pub(crate) fn new(sources: SourcesRef, sinks: SinksRef, reconciliations: ReconcileLog) -> Self {
+        Self {
+            sources,
+            sinks,
+            reconciliations,
+        }
+    }
+}
+
+/// `cdc.reconciliations`, one row per `reconcile` run, oldest first.
+#[derive(Debug)]
+struct ReconciliationsTable {
+    log: ReconcileLog,
+}
+
+fn reconciliations_batch(log: &ReconcileLog) -> Result<RecordBatch> {
+    let reports: Vec<_> = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
+    let texts = |f: &dyn Fn(&crate::provider::reconcile::ReconcileReport) -> String| {
+        text(reports.iter().map(|r| Some(f(r))).collect())
+    };
+    let counts = |f: &dyn Fn(&crate::provider::reconcile::ReconcileReport) -> u64| -> ArrayRef {
+        Arc::new(UInt64Array::from(reports.iter().map(f).collect::<Vec<_>>()))
+    };
+    table(vec![
+        ("source", texts(&|r| r.source.clone())),
+        ("table", texts(&|r| r.table.clone())),
+        ("position", texts(&|r| r.position.clone())),
+        ("chunks", counts(&|r| r.chunks)),
+        ("chunks_read", counts(&|r| r.chunks_read)),
+        ("rows_compared", counts(&|r| r.rows)),
+        ("rows_fetched", counts(&|r| r.rows_fetched)),
+        ("bytes_moved", counts(&|r| r.bytes_moved)),
+        ("differences", counts(&|r| r.differences)),
+        (
+            "finished_at",
+            Arc::new(
+                TimestampMicrosecondArray::from(
+                    reports
+                        .iter()
+                        .map(|r| r.finished_micros)
+                        .collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ),
+        ),
+        (
+            "seconds",
+            Arc::new(Float64Array::from(
+                reports.iter().map(|r| r.seconds).collect::<Vec<_>>(),
+            )),
+        ),
+    ])
+}
+
+#[async_trait]
+impl TableProvider for ReconciliationsTable {
+    fn schema(&self) -> SchemaRef {
+        reconciliations_batch(&ReconcileLog::default())
+            .map(|b| b.schema())
+            .unwrap_or_else(|_| Arc::new(arrow::datatypes::Schema::empty()))
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = reconciliations_batch(&self.log)?;
+        memory_scan(&[vec![batch]], self.schema(), projection, limit)
     }
 }
 
@@ -107,12 +191,17 @@ impl SchemaProvider for CdcSchema {
     fn table_names(&self) -> Vec<String> {
         TABLES
             .iter()
-            .chain(std::iter::once(&SINKS_TABLE))
+            .chain([&SINKS_TABLE, &RECONCILIATIONS_TABLE])
             .map(|s| s.to_string())
             .collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if name == RECONCILIATIONS_TABLE {
+            return Ok(Some(Arc::new(ReconciliationsTable {
+                log: Arc::clone(&self.reconciliations),
+            })));
+        }
         if name == SINKS_TABLE {
             return Ok(Some(Arc::new(SinksTable {
                 sinks: std::sync::Weak::clone(&self.sinks),
@@ -131,7 +220,7 @@ impl SchemaProvider for CdcSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        TABLES.contains(&name) || name == SINKS_TABLE
+        TABLES.contains(&name) || name == SINKS_TABLE || name == RECONCILIATIONS_TABLE
     }
 }
 
@@ -280,11 +369,14 @@ fn build(
             let (mut rows_read, mut estimated) = (Vec::new(), Vec::new());
             let mut complete = Vec::new();
             let (mut log_rows, mut log_memory, mut log_spilled) = (vec![], vec![], vec![]);
+            let (mut log_trimmed, mut history_from) = (vec![], vec![]);
             let mut schema_versions = Vec::new();
             for s in sources {
                 let report = s.progress.report();
                 let version = version(s);
-                for (i, t) in s.status().tables.iter().enumerate() {
+                let status = s.status();
+                let consistent_from = status.consistent_from.clone();
+                for (i, t) in status.tables.iter().enumerate() {
                     let chunks: Vec<_> = report.chunks.iter().filter(|c| c.table == t.id).collect();
                     let highs: Vec<String> = chunks
                         .iter()
@@ -300,7 +392,13 @@ fn build(
                     schema_versions
                         .push(version.tables.get(i).map(|v| u64::from(v.schema().version)));
                     let log = version.changelogs.get(i);
-                    log_rows.push(log.map(|l| l.num_rows() as u64));
+                    log_rows.push(log.map(|l| l.retained_rows() as u64));
+                    log_trimmed.push(log.map(|l| l.trimmed().rows as u64));
+                    history_from.push(
+                        log.filter(|_| version.consistent)
+                            .and_then(|l| oldest_point(l, consistent_from.as_ref()))
+                            .map(|p| p.to_string()),
+                    );
                     log_memory.push(log.map(|l| l.resident_bytes() as u64));
                     log_spilled.push(log.map(|l| {
                         l.segments()
@@ -364,6 +462,11 @@ fn build(
                     "changelog_spilled_entries",
                     Arc::new(UInt64Array::from(log_spilled)),
                 ),
+                (
+                    "changelog_trimmed_entries",
+                    Arc::new(UInt64Array::from(log_trimmed)),
+                ),
+                ("history_from", text(history_from)),
                 (
                     "schema_version",
                     Arc::new(UInt64Array::from(schema_versions)),

@@ -65,6 +65,8 @@ pub(crate) struct Task {
     pub health: SharedHealth,
     /// The snapshot's progress of a source without a state store, kept across retries.
     pub journal: Arc<MemoryJournal>,
+    /// How much history the source keeps, and who holds it (`engine::retention`).
+    pub retention: Arc<super::retention::Retention>,
 }
 
 /// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
@@ -89,12 +91,7 @@ impl TxNumbers {
 
     /// Numbering that continues after the `_tx` values already in `changelogs`.
     pub(super) fn after(changelogs: &[Changelog]) -> Self {
-        let next = changelogs
-            .iter()
-            .flat_map(|l| l.segments())
-            .map(|s| s.max_tx)
-            .max()
-            .unwrap_or(0);
+        let next = changelogs.iter().map(Changelog::max_tx).max().unwrap_or(0);
         Self { next, last: None }
     }
 }

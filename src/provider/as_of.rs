@@ -19,7 +19,9 @@
 //! would not be the table's state at the cut, the scan fails instead, naming the positions it
 //! can read: before the source's snapshot was handed over (`consistent_from`: before it the
 //! changelog is a mix of chunk boundaries), past the version's position (not captured yet),
-//! and before the table's last schema change (the entries before it have another schema).
+//! before the retained history (retention removed entries that would have to be undone; see
+//! [`oldest_point`]), and before the table's last schema change (the entries before it have
+//! another schema).
 //! Several tables read AS OF one position in one query are one cut of one pinned version.
 
 use std::sync::Arc;
@@ -189,7 +191,7 @@ impl AsOfTable {
     }
 
     /// The table's state AS OF the point, from `version`.
-    async fn state(&self, version: &SourceVersion) -> Result<Vec<RecordBatch>> {
+    pub async fn state(&self, version: &SourceVersion) -> Result<Vec<RecordBatch>> {
         let shown = format!("{}.{}", self.source, self.table.id);
         let (Some(snap), Some(log), Some(position)) = (
             version.tables.get(self.index),
@@ -236,6 +238,7 @@ impl AsOfTable {
                 self.at, self.source
             )));
         }
+        self.check_retained(log, &cut, from, position)?;
         // The entries after the cut must all have the table's current schema.
         if let Some(change) = version
             .schema_history
@@ -265,6 +268,55 @@ impl AsOfTable {
         })?;
         Ok(earlier.scan_all()?)
     }
+}
+
+impl AsOfTable {
+    /// Refuses a cut whose later entries retention has removed in part: they cannot be undone.
+    fn check_retained(
+        &self,
+        log: &Changelog,
+        cut: &Cut,
+        from: &BinlogCoord,
+        position: &BinlogCoord,
+    ) -> Result<()> {
+        let trimmed = log.trimmed();
+        let Some(last) = &trimmed.last_position else {
+            return Ok(());
+        };
+        let last_entry: ChangePosition = last.parse().map_err(|e| {
+            DataFusionError::Internal(format!("a trimmed changelog position {last:?}: {e}"))
+        })?;
+        let before_time = match self.at {
+            AsOf::Time(t) => trimmed.max_commit_ts.is_some_and(|max| t < max),
+            _ => false,
+        };
+        if *cut >= Cut::after(&last_entry) && !before_time {
+            return Ok(());
+        }
+        let oldest = oldest_point(log, Some(from)).unwrap_or_else(|| position.clone());
+        Err(out_of_history(format!(
+            "AS OF {} is before the retained history of {}.{}: retention (retain_history) \
+             removed its changelog up to {last}; the oldest position it can be read at is \
+             '{oldest}' (cdc.tables.history_from)",
+            self.at, self.source, self.table.id
+        )))
+    }
+}
+
+/// The oldest binlog position a table whose changelog is `log` can be read AS OF: where its
+/// source handed over (`consistent_from`), or, once retention removed entries, the start of
+/// the first transaction it kept. `None` when retention removed every entry (only the latest
+/// state can be read).
+pub fn oldest_point(log: &Changelog, consistent_from: Option<&BinlogCoord>) -> Option<BinlogCoord> {
+    if log.trimmed().last_position.is_none() {
+        return consistent_from.cloned();
+    }
+    let first = log.segments().next()?;
+    let retained = first.min_position.parse::<ChangePosition>().ok()?.tx;
+    Some(match consistent_from {
+        Some(from) if *from > retained => from.clone(),
+        _ => retained,
+    })
 }
 
 fn out_of_history(message: String) -> DataFusionError {
@@ -313,7 +365,7 @@ async fn first_committed_after(log: &Changelog, t: i64) -> Result<Option<ChangeP
 
 /// The entries of `log` after `cut`, in append order, in the schema new entries are written
 /// under.
-async fn entries_from(log: &Changelog, cut: &Cut) -> Result<RecordBatch> {
+pub(crate) async fn entries_from(log: &Changelog, cut: &Cut) -> Result<RecordBatch> {
     let text = cut.text();
     let segments: Vec<_> = log
         .segments()

@@ -161,7 +161,7 @@ impl TableProvider for ChangelogProvider {
         let version = self.published.load_full();
         let log = version.changelogs.get(self.index)?;
         let mut stats = Statistics::new_unknown(&self.schema);
-        stats.num_rows = Precision::Exact(log.num_rows());
+        stats.num_rows = Precision::Exact(log.retained_rows());
         Some(stats)
     }
 

@@ -19,6 +19,8 @@
 //!   for pipelines and subscriptions, resumable strictly after any entry;
 //! * [`mysql`]: reads straight from the source's server, `mysql_snapshot` (a consistent chunked
 //!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging;
+//! * [`reconcile`]: `reconcile('source', 'db.table')`, the differences between the server's
+//!   table and the engine's at one position, from chunk checksums and the changelog;
 //! * [`plans`]: the execution plans that read the server: a snapshot's chunks as partitions,
 //!   and a table's binlog changes as an unbounded stream.
 
@@ -28,6 +30,7 @@ pub mod current;
 pub mod health;
 pub mod mysql;
 pub mod plans;
+pub mod reconcile;
 pub mod segments;
 pub mod tail;
 

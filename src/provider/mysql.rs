@@ -51,7 +51,7 @@ fn one_off_server_id() -> u32 {
 
 /// Loads `table`'s schema from the server and checks it is still the one the source captured
 /// (the provider's schema was fixed when the query was planned).
-async fn current_schema(
+pub(super) async fn current_schema(
     connect: &ConnectOptions,
     table: &TableSchema,
 ) -> Result<(crate::source::connect::ServerInfo, Arc<TableSchema>)> {

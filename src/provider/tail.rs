@@ -13,6 +13,10 @@
 //! it). Entries are appended in position order, so the entries to skip are a prefix: a client
 //! that keeps the last `_position` it processed and tails again after it gets exactly the
 //! rest, with no entry missing or repeated, even if it stopped inside a transaction.
+//!
+//! A tail does not hold retention back: one that starts after entries retention removed, or
+//! falls so far behind that it removes entries the tail has not sent, fails with an error
+//! rather than skip them.
 
 use std::sync::Arc;
 
@@ -26,7 +30,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use tokio::sync::watch;
 
-use super::as_of::{AsOf, Cut};
+use super::as_of::{AsOf, AsOfError, Cut};
 use crate::capture::version::Published;
 use crate::state::changelog::{read_segments, Changelog, POSITION_COLUMN};
 
@@ -99,9 +103,25 @@ impl ChangelogTail {
     }
 }
 
-/// How many leading entries of `log` sort at or before `through` (they are a prefix).
+/// How many leading entries of `log` sort at or before `through` (they are a prefix), as an
+/// offset; an error when retention removed entries after `through`.
 async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
-    let mut skip = 0;
+    if let Some(last) = log
+        .trimmed()
+        .last_position
+        .as_deref()
+        .filter(|last| *last > through)
+    {
+        return Err(DataFusionError::External(Box::new(AsOfError::new(
+            "22023",
+            format!(
+                "changelog_tail after {through:?}: retention (retain_history) removed the \
+                 entries after it up to {last}, so the tail cannot continue without a gap; \
+                 start again from the current table"
+            ),
+        ))));
+    }
+    let mut skip = log.trimmed().rows;
     for segment in log.segments() {
         if segment.max_position.as_str() <= through {
             skip += segment.rows;
@@ -123,6 +143,29 @@ async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
     Ok(skip)
 }
 
+/// A tail that has sent `sent` entries may go on with `log` only if retention has not removed
+/// any it has not sent; the first version read sets where it starts (the retained history).
+fn keeps_up(log: &Changelog, sent: &mut usize, started: &mut bool) -> Result<()> {
+    let trimmed = log.trimmed().rows;
+    if !*started {
+        *started = true;
+        *sent = (*sent).max(trimmed);
+        return Ok(());
+    }
+    if trimmed > *sent {
+        return Err(DataFusionError::External(Box::new(AsOfError::new(
+            // snapshot_too_old
+            "72000",
+            format!(
+                "changelog_tail fell behind retention (retain_history): {} entries it had not \
+                 sent yet were removed; tail again after the last _position received",
+                trimmed - *sent
+            ),
+        ))));
+    }
+    Ok(())
+}
+
 impl PartitionStream for ChangelogTail {
     fn schema(&self) -> &SchemaRef {
         &self.schema
@@ -142,8 +185,9 @@ impl PartitionStream for ChangelogTail {
                 0usize,
                 None::<BoxStream<'static, Result<RecordBatch>>>,
                 skip_through,
+                false,
             ),
-            move |(mut versions, mut sent, mut pending, mut skip_through)| {
+            move |(mut versions, mut sent, mut pending, mut skip_through, mut started)| {
                 let published = Arc::clone(&published);
                 let schema = Arc::clone(&schema);
                 async move {
@@ -153,19 +197,23 @@ impl PartitionStream for ChangelogTail {
                             if let Some(log) = version.changelogs.get(index) {
                                 match entries_through(log, through).await {
                                     Ok(n) => sent = n,
-                                    Err(e) => return Some((Err(e), (versions, sent, None, None))),
+                                    Err(e) => {
+                                        return Some((Err(e), (versions, sent, None, None, true)))
+                                    }
                                 }
                                 skip_through = None;
+                                started = true;
                             }
                         }
                         if let Some(batches) = pending.as_mut() {
                             match batches.next().await {
                                 Some(Ok(batch)) => {
                                     sent += batch.num_rows();
-                                    return Some((Ok(batch), (versions, sent, pending, None)));
+                                    let state = (versions, sent, pending, None, started);
+                                    return Some((Ok(batch), state));
                                 }
                                 Some(Err(e)) => {
-                                    return Some((Err(e), (versions, sent, None, None)))
+                                    return Some((Err(e), (versions, sent, None, None, started)))
                                 }
                                 None => pending = None,
                             }
@@ -173,6 +221,9 @@ impl PartitionStream for ChangelogTail {
                         versions.borrow_and_update();
                         let version = published.load_full();
                         if let Some(log) = version.changelogs.get(index) {
+                            if let Err(e) = keeps_up(log, &mut sent, &mut started) {
+                                return Some((Err(e), (versions, sent, None, None, started)));
+                            }
                             if log.num_rows() > sent {
                                 pending = Some(entries_from(log, sent, Arc::clone(&schema)));
                                 continue;

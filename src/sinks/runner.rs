@@ -356,6 +356,7 @@ impl SinkRunner {
         let unread: Vec<(usize, usize)> = self.query.scans.iter().map(|s| (s.table, 0)).collect();
         self.set(|s| {
             s.covered = unread;
+            s.needs_after = after.clone();
             s.state = SinkState::Running;
             s.mode = Some(mode);
             s.committed = marker.clone();
@@ -375,6 +376,10 @@ impl SinkRunner {
             }
             if let Some(at) = last_commit {
                 tokio::time::sleep_until((at + self.options.commit_interval).into()).await;
+                // Paused meanwhile: nothing more is read or committed.
+                if *self.paused.borrow() {
+                    continue;
+                }
             }
             self.input.versions.borrow_and_update();
             version = self.input.published.load_full();
@@ -421,9 +426,13 @@ impl SinkRunner {
             let rows = align(rows, &layout.schema)?;
             let empty = rows.num_rows() == 0 && deletes.as_ref().is_none_or(|d| d.num_rows() == 0);
             if empty {
-                // Nothing to write: the entries still count as done for this run.
+                // Nothing to write: the entries still count as done for this run, and a
+                // later run reading them again would write nothing either.
                 after = Some(newest);
-                self.set(|s| s.covered = covered);
+                self.set(|s| {
+                    s.covered = covered;
+                    s.needs_after = after.clone();
+                });
                 continue;
             }
             let commit = Commit {
@@ -443,6 +452,7 @@ impl SinkRunner {
                 + commit.deletes.as_ref().map_or(0, |d| d.num_rows() as u64);
             self.set(|s| {
                 s.committed = Some(commit.marker.clone());
+                s.needs_after = after.clone();
                 s.covered = covered;
                 s.rows += written;
                 s.commits += 1;

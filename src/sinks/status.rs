@@ -41,6 +41,9 @@ pub struct SinkStatus {
     /// Entries of each read table (by index) covered by the committed position: the rest of
     /// each table's changelog is the sink's lag.
     pub covered: Vec<(usize, usize)>,
+    /// The sink needs every changelog entry after this `_position` (`None`: every entry):
+    /// what it has neither committed nor found nothing to write for. Holds retention back.
+    pub needs_after: Option<String>,
     /// Since when the sink has had entries it has not committed (`None`: caught up).
     pub behind_since: Option<Instant>,
     /// Rows and commits written by this engine since the sink started.

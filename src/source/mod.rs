@@ -9,11 +9,14 @@
 //!   that can be followed exactly;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
 //! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
-//!   lock-free incremental snapshot built on them.
+//!   lock-free incremental snapshot built on them;
+//! * [`checksum`]: row checksums over one canonical text, in the server's SQL and from Arrow
+//!   (reconciliation).
 //!
 //! Errors from all of them are [`SourceError`], split into transient (retried) and definite.
 
 pub mod binlog;
+pub mod checksum;
 pub mod connect;
 pub mod ddl;
 pub mod error;

@@ -54,7 +54,8 @@ pub use error::{
 };
 pub use mysql_url::{mask_password, MySqlUrl};
 pub use options::{
-    OptionSpec, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID, OPTIONS,
+    OptionSpec, SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID,
+    OPTIONS,
 };
 pub use parse::parse_cdc_statement;
 pub use script::split_statements;

@@ -17,7 +17,7 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use super::error::SqlError;
 use super::grammar::{is_keyword, is_word, Grammar, NameKind};
 use super::mysql_url::{mask_password, MySqlUrl};
-use super::options::{OptionSpec, SourceOptions};
+use super::options::{OptionSpec, SourceChanges, SourceOptions};
 use super::statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
 use super::value::RawOption;
 use crate::change::schema::TableId;
@@ -137,7 +137,7 @@ impl Grammar<'_> {
             location: Some(location),
         })?;
         let options = if self.keyword(Keyword::WITH) {
-            self.options()?
+            SourceOptions::from_raw(&self.options("WITH")?)?
         } else {
             SourceOptions::default()
         };
@@ -165,8 +165,8 @@ impl Grammar<'_> {
     }
 
     /// `( name = value [, ...] )`, each value read by sqlparser's expression parser.
-    fn options(&mut self) -> Result<SourceOptions, SqlError> {
-        self.expect_token(&Token::LParen, "( after WITH")?;
+    fn options(&mut self, after: &str) -> Result<Vec<RawOption>, SqlError> {
+        self.expect_token(&Token::LParen, &format!("( after {after}"))?;
         let mut raw = Vec::new();
         loop {
             let (name, name_location) = self.name(NameKind::Option, "option name")?;
@@ -197,7 +197,7 @@ impl Grammar<'_> {
                 &format!(", or ) after the value of option {after}"),
             )?;
         }
-        SourceOptions::from_raw(&raw)
+        Ok(raw)
     }
 
     /// `CREATE OR REPLACE SOURCE` would silently restart a capture; say how to do it instead.
@@ -225,7 +225,17 @@ impl Grammar<'_> {
         self.expect_keyword(Keyword::ALTER)?;
         self.expect_keyword(Keyword::SOURCE)?;
         let (name, _) = self.name(NameKind::Source, "source name")?;
-        self.expect_word("RESNAPSHOT")?;
+        if self.keyword(Keyword::SET) {
+            let changes = SourceChanges::from_raw(&self.options("SET")?)?;
+            return Ok(AlterSource {
+                name,
+                action: AlterSourceAction::Set(changes),
+            });
+        }
+        if !is_word(&self.parser.peek_token_ref().token, "RESNAPSHOT") {
+            return Err(self.expected("RESNAPSHOT or SET"));
+        }
+        self.parser.advance_token();
         let table = if self.keyword(Keyword::TABLE) {
             let (db, _) = self.name(NameKind::MySql, "database name")?;
             self.expect_token(&Token::Period, ". between database and table name")?;
@@ -352,6 +362,7 @@ mod tests {
         );
         let table = |sql| match alter(sql).action {
             AlterSourceAction::Resnapshot { table } => table,
+            other => panic!("{other:?}"),
         };
         assert_eq!(
             table("alter source s resnapshot table Shop.Orders;"),
@@ -366,6 +377,57 @@ mod tests {
             table("ALTER SOURCE s RESNAPSHOT TABLE shop.order"),
             Some(TableId::new("shop", "order"))
         );
+    }
+
+    #[test]
+    fn alter_source_set_changes_only_what_a_running_source_can() {
+        use crate::state::retention::RetainHistory;
+        let set = |sql| match parse(sql) {
+            CdcStatement::AlterSource(AlterSource {
+                action: AlterSourceAction::Set(changes),
+                ..
+            }) => changes,
+            other => panic!("{sql}: {other:?}"),
+        };
+        let changes = set("alter source s set (RETAIN_HISTORY = '24h');");
+        assert_eq!(
+            changes.retain_history,
+            Some(RetainHistory::Duration(std::time::Duration::from_secs(
+                86_400
+            )))
+        );
+        let statement = parse("ALTER SOURCE s SET (retain_history = '1000 changes')");
+        assert_eq!(
+            statement.to_string(),
+            "ALTER SOURCE s SET (retain_history = '1000 changes')"
+        );
+        assert_eq!(parse(&statement.to_string()), statement);
+        assert_error(
+            "ALTER SOURCE s SET (chunk_size = 10)",
+            "0A000",
+            "changing chunk_size of a running source is not supported",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (retain_history = 'forever')",
+            "22023",
+            "'<n> changes'",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (retain = '1h')",
+            "42601",
+            "retain_history",
+        );
+        // The option is a CREATE SOURCE option too, written back only when set.
+        let c = create(&format!(
+            "CREATE SOURCE s FROM MYSQL '{URL}' WITH (retain_history = '7 days')"
+        ));
+        assert_eq!(
+            c.options.retain_history(),
+            RetainHistory::Duration(std::time::Duration::from_secs(7 * 86_400))
+        );
+        assert!(c.to_string().contains("retain_history = '7d'"), "{c}");
+        let plain = create(&format!("CREATE SOURCE s FROM MYSQL '{URL}'"));
+        assert!(!plain.to_string().contains("retain_history"), "{plain}");
     }
 
     #[test]
@@ -516,11 +578,11 @@ mod tests {
             ),
             (
                 "ALTER SOURCE s".into(),
-                "expected RESNAPSHOT, found end of statement at Line: 1, Column: 15",
+                "expected RESNAPSHOT or SET, found end of statement at Line: 1, Column: 15",
             ),
             (
                 "ALTER SOURCE s RENAME TO t".into(),
-                "expected RESNAPSHOT, found RENAME at Line: 1, Column: 16",
+                "expected RESNAPSHOT or SET, found RENAME at Line: 1, Column: 16",
             ),
             (
                 "ALTER SOURCE RESNAPSHOT".into(),

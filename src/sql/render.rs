@@ -68,6 +68,7 @@ impl fmt::Display for AlterSource {
                 mysql_name_sql(&t.db),
                 mysql_name_sql(&t.table)
             ),
+            AlterSourceAction::Set(changes) => write!(f, " SET ({changes})"),
         }
     }
 }

@@ -22,7 +22,7 @@
 //! about its text again.
 
 use super::mysql_url::MySqlUrl;
-use super::options::SourceOptions;
+use super::options::{SourceChanges, SourceOptions};
 use crate::change::schema::TableId;
 use crate::sinks::{SinkOptions, TargetSpec};
 
@@ -69,6 +69,8 @@ pub struct AlterSource {
 pub enum AlterSourceAction {
     /// `RESNAPSHOT [TABLE db.t]`: snapshot one table again, or every table when `None`.
     Resnapshot { table: Option<TableId> },
+    /// `SET (option = value, ...)`: change options of the running source.
+    Set(SourceChanges),
 }
 
 /// `CREATE SINK [IF NOT EXISTS] name INTO target [WITH (...)] AS query`.

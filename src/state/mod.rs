@@ -6,7 +6,7 @@
 //! them compactly and publishes immutable snapshots for queries; [`changelog`] keeps every
 //! change as append-only Arrow batches; [`diff`] gives the entries between two states
 //! (re-snapshots); [`history`] rebuilds a past state from a later one and the entries between
-//! them (`AS OF`).
+//! them (`AS OF`); [`retention`] decides how much of a changelog's front may go.
 
 pub mod changelog;
 pub mod current;
@@ -17,3 +17,4 @@ pub mod handoff;
 pub mod history;
 pub mod index;
 pub mod merge;
+pub mod retention;

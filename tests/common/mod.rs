@@ -184,6 +184,15 @@ pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String>
     query_reading(engine, sql, false).await
 }
 
+/// One value of the first row `sql` returns on `engine`.
+pub async fn scalar(engine: &cdcfusion::engine::Engine, sql: &str) -> String {
+    let rows = query(engine, sql).await;
+    let row = rows.first().unwrap_or_else(|| panic!("{sql}: no row"));
+    row.split_once('=')
+        .map(|(_, v)| v.to_string())
+        .unwrap_or_default()
+}
+
 /// [`query`] in a session that reads the last state of stopped tables when `stale` is set.
 pub async fn query_reading(
     engine: &cdcfusion::engine::Engine,

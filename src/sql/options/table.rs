@@ -17,13 +17,16 @@ use std::fmt;
 use sqlparser::tokenizer::Location;
 
 use super::formats::{parse_chunk_keys, parse_start, parse_tables, ModeName};
-use super::typed::{SourceOptions, MAX_PARALLELISM, MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID};
+use super::typed::{
+    SourceChanges, SourceOptions, MAX_PARALLELISM, MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID,
+};
 use crate::capture::SnapshotMode;
 use crate::change::position::StartPosition;
 use crate::source::binlog::table_filter;
 use crate::sql::error::SqlError;
 use crate::sql::names::quote_string;
 use crate::sql::value::{Literal, RawOption};
+use crate::state::retention::RetainHistory;
 
 /// One option of `CREATE SOURCE ... WITH (...)`; see the module docs.
 pub struct OptionSpec {
@@ -63,7 +66,7 @@ enum ValueType {
 const MAX_CHUNK_SIZE: u64 = usize::MAX as u64;
 
 /// Every option, in the order of the SQL reference and of rendering.
-pub static OPTIONS: [OptionSpec; 10] = [
+pub static OPTIONS: [OptionSpec; 11] = [
     OptionSpec {
         name: "tables",
         value: ValueType::String {
@@ -194,7 +197,21 @@ pub static OPTIONS: [OptionSpec; 10] = [
         summary: "How long any read from the server may wait for an answer",
         render: |o| Some(o.read_timeout.as_secs().to_string()),
     },
+    OptionSpec {
+        name: "retain_history",
+        value: ValueType::String {
+            form: "`'all'`, `'<n> changes'` or a duration (`'24h'`, `'30m'`, `'7 days'`)",
+            set: |d, s| RetainHistory::parse(s).map(|v| d.options.retain_history = v),
+        },
+        unset: None,
+        written_at_default: false,
+        summary: "How much changelog history each table keeps",
+        render: |o| Some(quote_string(&o.retain_history.to_string())),
+    },
 ];
+
+/// The options `ALTER SOURCE ... SET` may change on a running source.
+const ALTERABLE: [&str; 1] = ["retain_history"];
 
 /// `n` as the field's integer type; the row's range keeps it in the type, so this refuses
 /// only a row whose range is wider than its field.
@@ -326,15 +343,34 @@ impl Draft {
 impl SourceOptions {
     /// Reads the items of a `WITH` list over the defaults, through the table.
     pub(crate) fn from_raw(raw: &[RawOption]) -> Result<Self, SqlError> {
-        let mut draft = Draft {
-            options: Self::default(),
+        let mut draft = Draft::over(Self::default());
+        let seen = draft.read_items(raw, |_| Ok(()))?;
+        draft.finish(&seen)
+    }
+}
+
+impl Draft {
+    /// A draft starting from `options` (with the default mode).
+    fn over(options: SourceOptions) -> Self {
+        Self {
+            options,
             mode: ModeName::Initial,
             start: None,
-        };
+        }
+    }
+
+    /// Reads `raw` through the table into the draft, each option once and each one `allowed`
+    /// lets through; returns where each option's value is.
+    fn read_items(
+        &mut self,
+        raw: &[RawOption],
+        allowed: impl Fn(&RawOption) -> Result<(), SqlError>,
+    ) -> Result<BTreeMap<&'static str, Location>, SqlError> {
         let mut seen = BTreeMap::new();
         for item in raw {
             let spec = OptionSpec::named(&item.name)
                 .ok_or_else(|| OptionSpec::unknown(&item.name, item.name_location))?;
+            allowed(item)?;
             if seen.insert(spec.name, item.value_location).is_some() {
                 return Err(SqlError::DuplicateOption {
                     option: spec.name,
@@ -345,9 +381,45 @@ impl SourceOptions {
                 option: spec.name,
                 item,
             };
-            spec.read(&literal, &mut draft)?;
+            spec.read(&literal, self)?;
         }
-        draft.finish(&seen)
+        Ok(seen)
+    }
+}
+
+impl SourceChanges {
+    /// Reads the items of `ALTER SOURCE ... SET (...)` through the table: the same checks as
+    /// in `CREATE SOURCE`, for the options a running source can change.
+    pub(crate) fn from_raw(raw: &[RawOption]) -> Result<Self, SqlError> {
+        let mut draft = Draft::over(SourceOptions::default());
+        let seen = draft.read_items(raw, |item| {
+            if ALTERABLE.contains(&item.name.as_str()) {
+                return Ok(());
+            }
+            Err(SqlError::Unsupported {
+                feature: format!("changing {} of a running source", item.name),
+                hint: Some(format!(
+                    "ALTER SOURCE ... SET changes {}; for the other options DROP SOURCE, then \
+                     CREATE SOURCE",
+                    ALTERABLE.join(", ")
+                )),
+                location: Some(item.name_location),
+            })
+        })?;
+        let mut out = SourceChanges::default();
+        if seen.contains_key("retain_history") {
+            out.retain_history = Some(draft.options.retain_history);
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Display for SourceChanges {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(r) = &self.retain_history {
+            write!(f, "retain_history = {}", quote_string(&r.to_string()))?;
+        }
+        Ok(())
     }
 }
 

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::capture::{CaptureOptions, SnapshotMode};
 use crate::change::schema::TableId;
+use crate::state::retention::RetainHistory;
 #[cfg(doc)]
 use crate::{change::position::StartPosition, source::snapshot::incremental::SnapshotOptions};
 
@@ -59,6 +60,9 @@ pub struct SourceOptions {
     /// `read_timeout_seconds`: the longest any read from the server waits for an answer
     /// before it fails as transient and the part that read starts again.
     pub(super) read_timeout: std::time::Duration,
+    /// `retain_history`: how much changelog history the source keeps (see
+    /// `state::retention`); the one option `ALTER SOURCE ... SET` changes.
+    pub(super) retain_history: RetainHistory,
 }
 
 impl Default for SourceOptions {
@@ -74,17 +78,33 @@ impl Default for SourceOptions {
             validate: true,
             visible_during_snapshot: capture.visible_during_snapshot,
             read_timeout: capture.read_timeout,
+            retain_history: capture.retain_history,
         }
     }
 }
 
 impl SourceOptions {
+    /// How much history the source keeps.
+    pub fn retain_history(&self) -> RetainHistory {
+        self.retain_history
+    }
+
+    /// The options with `changes` applied (what `ALTER SOURCE ... SET` gave).
+    pub fn altered(&self, changes: &SourceChanges) -> SourceOptions {
+        let mut out = self.clone();
+        if let Some(r) = changes.retain_history {
+            out.retain_history = r;
+        }
+        out
+    }
+
     /// The capture's options: a mapping only, the values were checked when parsed.
     pub fn to_capture_options(&self) -> CaptureOptions {
         let mut capture = CaptureOptions::new(self.tables.join(", "), self.mode.clone());
         capture.server_id = self.server_id;
         capture.visible_during_snapshot = self.visible_during_snapshot;
         capture.read_timeout = self.read_timeout;
+        capture.retain_history = self.retain_history;
         capture.snapshot.chunk_size = self.chunk_size;
         capture.snapshot.parallelism = self.parallelism;
         capture.snapshot.chunk_keys = self.chunk_keys.clone().into_iter().collect();
@@ -92,4 +112,11 @@ impl SourceOptions {
         capture.snapshot.window_server_id = self.server_id + 1;
         capture
     }
+}
+
+/// What `ALTER SOURCE name SET (...)` changes on a running source; options left out keep
+/// their value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceChanges {
+    pub retain_history: Option<RetainHistory>,
 }

@@ -24,5 +24,5 @@ pub use batch::{
 };
 pub use segments::{
     adapted, read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore,
-    StoredSegmentError, MERGE_FANOUT,
+    StoredSegmentError, Trimmed, MERGE_FANOUT,
 };

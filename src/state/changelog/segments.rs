@@ -20,10 +20,16 @@
 //! back through a [`SegmentStore`] by its position range. Every version that shares the segment
 //! sees the same entries either way, so spilling needs no new version.
 //!
+//! # Trimming
+//! Retention (`state::retention`) removes whole segments from the front. The entries removed
+//! are still counted ([`Trimmed`]): offsets are absolute, entry `n` is the `n`-th entry ever
+//! appended, so checkpoints, sinks and tails that count by offset are not moved by a trim.
+//!
 //! # Invariants
 //! * The rows of a changelog, segment after segment, are its entries in append order; merging
-//!   segments neither reorders nor drops one, so a row offset names the same entry in every
-//!   later version (what checkpoints and tails count by).
+//!   segments neither reorders nor drops one, and trimming drops only a prefix while keeping
+//!   its count, so a row offset names the same entry in every later version (what
+//!   checkpoints and tails count by).
 //! * A segment is spilled only when every one of its entries is in the state store.
 //! * A read-back segment gives exactly its own entries, or an error; never a partial history.
 
@@ -347,6 +353,18 @@ pub fn read_segments(
         .boxed()
 }
 
+/// What retention removed from the front of a changelog: enough to keep offsets absolute and
+/// to say where the retained history begins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    /// Entries removed.
+    pub rows: usize,
+    /// The `_position` of the last entry removed.
+    pub last_position: Option<String>,
+    /// The latest commit time (µs) among the entries removed.
+    pub max_commit_ts: Option<i64>,
+}
+
 /// The changelog of one table: segments appended by the capture, shared with readers.
 #[derive(Debug, Clone)]
 pub struct Changelog {
@@ -357,7 +375,11 @@ pub struct Changelog {
     /// schema.
     pub written: SchemaRef,
     segments: imbl::Vector<Arc<ChangelogSegment>>,
+    /// Entries ever appended, the trimmed ones included.
     rows: usize,
+    trimmed: Trimmed,
+    /// The largest `_tx` ever appended (numbering goes on after it even when trimmed).
+    max_tx: u64,
 }
 
 /// The size class of a segment of `rows` entries: segments merge only within one class, so an
@@ -375,6 +397,24 @@ impl Changelog {
             schema,
             segments: imbl::Vector::new(),
             rows: 0,
+            trimmed: Trimmed::default(),
+            max_tx: 0,
+        }
+    }
+
+    /// This changelog, still empty, as one whose first `trimmed.rows` entries retention
+    /// removed before (a checkpoint's changelog starts after what it trimmed); `max_tx` is
+    /// the largest `_tx` given out.
+    pub fn after_trimmed(self, trimmed: Trimmed, max_tx: u64) -> Self {
+        debug_assert!(
+            self.segments.is_empty(),
+            "only an empty changelog starts later"
+        );
+        Self {
+            rows: trimmed.rows,
+            trimmed,
+            max_tx,
+            ..self
         }
     }
 
@@ -392,6 +432,7 @@ impl Changelog {
             return Ok(());
         }
         self.rows += segment.rows;
+        self.max_tx = self.max_tx.max(segment.max_tx);
         self.segments.push_back(Arc::new(segment));
         self.merge_tail()
     }
@@ -444,10 +485,11 @@ impl Changelog {
         self.segments.iter()
     }
 
-    /// The segments holding entries `from..`, with how many leading entries of the first one
-    /// precede `from`.
+    /// The segments holding entries `from..` (offsets count trimmed entries too; a `from`
+    /// before the first retained entry starts at it: callers that must not miss entries check
+    /// [`Self::trimmed`] first), with how many leading entries of the first one precede `from`.
     pub fn segments_from(&self, from: usize) -> (Vec<Arc<ChangelogSegment>>, usize) {
-        let mut before = 0;
+        let mut before = self.trimmed.rows;
         let mut out = Vec::new();
         for segment in &self.segments {
             if before + segment.rows <= from && out.is_empty() {
@@ -459,8 +501,50 @@ impl Changelog {
         (out, from.saturating_sub(before))
     }
 
+    /// Entries ever appended, trimmed ones included: the offset the next entry gets.
     pub fn num_rows(&self) -> usize {
         self.rows
+    }
+
+    /// Entries still held (in memory or spilled).
+    pub fn retained_rows(&self) -> usize {
+        self.rows - self.trimmed.rows
+    }
+
+    /// What retention removed from the front.
+    pub fn trimmed(&self) -> &Trimmed {
+        &self.trimmed
+    }
+
+    /// The largest `_tx` ever appended.
+    pub fn max_tx(&self) -> u64 {
+        self.max_tx
+    }
+
+    /// The `_position` of the last entry ever appended, trimmed or not.
+    pub fn last_position(&self) -> Option<&str> {
+        match self.segments.last() {
+            Some(s) => Some(s.max_position.as_str()),
+            None => self.trimmed.last_position.as_deref(),
+        }
+    }
+
+    /// Removes the leading segments that end at or before entry `upto` (whole segments only,
+    /// so whole transactions); returns the entries removed. Versions taken before keep
+    /// reading them.
+    pub fn trim(&mut self, upto: usize) -> usize {
+        let mut removed = 0;
+        while let Some(first) = self.segments.front() {
+            if self.trimmed.rows + first.rows > upto {
+                break;
+            }
+            let first = self.segments.pop_front().expect("a front segment");
+            self.trimmed.rows += first.rows;
+            self.trimmed.last_position = Some(first.max_position.clone());
+            self.trimmed.max_commit_ts = self.trimmed.max_commit_ts.max(first.max_commit_ts);
+            removed += first.rows;
+        }
+        removed
     }
 
     pub fn num_segments(&self) -> usize {
@@ -479,7 +563,7 @@ impl Changelog {
     /// The segments held in memory whose entries all lie before entry `persisted`, oldest
     /// first: what may be spilled once those entries are in the store.
     pub fn spillable(&self, persisted: usize) -> Vec<Arc<ChangelogSegment>> {
-        let mut end = 0;
+        let mut end = self.trimmed.rows;
         let mut out = Vec::new();
         for segment in &self.segments {
             end += segment.rows;
@@ -626,6 +710,46 @@ mod tests {
             (151..300).collect::<Vec<_>>()
         );
         assert_eq!(log.segments_from(300).0.len(), 0);
+    }
+
+    #[test]
+    fn trimming_drops_whole_leading_segments_and_keeps_offsets() {
+        let mut log = Changelog::new(&table());
+        let schema = Arc::clone(&log.schema);
+        for i in 0..10 {
+            log.append(segment(&schema, i + 1, i as usize * 100, 100))
+                .unwrap();
+        }
+        let before = log.snapshot();
+        // Entry 250 is inside the third segment: only the first two go.
+        assert_eq!(log.trim(250), 200);
+        assert_eq!(log.num_rows(), 1000);
+        assert_eq!(log.retained_rows(), 800);
+        assert_eq!(log.trimmed().rows, 200);
+        assert_eq!(log.trimmed().last_position.as_deref(), Some("p00000199"));
+        assert_eq!(log.trimmed().max_commit_ts, Some(2));
+        assert_eq!(log.trim(250), 0);
+        // Offsets still name the same entries.
+        let (segments, skip) = log.segments_from(450);
+        let first = segments[0].in_memory().unwrap().unwrap();
+        assert_eq!(ids(&[first.slice(skip, 1)]), vec![450]);
+        // An offset before the retained history starts at its first entry.
+        let (segments, skip) = log.segments_from(0);
+        assert_eq!((segments.len(), skip), (8, 0));
+        assert_eq!(log.spillable(450).len(), 2);
+        // A version taken before the trim still has every entry.
+        assert_eq!(before.retained_rows(), 1000);
+        // Trimming everything keeps the count, the last position and the numbering.
+        assert_eq!(log.trim(usize::MAX), 800);
+        assert_eq!(log.num_segments(), 0);
+        assert_eq!(log.last_position(), Some("p00000999"));
+        assert_eq!(log.max_tx(), 10);
+        let mut restored =
+            Changelog::new(&table()).after_trimmed(log.trimmed().clone(), log.max_tx());
+        assert_eq!(restored.num_rows(), 1000);
+        restored.append(segment(&schema, 11, 1000, 5)).unwrap();
+        let (segments, skip) = restored.segments_from(1002);
+        assert_eq!((segments.len(), skip), (1, 2));
     }
 
     #[tokio::test]
