@@ -285,17 +285,17 @@ impl TableFunctionImpl for ReconcileFunction {
                     format!("source \"{source}\" captures no table {table}"),
                 )))
             })?;
-        Ok(Arc::new(ReconcileTable::new(
-            source,
-            running.capture_options().snapshot.chunk_size,
-            running.connect().clone(),
-            Arc::clone(&running.published),
+        Ok(Arc::new(ReconcileTable {
+            source: source.clone(),
+            chunk_rows: running.capture_options().snapshot.chunk_size,
+            connect: running.connect().clone(),
+            published: Arc::clone(&running.published),
             index,
-            Arc::clone(&status.tables[index]),
-            status.consistent_from.clone(),
-            Arc::clone(&running.health),
-            Arc::clone(&self.log),
-        )))
+            table: Arc::clone(&status.tables[index]),
+            consistent_from: status.consistent_from.clone(),
+            health: Arc::clone(&running.health),
+            log: Arc::clone(&self.log),
+        }))
     }
 }
 

@@ -112,43 +112,16 @@ fn refused(sqlstate: &'static str, message: String) -> DataFusionError {
 /// `reconcile('src', 'db.table')`; see the module docs.
 #[derive(Debug)]
 pub struct ReconcileTable {
-    source: String,
+    pub source: String,
     /// Target rows per chunk (the source's snapshot chunk size): one checksum query each.
-    chunk_rows: usize,
-    connect: ConnectOptions,
-    published: Published,
-    index: usize,
-    table: Arc<TableSchema>,
-    consistent_from: Option<BinlogCoord>,
-    health: SharedHealth,
-    log: ReconcileLog,
-}
-
-impl ReconcileTable {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        source: &str,
-        chunk_rows: usize,
-        connect: ConnectOptions,
-        published: Published,
-        index: usize,
-        table: Arc<TableSchema>,
-        consistent_from: Option<BinlogCoord>,
-        health: SharedHealth,
-        log: ReconcileLog,
-    ) -> Self {
-        Self {
-            source: source.to_string(),
-            chunk_rows,
-            connect,
-            published,
-            index,
-            table,
-            consistent_from,
-            health,
-            log,
-        }
-    }
+    pub chunk_rows: usize,
+    pub connect: ConnectOptions,
+    pub published: Published,
+    pub index: usize,
+    pub table: Arc<TableSchema>,
+    pub consistent_from: Option<BinlogCoord>,
+    pub health: SharedHealth,
+    pub log: ReconcileLog,
 }
 
 #[async_trait]
@@ -325,7 +298,7 @@ impl<'a> Run<'a> {
         let value_schema = projected(&self.schema, &values);
         let key_width = self.schema.primary_key.len();
         let mut chunks = Vec::with_capacity(ranges.len());
-        let mut high = self.position().await?;
+        let mut high = None;
         for range in ranges {
             let (predicate, params) = self.predicate(&range);
             let low = self.window_start(predicate.as_deref(), &params).await?;
@@ -356,7 +329,7 @@ impl<'a> Run<'a> {
                     fetched.insert(row.key, row.values[key_width..].to_vec());
                 }
             }
-            high = self.position().await?;
+            high = Some(self.position().await?);
             let bounds = (bound(&range.start), bound(&range.end));
             chunks.push(Chunk {
                 range,
@@ -366,6 +339,11 @@ impl<'a> Run<'a> {
                 values: fetched,
             });
         }
+        // Planning gives at least one chunk, so there is a last HIGH.
+        let high = match high {
+            Some(h) => h,
+            None => self.position().await?,
+        };
         self.report.chunks = chunks.len() as u64;
         self.report.position = high.to_string();
         let version = self.wait_for(&high).await?;
