@@ -342,7 +342,7 @@ fn qualified(name: &str, session: &dyn datafusion::catalog::Session) -> Result<[
 
 /// The point of `as_of`: a position's text, or an expression of a time (a `TIMESTAMP`
 /// literal, `now() - INTERVAL '1 hour'`, ...), a time without a zone being UTC.
-fn point(at: &Expr, session: &dyn datafusion::catalog::Session) -> Result<AsOf> {
+pub(super) fn point(at: &Expr, session: &dyn datafusion::catalog::Session) -> Result<AsOf> {
     use arrow::datatypes::{DataType, TimeUnit};
     if let Some(text) = text(at) {
         return AsOf::parse(&text).map_err(|e| DataFusionError::External(Box::new(e)));

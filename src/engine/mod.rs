@@ -17,7 +17,8 @@
 //! * `status`, `functions`, `catalog`: the `cdc` tables, table functions and catalogs;
 //! * `reuse`: logical plans kept for running again, and when they may be;
 //! * `session`: the [`Engine`] itself; `durable`: its state store (open, create, drop);
-//! * `pipeline`: `CREATE`/`DROP`/`ALTER SINK`, planning a sink and starting its runner.
+//! * `pipeline`: `CREATE`/`DROP`/`ALTER SINK`, planning a sink and starting its runner;
+//! * `subscribe`: `SUBSCRIBE`, a query's changes: checking and compiling it, and its start.
 
 mod catalog;
 mod durable;
@@ -39,6 +40,7 @@ mod source_status;
 mod status;
 mod status_rows;
 mod stop;
+mod subscribe;
 mod task;
 
 pub use error::{parser_error, EngineError};
@@ -50,3 +52,4 @@ pub use sinks::RunningSink;
 pub use source::RunningSource;
 pub use source_status::SourceStatus;
 pub use status::STATUS_SCHEMA;
+pub use subscribe::Subscription;

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::block::Block;
 use super::catalog::PgCatalogs;
+use super::cursors::Cursors;
 use super::session;
 use super::stats::FrontendStats;
 use super::users::Users;
@@ -147,6 +148,8 @@ pub struct ConnState {
     secure: AtomicBool,
     /// The transaction block, shared by the simple and the extended protocol's handlers.
     block: Mutex<Block>,
+    /// The declared cursors, shared the same way.
+    cursors: Cursors,
 }
 
 impl ConnState {
@@ -160,7 +163,13 @@ impl ConnState {
             last_active: Mutex::new(Instant::now()),
             secure: AtomicBool::new(false),
             block: Mutex::default(),
+            cursors: Cursors::default(),
         }
+    }
+
+    /// The connection's cursors.
+    pub fn cursors(&self) -> &Cursors {
+        &self.cursors
     }
 
     /// The connection's transaction block.

@@ -17,6 +17,7 @@ use crate::engine::EngineError;
 use crate::provider::as_of::AsOfError;
 use crate::provider::current::SchemaChanged;
 use crate::provider::health::TableUnavailable;
+use crate::provider::subscribe::SubscribeError;
 use crate::sql::SqlError;
 use crate::state::changelog::StoredSegmentError;
 
@@ -173,6 +174,8 @@ pub fn datafusion_sqlstate(error: &DataFusionError) -> &'static str {
             } else if let Some(e) = e.downcast_ref::<SchemaChanged>() {
                 e.sqlstate()
             } else if let Some(e) = e.downcast_ref::<AsOfError>() {
+                e.sqlstate
+            } else if let Some(e) = e.downcast_ref::<SubscribeError>() {
                 e.sqlstate
             } else {
                 SQLSTATE_INTERNAL

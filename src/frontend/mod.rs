@@ -20,6 +20,9 @@
 //! * `session`: `SET`/`SHOW`/transaction statements and session functions;
 //! * `block`: the transaction block (savepoints, failed blocks) and the status clients see;
 //! * `copy`: `COPY ... TO STDOUT`;
+//! * `subscribe`: `SUBSCRIBE` as a flushed `COPY` stream, and the cursor statements;
+//! * `cursors`: a connection's cursors (`DECLARE`, `FETCH`, `CLOSE`), of queries and
+//!   subscriptions;
 //! * `catalog`: databases as catalogs, and each database's `pg_catalog`;
 //! * `keys`: `pg_index` and `pg_constraint`, the primary keys of captured tables;
 //! * `pg_functions`: the catalog functions psql calls beyond datafusion-pg-catalog's;
@@ -48,6 +51,7 @@ mod compat;
 mod conn;
 pub mod console;
 mod copy;
+mod cursors;
 mod datarows;
 mod encode;
 mod error;
@@ -65,6 +69,7 @@ mod server;
 mod session;
 mod statement;
 mod stats;
+mod subscribe;
 mod tls;
 mod users;
 mod wire;

@@ -1,7 +1,7 @@
 //! What a user's role lets it run.
 //!
 //! An `admin` runs everything. A `reader` runs what only reads: queries, `EXPLAIN` of them,
-//! `SHOW`, cursors over queries, `COPY ... TO STDOUT` and session statements. Anything that
+//! `SHOW`, cursors over queries, `SUBSCRIBE`, `COPY ... TO STDOUT` and session statements. Anything that
 //! changes the catalog, a source, a sink or a file (`CREATE`/`ALTER`/`DROP SOURCE` and `SINK`,
 //! `CREATE EXTERNAL TABLE`, `COPY ... TO 'file'`, `INSERT`, `CREATE TABLE`/`VIEW`, ...) needs
 //! `admin`.
@@ -28,7 +28,11 @@ pub fn authorize(role: Role, user: &str, parsed: &Parsed) -> PgWireResult<()> {
         return Ok(());
     }
     let refused = match parsed {
-        Parsed::Session(_) | Parsed::Copy(_) => None,
+        // Subscribing and reading a cursor only read.
+        Parsed::Session(_) | Parsed::Copy(_) | Parsed::Subscribe(_) | Parsed::Cursor(_) => None,
+        Parsed::Declare(declare) => {
+            (!query_reads_only(&declare.query.body)).then(|| "DECLARE of this cursor".into())
+        }
         Parsed::Ours(statement) => match ours_answer(statement) {
             (_, true) => None,
             (tag, false) => Some(tag.to_string()),

@@ -1,6 +1,7 @@
 //! The simple and extended query protocols: every statement a client sends, parsed once
 //! (`statement`), then run by what its type names: the session (`session`, `block`), `COPY`
-//! (`copy`), the engine for our own statements, DataFusion for the rest (`planner`).
+//! (`copy`), subscriptions and cursors (`subscribe`), the engine for our own statements,
+//! DataFusion for the rest (`planner`).
 //!
 //! A connection keeps each statement parsed once: a prepared statement from its `Parse`, a
 //! simple-protocol statement by its text. It also keeps the statement's logical plan where
@@ -52,8 +53,9 @@ use super::privileges;
 use super::results::{self, execute, rows, warn_stale, within_result_size, StatementLimits};
 use super::session::{self, SessionStatement};
 use super::statement::{self, ours_answer, Answer, Parsed, Prepared};
+use super::subscribe::Runner;
 use crate::provider::health::ReadPolicy;
-use crate::sql::SQLSTATE_FEATURE_NOT_SUPPORTED;
+use crate::sql::{CursorCommand, SQLSTATE_FEATURE_NOT_SUPPORTED};
 
 /// The query handler of one connection (simple and extended protocol).
 pub struct QueryHandler {
@@ -137,8 +139,16 @@ impl Parser {
             privileges::authorize(info.role, &info.user, &prepared.parsed)?;
         }
         let limits = StatementLimits::of(&self.shared.settings);
+        let cursors = Runner {
+            shared: &self.shared,
+            conn: &self.conn,
+            planner: &self.planner,
+        };
         match &prepared.parsed {
             Parsed::Session(s) => self.run_session(client, s, format),
+            Parsed::Subscribe(s) => cursors.subscribe(client, s, &metadata).await,
+            Parsed::Declare(declare) => cursors.declare(declare, &metadata).await,
+            Parsed::Cursor(command) => cursors.cursor(command, &metadata, format).await,
             Parsed::Ours(statement) => {
                 let stop = self.planner.start(&metadata);
                 let df = self.planner.run_ours(statement.clone(), &stop).await?;
@@ -334,6 +344,11 @@ impl Parser {
                     prepared.schema = Some(Arc::new(df.schema().as_arrow().clone()));
                 }
             }
+            Parsed::Cursor(CursorCommand::Fetch { cursor, .. }) => {
+                // The rows are the cursor's, declared before this statement was parsed.
+                let found = self.conn.cursors().get(cursor)?;
+                prepared.schema = Some(Arc::clone(&found.schema));
+            }
             Parsed::Ours(statement) if ours_answer(statement).1 => {
                 // `SHOW SOURCES` only reads: running it here is safe and gives its columns.
                 let stop = self.planner.start(metadata);
@@ -387,7 +402,10 @@ impl Parser {
             | SessionStatement::RollbackTo(_) => {
                 match block::lock(self.conn.block()).run(statement)? {
                     Effect::Started => Response::TransactionStart(tag),
-                    Effect::Ended(how) => Response::TransactionEnd(Tag::new(how)),
+                    Effect::Ended(how) => {
+                        self.conn.cursors().block_ended();
+                        Response::TransactionEnd(Tag::new(how))
+                    }
                     Effect::Continued => Response::Execution(tag),
                 }
             }

@@ -4,7 +4,10 @@
 //! A query's text is split into statements on sqlparser's tokens (`crate::sql`), and each
 //! statement, when its turn comes, is offered in this order to:
 //! 1. cdcfusion's grammar (`CREATE SOURCE`, `SHOW SOURCES`, ...), which claims a statement by
-//!    its first words and parses only what it claims ([`Parsed::Ours`]);
+//!    its first words and parses only what it claims ([`Parsed::Ours`]), including
+//!    `SUBSCRIBE` in its plain, `COPY` and cursor forms, `FETCH` and `CLOSE`
+//!    ([`Parsed::Subscribe`], [`Parsed::Cursor`]), which PostgreSQL's grammar does not read
+//!    (or, for `FETCH`, not in every spelling PostgreSQL accepts);
 //! 2. our `AS OF` after a table name (`sql::as_of`), which no other grammar reads, written as
 //!    the `as_of` table function, for
 //! 3. PostgreSQL's grammar with `datafusion-pg-catalog`'s compatibility rewrites (its
@@ -12,6 +15,7 @@
 //!    of every other statement. Its syntax tree is then taken, by type, as
 //!    * a session statement (`SET`, `SHOW`, `BEGIN`, ...; [`Parsed::Session`]),
 //!    * a `COPY ... TO STDOUT`, whose query DataFusion plans ([`Parsed::Copy`]),
+//!    * a `DECLARE ... CURSOR FOR query` ([`Parsed::Declare`]),
 //!    * anything else, handed to DataFusion as this syntax tree ([`Parsed::DataFusion`]).
 //!
 //! Statements only DataFusion's grammar has are read by DataFusion's parser: `CREATE EXTERNAL
@@ -40,12 +44,14 @@ use sqlparser::ast::Statement;
 use super::compat;
 use super::conn::Shared;
 use super::copy::{self, CopyOut};
+use super::cursors::DeclareQuery;
 use super::error::{engine_error, user_error};
 use super::planner::Kept;
 use super::session::SessionStatement;
 use crate::engine::{limits, parser_error, TooComplex};
 use crate::sql::{
-    parse_cdc_statement, rewrite_as_of, split_statements, CdcStatement, SQLSTATE_SYNTAX_ERROR,
+    parse_cdc_statement, parse_cursor_command, parse_subscribe, rewrite_as_of, split_statements,
+    CdcStatement, CursorCommand, SqlError, SubscribeStatement, SQLSTATE_SYNTAX_ERROR,
 };
 
 /// One statement of a client, typed (see the module docs).
@@ -55,6 +61,12 @@ pub enum Parsed {
     Ours(CdcStatement),
     Session(SessionStatement),
     Copy(CopyOut),
+    /// `SUBSCRIBE` in any of its forms.
+    Subscribe(SubscribeStatement),
+    /// `DECLARE name CURSOR FOR query`.
+    Declare(DeclareQuery),
+    /// `FETCH` or `CLOSE`.
+    Cursor(CursorCommand),
     /// Planned by DataFusion from this tree, answered as `answer` says.
     DataFusion {
         statement: DFStatement,
@@ -156,6 +168,13 @@ pub fn parse(shared: &Shared, text: &str) -> PgWireResult<Option<Parsed>> {
     {
         return Ok(Some(Parsed::Ours(statement)));
     }
+    let ours = |e: SqlError| user_error(e.sqlstate(), e.to_string());
+    if let Some(subscribe) = parse_subscribe(text).map_err(ours)? {
+        return Ok(Some(Parsed::Subscribe(subscribe)));
+    }
+    if let Some(command) = parse_cursor_command(text).map_err(ours)? {
+        return Ok(Some(Parsed::Cursor(command)));
+    }
     let rewritten = rewrite_as_of(text);
     let text = rewritten.as_deref().unwrap_or(text);
     limits::check_nesting(text).map_err(too_complex)?;
@@ -197,6 +216,9 @@ pub fn parse(shared: &Shared, text: &str) -> PgWireResult<Option<Parsed>> {
     }
     if let Some(copy) = CopyOut::of(&statement)? {
         return Ok(Some(Parsed::Copy(copy)));
+    }
+    if let Some(declare) = DeclareQuery::of(&statement) {
+        return Ok(Some(Parsed::Declare(declare)));
     }
     let answer = answer_of(&statement);
     Ok(Some(Parsed::DataFusion {

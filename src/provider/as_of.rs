@@ -192,6 +192,11 @@ impl AsOfTable {
 
     /// The table's state AS OF the point, from `version`.
     pub async fn state(&self, version: &SourceVersion) -> Result<Vec<RecordBatch>> {
+        Ok(self.state_and_cut(version).await?.0)
+    }
+
+    /// [`AsOfTable::state`], with the cut it is the state at.
+    pub async fn state_and_cut(&self, version: &SourceVersion) -> Result<(Vec<RecordBatch>, Cut)> {
         let shown = format!("{}.{}", self.source, self.table.id);
         let (Some(snap), Some(log), Some(position)) = (
             version.tables.get(self.index),
@@ -266,7 +271,7 @@ impl AsOfTable {
             UndoError::Arrow(e) => DataFusionError::ArrowError(Box::new(e), None),
             e @ UndoError::Mismatch { .. } => AsOfError::new("XX000", e.to_string()).into_df(),
         })?;
-        Ok(earlier.scan_all()?)
+        Ok((earlier.scan_all()?, cut))
     }
 }
 
@@ -324,7 +329,7 @@ fn out_of_history(message: String) -> DataFusionError {
 }
 
 /// The cut `at` stands for in `log`, whose version is at `position`.
-async fn resolve(at: &AsOf, log: &Changelog, position: &BinlogCoord) -> Result<Cut> {
+pub(crate) async fn resolve(at: &AsOf, log: &Changelog, position: &BinlogCoord) -> Result<Cut> {
     Ok(match at {
         AsOf::Entry(entry) => Cut::after(entry),
         AsOf::Binlog(coord) => Cut::at(coord.clone()),

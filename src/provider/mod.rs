@@ -17,6 +17,8 @@
 //!   unless the session reads stale state;
 //! * [`tail`]: the unbounded changelog, `changelog_tail('source', 'db.table' [, 'after'])`,
 //!   for pipelines and subscriptions, resumable strictly after any entry;
+//! * [`subscribe`]: `SUBSCRIBE`, a query's rows over one current table at a point, then every
+//!   change to them, each row with a `_position` to start again from;
 //! * [`mysql`]: reads straight from the source's server, `mysql_snapshot` (a consistent chunked
 //!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging;
 //! * [`reconcile`]: `reconcile('source', 'db.table')`, the differences between the server's
@@ -32,6 +34,7 @@ pub mod mysql;
 pub mod plans;
 pub mod reconcile;
 pub mod segments;
+pub mod subscribe;
 pub mod tail;
 
 use std::collections::HashMap;

@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use super::as_of::{AsOf, AsOfError, Cut};
 use crate::capture::version::Published;
+use crate::change::position::BinlogCoord;
 use crate::state::changelog::{read_segments, Changelog, POSITION_COLUMN};
 
 /// The entries of `log` from entry `from` on, in order and in `schema` (the tail's, fixed when
@@ -88,19 +89,25 @@ impl ChangelogTail {
 
     /// The tail starts after `point` (see the module docs).
     pub fn after(mut self, point: &AsOf) -> Result<Self> {
-        self.skip_through = Some(match point {
-            AsOf::Entry(entry) => entry.to_string(),
-            // The entries AS OF the position holds: every transaction before it and the
-            // snapshot entries read at it (no entry's text equals a cut's).
-            AsOf::Binlog(coord) => Cut::at(coord.clone()).text(),
-            AsOf::Time(_) => {
-                return Err(DataFusionError::Plan(
-                    "changelog_tail starts after a position, not a time".into(),
-                ))
-            }
-        });
+        self.skip_through = Some(skip_text(point)?);
         Ok(self)
     }
+}
+
+/// The text a tail starting after `point` skips through: entries whose `_position` sorts at
+/// or before it are not sent.
+pub fn skip_text(point: &AsOf) -> Result<String> {
+    Ok(match point {
+        AsOf::Entry(entry) => entry.to_string(),
+        // The entries AS OF the position holds: every transaction before it and the
+        // snapshot entries read at it (no entry's text equals a cut's).
+        AsOf::Binlog(coord) => Cut::at(coord.clone()).text(),
+        AsOf::Time(_) => {
+            return Err(DataFusionError::Plan(
+                "changelog_tail starts after a position, not a time".into(),
+            ))
+        }
+    })
 }
 
 /// How many leading entries of `log` sort at or before `through` (they are a prefix), as an
@@ -166,77 +173,141 @@ fn keeps_up(log: &Changelog, sent: &mut usize, started: &mut bool) -> Result<()>
     Ok(())
 }
 
+/// Reads a table's changelog as it grows, one step at a time: the tail's loop, which a
+/// subscription also drives (it needs to know when the tail has caught up, and where).
+pub struct TailReader {
+    published: Published,
+    versions: watch::Receiver<u64>,
+    index: usize,
+    schema: SchemaRef,
+    /// Entries sent (or skipped) so far, as an absolute offset.
+    sent: usize,
+    /// Entries of the version read last still to send.
+    pending: Option<BoxStream<'static, Result<RecordBatch>>>,
+    /// The point to start after, until the first version is read.
+    skip_through: Option<String>,
+    started: bool,
+}
+
+impl std::fmt::Debug for TailReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TailReader")
+            .field("index", &self.index)
+            .field("sent", &self.sent)
+            .field("skip_through", &self.skip_through)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one step of a [`TailReader`] found.
+#[derive(Debug)]
+pub enum TailStep {
+    /// Entries, in append order (whole transactions, unless the start cut one).
+    Entries(RecordBatch),
+    /// Every entry of the version at this position has been sent.
+    CaughtUp(Option<BinlogCoord>),
+}
+
+impl TailReader {
+    /// A reader from the first entry, or after `skip_through` (a `_position` or a cut's
+    /// text: entries sorting at or before it are skipped).
+    pub fn new(
+        published: Published,
+        versions: watch::Receiver<u64>,
+        index: usize,
+        schema: SchemaRef,
+        skip_through: Option<String>,
+    ) -> Self {
+        Self {
+            published,
+            versions,
+            index,
+            schema,
+            sent: 0,
+            pending: None,
+            skip_through,
+            started: false,
+        }
+    }
+
+    /// A reader from entry `offset` (absolute) of a version already read.
+    pub fn from_offset(mut self, offset: usize) -> Self {
+        self.sent = offset;
+        self.skip_through = None;
+        self.started = true;
+        self
+    }
+
+    /// The next entries of the latest version, or that there are none; does not wait.
+    pub async fn step(&mut self) -> Result<TailStep> {
+        loop {
+            if let Some(through) = self.skip_through.clone() {
+                let version = self.published.load_full();
+                if let Some(log) = version.changelogs.get(self.index) {
+                    self.sent = entries_through(log, &through).await?;
+                    self.skip_through = None;
+                    self.started = true;
+                }
+            }
+            if let Some(batches) = self.pending.as_mut() {
+                match batches.next().await {
+                    Some(Ok(batch)) => {
+                        self.sent += batch.num_rows();
+                        return Ok(TailStep::Entries(batch));
+                    }
+                    Some(Err(e)) => {
+                        self.pending = None;
+                        return Err(e);
+                    }
+                    None => self.pending = None,
+                }
+            }
+            self.versions.borrow_and_update();
+            let version = self.published.load_full();
+            if let Some(log) = version.changelogs.get(self.index) {
+                keeps_up(log, &mut self.sent, &mut self.started)?;
+                if log.num_rows() > self.sent {
+                    self.pending = Some(entries_from(log, self.sent, Arc::clone(&self.schema)));
+                    continue;
+                }
+            }
+            return Ok(TailStep::CaughtUp(version.position.clone()));
+        }
+    }
+
+    /// Waits for the next published version; false once the source is gone.
+    pub async fn changed(&mut self) -> bool {
+        self.versions.changed().await.is_ok()
+    }
+}
+
 impl PartitionStream for ChangelogTail {
     fn schema(&self) -> &SchemaRef {
         &self.schema
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let published = Arc::clone(&self.published);
-        let versions = self.versions.clone();
-        let index = self.index;
-        let schema = Arc::clone(&self.schema);
-        let skip_through = self.skip_through.clone();
-        // State: the version counter, entries sent (or skipped) so far, the entries still to
-        // send, and the point to start after, until the first version is read.
-        let stream = futures::stream::unfold(
-            (
-                versions,
-                0usize,
-                None::<BoxStream<'static, Result<RecordBatch>>>,
-                skip_through,
-                false,
-            ),
-            move |(mut versions, mut sent, mut pending, mut skip_through, mut started)| {
-                let published = Arc::clone(&published);
-                let schema = Arc::clone(&schema);
-                async move {
-                    loop {
-                        if let Some(through) = skip_through.as_deref() {
-                            let version = published.load_full();
-                            if let Some(log) = version.changelogs.get(index) {
-                                match entries_through(log, through).await {
-                                    Ok(n) => sent = n,
-                                    Err(e) => {
-                                        return Some((Err(e), (versions, sent, None, None, true)))
-                                    }
-                                }
-                                skip_through = None;
-                                started = true;
-                            }
-                        }
-                        if let Some(batches) = pending.as_mut() {
-                            match batches.next().await {
-                                Some(Ok(batch)) => {
-                                    sent += batch.num_rows();
-                                    let state = (versions, sent, pending, None, started);
-                                    return Some((Ok(batch), state));
-                                }
-                                Some(Err(e)) => {
-                                    return Some((Err(e), (versions, sent, None, None, started)))
-                                }
-                                None => pending = None,
-                            }
-                        }
-                        versions.borrow_and_update();
-                        let version = published.load_full();
-                        if let Some(log) = version.changelogs.get(index) {
-                            if let Err(e) = keeps_up(log, &mut sent, &mut started) {
-                                return Some((Err(e), (versions, sent, None, None, started)));
-                            }
-                            if log.num_rows() > sent {
-                                pending = Some(entries_from(log, sent, Arc::clone(&schema)));
-                                continue;
-                            }
-                        }
-                        if versions.changed().await.is_err() {
-                            // The source was dropped: the stream ends.
-                            return None;
-                        }
-                    }
-                }
-            },
+        let reader = TailReader::new(
+            Arc::clone(&self.published),
+            self.versions.clone(),
+            self.index,
+            Arc::clone(&self.schema),
+            self.skip_through.clone(),
         );
+        let stream = futures::stream::unfold(Some(reader), |reader| async move {
+            let mut reader = reader?;
+            loop {
+                match reader.step().await {
+                    Ok(TailStep::Entries(batch)) => return Some((Ok(batch), Some(reader))),
+                    Ok(TailStep::CaughtUp(_)) => {}
+                    Err(e) => return Some((Err(e), None)),
+                }
+                if !reader.changed().await {
+                    // The source was dropped: the stream ends.
+                    return None;
+                }
+            }
+        });
         Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
             stream,

@@ -1,7 +1,8 @@
 //! The SQL statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `DROP SOURCE`,
 //! `SHOW SOURCES`, `ALTER SOURCE ... RESNAPSHOT`, the sink statements (`CREATE SINK`,
-//! `DROP SINK`, `SHOW SINKS`, `ALTER SINK ... PAUSE | RESUME`), and `AS OF` after a table
-//! name in a query (rewritten to the `as_of` table function, see `as_of`).
+//! `DROP SINK`, `SHOW SINKS`, `ALTER SINK ... PAUSE | RESUME`), `AS OF` after a table
+//! name in a query (rewritten to the `as_of` table function, see `as_of`), and `SUBSCRIBE`
+//! (see `subscribe`).
 //!
 //! This module owns their text: grammar, option checking and rendering back to SQL. It does
 //! not run them; the executor (the pgwire layer's query hook) matches on [`CdcStatement`] and
@@ -30,6 +31,7 @@
 //! * `script`: splitting a script into statements (for `--init` files), and token locations
 //!   as byte offsets.
 //! * `as_of`: `name AS OF point` in a query, written as the `as_of` table function.
+//! * `subscribe`: `SUBSCRIBE` in its plain, `COPY (...) TO STDOUT` and cursor forms.
 //!
 //! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step
 //! with [`OPTIONS`] and its examples parsing.
@@ -45,6 +47,7 @@ mod render;
 mod script;
 mod sink;
 mod statement;
+mod subscribe;
 mod value;
 
 pub use as_of::rewrite_as_of;
@@ -63,6 +66,10 @@ pub use sink::SINK_OPTIONS;
 pub use statement::{
     AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, DropSink,
     DropSource,
+};
+pub use subscribe::{
+    parse_cursor_command, parse_subscribe, CursorCommand, Subscribe, SubscribeStatement,
+    SUBSCRIBE_OPTIONS,
 };
 
 #[cfg(test)]
@@ -140,6 +147,7 @@ mod tests {
             }
             match parse_cdc_statement(block) {
                 Ok(Some(_)) => examples += 1,
+                _ if matches!(parse_subscribe(block), Ok(Some(_))) => examples += 1,
                 other => panic!("example {block:?} does not parse: {other:?}"),
             }
         }

@@ -19,4 +19,5 @@ mod plans;
 mod psql;
 mod savepoints;
 mod server;
+mod subscribe;
 mod types;
