@@ -27,7 +27,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::SinkExt;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, GenericClient, IsolationLevel, NoTls, Transaction};
+use tokio_postgres::{Client, GenericClient, NoTls, Transaction};
 
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
@@ -440,63 +440,6 @@ impl PostgresTarget {
         .map_err(|e| classify(&self.what(), e))
     }
 
-    /// The sink's progress row and the table's rows, read in one `REPEATABLE READ`
-    /// transaction: both are written by one transaction per commit, so the rows are what the
-    /// table held at that marker.
-    async fn read_rows(&self, layout: &TargetLayout) -> Result<TargetRows, SinkError> {
-        let what = self.what();
-        let mut client = self.connect().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(|e| classify(&what, e))?;
-        let progress = self.qualified(PROGRESS_TABLE);
-        let marker = tx
-            .query_opt(
-                &format!("SELECT commit, position FROM {progress} WHERE sink = $1 AND target = $2"),
-                &[&layout.sink, &self.table],
-            )
-            .await;
-        let marker = match marker {
-            Ok(Some(row)) => row,
-            Ok(None) => return Ok(TargetRows::default()),
-            // No progress table: nothing was ever committed here.
-            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
-                return Ok(TargetRows::default())
-            }
-            Err(e) => return Err(classify(&what, e)),
-        };
-        let committed = Committed {
-            number: u64::try_from(marker.get::<_, i64>(0)).unwrap_or(0),
-            position: marker.get(1),
-        };
-        let Some(columns) = self.existing_columns(&tx).await? else {
-            return Err(SinkError::Conflict(format!(
-                "{what} is gone, though {progress} records commit {} of sink {}",
-                committed.number, layout.sink
-            )));
-        };
-        let rows = tx
-            .query(
-                &format!(
-                    "SELECT {} FROM {}",
-                    read::select_list(&columns),
-                    self.qualified(&self.table)
-                ),
-                &[],
-            )
-            .await
-            .map_err(|e| classify(&what, e))?;
-        tx.commit().await.map_err(|e| classify(&what, e))?;
-        Ok(TargetRows {
-            committed: Some(committed),
-            rows: vec![read::batch_of(&columns, &rows)?],
-        })
-    }
-
     /// Moves the progress row from `number - 1` to `number` in `tx`.
     async fn advance(&self, tx: &Transaction<'_>, marker: &Committed) -> Result<(), SinkError> {
         let number = i64::try_from(marker.number)
@@ -609,7 +552,7 @@ impl Target for PostgresTarget {
     }
 
     fn stored(&self, rows: &RecordBatch) -> Result<RecordBatch, SinkError> {
-        read::stored(rows)
+        self.stored_rows(rows)
     }
 
     fn describe(&self) -> String {

@@ -1,8 +1,10 @@
-//! Reading a PostgreSQL target's rows back, for reconciliation: each column in an Arrow type
-//! that holds its values exactly.
+//! Reading a PostgreSQL target back, for reconciliation: the sink's progress row and the
+//! table's rows, each column in an Arrow type that holds its values exactly.
 //!
 //! # Invariant
-//! Every column is read through an exact form: integers, floats, booleans, text and bytes as
+//! The progress row and the rows are read in one `REPEATABLE READ` transaction, so the rows
+//! are what the table held at that marker (a commit writes both in one transaction). Every
+//! column is read through an exact form: integers, floats, booleans, text and bytes as
 //! themselves; `numeric` as its text; dates as days and times, timestamps and intervals as
 //! microseconds since their epoch; `json`/`jsonb` as canonical JSON text (keys sorted), which
 //! [`stored`] also gives the sink's nested values, since `jsonb` does not keep key order.
@@ -16,11 +18,14 @@ use arrow::array::{
     StringBuilder, Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
 use arrow::datatypes::{DataType, Field, Schema};
-use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{IsolationLevel, Row};
 
 use super::super::error::SinkError;
+use super::super::target::{Committed, TargetLayout, TargetRows};
 use super::super::text::quote_identifier as quote;
 use super::copy::write_json;
+use super::{classify, PostgresTarget, PROGRESS_TABLE};
 
 /// How a column of a PostgreSQL type is read: the select expression's form and its Arrow type.
 #[derive(Debug, Clone, Copy)]
@@ -153,7 +158,7 @@ impl Form {
 
 /// `text` (JSON) with every object's keys sorted and no spaces; text that is not JSON stays
 /// as it is (it then differs from any value).
-pub(super) fn canonical_json(text: &str) -> String {
+fn canonical_json(text: &str) -> String {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(v) => {
             let mut out = String::with_capacity(text.len());
@@ -194,44 +199,104 @@ fn canonical(v: &serde_json::Value, out: &mut String) {
     }
 }
 
-/// The sink's rows as the table stores them for comparison: nested values (written as
-/// `jsonb`) as canonical JSON text; every other column as it is (the comparison casts the
-/// table's column to its type).
-pub(super) fn stored(rows: &RecordBatch) -> Result<RecordBatch, SinkError> {
-    let schema = rows.schema();
-    let mut fields = Vec::with_capacity(schema.fields().len());
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.capacity());
-    for (field, column) in schema.fields().iter().zip(rows.columns()) {
-        let nested = matches!(
-            field.data_type(),
-            DataType::Struct(_) | DataType::List(_) | DataType::LargeList(_)
-        );
-        if !nested {
-            fields.push(field.as_ref().clone());
-            columns.push(Arc::clone(column));
-            continue;
-        }
-        let mut b = StringBuilder::with_capacity(column.len(), column.len() * 32);
-        let mut text = String::new();
-        for row in 0..column.len() {
-            if column.is_null(row) {
-                b.append_null();
+impl PostgresTarget {
+    /// The sink's progress row and the table's rows, read in one `REPEATABLE READ`
+    /// transaction: both are written by one transaction per commit, so the rows are what the
+    /// table held at that marker.
+    pub(super) async fn read_rows(&self, layout: &TargetLayout) -> Result<TargetRows, SinkError> {
+        let what = self.what();
+        let mut client = self.connect().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(|e| classify(&what, e))?;
+        let progress = self.qualified(PROGRESS_TABLE);
+        let marker = tx
+            .query_opt(
+                &format!("SELECT commit, position FROM {progress} WHERE sink = $1 AND target = $2"),
+                &[&layout.sink, &self.table],
+            )
+            .await;
+        let marker = match marker {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(TargetRows::default()),
+            // No progress table: nothing was ever committed here.
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                return Ok(TargetRows::default())
+            }
+            Err(e) => return Err(classify(&what, e)),
+        };
+        let committed = Committed {
+            number: u64::try_from(marker.get::<_, i64>(0)).unwrap_or(0),
+            position: marker.get(1),
+        };
+        let Some(columns) = self.existing_columns(&tx).await? else {
+            return Err(SinkError::Conflict(format!(
+                "{what} is gone, though {progress} records commit {} of sink {}",
+                committed.number, layout.sink
+            )));
+        };
+        let rows = tx
+            .query(
+                &format!(
+                    "SELECT {} FROM {}",
+                    select_list(&columns),
+                    self.qualified(&self.table)
+                ),
+                &[],
+            )
+            .await
+            .map_err(|e| classify(&what, e))?;
+        tx.commit().await.map_err(|e| classify(&what, e))?;
+        Ok(TargetRows {
+            committed: Some(committed),
+            rows: vec![batch_of(&columns, &rows)?],
+        })
+    }
+
+    /// The sink's rows as the table stores them for comparison: nested values (written as
+    /// `jsonb`) as canonical JSON text; every other column as it is (the comparison casts
+    /// the table's column to its type).
+    pub(super) fn stored_rows(&self, rows: &RecordBatch) -> Result<RecordBatch, SinkError> {
+        let schema = rows.schema();
+        let mut fields = Vec::with_capacity(schema.fields().len());
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(fields.capacity());
+        for (field, column) in schema.fields().iter().zip(rows.columns()) {
+            let nested = matches!(
+                field.data_type(),
+                DataType::Struct(_) | DataType::List(_) | DataType::LargeList(_)
+            );
+            if !nested {
+                fields.push(field.as_ref().clone());
+                columns.push(Arc::clone(column));
                 continue;
             }
-            text.clear();
-            write_json(&mut text, column.as_ref(), row)
-                .map_err(|e| SinkError::Input(format!("column {} as JSON: {e}", field.name())))?;
-            b.append_value(canonical_json(&text));
+            let mut b = StringBuilder::with_capacity(column.len(), column.len() * 32);
+            let mut text = String::new();
+            for row in 0..column.len() {
+                if column.is_null(row) {
+                    b.append_null();
+                    continue;
+                }
+                text.clear();
+                write_json(&mut text, column.as_ref(), row).map_err(|e| {
+                    SinkError::Input(format!("column {} as JSON: {e}", field.name()))
+                })?;
+                b.append_value(canonical_json(&text));
+            }
+            fields.push(Field::new(field.name(), DataType::Utf8, true));
+            columns.push(Arc::new(b.finish()));
         }
-        fields.push(Field::new(field.name(), DataType::Utf8, true));
-        columns.push(Arc::new(b.finish()));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+            .map_err(|e| SinkError::Input(e.to_string()))
     }
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
-        .map_err(|e| SinkError::Input(e.to_string()))
 }
 
 /// The select list reading `columns` (name, `typname`, full type) in their exact forms.
-pub(super) fn select_list(columns: &[(String, String, String)]) -> String {
+fn select_list(columns: &[(String, String, String)]) -> String {
     columns
         .iter()
         .map(|(name, typname, _)| Form::of(typname).select(&quote(name)))
@@ -240,10 +305,7 @@ pub(super) fn select_list(columns: &[(String, String, String)]) -> String {
 }
 
 /// `rows` (read with [`select_list`] of `columns`) as one batch, named as the table's columns.
-pub(super) fn batch_of(
-    columns: &[(String, String, String)],
-    rows: &[Row],
-) -> Result<RecordBatch, SinkError> {
+fn batch_of(columns: &[(String, String, String)], rows: &[Row]) -> Result<RecordBatch, SinkError> {
     let error = |e: &dyn std::fmt::Display| SinkError::Input(format!("reading the table: {e}"));
     let mut fields = Vec::with_capacity(columns.len());
     let mut arrays = Vec::with_capacity(columns.len());
