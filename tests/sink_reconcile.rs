@@ -234,8 +234,25 @@ async fn a_postgres_target_changed_behind_the_sink_shows_exactly_those_keys() {
     );
     assert!(last_report(&engine).await.ends_with("differences=3"));
 
-    // What cannot be reconciled, and why.
+    // What cannot be reconciled, and why (a second source reads the same tables).
+    engine
+        .sql(&format!(
+            "CREATE SOURCE rp2 FROM MYSQL '{}' WITH (tables = '{db}.*', server_id = {})",
+            server().cdc_url(),
+            next_server_id() * 2
+        ))
+        .await
+        .unwrap();
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("rp2"))
+        .await
+        .unwrap()
+        .unwrap();
     let cases = [
+        (
+            format!("reconcile('rp2', '{db}.t', 'sink:pg_copy')"),
+            "22023",
+            "reads source \"rp\"",
+        ),
         (
             format!("reconcile('{source}', '{db}.t', 'sink:nope')"),
             "42704",

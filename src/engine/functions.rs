@@ -304,7 +304,8 @@ impl TableFunctionImpl for ReconcileFunction {
                 )))
             })?;
         if let Some(sink) = sink {
-            return self.against_sink(&sink, running, index);
+            let table = status.tables[index].id.to_string();
+            return self.against_sink(&sink, running, index, &table);
         }
         Ok(Arc::new(ReconcileTable {
             source: source.clone(),
@@ -327,6 +328,7 @@ impl ReconcileFunction {
         name: &str,
         source: Arc<RunningSource>,
         index: usize,
+        table: &str,
     ) -> Result<Arc<dyn TableProvider>> {
         use reconcile_sink::SinkReconcileError;
         let sink = self
@@ -340,7 +342,6 @@ impl ReconcileFunction {
             })
             .ok_or_else(|| SinkReconcileError::NoSuchSink(name.to_string()).into_df())?;
         if sink.source != source.name {
-            let table = source.status().tables[index].id.to_string();
             return Err(SinkReconcileError::OtherTable {
                 sink: name.to_string(),
                 in_source: sink.source.clone(),

@@ -168,7 +168,9 @@ impl SinkReconcileTable {
     ) -> Result<(RecordBatch, ReconcileReport)> {
         let name = &self.sink.name;
         let status = self.source.status();
-        let table = Arc::clone(&status.tables[self.index]);
+        let table = status.tables.get(self.index).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!("no table {} in the source", self.index))
+        })?;
         let version = self.source.published.load_full();
         let shown = table.id.to_string();
         self.source.health.check(
