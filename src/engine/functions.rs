@@ -1,10 +1,15 @@
 //! Table functions that name a source: `changelog_tail`, `mysql_snapshot`, `mysql_binlog`,
 //! `reconcile` and `as_of`.
 //!
+//! `reconcile`'s third argument says what to compare with: `'engine'` (the default) or
+//! `'sink:name'`, positional because DataFusion's table functions take no named arguments.
+//!
 //! The first three take the source's name and `'db.table'` as text literals; `as_of` takes a
 //! table's SQL name (`'source.db.table'`, or shorter under the session's default catalog and
 //! schema) and the point to read it at. Names are resolved when the query is planned, so an
 //! unknown source or table is a planning error that names it.
+
+mod reconcile_sink;
 
 use std::sync::Arc;
 
@@ -16,6 +21,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::Expr;
 
+use super::sinks::{Sinks, SinksRef};
 use super::source::{RunningSource, Sources, SourcesRef};
 use crate::change::position::StartPosition;
 use crate::provider::as_of::{AsOf, AsOfError, AsOfTable};
@@ -25,12 +31,18 @@ use crate::provider::tail::ChangelogTail;
 use crate::state::changelog::changelog_schema;
 
 /// Registers the functions of this module on `ctx`.
-pub(super) fn register(ctx: &SessionContext, sources: &Arc<Sources>, log: &ReconcileLog) {
+pub(super) fn register(
+    ctx: &SessionContext,
+    sources: &Arc<Sources>,
+    sinks: &Arc<Sinks>,
+    log: &ReconcileLog,
+) {
     let sources = Arc::downgrade(sources);
     ctx.register_udtf(
         "reconcile",
         Arc::new(ReconcileFunction {
             sources: std::sync::Weak::clone(&sources),
+            sinks: Arc::downgrade(sinks),
             log: Arc::clone(log),
         }),
     );
@@ -235,11 +247,13 @@ impl TableFunctionImpl for AsOfFunction {
     }
 }
 
-/// `reconcile('source', 'db.table' [, 'engine'])`: the differences between the server's table
-/// and the engine's at one position; see `provider::reconcile`.
+/// `reconcile('source', 'db.table' [, 'engine' | 'sink:name'])`: the differences between the
+/// server's table and the engine's at one position (see `provider::reconcile`), or between a
+/// sink's target and its query at the target's position (see [`reconcile_sink`]).
 #[derive(Debug)]
 struct ReconcileFunction {
     sources: SourcesRef,
+    sinks: SinksRef,
     log: ReconcileLog,
 }
 
@@ -250,29 +264,33 @@ impl TableFunctionImpl for ReconcileFunction {
         let (Some(Some(source)), Some(Some(table))) = (texts.first(), texts.get(1)) else {
             return plan_err!(
                 "reconcile takes text literals: a source name, 'db.table' and optionally \
-                 what to compare with ('engine')"
+                 what to compare with ('engine' or 'sink:name')"
             );
         };
         if exprs.len() > 3 || texts.iter().any(Option::is_none) {
             return plan_err!(
-                "reconcile takes two or three text literals ('source', 'db.table' [, 'engine']), \
-                 got {} arguments",
+                "reconcile takes two or three text literals ('source', 'db.table' \
+                 [, 'engine' | 'sink:name']), got {} arguments",
                 exprs.len()
             );
         }
-        match texts.get(2).cloned().flatten().as_deref() {
-            None | Some("engine") => {}
+        let sink = match texts.get(2).cloned().flatten().as_deref() {
+            None | Some("engine") => None,
+            Some(against) if against.starts_with("sink:") => {
+                Some(against["sink:".len()..].to_string())
+            }
             Some(other) => {
                 return Err(DataFusionError::External(Box::new(AsOfError::new(
                     // feature_not_supported
                     "0A000",
                     format!(
-                        "reconcile compares the server with the engine ('engine'); comparing \
-                         with {other:?} is not supported"
+                        "reconcile compares the server with the engine ('engine') or a sink's \
+                         target with its query ('sink:name'); comparing with {other:?} is not \
+                         supported"
                     ),
                 ))));
             }
-        }
+        };
         let running = source_named(&self.sources, source)?;
         let status = running.status();
         let index = status
@@ -285,6 +303,10 @@ impl TableFunctionImpl for ReconcileFunction {
                     format!("source \"{source}\" captures no table {table}"),
                 )))
             })?;
+        if let Some(sink) = sink {
+            let table = status.tables[index].id.to_string();
+            return self.against_sink(&sink, running, index, &table);
+        }
         Ok(Arc::new(ReconcileTable {
             source: source.clone(),
             chunk_rows: running.capture_options().snapshot.chunk_size,
@@ -294,6 +316,44 @@ impl TableFunctionImpl for ReconcileFunction {
             table: Arc::clone(&status.tables[index]),
             consistent_from: status.consistent_from.clone(),
             health: Arc::clone(&running.health),
+            log: Arc::clone(&self.log),
+        }))
+    }
+}
+
+impl ReconcileFunction {
+    /// `reconcile(..., 'sink:name')` of table `index` of `source`.
+    fn against_sink(
+        &self,
+        name: &str,
+        source: Arc<RunningSource>,
+        index: usize,
+        table: &str,
+    ) -> Result<Arc<dyn TableProvider>> {
+        use reconcile_sink::SinkReconcileError;
+        let sink = self
+            .sinks
+            .upgrade()
+            .and_then(|s| {
+                s.read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get(name)
+                    .cloned()
+            })
+            .ok_or_else(|| SinkReconcileError::NoSuchSink(name.to_string()).into_df())?;
+        if sink.source != source.name {
+            return Err(SinkReconcileError::OtherTable {
+                sink: name.to_string(),
+                in_source: sink.source.clone(),
+                reads: format!("source \"{}\"", sink.source),
+                named: format!("{}.{table}", source.name),
+            }
+            .into_df());
+        }
+        Ok(Arc::new(reconcile_sink::SinkReconcileTable {
+            sink,
+            source,
+            index,
             log: Arc::clone(&self.log),
         }))
     }

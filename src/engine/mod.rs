@@ -13,7 +13,8 @@
 //! * `run`: the capture task's loop with its retries, and the checkpoint loop;
 //! * `status_rows`: building the rows of the `cdc` tables;
 //! * `source`: one running source and the engine's set of them;
-//! * `sinks`: the running sinks and `cdc.sinks`;
+//! * `sinks`: the running sinks and `cdc.sinks`; `sink_plan`: a sink's query planned and its
+//!   target named;
 //! * `status`, `functions`, `catalog`: the `cdc` tables, table functions and catalogs;
 //! * `reuse`: logical plans kept for running again, and when they may be;
 //! * `session`: the [`Engine`] itself; `durable`: its state store (open, create, drop);
@@ -34,6 +35,7 @@ mod retry;
 mod reuse;
 mod run;
 mod session;
+mod sink_plan;
 mod sinks;
 pub mod source;
 mod source_status;

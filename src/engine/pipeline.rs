@@ -14,51 +14,24 @@ use std::sync::{Arc, Mutex};
 use arrow::array::{RecordBatch, StringArray};
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::DataFusionError;
-use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::DataFrame;
 use futures::FutureExt;
 use tokio::sync::watch;
 
 use super::error::EngineError;
-use super::limits;
 use super::session::Engine;
+use super::sink_plan::{plan_query, target_of};
 use super::sinks::RunningSink;
 use super::source::RunningSource;
 use crate::change::position::ChangePosition;
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{CatalogSink, DurableError};
 use crate::sinks::{
-    layout_of, DeltaTarget, ParquetTarget, PostgresTarget, Replan, SinkError, SinkInput, SinkQuery,
-    SinkRunner, SinkState, SinkStatus, StartAt, Target, TargetSpec,
+    layout_of, Replan, SinkError, SinkInput, SinkQuery, SinkRunner, SinkState, SinkStatus, StartAt,
+    Target, TargetSpec,
 };
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateSink};
-
-/// Plans `create`'s query in `state` (as planned, not optimised) and checks it.
-async fn plan_query(state: &SessionState, create: &CreateSink) -> Result<SinkQuery, SinkError> {
-    limits::check_nesting(&create.query).map_err(|e| SinkError::Invalid(e.to_string()))?;
-    let plan = state
-        .create_logical_plan(&create.query)
-        .await
-        .map_err(|e| match e {
-            DataFusionError::Plan(_)
-            | DataFusionError::SQL(..)
-            | DataFusionError::SchemaError(..) => {
-                SinkError::Invalid(format!("the sink's query: {e}"))
-            }
-            other => SinkError::Input(format!("planning the sink's query: {other}")),
-        })?;
-    SinkQuery::analyze(plan, create.options.mode)
-}
-
-/// The target a statement names, not yet opened.
-fn target_of(spec: &TargetSpec) -> Result<Box<dyn Target>, SinkError> {
-    match spec {
-        TargetSpec::Delta { url } => Ok(Box::new(DeltaTarget::new(url)?)),
-        TargetSpec::Parquet { url } => Ok(Box::new(ParquetTarget::new(url)?)),
-        TargetSpec::Postgres { url, table } => Ok(Box::new(PostgresTarget::new(url, table)?)),
-    }
-}
 
 impl Engine {
     fn sink_error(name: &str) -> impl Fn(SinkError) -> EngineError + '_ {

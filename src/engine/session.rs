@@ -144,7 +144,7 @@ impl Engine {
             .with_catalog_list(catalogs)
             .build();
         let ctx = SessionContext::new_with_state(state);
-        functions::register(&ctx, &sources, &reconciliations);
+        functions::register(&ctx, &sources, &sinks, &reconciliations);
         let default_catalog = default_catalog(&ctx);
         if let Some(catalog) = ctx.catalog(&default_catalog) {
             let _ = catalog.register_schema(

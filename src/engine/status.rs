@@ -84,6 +84,7 @@ fn reconciliations_batch(log: &ReconcileLog) -> Result<RecordBatch> {
     table(vec![
         ("source", texts(&|r| r.source.clone())),
         ("table", texts(&|r| r.table.clone())),
+        ("against", texts(&|r| r.against.clone())),
         ("position", texts(&|r| r.position.clone())),
         ("chunks", counts(&|r| r.chunks)),
         ("chunks_read", counts(&|r| r.chunks_read)),

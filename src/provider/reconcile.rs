@@ -67,6 +67,9 @@ const REPORTS_KEPT: usize = 100;
 pub struct ReconcileReport {
     pub source: String,
     pub table: String,
+    /// What the server's table was compared with: `engine`, or `sink:<name>` (the sink's
+    /// target against its query over the engine's state).
+    pub against: String,
     /// `H`, where both sides were compared.
     pub position: String,
     pub chunks: u64,
@@ -87,6 +90,17 @@ pub struct ReconcileReport {
 
 /// The reports of the latest runs, newest last.
 pub type ReconcileLog = Arc<Mutex<VecDeque<ReconcileReport>>>;
+
+/// Adds `report` to `log`, dropping the oldest beyond the reports kept.
+pub fn log_report(log: &ReconcileLog, report: ReconcileReport) {
+    let mut log = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if log.len() >= REPORTS_KEPT {
+        log.pop_front();
+    }
+    log.push_back(report);
+}
 
 /// The rows `reconcile` answers.
 pub fn reconcile_schema() -> SchemaRef {
@@ -156,16 +170,7 @@ impl TableProvider for ReconcileTable {
         let mut report = run.report;
         report.seconds = started.elapsed().as_secs_f64();
         report.finished_micros = chrono::Utc::now().timestamp_micros();
-        {
-            let mut log = self
-                .log
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if log.len() >= REPORTS_KEPT {
-                log.pop_front();
-            }
-            log.push_back(report);
-        }
+        log_report(&self.log, report);
         memory_scan(&[vec![batch]], reconcile_schema(), projection, limit)
     }
 }
@@ -222,6 +227,7 @@ impl<'a> Run<'a> {
             report: ReconcileReport {
                 source: table.source.clone(),
                 table: table.table.id.to_string(),
+                against: "engine".to_string(),
                 position: String::new(),
                 chunks: 0,
                 chunks_read: 0,
@@ -411,7 +417,7 @@ impl<'a> Run<'a> {
             differences.extend(compare(&self.schema, c, &server, &engine_rows[c]));
         }
         self.report.differences = differences.len() as u64;
-        answer(&high, &differences)
+        answer(&high.to_string(), &differences)
     }
 
     fn count_fetched(&mut self, row: &Rendered) {
@@ -667,14 +673,19 @@ fn render_batch(
     Ok(out)
 }
 
-/// One differing key.
-struct Difference {
-    chunk: usize,
-    key: String,
-    kind: &'static str,
-    columns: Option<String>,
-    source: Option<String>,
-    engine: Option<String>,
+/// One differing key: a row of the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    pub chunk: usize,
+    pub key: String,
+    /// `missing`, `extra` or `differs`.
+    pub kind: &'static str,
+    /// The differing columns (`differs` only).
+    pub columns: Option<String>,
+    /// The reference side's values (the server's; a sink's expected rows).
+    pub source: Option<String>,
+    /// The compared side's values (the engine's; a sink's target).
+    pub engine: Option<String>,
 }
 
 /// `name=value, ...` of the columns `which` of `values`.
@@ -746,7 +757,8 @@ fn compare(
     out
 }
 
-fn answer(h: &BinlogCoord, differences: &[Difference]) -> Result<RecordBatch> {
+/// The answer's rows: `differences` found at position `h`.
+pub fn answer(h: &str, differences: &[Difference]) -> Result<RecordBatch> {
     let text = |f: &dyn Fn(&Difference) -> Option<String>| -> ArrayRef {
         Arc::new(StringArray::from(
             differences.iter().map(f).collect::<Vec<_>>(),

@@ -25,6 +25,7 @@
 //! * `query`: which queries a sink can maintain, and the plan bound to each commit's rows.
 //! * `net`: the net outcome per key of one commit's entries (upsert sinks).
 //! * `runner`: the loop of one sink.
+//! * `reconcile`: a target's rows compared with the sink's query at the target's position.
 
 mod delta;
 mod error;
@@ -34,6 +35,7 @@ mod net;
 mod parquet;
 mod postgres;
 mod query;
+mod reconcile;
 mod runner;
 mod spec;
 mod status;
@@ -45,10 +47,11 @@ pub use error::SinkError;
 pub use parquet::ParquetTarget;
 pub use postgres::{copy_text, PostgresTarget};
 pub use query::{ScanKind, SinkQuery, SinkScan};
+pub use reconcile::{compare, expected_rows, Comparison};
 pub use runner::{layout_of, Replan, SinkInput, SinkRunner};
 pub use spec::{
     format_duration, parse_duration, SchemaChanges, SinkOptions, StartAt, TargetSpec,
     DEFAULT_COMMIT_INTERVAL,
 };
 pub use status::{SinkState, SinkStatus};
-pub use target::{Commit, Committed, SinkMode, Target, TargetLayout};
+pub use target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};

@@ -7,7 +7,9 @@
 //! renames a finished file into place), never replaced (create-if-absent), and its footer
 //! carries the commit's marker (`cdcfusion.sink`, `cdcfusion.commit`, `cdcfusion.position`).
 //! So any Parquet reader sees whole commits only, and the newest file tells where the sink
-//! resumes. Files are append-only, so this target takes changelog sinks only.
+//! resumes. Files are append-only, so this target takes changelog sinks only. A read for
+//! reconciliation takes the newest file's marker and the files up to its commit number:
+//! files are never replaced, so those rows are exactly what the target held at that marker.
 
 use std::sync::Arc;
 
@@ -15,13 +17,14 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use bytes::Bytes;
 use object_store::PutMode;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 
 use super::error::SinkError;
-use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use crate::durable::store::{Store, StoreError};
 
 const SINK_KEY: &str = "cdcfusion.sink";
@@ -105,6 +108,50 @@ impl ParquetTarget {
         ))
     }
 
+    /// The store at the target's URL.
+    fn open_store(&self) -> Result<Store, SinkError> {
+        // On S3, fail fast on an unreachable store: the runner retries with its own backoff and
+        // shows the sink as `retrying` meanwhile (the store's default retries for minutes).
+        let options: Vec<(String, String)> = if self.url.starts_with("s3://") {
+            vec![
+                ("max_retries".into(), "2".into()),
+                ("retry_timeout_ms".into(), "10000".into()),
+            ]
+        } else {
+            Vec::new()
+        };
+        Store::open(&self.url, &options).map_err(|e| match e {
+            StoreError::Open { message, .. } => {
+                SinkError::Invalid(format!("Parquet target {}: {message}", self.url))
+            }
+            other => self.store_error(other),
+        })
+    }
+
+    /// The marker of the newest commit among `files`; another sink's commits are a conflict.
+    async fn newest(
+        &self,
+        store: &Store,
+        files: &[String],
+        layout: &TargetLayout,
+    ) -> Result<Option<Committed>, SinkError> {
+        let newest = files
+            .iter()
+            .filter_map(|p| Some((Self::commit_of(p)?, p)))
+            .max_by_key(|(n, _)| *n);
+        let Some((_, path)) = newest else {
+            return Ok(None);
+        };
+        let (sink, marker) = self.marker_of(store, path).await?;
+        if sink != layout.sink {
+            return Err(SinkError::Conflict(format!(
+                "Parquet target {} holds the commits of sink {sink}; give sink {} a directory of its own",
+                self.url, layout.sink
+            )));
+        }
+        Ok(Some(marker))
+    }
+
     fn encode(&self, commit: &Commit, schema: &SchemaRef) -> Result<Bytes, SinkError> {
         let marker = &commit.marker;
         let properties = WriterProperties::builder()
@@ -146,42 +193,49 @@ impl Target for ParquetTarget {
             ));
         }
         self.sink = layout.sink.clone();
-        // On S3, fail fast on an unreachable store: the runner retries with its own backoff and
-        // shows the sink as `retrying` meanwhile (the store's default retries for minutes).
-        let options: Vec<(String, String)> = if self.url.starts_with("s3://") {
-            vec![
-                ("max_retries".into(), "2".into()),
-                ("retry_timeout_ms".into(), "10000".into()),
-            ]
-        } else {
-            Vec::new()
-        };
-        let store = Store::open(&self.url, &options).map_err(|e| match e {
-            StoreError::Open { message, .. } => {
-                SinkError::Invalid(format!("Parquet target {}: {message}", self.url))
-            }
-            other => self.store_error(other),
-        })?;
+        let store = self.open_store()?;
         let files = store.list("").await.map_err(|e| self.store_error(e))?;
-        let newest = files
-            .iter()
-            .filter_map(|p| Some((Self::commit_of(p)?, p)))
-            .max_by_key(|(n, _)| *n);
-        let committed = match newest {
-            None => None,
-            Some((_, path)) => {
-                let (sink, marker) = self.marker_of(&store, path).await?;
-                if sink != layout.sink {
-                    return Err(SinkError::Conflict(format!(
-                        "Parquet target {} holds the commits of sink {sink}; give sink {} a directory of its own",
-                        self.url, layout.sink
-                    )));
-                }
-                Some(marker)
-            }
-        };
+        let committed = self.newest(&store, &files, layout).await?;
         self.store = Some(store);
         Ok(committed)
+    }
+
+    async fn read(&self, layout: &TargetLayout) -> Result<TargetRows, SinkError> {
+        let store = self.open_store()?;
+        let files = store.list("").await.map_err(|e| self.store_error(e))?;
+        let Some(committed) = self.newest(&store, &files, layout).await? else {
+            return Ok(TargetRows::default());
+        };
+        // Commits after the marker read (written since) are not part of this read.
+        let mut parts: Vec<(u64, &String)> = files
+            .iter()
+            .filter_map(|p| Some((Self::commit_of(p)?, p)))
+            .filter(|(n, _)| *n <= committed.number)
+            .collect();
+        parts.sort();
+        let mut rows = Vec::new();
+        for (_, path) in parts {
+            let bytes = store
+                .read_raw(path)
+                .await
+                .map_err(|e| self.store_error(e))?;
+            let unreadable = |e: parquet::errors::ParquetError| {
+                SinkError::Conflict(format!("reading {}: {e}", store.describe(path)))
+            };
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .map_err(unreadable)?
+                .build()
+                .map_err(unreadable)?;
+            for batch in reader {
+                rows.push(batch.map_err(|e| {
+                    SinkError::Conflict(format!("reading {}: {e}", store.describe(path)))
+                })?);
+            }
+        }
+        Ok(TargetRows {
+            committed: Some(committed),
+            rows,
+        })
     }
 
     async fn commit(&mut self, commit: &Commit) -> Result<(), SinkError> {

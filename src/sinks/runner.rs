@@ -86,7 +86,7 @@ pub fn layout_of(name: &str, query: &SinkQuery) -> TargetLayout {
 }
 
 /// Runs `plan` and returns its rows as one batch of `schema`.
-async fn execute(
+pub(super) async fn execute(
     state: &SessionState,
     plan: LogicalPlan,
     schema: &SchemaRef,

@@ -7,6 +7,8 @@
 //! covered). [`Target::open`] reads the newest marker back, so after any crash the runner
 //! resumes strictly after the last position the target holds: nothing is written twice and
 //! nothing is skipped. The runner only ever cuts commits on source-transaction boundaries.
+//! [`Target::read`] gives the newest marker and the rows in one consistent read, so the rows
+//! are exactly what the target held at that marker (what reconciliation compares).
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -54,6 +56,16 @@ pub struct Committed {
     pub position: String,
 }
 
+/// What a target holds for one sink, read at one moment: the newest marker and the rows as
+/// of that marker.
+#[derive(Debug, Clone, Default)]
+pub struct TargetRows {
+    /// `None`: the sink has never committed to this target.
+    pub committed: Option<Committed>,
+    /// The target's rows, in the types it stores them in (see [`Target::stored`]).
+    pub rows: Vec<RecordBatch>,
+}
+
 /// One atomic commit.
 #[derive(Debug, Clone)]
 pub struct Commit {
@@ -79,6 +91,17 @@ pub trait Target: Send + Sync + std::fmt::Debug {
     /// Writes `commit` atomically with its marker. On error nothing of it is visible, and the
     /// runner may call `open` again and retry.
     async fn commit(&mut self, commit: &Commit) -> Result<(), SinkError>;
+
+    /// Reads the newest marker of `layout.sink` and the target's rows in one consistent read
+    /// (one transaction, one table version, the files up to one commit), creating nothing:
+    /// a target that does not exist yet holds no commit.
+    async fn read(&self, layout: &TargetLayout) -> Result<TargetRows, SinkError>;
+
+    /// `rows` of the sink's query as the target stores them (the same conversion `commit`
+    /// applies), so they compare with what [`Target::read`] returns value for value.
+    fn stored(&self, rows: &RecordBatch) -> Result<RecordBatch, SinkError> {
+        Ok(rows.clone())
+    }
 
     /// What the target is, for status and errors (password masked).
     fn describe(&self) -> String;

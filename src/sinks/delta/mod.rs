@@ -17,6 +17,7 @@
 //! that never reached the log are invisible to every reader.
 
 mod conform;
+mod read;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,7 +37,7 @@ use deltalake::{DeltaTable, DeltaTableError, TableProperty};
 use futures::TryStreamExt;
 
 use super::error::SinkError;
-use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use super::text::quote_identifier as quote;
 use conform::{conform, delta_schema};
 
@@ -50,6 +51,11 @@ const TARGET_RETRY_SECONDS: u32 = 10;
 
 /// The source column of an upsert's `MERGE` that marks a key to delete.
 const DELETE_FLAG: &str = "_cdcfusion_delete";
+
+/// The application id of `sink`'s transactions.
+fn app_id(sink: &str) -> String {
+    format!("cdcfusion:{sink}")
+}
 
 /// A Delta table one sink writes; see the module docs.
 #[derive(Debug)]
@@ -107,7 +113,7 @@ impl DeltaTarget {
     }
 
     fn app_id(&self) -> String {
-        format!("cdcfusion:{}", self.sink)
+        app_id(&self.sink)
     }
 
     /// Fail fast on an unreachable store: the runner retries with its own backoff and shows
@@ -243,13 +249,13 @@ impl DeltaTarget {
         Ok(snapshot.snapshot().arrow_schema())
     }
 
-    /// The sink's newest commit in `table`: its `txn` version, and the position its commit
-    /// info carries.
-    async fn marker(&self, table: &DeltaTable) -> Result<Option<Committed>, SinkError> {
+    /// The newest commit of `sink` in `table` (at the version loaded): its `txn` version, and
+    /// the position its commit info carries.
+    async fn marker(&self, table: &DeltaTable, sink: &str) -> Result<Option<Committed>, SinkError> {
         let log_store = table.log_store();
         let snapshot = table.snapshot().map_err(|e| classify(&self.what(), e))?;
         let Some(version) = snapshot
-            .transaction_version(log_store.as_ref(), self.app_id())
+            .transaction_version(log_store.as_ref(), app_id(sink))
             .await
             .map_err(|e| classify(&self.what(), e))?
         else {
@@ -262,7 +268,7 @@ impl DeltaTarget {
             .map_err(|e| classify(&self.what(), e))?
         {
             let field = |key: &str| info.info.get(key);
-            let ours = field(SINK_KEY).and_then(|v| v.as_str()) == Some(self.sink.as_str())
+            let ours = field(SINK_KEY).and_then(|v| v.as_str()) == Some(sink)
                 && field(COMMIT_KEY).and_then(serde_json::Value::as_i64) == Some(version);
             if let (true, Some(position)) = (ours, field(POSITION_KEY).and_then(|v| v.as_str())) {
                 return Ok(Some(Committed {
@@ -272,9 +278,8 @@ impl DeltaTarget {
             }
         }
         Err(SinkError::Conflict(format!(
-            "{} records commit {version} of sink {} but no commit info with its position (the table's history was cleaned up past it?); drop the sink and create it with start = '<position>'",
+            "{} records commit {version} of sink {sink} but no commit info with its position (the table's history was cleaned up past it?); drop the sink and create it with start = '<position>'",
             self.what(),
-            self.sink
         )))
     }
 
@@ -459,7 +464,7 @@ impl DeltaTarget {
             None
         } else {
             self.check(&table, layout)?;
-            self.marker(&table).await?
+            self.marker(&table, &layout.sink).await?
         };
         self.table = Some(table);
         Ok(marker)
@@ -506,6 +511,17 @@ impl Target for DeltaTarget {
             }
             Err(e) => Err(self.settle(e).await),
         }
+    }
+
+    async fn read(&self, layout: &TargetLayout) -> Result<TargetRows, SinkError> {
+        match self.read_rows(layout).await {
+            Ok(rows) => Ok(rows),
+            Err(e) => Err(self.settle(e).await),
+        }
+    }
+
+    fn stored(&self, rows: &RecordBatch) -> Result<RecordBatch, SinkError> {
+        conform(rows)
     }
 
     fn describe(&self) -> String {

@@ -64,7 +64,7 @@ fn write_json_string(out: &mut String, s: &str) {
 }
 
 /// `array[row]` as a JSON value.
-fn write_json(out: &mut String, array: &dyn Array, row: usize) -> Result<(), String> {
+pub(super) fn write_json(out: &mut String, array: &dyn Array, row: usize) -> Result<(), String> {
     if array.is_null(row) {
         out.push_str("null");
         return Ok(());

@@ -16,6 +16,7 @@
 //! refused instead of interleaving.
 
 mod copy;
+mod read;
 mod types;
 
 use std::collections::HashMap;
@@ -26,10 +27,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::SinkExt;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls, Transaction};
+use tokio_postgres::{Client, GenericClient, NoTls, Transaction};
 
 use super::error::SinkError;
-use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use super::text::quote_identifier as quote;
 pub use copy::copy_text;
 use types::{accepts, pg_type};
@@ -148,7 +149,7 @@ impl PostgresTarget {
     /// The table's columns (name → `typname` and the full type), or `None` when absent.
     async fn existing_columns(
         &self,
-        client: &Client,
+        client: &impl GenericClient,
     ) -> Result<Option<Vec<(String, String, String)>>, SinkError> {
         let rows = client
             .query(
@@ -544,6 +545,14 @@ impl Target for PostgresTarget {
         let added = self.write(commit).await?;
         self.columns.extend(added);
         Ok(())
+    }
+
+    async fn read(&self, layout: &TargetLayout) -> Result<TargetRows, SinkError> {
+        self.read_rows(layout).await
+    }
+
+    fn stored(&self, rows: &RecordBatch) -> Result<RecordBatch, SinkError> {
+        self.stored_rows(rows)
     }
 
     fn describe(&self) -> String {
