@@ -148,8 +148,6 @@ pub struct ConnState {
     secure: AtomicBool,
     /// The transaction block, shared by the simple and the extended protocol's handlers.
     block: Mutex<Block>,
-    /// The declared cursors, shared the same way.
-    cursors: Cursors,
 }
 
 impl ConnState {
@@ -163,13 +161,7 @@ impl ConnState {
             last_active: Mutex::new(Instant::now()),
             secure: AtomicBool::new(false),
             block: Mutex::default(),
-            cursors: Cursors::default(),
         }
-    }
-
-    /// The connection's cursors.
-    pub fn cursors(&self) -> &Cursors {
-        &self.cursors
     }
 
     /// The connection's transaction block.

@@ -44,6 +44,7 @@ use pgwire::types::format::FormatOptions;
 use super::block::{self, Effect, Tracked};
 use super::conn::{ConnState, Shared, Stop};
 use super::copy;
+use super::cursors::Cursors;
 use super::encode;
 use super::error::{datafusion_error, user_error};
 use super::guards::{no_parameters, rows_per_execute};
@@ -70,6 +71,7 @@ impl QueryHandler {
                 shared,
                 conn,
                 statements: Mutex::default(),
+                cursors: Cursors::default(),
             }),
         }
     }
@@ -86,6 +88,8 @@ pub struct Parser {
     planner: Planner,
     /// Simple-protocol statements by their text (see [`Parser::parsed`]).
     statements: Mutex<HashMap<String, Arc<Prepared>>>,
+    /// The connection's cursors, for both protocols.
+    cursors: Cursors,
 }
 
 impl Parser {
@@ -143,6 +147,7 @@ impl Parser {
             shared: &self.shared,
             conn: &self.conn,
             planner: &self.planner,
+            cursors: &self.cursors,
         };
         match &prepared.parsed {
             Parsed::Session(s) => self.run_session(client, s, format),
@@ -346,7 +351,7 @@ impl Parser {
             }
             Parsed::Cursor(CursorCommand::Fetch { cursor, .. }) => {
                 // The rows are the cursor's, declared before this statement was parsed.
-                let found = self.conn.cursors().get(cursor)?;
+                let found = self.cursors.get(cursor)?;
                 prepared.schema = Some(Arc::clone(&found.schema));
             }
             Parsed::Ours(statement) if ours_answer(statement).1 => {
@@ -403,7 +408,7 @@ impl Parser {
                 match block::lock(self.conn.block()).run(statement)? {
                     Effect::Started => Response::TransactionStart(tag),
                     Effect::Ended(how) => {
-                        self.conn.cursors().block_ended();
+                        self.cursors.block_ended();
                         Response::TransactionEnd(Tag::new(how))
                     }
                     Effect::Continued => Response::Execution(tag),

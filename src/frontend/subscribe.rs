@@ -28,7 +28,7 @@ use sqlparser::ast::Statement;
 use super::block::{self, SQLSTATE_NO_ACTIVE_TRANSACTION};
 use super::conn::{ConnState, Shared, Stop, Stopped};
 use super::copy::CopyOut;
-use super::cursors::{Cursor, DeclareQuery};
+use super::cursors::{Cursor, Cursors, DeclareQuery};
 use super::encode;
 use super::error::{canceled, datafusion_error, engine_error, user_error};
 use super::planner::Planner;
@@ -42,6 +42,7 @@ pub struct Runner<'a> {
     pub shared: &'a Arc<Shared>,
     pub conn: &'a Arc<ConnState>,
     pub planner: &'a Planner,
+    pub cursors: &'a Cursors,
 }
 
 impl Runner<'_> {
@@ -79,8 +80,7 @@ impl Runner<'_> {
                 self.check_block(*hold)?;
                 let stop = self.planner.start(metadata);
                 let stream = self.start(subscribe, metadata, &stop).await?;
-                self.conn
-                    .cursors()
+                self.cursors
                     .declare(cursor, Cursor::new(stream, *hold, true))?;
                 Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
             }
@@ -108,8 +108,7 @@ impl Runner<'_> {
             why = stop.stopped() => return Err(canceled(why == Stopped::TimedOut)),
             stream = df.execute_stream() => stream.map_err(datafusion_error)?,
         };
-        self.conn
-            .cursors()
+        self.cursors
             .declare(&declare.cursor, Cursor::new(stream, declare.hold, false))?;
         Ok(Response::Execution(Tag::new("DECLARE CURSOR")))
     }
@@ -123,7 +122,7 @@ impl Runner<'_> {
     ) -> PgWireResult<Response> {
         match command {
             CursorCommand::Fetch { cursor, count } => {
-                let found = self.conn.cursors().get(cursor)?;
+                let found = self.cursors.get(cursor)?;
                 let stop = self.planner.start(metadata);
                 let rows = found.fetch(*count, &stop).await?;
                 let mut response = results::batch_rows(rows, format, metadata)?;
@@ -131,7 +130,7 @@ impl Runner<'_> {
                 Ok(Response::Query(response))
             }
             CursorCommand::Close { cursor } => {
-                self.conn.cursors().close(cursor.as_deref())?;
+                self.cursors.close(cursor.as_deref())?;
                 Ok(Response::Execution(Tag::new(match cursor {
                     Some(_) => "CLOSE CURSOR",
                     None => "CLOSE CURSOR ALL",
