@@ -28,7 +28,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::block::Block;
 use super::catalog::PgCatalogs;
-use super::cursors::Cursors;
 use super::session;
 use super::stats::FrontendStats;
 use super::users::Users;
