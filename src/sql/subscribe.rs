@@ -55,13 +55,10 @@ pub const SUBSCRIBE_OPTIONS: [&str; 2] = ["snapshot", "progress"];
 
 /// Reads `sql` if it is a subscription (see the module docs); `Ok(None)` for any other text.
 pub fn parse_subscribe(sql: &str) -> Result<Option<SubscribeStatement>, SqlError> {
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+    // A text that does not tokenize is not claimed: its own grammar reports the error.
+    let Some(tokens) = significant_tokens(sql) else {
         return Ok(None);
     };
-    let tokens: Vec<TokenWithSpan> = tokens
-        .into_iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
-        .collect();
     let mut reader = Reader {
         tokens: &tokens,
         at: 0,
@@ -132,13 +129,10 @@ pub enum CursorCommand {
 /// Reads `sql` if it is a `FETCH` or `CLOSE` (see [`CursorCommand`]); `Ok(None)` otherwise.
 /// Directions other than forward are refused: these cursors only move forward.
 pub fn parse_cursor_command(sql: &str) -> Result<Option<CursorCommand>, SqlError> {
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+    // A text that does not tokenize is not claimed: its own grammar reports the error.
+    let Some(tokens) = significant_tokens(sql) else {
         return Ok(None);
     };
-    let tokens: Vec<TokenWithSpan> = tokens
-        .into_iter()
-        .filter(|t| !matches!(t.token, Token::Whitespace(_)))
-        .collect();
     let mut reader = Reader {
         tokens: &tokens,
         at: 1,
@@ -203,6 +197,19 @@ pub fn parse_cursor_command(sql: &str) -> Result<Option<CursorCommand>, SqlError
     };
     reader.end()?;
     Ok(Some(command))
+}
+
+/// The tokens of `sql` but whitespace and comments, or `None` when it does not tokenize.
+fn significant_tokens(sql: &str) -> Option<Vec<TokenWithSpan>> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
+    Some(
+        tokens
+            .into_iter()
+            .filter(|t| !matches!(t.token, Token::Whitespace(_)))
+            .collect(),
+    )
 }
 
 /// Where `CURSOR` is in a `DECLARE name ... CURSOR [WITH[OUT] HOLD] FOR SUBSCRIBE`, if the
