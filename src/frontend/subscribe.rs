@@ -59,8 +59,13 @@ impl Runner<'_> {
     {
         match statement {
             SubscribeStatement::Subscribe(subscribe) => {
-                let plain =
-                    CopyOut::of(&copy_statement("COPY (SELECT 1) TO STDOUT")?)?.expect("a COPY");
+                let Some(plain) = CopyOut::of(&copy_statement("COPY (SELECT 1) TO STDOUT")?)?
+                else {
+                    return Err(user_error(
+                        SQLSTATE_SYNTAX_ERROR,
+                        "expected COPY ... TO STDOUT",
+                    ));
+                };
                 self.copy_out(client, subscribe, &plain, metadata).await
             }
             SubscribeStatement::Copy { subscribe, copy } => {

@@ -404,7 +404,9 @@ impl Subscription {
             before_columns.push(interleave(&[none.as_ref(), b.as_ref()], &before_picks)?);
         }
         let DataType::Struct(fields) = self.before_type() else {
-            unreachable!("_before is a struct");
+            return Err(DataFusionError::Internal(
+                "a subscription's _before is not a struct".into(),
+            ));
         };
         let valid = NullBuffer::from(out.iter().map(|o| o.4.is_some()).collect::<Vec<_>>());
         columns.push(Arc::new(StructArray::try_new(
