@@ -10,11 +10,9 @@ use std::time::Duration;
 use cdcfusion::change::position::BinlogCoord;
 use cdcfusion::change::schema::Flavor;
 use cdcfusion::engine::Engine;
-use cdcfusion::provider::as_of::AsOfError;
 use cdcfusion::source::connect::current_position;
 use common::durable::{engine_changelog, replay};
 use common::*;
-use datafusion::error::DataFusionError;
 use mysql_async::prelude::Queryable;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -112,25 +110,6 @@ async fn as_of(engine: &Engine, source: &str, db: &str, table: &str, point: &str
     .await;
     rows.sort();
     rows
-}
-
-/// The SQLSTATE of the `AS OF` error `sql` fails with.
-async fn as_of_error(engine: &Engine, sql: &str) -> (String, String) {
-    let error = match engine.sql(sql).await {
-        Ok(frame) => match frame.collect().await {
-            Ok(rows) => panic!("{sql} answers {rows:?}"),
-            Err(e) => e,
-        },
-        Err(cdcfusion::engine::EngineError::DataFusion(e)) => e,
-        Err(e) => panic!("{sql}: {e}"),
-    };
-    match error.find_root() {
-        DataFusionError::External(e) => match e.downcast_ref::<AsOfError>() {
-            Some(e) => (e.sqlstate.to_string(), e.message.clone()),
-            None => panic!("{sql}: {e}"),
-        },
-        other => panic!("{sql}: {other}"),
-    }
 }
 
 /// Text of the cut at a binlog position: what `_position` compares below.
@@ -231,21 +210,21 @@ async fn as_of_a_position_is_the_server_state_there() {
 
     // Outside the history: a clear error naming where it can read.
     let before = BinlogCoord::new(consistent_from.file.to_string(), 4);
-    let (state, message) = as_of_error(
+    let (state, message) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM {source}.{db}.t AS OF '{before}'"),
     )
     .await;
     assert_eq!(state, "22023", "{message}");
     assert!(message.contains(&consistent_from.to_string()), "{message}");
-    let (state, message) = as_of_error(
+    let (state, message) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM {source}.{db}.t AS OF 'binlog.999999:4'"),
     )
     .await;
     assert_eq!(state, "22023", "{message}");
     assert!(message.contains("not in the captured history"), "{message}");
-    let (state, _) = as_of_error(
+    let (state, _) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM as_of('{source}.{db}.t', 'soon')"),
     )
@@ -323,7 +302,7 @@ async fn as_of_a_time_and_across_a_schema_change() {
     )
     .await;
     assert_eq!(rows, ["id=1 note=m", "id=2 note=n"]);
-    let (state, message) = as_of_error(
+    let (state, message) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM {source}.{db}.u AS OF '{before_ddl}'"),
     )
@@ -493,7 +472,7 @@ async fn a_tail_resumed_after_its_last_position_misses_and_repeats_nothing() {
     .await
     .unwrap();
     assert_eq!(got, ["_op=c id=900", "_op=c id=901"]);
-    let (state, _) = as_of_error(
+    let (state, _) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM changelog_tail('{source}', '{db}.t', 'later')"),
     )
@@ -638,7 +617,7 @@ async fn retention_bounds_the_history_and_as_of_reads_what_is_kept() {
         truth["t"]
     );
     let (older, _) = points.iter().find(|(c, _)| *c < history_from).unwrap();
-    let (state, message) = as_of_error(
+    let (state, message) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM {source}.{db}.t AS OF '{older}'"),
     )
@@ -652,7 +631,7 @@ async fn retention_bounds_the_history_and_as_of_reads_what_is_kept() {
         &format!("SELECT min(_position) AS p FROM {source}.{db}.\"t$changelog\""),
     )
     .await;
-    let (state, message) = as_of_error(
+    let (state, message) = sqlstate_error(
         &engine,
         &format!(
             "SELECT * FROM changelog_tail('{source}', '{db}.t', '{}') LIMIT 1",
@@ -983,7 +962,7 @@ async fn reconcile_reports_exactly_the_rows_changed_behind_the_binlog() {
         "{found:#?}"
     );
     // A keyless table cannot be reconciled by key.
-    let (state, message) = as_of_error(
+    let (state, message) = sqlstate_error(
         &engine,
         &format!("SELECT * FROM reconcile('{source}', '{db}.nokey')"),
     )

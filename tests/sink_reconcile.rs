@@ -7,11 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use cdcfusion::engine::{AllowedLocations, Engine, EngineError, EngineOptions};
-use cdcfusion::provider::as_of::AsOfError;
+use cdcfusion::engine::{AllowedLocations, Engine, EngineOptions};
 use common::readers::*;
 use common::*;
-use datafusion::error::DataFusionError;
 use mysql_async::prelude::Queryable;
 
 async fn exec(sql: &str) {
@@ -63,25 +61,6 @@ async fn differences(engine: &Engine, source: &str, db: &str, sink: &str) -> Vec
     .await;
     rows.sort();
     rows
-}
-
-/// The SQLSTATE and message `sql` fails with.
-async fn failure(engine: &Engine, sql: &str) -> (String, String) {
-    let error = match engine.sql(sql).await {
-        Ok(frame) => match frame.collect().await {
-            Ok(rows) => panic!("{sql} answers {rows:?}"),
-            Err(e) => e,
-        },
-        Err(EngineError::DataFusion(e)) => e,
-        Err(e) => panic!("{sql}: {e}"),
-    };
-    match error.find_root() {
-        DataFusionError::External(e) => match e.downcast_ref::<AsOfError>() {
-            Some(e) => (e.sqlstate.to_string(), e.message.clone()),
-            None => panic!("{sql}: {e}"),
-        },
-        other => panic!("{sql}: {other}"),
-    }
 }
 
 /// The latest `cdc.reconciliations` report's `against`, `position` and `differences`.
@@ -275,7 +254,7 @@ async fn a_postgres_target_changed_behind_the_sink_shows_exactly_those_keys() {
         ),
     ];
     for (call, sqlstate, says) in cases {
-        let (state, message) = failure(&engine, &format!("SELECT * FROM {call}")).await;
+        let (state, message) = sqlstate_error(&engine, &format!("SELECT * FROM {call}")).await;
         assert_eq!(state, sqlstate, "{call}: {message}");
         assert!(message.contains(says), "{call}: {message}");
     }

@@ -54,4 +54,3 @@ pub use sinks::RunningSink;
 pub use source::RunningSource;
 pub use source_status::SourceStatus;
 pub use status::STATUS_SCHEMA;
-pub use subscribe::Subscription;

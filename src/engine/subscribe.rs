@@ -33,19 +33,6 @@ use crate::provider::tail::{skip_text, TailReader};
 use crate::provider::version_for;
 use crate::sql::Subscribe;
 
-/// A subscription ready to run: its endless rows (their schema is the stream's).
-pub struct Subscription {
-    pub stream: SendableRecordBatchStream,
-}
-
-impl std::fmt::Debug for Subscription {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription")
-            .field("schema", &self.stream.schema())
-            .finish_non_exhaustive()
-    }
-}
-
 fn unsupported(what: &str, why: &str) -> DataFusionError {
     SubscribeError::new(
         "0A000",
@@ -164,12 +151,13 @@ fn compile(
 
 impl Engine {
     /// Starts `request` over its query's frame `df`, planned by the caller in its session
-    /// (which pinned a version of every source for it); see the module docs.
+    /// (which pinned a version of every source for it): the subscription's endless rows (see
+    /// the module docs).
     pub async fn subscribe(
         &self,
         df: DataFrame,
         request: &Subscribe,
-    ) -> Result<Subscription, EngineError> {
+    ) -> Result<SendableRecordBatchStream, EngineError> {
         let (state, plan) = df.into_parts();
         let plan = state
             .analyzer()
@@ -226,7 +214,6 @@ impl Engine {
             running.versions.clone(),
             scanned.index,
             Arc::clone(&log.schema),
-            None,
         );
         let at = match &request.as_of {
             Some(text) => {
@@ -236,7 +223,6 @@ impl Engine {
             }
             None => None,
         };
-        let status = running.status();
         let start = match (at, request.snapshot) {
             (None, snapshot) => {
                 if snapshot && !version.consistent {
@@ -267,20 +253,14 @@ impl Engine {
                     scanned.index,
                     Arc::clone(&table),
                     at,
-                    status.consistent_from.clone(),
+                    running.status().consistent_from,
                     Arc::clone(&running.health),
                 );
                 let (rows, cut) = as_of.state_and_cut(&version).await?;
                 Start {
                     snapshot: Some(rows),
                     position: resume_text(&cut),
-                    reader: TailReader::new(
-                        Arc::clone(&running.published),
-                        running.versions.clone(),
-                        scanned.index,
-                        Arc::clone(&log.schema),
-                        Some(cut.text()),
-                    ),
+                    reader: tail.skipping_through(cut.text()),
                 }
             }
             (Some(at), false) => {
@@ -295,18 +275,10 @@ impl Engine {
                 Start {
                     snapshot: None,
                     position: from,
-                    reader: TailReader::new(
-                        Arc::clone(&running.published),
-                        running.versions.clone(),
-                        scanned.index,
-                        Arc::clone(&log.schema),
-                        Some(skip),
-                    ),
+                    reader: tail.skipping_through(skip),
                 }
             }
         };
-        Ok(Subscription {
-            stream: subscription(query, table, start, request.progress),
-        })
+        Ok(subscription(query, table, start, request.progress))
     }
 }

@@ -100,13 +100,9 @@ impl Runner<'_> {
     ) -> PgWireResult<Response> {
         self.check_block(declare.hold)?;
         let stop = self.planner.start(metadata);
-        let query = statement::copied_query(&CopyOut {
-            query: declare.query.clone(),
-            csv: false,
-            header: false,
-            delimiter: None,
-            null: None,
-        });
+        let query = datafusion::sql::parser::Statement::Statement(Box::new(Statement::Query(
+            declare.query.clone(),
+        )));
         let (df, _) = self.planner.plan(query, metadata, &stop).await?;
         let stream = tokio::select! {
             biased;
@@ -180,12 +176,11 @@ impl Runner<'_> {
             }
         };
         let (df, _) = self.planner.plan(query, metadata, stop).await?;
-        let subscription = tokio::select! {
+        tokio::select! {
             biased;
-            why = stop.stopped() => return Err(canceled(why == Stopped::TimedOut)),
-            started = self.shared.engine.subscribe(df, subscribe) => started.map_err(engine_error)?,
-        };
-        Ok(subscription.stream)
+            why = stop.stopped() => Err(canceled(why == Stopped::TimedOut)),
+            started = self.shared.engine.subscribe(df, subscribe) => started.map_err(engine_error),
+        }
     }
 
     /// Sends the subscription's rows as `COPY` data until it ends, flushing each batch.

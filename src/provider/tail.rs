@@ -14,6 +14,9 @@
 //! that keeps the last `_position` it processed and tails again after it gets exactly the
 //! rest, with no entry missing or repeated, even if it stopped inside a transaction.
 //!
+//! The loop is a [`TailReader`], which a subscription (`provider::subscribe`) drives step by
+//! step, since it must also know when it has caught up and at which position.
+//!
 //! A tail does not hold retention back: one that starts after entries retention removed, or
 //! falls so far behind that it removes entries the tail has not sent, fails with an error
 //! rather than skip them.
@@ -209,14 +212,12 @@ pub enum TailStep {
 }
 
 impl TailReader {
-    /// A reader from the first entry, or after `skip_through` (a `_position` or a cut's
-    /// text: entries sorting at or before it are skipped).
+    /// A reader from the first entry.
     pub fn new(
         published: Published,
         versions: watch::Receiver<u64>,
         index: usize,
         schema: SchemaRef,
-        skip_through: Option<String>,
     ) -> Self {
         Self {
             published,
@@ -225,9 +226,16 @@ impl TailReader {
             schema,
             sent: 0,
             pending: None,
-            skip_through,
+            skip_through: None,
             started: false,
         }
+    }
+
+    /// A reader after `text` (a `_position` or a cut's text): entries sorting at or before it
+    /// are skipped.
+    pub fn skipping_through(mut self, text: String) -> Self {
+        self.skip_through = Some(text);
+        self
     }
 
     /// A reader from entry `offset` (absolute) of a version already read.
@@ -287,13 +295,15 @@ impl PartitionStream for ChangelogTail {
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let reader = TailReader::new(
+        let mut reader = TailReader::new(
             Arc::clone(&self.published),
             self.versions.clone(),
             self.index,
             Arc::clone(&self.schema),
-            self.skip_through.clone(),
         );
+        if let Some(through) = &self.skip_through {
+            reader = reader.skipping_through(through.clone());
+        }
         let stream = futures::stream::unfold(Some(reader), |reader| async move {
             let mut reader = reader?;
             loop {

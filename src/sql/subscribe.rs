@@ -59,12 +59,7 @@ pub fn parse_subscribe(sql: &str) -> Result<Option<SubscribeStatement>, SqlError
     let Some(tokens) = significant_tokens(sql) else {
         return Ok(None);
     };
-    let mut reader = Reader {
-        tokens: &tokens,
-        at: 0,
-        offsets: Offsets::new(sql),
-        text: sql,
-    };
+    let mut reader = Reader::new(&tokens, sql, 0);
     let first = |kw| tokens.first().is_some_and(|t| is_keyword(&t.token, kw));
     let statement = if tokens
         .first()
@@ -133,12 +128,7 @@ pub fn parse_cursor_command(sql: &str) -> Result<Option<CursorCommand>, SqlError
     let Some(tokens) = significant_tokens(sql) else {
         return Ok(None);
     };
-    let mut reader = Reader {
-        tokens: &tokens,
-        at: 1,
-        offsets: Offsets::new(sql),
-        text: sql,
-    };
+    let mut reader = Reader::new(&tokens, sql, 1);
     let first = |kw| tokens.first().is_some_and(|t| is_keyword(&t.token, kw));
     let command = if first(Keyword::FETCH) {
         let mut count = Some(1);
@@ -242,7 +232,17 @@ struct Reader<'a> {
     text: &'a str,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    /// A reader of `text`'s `tokens`, at token `at`.
+    fn new(tokens: &'a [TokenWithSpan], text: &'a str, at: usize) -> Self {
+        Self {
+            tokens,
+            at,
+            offsets: Offsets::new(text),
+            text,
+        }
+    }
+
     fn peek(&self) -> Option<&Token> {
         self.tokens.get(self.at).map(|t| &t.token)
     }

@@ -184,6 +184,29 @@ pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String>
     query_reading(engine, sql, false).await
 }
 
+/// The SQLSTATE and message of the typed error (`AsOfError`) `sql` fails with on `engine`
+/// (panics naming the query when it answers or fails otherwise).
+pub async fn sqlstate_error(engine: &cdcfusion::engine::Engine, sql: &str) -> (String, String) {
+    use datafusion::error::DataFusionError;
+    let error = match engine.sql(sql).await {
+        Ok(frame) => match frame.collect().await {
+            Ok(rows) => panic!("{sql} answers {rows:?}"),
+            Err(e) => e,
+        },
+        Err(cdcfusion::engine::EngineError::DataFusion(e)) => e,
+        Err(e) => panic!("{sql}: {e}"),
+    };
+    match error.find_root() {
+        DataFusionError::External(e) => {
+            match e.downcast_ref::<cdcfusion::provider::as_of::AsOfError>() {
+                Some(e) => (e.sqlstate.to_string(), e.message.clone()),
+                None => panic!("{sql}: {e}"),
+            }
+        }
+        other => panic!("{sql}: {other}"),
+    }
+}
+
 /// One value of the first row `sql` returns on `engine`.
 pub async fn scalar(engine: &cdcfusion::engine::Engine, sql: &str) -> String {
     let rows = query(engine, sql).await;
