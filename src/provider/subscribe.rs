@@ -320,7 +320,7 @@ impl Subscription {
             Arc::new(StringArray::from(vec!["r"; n])),
         ];
         columns.extend(values.columns().iter().cloned());
-        columns.push(new_null_array(self.before_type(), n));
+        columns.push(new_null_array(&self.before_type(), n));
         Ok(RecordBatch::try_new(Arc::clone(&self.output), columns)?)
     }
 
@@ -333,16 +333,13 @@ impl Subscription {
         for field in self.query.output().fields() {
             columns.push(new_null_array(field.data_type(), 1));
         }
-        columns.push(new_null_array(self.before_type(), 1));
+        columns.push(new_null_array(&self.before_type(), 1));
         Ok(RecordBatch::try_new(Arc::clone(&self.output), columns)?)
     }
 
-    fn before_type(&self) -> &DataType {
-        self.output
-            .fields()
-            .last()
-            .expect("_before is the last column")
-            .data_type()
+    /// `_before`'s type: a struct of the query's columns (see [`output_schema`]).
+    fn before_type(&self) -> DataType {
+        DataType::Struct(self.query.output().fields().clone())
     }
 
     /// The rows changelog `entries` send (see the module docs); `None` when they touch
@@ -403,14 +400,9 @@ impl Subscription {
             let none = new_null_array(b.data_type(), 1);
             before_columns.push(interleave(&[none.as_ref(), b.as_ref()], &before_picks)?);
         }
-        let DataType::Struct(fields) = self.before_type() else {
-            return Err(DataFusionError::Internal(
-                "a subscription's _before is not a struct".into(),
-            ));
-        };
         let valid = NullBuffer::from(out.iter().map(|o| o.4.is_some()).collect::<Vec<_>>());
         columns.push(Arc::new(StructArray::try_new(
-            fields.clone(),
+            self.query.output().fields().clone(),
             before_columns,
             Some(valid),
         )?));
