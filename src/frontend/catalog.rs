@@ -15,7 +15,9 @@
 //! for the server's lifetime, because its object ids must stay stable between the queries a
 //! client makes (psql looks a table's oid up, then asks for its columns by that oid).
 //! Its `pg_index` and `pg_constraint` are ours (see `keys`): the primary keys of the
-//! database's tables.
+//! database's tables; `pg_class` gains their indexes (`indexes`), `pg_attribute` the column
+//! types the front end sends (`attributes`), and `pg_settings` lists the settings
+//! (`pg_settings`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,6 +35,8 @@ use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
+use super::attributes::TypedAttributes;
+use super::indexes::{ClassWithIndexes, IndexDefinitions, PgGetIndexdef};
 use super::keys::{KeySource, KeyTable, KeyTableProvider, PrimaryKey};
 use crate::engine::Engine;
 
@@ -52,9 +56,10 @@ pub fn catalog_of_database(engine: &Engine, name: &str) -> Option<String> {
 /// The `pg_catalog` schema of each database, created on first use and kept.
 pub struct PgCatalogs {
     static_tables: Arc<PgCatalogStaticTables>,
+    definitions: IndexDefinitions,
     catalogs: Arc<dyn CatalogProviderList>,
     default_catalog: String,
-    by_catalog: Mutex<HashMap<String, Arc<dyn SchemaProvider>>>,
+    by_catalog: Mutex<HashMap<String, (Arc<dyn SchemaProvider>, Arc<dyn KeySource>)>>,
 }
 
 impl std::fmt::Debug for PgCatalogs {
@@ -79,8 +84,15 @@ impl PgCatalogs {
         super::pg_functions::install(engine.context());
         let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
         super::reflect::install(engine.context(), static_tables.pg_type.data())?;
+        let definitions = IndexDefinitions::default();
+        engine
+            .context()
+            .register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+                PgGetIndexdef::new(definitions.clone()),
+            ));
         Ok(Self {
             static_tables,
+            definitions,
             catalogs: Arc::clone(engine.context().state().catalog_list()),
             default_catalog,
             by_catalog: Mutex::new(HashMap::new()),
@@ -89,31 +101,67 @@ impl PgCatalogs {
 
     /// The `pg_catalog` schema of the database whose catalog is `catalog`.
     pub fn for_catalog(&self, catalog: &str) -> Result<Arc<dyn SchemaProvider>, DataFusionError> {
+        Ok(self.of_catalog(catalog)?.0)
+    }
+
+    /// Where the keys, oids and schemas of the tables of database catalog `catalog` come from.
+    pub fn keys_of(&self, catalog: &str) -> Result<Arc<dyn KeySource>, DataFusionError> {
+        Ok(self.of_catalog(catalog)?.1)
+    }
+
+    fn of_catalog(
+        &self,
+        catalog: &str,
+    ) -> Result<(Arc<dyn SchemaProvider>, Arc<dyn KeySource>), DataFusionError> {
         let mut by_catalog = self.by_catalog.lock().expect("pg_catalog cache");
-        if let Some(schema) = by_catalog.get(catalog) {
-            return Ok(Arc::clone(schema));
+        if let Some((schema, keys)) = by_catalog.get(catalog) {
+            return Ok((Arc::clone(schema), Arc::clone(keys)));
         }
         let view = DatabaseView {
             catalogs: Arc::clone(&self.catalogs),
             current: catalog.to_string(),
             default_catalog: self.default_catalog.clone(),
         };
-        let pg_catalog: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
+        let provider = PgCatalogSchemaProvider::try_new(
             view.clone(),
             Arc::clone(&self.static_tables),
             EmptyContextProvider,
-        )?);
+        )?;
+        let built = |name: &str| {
+            provider
+                .build_table_by_name(name)?
+                .ok_or_else(|| DataFusionError::Internal(format!("pg_catalog.{name} is missing")))?
+                .try_into_table_provider()
+        };
+        let (class, attribute) = (built("pg_class")?, built("pg_attribute")?);
+        let pg_catalog: Arc<dyn SchemaProvider> = Arc::new(provider);
         let source: Arc<dyn KeySource> = Arc::new(CatalogKeys {
             pg_catalog: Arc::clone(&pg_catalog),
             view,
+            definitions: self.definitions.clone(),
+            oids: Mutex::new(HashMap::new()),
         });
         let schema: Arc<dyn SchemaProvider> = Arc::new(WithKeys {
+            class: Arc::new(ClassWithIndexes {
+                inner: class,
+                keys: Arc::clone(&source),
+            }),
+            attribute: Arc::new(TypedAttributes {
+                inner: attribute,
+                tables: Arc::clone(&source),
+            }),
             index: Arc::new(KeyTableProvider::new(KeyTable::Index, Arc::clone(&source))),
-            constraint: Arc::new(KeyTableProvider::new(KeyTable::Constraint, source)),
+            constraint: Arc::new(KeyTableProvider::new(
+                KeyTable::Constraint,
+                Arc::clone(&source),
+            )),
             inner: pg_catalog,
         });
-        by_catalog.insert(catalog.to_string(), Arc::clone(&schema));
-        Ok(schema)
+        by_catalog.insert(
+            catalog.to_string(),
+            (Arc::clone(&schema), Arc::clone(&source)),
+        );
+        Ok((schema, source))
     }
 }
 
@@ -240,6 +288,8 @@ impl CatalogInfo for DatabaseView {
 #[derive(Debug)]
 struct WithKeys {
     inner: Arc<dyn SchemaProvider>,
+    class: Arc<ClassWithIndexes>,
+    attribute: Arc<TypedAttributes>,
     index: Arc<KeyTableProvider>,
     constraint: Arc<KeyTableProvider>,
 }
@@ -254,6 +304,18 @@ impl SchemaProvider for WithKeys {
         &self,
         name: &str,
     ) -> Result<Option<Arc<dyn datafusion::catalog::TableProvider>>, DataFusionError> {
+        if name.eq_ignore_ascii_case("pg_class") {
+            return Ok(Some(Arc::clone(&self.class) as _));
+        }
+        if name.eq_ignore_ascii_case("pg_attribute") {
+            return Ok(Some(Arc::clone(&self.attribute) as _));
+        }
+        if name.eq_ignore_ascii_case("pg_settings") {
+            let Some(inner) = self.inner.table(name).await? else {
+                return Ok(None);
+            };
+            return Ok(Some(Arc::new(super::pg_settings::table(inner.schema())?)));
+        }
         match KeyTable::named(name) {
             Some(KeyTable::Index) => Ok(Some(Arc::clone(&self.index) as _)),
             Some(KeyTable::Constraint) => Ok(Some(Arc::clone(&self.constraint) as _)),
@@ -271,6 +333,10 @@ impl SchemaProvider for WithKeys {
 struct CatalogKeys {
     pg_catalog: Arc<dyn SchemaProvider>,
     view: DatabaseView,
+    definitions: IndexDefinitions,
+    /// The `pg_class` oid of each table by schema and name, as last listed: oids stay while
+    /// a table exists, so a name found here is looked up without listing the catalog again.
+    oids: Mutex<HashMap<(String, String), i32>>,
 }
 
 impl CatalogKeys {
@@ -304,9 +370,18 @@ impl CatalogKeys {
     }
 }
 
-#[async_trait]
-impl KeySource for CatalogKeys {
-    async fn primary_keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>, DataFusionError> {
+/// A table of the database as `pg_class` lists it.
+struct ClassTable {
+    oid: i32,
+    namespace_oid: i32,
+    schema: String,
+    name: String,
+    provider: Arc<dyn datafusion::catalog::TableProvider>,
+}
+
+impl CatalogKeys {
+    /// The database's tables (`relkind` `r`) with their `pg_class` oids.
+    async fn tables(&self, state: &dyn Session) -> Result<Vec<ClassTable>, DataFusionError> {
         let (int, text) = (DataType::Int32, DataType::Utf8);
         let mut namespaces = HashMap::new();
         let columns = [("oid", int.clone()), ("nspname", text.clone())];
@@ -325,9 +400,10 @@ impl KeySource for CatalogKeys {
             ("relnamespace", int),
             ("relkind", text),
         ];
-        let mut keys = Vec::new();
+        let mut tables = Vec::new();
+        let mut oids = HashMap::new();
         for batch in self.rows("pg_class", &columns, state).await? {
-            let (oids, names) = (
+            let (oids_column, names) = (
                 batch[0].as_primitive::<Int32Type>(),
                 batch[1].as_string::<i32>(),
             );
@@ -335,7 +411,7 @@ impl KeySource for CatalogKeys {
                 batch[2].as_primitive::<Int32Type>(),
                 batch[3].as_string::<i32>(),
             );
-            for i in 0..oids.len() {
+            for i in 0..oids_column.len() {
                 let Some(schema) = namespaces.get(&spaces.value(i)) else {
                     continue;
                 };
@@ -346,22 +422,87 @@ impl KeySource for CatalogKeys {
                     .view
                     .table(&self.view.current, schema, names.value(i))
                     .await?;
-                let Some(constraints) = table.as_ref().and_then(|t| t.constraints()) else {
-                    continue;
-                };
-                for constraint in constraints.iter() {
-                    if let Constraint::PrimaryKey(positions) = constraint {
-                        keys.push(PrimaryKey {
-                            table_oid: oids.value(i),
-                            namespace_oid: spaces.value(i),
-                            table: names.value(i).to_string(),
-                            columns: positions.iter().map(|&p| p as i16 + 1).collect(),
-                        });
-                    }
+                if let Some(provider) = table {
+                    oids.insert(
+                        (schema.clone(), names.value(i).to_string()),
+                        oids_column.value(i),
+                    );
+                    tables.push(ClassTable {
+                        oid: oids_column.value(i),
+                        namespace_oid: spaces.value(i),
+                        schema: schema.clone(),
+                        name: names.value(i).to_string(),
+                        provider,
+                    });
                 }
             }
         }
+        *self.oids.lock().expect("table oids") = oids;
+        Ok(tables)
+    }
+}
+
+#[async_trait]
+impl KeySource for CatalogKeys {
+    async fn primary_keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>, DataFusionError> {
+        let mut keys = Vec::new();
+        for table in self.tables(state).await? {
+            let Some(constraints) = table.provider.constraints() else {
+                continue;
+            };
+            let fields = table.provider.schema();
+            for constraint in constraints.iter() {
+                if let Constraint::PrimaryKey(positions) = constraint {
+                    keys.push(PrimaryKey {
+                        table_oid: table.oid,
+                        namespace_oid: table.namespace_oid,
+                        table: table.name.clone(),
+                        schema: table.schema.clone(),
+                        columns: positions.iter().map(|&p| p as i16 + 1).collect(),
+                        column_names: positions
+                            .iter()
+                            .map(|&p| fields.field(p).name().clone())
+                            .collect(),
+                    });
+                }
+            }
+        }
+        self.definitions.record(&self.view.current, &keys);
         Ok(keys)
+    }
+
+    async fn table_schemas(
+        &self,
+        state: &dyn Session,
+    ) -> Result<HashMap<i32, SchemaRef>, DataFusionError> {
+        Ok(self
+            .tables(state)
+            .await?
+            .into_iter()
+            .map(|t| (t.oid, t.provider.schema()))
+            .collect())
+    }
+
+    async fn table_origin(
+        &self,
+        state: &dyn Session,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<(i32, SchemaRef)>, DataFusionError> {
+        let name = (schema.to_string(), table.to_string());
+        let cached = self.oids.lock().expect("table oids").get(&name).copied();
+        let oid = match cached {
+            Some(oid) => Some(oid),
+            None => self
+                .tables(state)
+                .await?
+                .into_iter()
+                .find(|t| t.schema == schema && t.name == table)
+                .map(|t| t.oid),
+        };
+        let Some(oid) = oid else { return Ok(None) };
+        let provider = self.view.table(&self.view.current, schema, table).await?;
+        Ok(provider.map(|p| (oid, p.schema())))
     }
 }
 

@@ -62,30 +62,53 @@ pub fn wrap_in_max(query: &mut Query) -> bool {
         SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
         _ => return false,
     };
-    if let Expr::Function(f) = value {
-        let name = f.name.to_string().to_ascii_lowercase();
-        if AGGREGATES.iter().any(|a| name.ends_with(a)) {
-            return true;
-        }
+    if is_aggregate_call(value) {
+        return true;
     }
     *value = call("max", value.clone(), Vec::new());
     true
 }
 
+/// Whether `expr` is a call of an aggregate function.
+pub fn is_aggregate_call(expr: &Expr) -> bool {
+    let Expr::Function(f) = expr else {
+        return false;
+    };
+    let name = f.name.to_string().to_ascii_lowercase();
+    AGGREGATES.iter().any(|a| name.ends_with(a))
+}
+
 /// `name(arg [ORDER BY ...])`.
 pub fn call(name: &str, arg: Expr, order_by: Vec<OrderByExpr>) -> Expr {
+    let clauses = if order_by.is_empty() {
+        vec![]
+    } else {
+        vec![sqlparser::ast::FunctionArgumentClause::OrderBy(order_by)]
+    };
+    function(name, vec![arg], clauses)
+}
+
+/// `name(args...)`.
+pub fn call_with(name: &str, args: Vec<Expr>) -> Expr {
+    function(name, args, Vec::new())
+}
+
+fn function(
+    name: &str,
+    args: Vec<Expr>,
+    clauses: Vec<sqlparser::ast::FunctionArgumentClause>,
+) -> Expr {
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
         parameters: FunctionArguments::None,
         args: FunctionArguments::List(FunctionArgumentList {
             duplicate_treatment: None,
-            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))],
-            clauses: if order_by.is_empty() {
-                vec![]
-            } else {
-                vec![sqlparser::ast::FunctionArgumentClause::OrderBy(order_by)]
-            },
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses,
         }),
         filter: None,
         null_treatment: None,

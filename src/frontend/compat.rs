@@ -32,7 +32,8 @@ use super::catalog_ast::{call, ident_is, is_catalog_relation, wrap_in_max};
 ///   `(SELECT c.relkind = 'c' FROM pg_class c WHERE c.oid = t.typrelid)`) is wrapped in `max`:
 ///   DataFusion only decorrelates aggregated subqueries, and over a unique oid the two agree.
 /// * `pg_get_function_result(p.oid)` over `pg_proc` reads the row's return type (`\df`).
-/// * What drivers and ORMs send to reflect a database (see `reflect`).
+/// * What drivers and ORMs send to reflect a database (see `reflect`), and composite values
+///   (see `composite`).
 pub fn rewrite(mut statement: Statement) -> Statement {
     name_output_columns(&mut statement);
     let aliases = catalog_aliases(&statement);
@@ -45,6 +46,8 @@ pub fn rewrite(mut statement: Statement) -> Statement {
             }
         } else if let Some(result) = function_result(expr, &aliases) {
             *expr = result;
+        } else if let Some(value) = super::composite::rewrite(expr) {
+            *expr = value;
         } else if let Some(series) = super::reflect::rewrite(expr) {
             *expr = series;
         } else if is_missing_column(expr, &aliases) {

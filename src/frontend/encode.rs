@@ -55,6 +55,40 @@ pub fn pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
     }
 }
 
+/// The `atttypmod` of a captured column (one whose field names its MySQL type), as PostgreSQL
+/// writes it for the type the column is sent as: `numeric(p,s)` is `(p << 16 | s) + 4`,
+/// `timestamp(p)` and `timestamptz(p)` are `p`; -1 ("none") for any other column, and for
+/// computed values, which PostgreSQL describes without modifiers too.
+pub fn type_modifier(field: &Field) -> i32 {
+    let Some(mysql) = field.metadata().get(MYSQL_TYPE_KEY) else {
+        return -1;
+    };
+    match field.data_type() {
+        DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
+            ((i32::from(*p) << 16) | i32::from(*s)) + 4
+        }
+        DataType::Timestamp(..) => mysql
+            .rsplit_once('(')
+            .and_then(|(_, fsp)| fsp.strip_suffix(')'))
+            .and_then(|fsp| fsp.parse().ok())
+            .unwrap_or(-1),
+        _ => -1,
+    }
+}
+
+/// `pg_type.typlen` of `ty`: the byte width of a fixed-width type, -1 for the others.
+fn type_size(ty: &Type) -> i16 {
+    match *ty {
+        Type::BOOL | Type::CHAR => 1,
+        Type::INT2 => 2,
+        Type::INT4 | Type::FLOAT4 | Type::DATE | Type::OID => 4,
+        Type::INT8 | Type::FLOAT8 | Type::TIME | Type::TIMESTAMP | Type::TIMESTAMPTZ => 8,
+        Type::TIMETZ => 12,
+        Type::INTERVAL | Type::UUID => 16,
+        _ => -1,
+    }
+}
+
 /// The row description of `schema` in `format`.
 pub fn pg_fields(
     schema: &Schema,
@@ -66,13 +100,18 @@ pub fn pg_fields(
         .iter()
         .enumerate()
         .map(|(i, f)| {
+            let (table, column) = super::origins::origin(f);
+            let ty = pg_type(f)?;
+            let size = type_size(&ty);
             Ok(FieldInfo::new(
                 f.name().clone(),
-                None,
-                None,
-                pg_type(f)?,
+                table,
+                column,
+                ty,
                 format.format_for(i),
             )
+            .with_type_size(size)
+            .with_type_modifier(type_modifier(f))
             .with_format_options(Arc::clone(options)))
         })
         .collect()

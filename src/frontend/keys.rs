@@ -40,12 +40,22 @@ pub struct PrimaryKey {
     pub table_oid: i32,
     pub namespace_oid: i32,
     pub table: String,
+    /// The table's schema (the MySQL database).
+    pub schema: String,
     /// Column numbers (position + 1), in key order.
     pub columns: Vec<i16>,
+    /// Their names, in key order.
+    pub column_names: Vec<String>,
 }
 
 impl PrimaryKey {
-    fn name(&self) -> String {
+    /// The oid of the key's index.
+    pub fn index_oid(&self) -> i32 {
+        INDEX_OIDS + self.table_oid
+    }
+
+    /// The name of the key's index and constraint.
+    pub fn name(&self) -> String {
         format!("{}_pkey", self.table)
     }
 }
@@ -55,6 +65,21 @@ impl PrimaryKey {
 pub trait KeySource: Debug + Send + Sync {
     /// Every primary key of the database, read in `state`.
     async fn primary_keys(&self, state: &dyn Session) -> Result<Vec<PrimaryKey>>;
+
+    /// The Arrow schema of each of the database's tables, by `pg_class` oid.
+    async fn table_schemas(
+        &self,
+        state: &dyn Session,
+    ) -> Result<std::collections::HashMap<i32, SchemaRef>>;
+
+    /// The `pg_class` oid and Arrow schema of table `schema.table` of the database, if it
+    /// has one.
+    async fn table_origin(
+        &self,
+        state: &dyn Session,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<(i32, SchemaRef)>>;
 }
 
 /// Which catalog table.
@@ -298,7 +323,9 @@ mod tests {
             table_oid: 16390,
             namespace_oid: 16385,
             table: "items".into(),
+            schema: "shop".into(),
             columns: vec![2, 1],
+            column_names: vec!["b".into(), "a".into()],
         }];
         let index = KeyTable::Index.batch(&keys).unwrap();
         let constraint = KeyTable::Constraint.batch(&keys).unwrap();

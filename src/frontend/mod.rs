@@ -11,6 +11,7 @@
 //! * `privileges`: what a user's role lets it run;
 //! * `tls`: the rustls acceptor of the configured certificate;
 //! * `query`: the simple and extended protocols, running each statement by its type;
+//! * `params`: array literals bound as text parameters, read as PostgreSQL reads them;
 //! * `guards`: the `Execute` row count and unbound parameters, checked before anything runs;
 //! * `lookup`: primary-key point lookups answered from the key index without planning;
 //! * `statement`: a statement parsed once into its type (ours, session, `COPY`, DataFusion's);
@@ -25,12 +26,18 @@
 //!   subscriptions;
 //! * `catalog`: databases as catalogs, and each database's `pg_catalog`;
 //! * `keys`: `pg_index` and `pg_constraint`, the primary keys of captured tables;
+//! * `attributes`: `pg_attribute` with the types and modifiers the front end sends;
+//! * `indexes`: the primary keys' indexes in `pg_class` and `pg_get_indexdef`;
+//! * `pg_settings`: `pg_catalog.pg_settings`, the settings clients read from the catalog;
 //! * `pg_functions`: the catalog functions psql calls beyond datafusion-pg-catalog's;
 //! * `compat`: the rewrites of psql's catalog queries beyond datafusion-pg-catalog's
 //!   (`ARRAY(subquery)`, output column names, missing catalog columns);
 //! * `reflect`: what drivers and ORMs send to reflect a database (psycopg, SQLAlchemy);
+//! * `composite`: composite values in catalog queries (`(e).field`, `_pg_expandarray`);
+//! * `subqueries`: SQLAlchemy's catalog subqueries, in forms DataFusion decorrelates;
 //! * `catalog_ast`: the syntax-tree helpers `compat` and `reflect` share;
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
+//! * `origins`: each result column's table oid and column number, for row descriptions;
 //! * `datarows`: the `DataRow`s of a whole batch, written into one buffer;
 //! * `error`: SQLSTATEs of every error a client can see;
 //! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop;
@@ -42,12 +49,14 @@
 //! PostgreSQL compatibility rewrites of catalog queries, are datafusion-pg-catalog's; Arrow to
 //! PostgreSQL encoding is arrow-pg's except for `numeric` and `json` (see `encode`).
 
+mod attributes;
 mod auth;
 mod block;
 mod catalog;
 mod catalog_ast;
 mod client_info;
 mod compat;
+mod composite;
 mod conn;
 pub mod console;
 mod copy;
@@ -56,10 +65,14 @@ mod datarows;
 mod encode;
 mod error;
 mod guards;
+mod indexes;
 mod keys;
 mod lookup;
 mod metrics;
+mod origins;
+mod params;
 mod pg_functions;
+mod pg_settings;
 mod planner;
 mod privileges;
 mod query;
@@ -69,6 +82,7 @@ mod server;
 mod session;
 mod statement;
 mod stats;
+mod subqueries;
 mod subscribe;
 mod tls;
 mod users;

@@ -38,9 +38,9 @@ const ALWAYS_TRUE: [&str; 13] = [
 ];
 
 /// Text functions with nothing to say here: no object has a comment, the built-in functions
-/// listed in `pg_proc` have no SQL definition in cdcfusion, no column has a sequence, and
-/// index definitions are not kept as text.
-const NO_TEXT: [&str; 10] = [
+/// listed in `pg_proc` have no SQL definition in cdcfusion, and no column has a sequence.
+/// (`pg_get_indexdef` is `indexes`'.)
+const NO_TEXT: [&str; 9] = [
     "obj_description",
     "col_description",
     "shobj_description",
@@ -50,7 +50,6 @@ const NO_TEXT: [&str; 10] = [
     "pg_get_functiondef",
     "pg_get_function_sqlbody",
     "pg_get_serial_sequence",
-    "pg_get_indexdef",
 ];
 
 /// Sizes on disk, which the in-memory current tables do not have.

@@ -138,6 +138,25 @@ impl Planner {
         }
     }
 
+    /// `schema`, a statement's result columns, with each column's table and number where it
+    /// has them (see `origins`).
+    pub async fn described(
+        &self,
+        schema: &datafusion::common::DFSchema,
+        metadata: &HashMap<String, String>,
+    ) -> PgWireResult<datafusion::arrow::datatypes::SchemaRef> {
+        let (state, _) = self.state(metadata)?;
+        let catalog = state.config_options().catalog.default_catalog.clone();
+        let keys = self
+            .shared
+            .pg_catalogs
+            .keys_of(&catalog)
+            .map_err(datafusion_error)?;
+        super::origins::described(schema, keys.as_ref(), &state)
+            .await
+            .map_err(datafusion_error)
+    }
+
     /// A copy of the session's state for one statement (see the module docs).
     fn state(
         &self,

@@ -158,9 +158,12 @@ impl Parser {
                 let stop = self.planner.start(&metadata);
                 let df = self.planner.run_ours(statement.clone(), &stop).await?;
                 match ours_answer(statement) {
-                    (_, true) => Ok(Response::Query(
-                        rows(df, format, &metadata, stop, limits).await?,
-                    )),
+                    (_, true) => {
+                        let schema = Arc::new(df.schema().as_arrow().clone());
+                        Ok(Response::Query(
+                            rows(df, &schema, format, &metadata, stop, limits).await?,
+                        ))
+                    }
                     (tag, false) => Ok(Response::Execution(Tag::new(tag))),
                 }
             }
@@ -210,7 +213,9 @@ impl Parser {
                 }
                 let (tag, counted) = match answer {
                     Answer::Rows => {
-                        let response = rows(df, format, &metadata, stop, limits).await?;
+                        let described = self.planner.described(df.schema(), &metadata).await?;
+                        let response =
+                            rows(df, &described, format, &metadata, stop, limits).await?;
                         warn_stale(client, &policy).await?;
                         return Ok(Response::Query(response));
                     }
@@ -346,7 +351,7 @@ impl Parser {
                     .map_err(datafusion_error)?;
                 prepared.params = ordered_params(params);
                 if *answer == Answer::Rows {
-                    prepared.schema = Some(Arc::new(df.schema().as_arrow().clone()));
+                    prepared.schema = Some(self.planner.described(df.schema(), metadata).await?);
                 }
             }
             Parsed::Cursor(CursorCommand::Fetch { cursor, .. }) => {
@@ -589,9 +594,10 @@ impl ExtendedQueryHandler for QueryHandler {
             Parsed::DataFusion { .. } => {
                 let inferred: Vec<Option<&DataType>> =
                     prepared.params.iter().map(Option::as_ref).collect();
-                Some(arrow_pg::datatypes::df::deserialize_parameters(
-                    portal, &inferred,
-                )?)
+                let mut params =
+                    arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)?;
+                super::params::fix_text_arrays(portal, &mut params)?;
+                Some(params)
             }
             _ => None,
         };

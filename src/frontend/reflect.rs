@@ -1,7 +1,8 @@
 //! What drivers and ORMs send to reflect a database, beyond what psql needs (`compat`):
 //! psycopg's type lookups (`to_regtype`) and SQLAlchemy's inspector queries: `LIKE ... ESCAPE`
-//! with an escape character other than backslash (the only one DataFusion knows), and
-//! `generate_subscripts` beside `unnest` over `pg_index` and `pg_constraint`.
+//! with an escape character other than backslash (the only one DataFusion knows),
+//! `generate_subscripts` beside `unnest` over `pg_index` and `pg_constraint`, and the
+//! subqueries of its column query (see `subqueries`).
 //!
 //! # Invariant
 //! Answers are PostgreSQL's for the catalog cdcfusion has: `to_regtype` names the oid of a type
@@ -10,7 +11,6 @@
 //! series has the bounds PostgreSQL gives the array it walks (vector columns such as
 //! `pg_index.indkey` count from 0, other arrays from 1; arrays here have one dimension).
 
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, AsArray, Int32Array, RecordBatch, StringArray};
@@ -23,11 +23,9 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 use sqlparser::ast::{
-    visit_expressions_mut, BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArgumentList, FunctionArguments, Ident, ObjectName, SetExpr, Value,
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+    ObjectName, Value,
 };
-
-use super::catalog_ast::wrap_in_max;
 
 /// Registers the functions of this module; `pg_type` is the catalog's list of types.
 pub fn install(ctx: &SessionContext, pg_type: &[RecordBatch]) -> Result<()> {
@@ -39,6 +37,9 @@ pub fn install(ctx: &SessionContext, pg_type: &[RecordBatch]) -> Result<()> {
         Volatility::Immutable,
         Arc::new(like_escape_fn),
     ));
+    ctx.register_udf(ScalarUDF::new_from_impl(
+        super::composite::ExpandArrayItems::new(),
+    ));
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
         signature: Signature::variadic_any(Volatility::Stable),
     }));
@@ -49,61 +50,7 @@ pub fn install(ctx: &SessionContext, pg_type: &[RecordBatch]) -> Result<()> {
 pub fn rewrite(expr: &Expr) -> Option<Expr> {
     subscripts(expr)
         .or_else(|| escaped_like(expr))
-        .or_else(|| case_subquery(expr))
-}
-
-/// `CASE WHEN c THEN (SELECT e FROM ... WHERE w) [ELSE NULL] END` over the catalog becomes
-/// `(SELECT max(e) FROM ... WHERE (c) AND (w))`: the same value (no row when `c` is false),
-/// in a form DataFusion decorrelates (it cannot run a subquery inside a `CASE` branch).
-fn case_subquery(expr: &Expr) -> Option<Expr> {
-    let Expr::Case {
-        operand: None,
-        conditions,
-        else_result,
-        ..
-    } = expr
-    else {
-        return None;
-    };
-    let [when] = conditions.as_slice() else {
-        return None;
-    };
-    let null_else = match else_result.as_deref() {
-        None => true,
-        Some(Expr::Value(v)) => v.value == Value::Null,
-        Some(_) => false,
-    };
-    let Expr::Subquery(query) = &when.result else {
-        return None;
-    };
-    if !null_else {
-        return None;
-    }
-    let mut query = query.clone();
-    let SetExpr::Select(select) = query.body.as_mut() else {
-        return None;
-    };
-    // Subqueries in the condition move into this one: they must be aggregated too.
-    let mut condition = when.condition.clone();
-    let _ = visit_expressions_mut(&mut condition, |e| {
-        if let Expr::Subquery(q) = e {
-            wrap_in_max(q);
-        }
-        ControlFlow::<()>::Continue(())
-    });
-    let condition = Expr::Nested(Box::new(condition));
-    select.selection = Some(match select.selection.take() {
-        Some(w) => Expr::BinaryOp {
-            left: Box::new(condition),
-            op: BinaryOperator::And,
-            right: Box::new(Expr::Nested(Box::new(w))),
-        },
-        None => condition,
-    });
-    if !wrap_in_max(&mut query) {
-        return None;
-    }
-    Some(Expr::Subquery(query))
+        .or_else(|| super::subqueries::rewrite(expr))
 }
 
 /// `x [NOT] [I]LIKE p ESCAPE 'c'` with `c` other than backslash becomes
@@ -494,16 +441,6 @@ mod tests {
             "n NOT LIKE like_escape($1::VARCHAR || '%', '/')"
         );
         assert_eq!(rewritten("n LIKE 'a\\_%' ESCAPE '\\'"), "");
-    }
-
-    #[test]
-    fn a_catalog_subquery_in_a_case_branch_becomes_a_filtered_aggregate() {
-        assert_eq!(
-            rewritten("CASE WHEN a.atthasdef THEN (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_catalog.pg_attrdef d WHERE d.adnum = a.attnum) ELSE NULL END"),
-            "(SELECT max(pg_get_expr(d.adbin, d.adrelid)) FROM pg_catalog.pg_attrdef d WHERE (a.atthasdef) AND (d.adnum = a.attnum))"
-        );
-        let user = "CASE WHEN o.x THEN (SELECT i.v FROM shop.items i WHERE i.id = o.id) END";
-        assert_eq!(rewritten(user), "");
     }
 
     #[test]

@@ -191,15 +191,17 @@ pub async fn execute(
 }
 
 /// The rows of `df` in `format`, within `limits`.
+/// `described` is the schema the rows are described with (see `origins`).
 pub async fn rows(
     df: DataFrame,
+    described: &Schema,
     format: &Format,
     metadata: &HashMap<String, String>,
     stop: Stop,
     limits: StatementLimits,
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(metadata));
-    let fields = Arc::new(encode::pg_fields(df.schema().as_arrow(), format, &options)?);
+    let fields = Arc::new(encode::pg_fields(described, format, &options)?);
     let batches = execute(df, stop, session::time_zone(metadata), limits).await?;
     let rows = datarows::data_rows(batches, Arc::clone(&fields));
     let rows = within_result_size(rows, limits.result_size, |row: &DataRow| row.data.len());

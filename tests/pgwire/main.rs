@@ -10,6 +10,7 @@ mod reference;
 mod as_of;
 mod clients;
 mod complexity;
+mod ecosystem;
 mod files;
 mod fuzz;
 mod limits;
