@@ -36,6 +36,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::engine::{AllowedLocations, BadLocation};
+/// What a user may do: the roles SQL grants (`GRANT admin TO ...`) and `role` in `[[users]]` names.
+pub use crate::sql::Role;
 
 /// The default listen address: not 5432, which a local PostgreSQL usually holds.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5433";
@@ -123,25 +125,6 @@ impl std::str::FromStr for AuthMethod {
             "md5" => Ok(Self::Md5),
             "trust" => Ok(Self::Trust),
             _ => Err(()),
-        }
-    }
-}
-
-/// What a user may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Everything: also create, alter and drop sources and sinks, and write files.
-    Admin,
-    /// Queries, `SHOW`, `EXPLAIN`, `COPY ... TO STDOUT` and session settings.
-    Reader,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Admin => "admin",
-            Self::Reader => "reader",
         }
     }
 }
