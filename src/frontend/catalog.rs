@@ -15,7 +15,8 @@
 //! for the server's lifetime, because its object ids must stay stable between the queries a
 //! client makes (psql looks a table's oid up, then asks for its columns by that oid).
 //! Its `pg_index` and `pg_constraint` are ours (see `keys`): the primary keys of the
-//! database's tables.
+//! database's tables. Its `pg_roles` lists the users (see `users`) as they are when it is read:
+//! each can log in, and an admin shows as a superuser who may create roles.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,10 +31,12 @@ use datafusion::common::Constraint;
 use datafusion::datasource::TableType;
 use datafusion::error::DataFusionError;
 use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role as PgRole};
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
 use super::keys::{KeySource, KeyTable, KeyTableProvider, PrimaryKey};
+use super::users::Users;
+use crate::config::Role;
 use crate::engine::Engine;
 
 /// The database that always exists and keeps the engine's default catalog.
@@ -52,6 +55,7 @@ pub fn catalog_of_database(engine: &Engine, name: &str) -> Option<String> {
 /// The `pg_catalog` schema of each database, created on first use and kept.
 pub struct PgCatalogs {
     static_tables: Arc<PgCatalogStaticTables>,
+    roles: UserRoles,
     catalogs: Arc<dyn CatalogProviderList>,
     default_catalog: String,
     by_catalog: Mutex<HashMap<String, Arc<dyn SchemaProvider>>>,
@@ -68,12 +72,15 @@ impl std::fmt::Debug for PgCatalogs {
 impl PgCatalogs {
     /// Installs the PostgreSQL functions psql and drivers call into the engine's session and
     /// prepares the per-database `pg_catalog` schemas.
-    pub fn install(engine: &Engine) -> Result<Self, DataFusionError> {
+    pub fn install(engine: &Engine, users: &Arc<Users>) -> Result<Self, DataFusionError> {
         let default_catalog = engine.default_catalog();
+        let roles = UserRoles {
+            users: Arc::clone(users),
+        };
         datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
             engine.context(),
             &default_catalog,
-            EmptyContextProvider,
+            roles.clone(),
         )
         .map_err(|e| *e)?;
         super::pg_functions::install(engine.context());
@@ -81,6 +88,7 @@ impl PgCatalogs {
         super::reflect::install(engine.context(), static_tables.pg_type.data())?;
         Ok(Self {
             static_tables,
+            roles,
             catalogs: Arc::clone(engine.context().state().catalog_list()),
             default_catalog,
             by_catalog: Mutex::new(HashMap::new()),
@@ -101,7 +109,7 @@ impl PgCatalogs {
         let pg_catalog: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
             view.clone(),
             Arc::clone(&self.static_tables),
-            EmptyContextProvider,
+            self.roles.clone(),
         )?);
         let source: Arc<dyn KeySource> = Arc::new(CatalogKeys {
             pg_catalog: Arc::clone(&pg_catalog),
@@ -114,6 +122,39 @@ impl PgCatalogs {
         });
         by_catalog.insert(catalog.to_string(), Arc::clone(&schema));
         Ok(schema)
+    }
+}
+
+/// The users as `pg_roles` rows.
+#[derive(Debug, Clone)]
+struct UserRoles {
+    users: Arc<Users>,
+}
+
+#[async_trait]
+impl PgCatalogContextProvider for UserRoles {
+    async fn roles(&self) -> Vec<String> {
+        self.users
+            .listed()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect()
+    }
+
+    async fn role(&self, name: &str) -> Option<PgRole> {
+        let (name, role, _) = self.users.listed().into_iter().find(|(n, ..)| n == name)?;
+        let admin = role == Role::Admin;
+        Some(PgRole {
+            name,
+            is_superuser: admin,
+            can_login: true,
+            can_create_db: false,
+            can_create_role: admin,
+            can_create_user: admin,
+            can_replication: false,
+            grants: Vec::new(),
+            inherited_roles: Vec::new(),
+        })
     }
 }
 
