@@ -26,7 +26,9 @@
 //! `trust` (no password) is never a default: it must be set as `auth` explicitly. A user's
 //! `role` is `admin` (may also create, alter and drop sources and sinks, and write files) or
 //! `reader` (queries); `[[users]]` without a `role` are readers, so a forgotten setting never
-//! grants more. Under `trust` with no users configured, every login is an `admin`.
+//! grants more. Under `trust` with no users configured here, every login that is not a user
+//! (SQL can create more, see `frontend`) is an `admin`. SQL never changes the users of the
+//! settings.
 //! Unknown TOML keys are errors, so a misspelt setting is never silently ignored.
 
 use std::net::SocketAddr;
