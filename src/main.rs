@@ -19,9 +19,9 @@ use cdcfusion::config::{
     parse_duration, FlagSettings, FrontendSettings, Role, Settings, UserSettings,
 };
 use cdcfusion::durable::DurableOptions;
-use cdcfusion::engine::{Engine, EngineOptions};
+use cdcfusion::engine::{Engine, EngineError, EngineOptions};
 use cdcfusion::frontend::{console, MetricsServer, Server};
-use cdcfusion::sql::{parse_cdc_statement, split_statements, CdcStatement};
+use cdcfusion::sql::{parse_cdc_statement, parse_user_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
@@ -349,7 +349,13 @@ async fn run_init(engine: Arc<Engine>, files: Vec<PathBuf>, fail_fast: bool) -> 
         let statements =
             split_statements(&text).with_context(|| format!("in {}", file.display()))?;
         for statement in &statements {
+            // Users live in the front end, not in the engine init files run in; the text of a
+            // user statement may hold a password, so it is never shown.
+            let of_users = !matches!(parse_user_statement(statement), Ok(None));
             let result = match parse_cdc_statement(statement) {
+                _ if of_users => Err(EngineError::NotSupported(
+                    "a user statement in an --init file (give start-up users in [[users]])",
+                )),
                 Ok(Some(CdcStatement::CreateSource(mut c))) => {
                     created.push(c.name.clone());
                     c.options.validate = false;
@@ -361,6 +367,10 @@ async fn run_init(engine: Arc<Engine>, files: Vec<PathBuf>, fail_fast: bool) -> 
                 },
             };
             if let Err(e) = result {
+                let statement = match of_users {
+                    true => "(a user statement, not shown)",
+                    false => statement.as_str(),
+                };
                 if fail_fast {
                     return Err(e).with_context(|| format!("in {}: {statement}", file.display()));
                 }

@@ -26,7 +26,9 @@
 //! `trust` (no password) is never a default: it must be set as `auth` explicitly. A user's
 //! `role` is `admin` (may also create, alter and drop sources and sinks, and write files) or
 //! `reader` (queries); `[[users]]` without a `role` are readers, so a forgotten setting never
-//! grants more. Under `trust` with no users configured, every login is an `admin`.
+//! grants more. Under `trust` with no users configured here, every login that is not a user
+//! (SQL can create more, see `frontend`) is an `admin`. SQL never changes the users of the
+//! settings.
 //! Unknown TOML keys are errors, so a misspelt setting is never silently ignored.
 
 use std::net::SocketAddr;
@@ -36,6 +38,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::engine::{AllowedLocations, BadLocation};
+/// What a user may do: the roles SQL grants (`GRANT admin TO ...`) and `role` in `[[users]]` names.
+pub use crate::sql::Role;
 
 /// The default listen address: not 5432, which a local PostgreSQL usually holds.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5433";
@@ -123,25 +127,6 @@ impl std::str::FromStr for AuthMethod {
             "md5" => Ok(Self::Md5),
             "trust" => Ok(Self::Trust),
             _ => Err(()),
-        }
-    }
-}
-
-/// What a user may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Everything: also create, alter and drop sources and sinks, and write files.
-    Admin,
-    /// Queries, `SHOW`, `EXPLAIN`, `COPY ... TO STDOUT` and session settings.
-    Reader,
-}
-
-impl Role {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Admin => "admin",
-            Self::Reader => "reader",
         }
     }
 }

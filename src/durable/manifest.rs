@@ -5,7 +5,8 @@
 //! (`manifests/00000000000000000042.manifest`) and committed with create-if-absent, after every
 //! file they name; so the newest manifest always names complete files, a crash before the
 //! commit leaves only garbage, and two writers cannot both commit the same number. The catalog
-//! (`catalog/<n>.catalog`) is committed the same way on every `CREATE`/`DROP SOURCE`.
+//! (`catalog/<n>.catalog`) is committed the same way on every change of a source, a sink or
+//! a user created by SQL.
 //!
 //! The newest manifest wins. If it cannot be read (corrupt, truncated, unknown format) that is
 //! an error naming the file: the engine never falls back silently to an older state, because the
@@ -118,7 +119,8 @@ impl Manifest {
     }
 }
 
-/// The engine's sources and sinks, as created by `CREATE SOURCE` and `CREATE SINK`.
+/// The engine's sources and sinks, as created by `CREATE SOURCE` and `CREATE SINK`, and the
+/// users created by `CREATE USER`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Catalog {
     pub format: u8,
@@ -127,6 +129,34 @@ pub struct Catalog {
     /// Absent in catalogs written before sinks existed.
     #[serde(default)]
     pub sinks: Vec<CatalogSink>,
+    /// Absent in catalogs written before users could be created by SQL.
+    #[serde(default)]
+    pub users: Vec<CatalogUser>,
+}
+
+/// One user created by SQL: what its logins are checked against, never its password. The
+/// front end derives and reads these; the catalog only keeps them.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogUser {
+    pub name: String,
+    /// The role's name as SQL writes it (`admin` or `reader`).
+    pub role: String,
+    /// SCRAM-SHA-256: the salt, the iteration count and `Hi(password, salt, iterations)`
+    /// (the salted password), salt and salted password in hex.
+    pub scram_salt: String,
+    pub scram_iterations: u32,
+    pub scram_salted_password: String,
+    /// md5: `md5(password || name)` in hex, which PostgreSQL's md5 method salts per login.
+    pub md5: String,
+}
+
+impl std::fmt::Debug for CatalogUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogUser")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One sink in the catalog. Its position is not here: the target holds it.

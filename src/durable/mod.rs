@@ -4,7 +4,8 @@
 //!
 //! # Layout of a state store
 //! ```text
-//! catalog/<n>.catalog                        the sources (CREATE SOURCE statements)
+//! catalog/<n>.catalog                        the sources and sinks (their CREATE statements)
+//!                                            and the users CREATE USER made (verifiers only)
 //! sources/<id>/manifests/<n>.manifest        checkpoint n of a source
 //! sources/<id>/tables/<t>/state/<n>-*.arrow  rows of table t at checkpoint n (Arrow IPC)
 //! sources/<id>/tables/<t>/changelog/<n>-*.arrow  changelog entries checkpoint n added
@@ -58,7 +59,7 @@ use rand::Rng;
 
 pub use checkpoint::{Checkpointer, DurableOptions};
 pub use error::DurableError;
-pub use manifest::{Catalog, CatalogSink, CatalogSource};
+pub use manifest::{Catalog, CatalogSink, CatalogSource, CatalogUser};
 pub use store::{Store, StoreError, StoreOptions};
 
 /// The durable side of an engine: its store, its options and the catalog last committed.
@@ -66,7 +67,8 @@ pub use store::{Store, StoreError, StoreOptions};
 pub struct Durability {
     pub store: Store,
     pub options: DurableOptions,
-    /// Held while a `CREATE`/`DROP SOURCE` commits the next catalog, so commits are serial.
+    /// Held while a `CREATE`/`DROP SOURCE` (or `SINK`, or `USER`) commits the next catalog, so
+    /// commits are serial.
     pub catalog: tokio::sync::Mutex<Catalog>,
 }
 

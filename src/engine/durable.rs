@@ -6,7 +6,8 @@
 //! the source; `DROP SOURCE` commits the catalog without it, stops it, and deletes its files. A
 //! crash between the steps leaves a catalog that a restart follows (a source without a
 //! checkpoint snapshots; files of a dropped source are garbage). Catalog commits are serial
-//! (the catalog lock) and create-if-absent, so two engines cannot both commit one.
+//! (the catalog lock) and create-if-absent, so two engines cannot both commit one. The users
+//! SQL creates are kept in the same catalog, committed before the front end lets them log in.
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use super::session::{Engine, EngineOptions};
 use super::source::RunningSource;
 use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
-use crate::durable::{new_source_id, CatalogSource, Durability, DurableError, Store};
+use crate::durable::{new_source_id, CatalogSource, CatalogUser, Durability, DurableError, Store};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, SourceChanges};
@@ -130,6 +131,31 @@ impl Engine {
 }
 
 impl Engine {
+    /// The users SQL created, as the catalog keeps them (none without a state store).
+    pub async fn catalog_users(&self) -> Vec<CatalogUser> {
+        match &self.durable {
+            Some(durable) => durable.catalog.lock().await.users.clone(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Commits `users` as the users SQL created, in place of the catalog's. Without a state
+    /// store nothing is kept: such users live as long as the front end that holds them.
+    pub async fn commit_users(&self, users: Vec<CatalogUser>) -> Result<(), EngineError> {
+        let Some(durable) = &self.durable else {
+            return Ok(());
+        };
+        let mut catalog = durable.catalog.lock().await;
+        let mut next = catalog.clone();
+        next.seq += 1;
+        next.users = users;
+        commit_catalog(&durable.store, &next)
+            .await
+            .map_err(DurableError::from)?;
+        *catalog = next;
+        Ok(())
+    }
+
     /// `ALTER SOURCE ... SET`: on a durable engine the catalog's statement is committed with
     /// the new options first (a restart keeps them), then the running source takes them.
     pub(super) async fn alter_source(

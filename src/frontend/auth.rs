@@ -3,10 +3,11 @@
 //! Before any password is asked for, the connection must hold a slot under the connection
 //! limit (`53300` otherwise) and come over TLS when TLS is required (`28000`). Then the user's
 //! method runs: SCRAM-SHA-256 (the default) or md5 through pgwire's handlers, or `trust` when
-//! configured explicitly. Passwords come from the config file's users and the one environment
-//! user. Only an authenticated client learns whether its database exists: as PostgreSQL does,
-//! an unknown database is answered with `AuthenticationOk` and then `3D000`, never before the
-//! password has been checked, so database (source) names cannot be probed.
+//! configured explicitly. Users and their verifiers come from `users`: the config file's, the
+//! one environment user, and those SQL created. Only an authenticated client learns whether
+//! its database exists: as PostgreSQL does, an unknown database is answered with
+//! `AuthenticationOk` and then `3D000`, never before the password has been checked, so
+//! database (source) names cannot be probed.
 //!
 //! # Invariant
 //! A failed login is answered with `28P01` only after the configured delay, whether the user
@@ -22,7 +23,7 @@ use std::task::{Context, Poll};
 use async_trait::async_trait;
 use futures::Sink;
 use pgwire::api::auth::md5pass::Md5PasswordAuthStartupHandler;
-use pgwire::api::auth::sasl::scram::{ScramAuth, SCRAM_ITERATIONS};
+use pgwire::api::auth::sasl::scram::ScramAuth;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::{
     finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
@@ -172,7 +173,6 @@ impl Startup {
             .unwrap_or_else(|| user.clone());
         Ok(match catalog_of_database(&self.shared.engine, &database) {
             Some(catalog) => Admitted::Session(SessionInfo {
-                role: self.shared.users.role(&user),
                 user,
                 database,
                 catalog,
@@ -203,7 +203,7 @@ impl Startup {
                     method: AuthMethod::ScramSha256,
                 });
                 let mut scram = ScramAuth::new(source);
-                scram.set_iterations(SCRAM_ITERATIONS);
+                scram.set_iterations(self.shared.users.scram_iterations(user));
                 Some(Method::Scram(
                     SASLAuthStartupHandler::new(params)
                         .with_scram(scram)

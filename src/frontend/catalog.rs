@@ -17,7 +17,8 @@
 //! Its `pg_index` and `pg_constraint` are ours (see `keys`): the primary keys of the
 //! database's tables; `pg_class` gains their indexes (`indexes`), `pg_attribute` the column
 //! types the front end sends (`attributes`), and `pg_settings` lists the settings
-//! (`pg_settings`).
+//! (`pg_settings`). Its `pg_roles` lists the users (see `users`) as they are when it is read:
+//! each can log in, and an admin shows as a superuser who may create roles.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,12 +33,14 @@ use datafusion::common::Constraint;
 use datafusion::datasource::TableType;
 use datafusion::error::DataFusionError;
 use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role as PgRole};
 use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
 use super::attributes::TypedAttributes;
 use super::indexes::{ClassWithIndexes, IndexDefinitions, PgGetIndexdef};
 use super::keys::{KeySource, KeyTable, KeyTableProvider, PrimaryKey};
+use super::users::Users;
+use crate::config::Role;
 use crate::engine::Engine;
 
 /// The database that always exists and keeps the engine's default catalog.
@@ -57,6 +60,7 @@ pub fn catalog_of_database(engine: &Engine, name: &str) -> Option<String> {
 pub struct PgCatalogs {
     static_tables: Arc<PgCatalogStaticTables>,
     definitions: IndexDefinitions,
+    roles: UserRoles,
     catalogs: Arc<dyn CatalogProviderList>,
     default_catalog: String,
     by_catalog: Mutex<HashMap<String, (Arc<dyn SchemaProvider>, Arc<dyn KeySource>)>>,
@@ -73,12 +77,15 @@ impl std::fmt::Debug for PgCatalogs {
 impl PgCatalogs {
     /// Installs the PostgreSQL functions psql and drivers call into the engine's session and
     /// prepares the per-database `pg_catalog` schemas.
-    pub fn install(engine: &Engine) -> Result<Self, DataFusionError> {
+    pub fn install(engine: &Engine, users: &Arc<Users>) -> Result<Self, DataFusionError> {
         let default_catalog = engine.default_catalog();
+        let roles = UserRoles {
+            users: Arc::clone(users),
+        };
         datafusion_pg_catalog::pg_catalog::setup_pg_catalog(
             engine.context(),
             &default_catalog,
-            EmptyContextProvider,
+            roles.clone(),
         )
         .map_err(|e| *e)?;
         super::pg_functions::install(engine.context());
@@ -93,6 +100,7 @@ impl PgCatalogs {
         Ok(Self {
             static_tables,
             definitions,
+            roles,
             catalogs: Arc::clone(engine.context().state().catalog_list()),
             default_catalog,
             by_catalog: Mutex::new(HashMap::new()),
@@ -125,7 +133,7 @@ impl PgCatalogs {
         let provider = PgCatalogSchemaProvider::try_new(
             view.clone(),
             Arc::clone(&self.static_tables),
-            EmptyContextProvider,
+            self.roles.clone(),
         )?;
         let built = |name: &str| {
             provider
@@ -162,6 +170,39 @@ impl PgCatalogs {
             (Arc::clone(&schema), Arc::clone(&source)),
         );
         Ok((schema, source))
+    }
+}
+
+/// The users as `pg_roles` rows.
+#[derive(Debug, Clone)]
+struct UserRoles {
+    users: Arc<Users>,
+}
+
+#[async_trait]
+impl PgCatalogContextProvider for UserRoles {
+    async fn roles(&self) -> Vec<String> {
+        self.users
+            .listed()
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect()
+    }
+
+    async fn role(&self, name: &str) -> Option<PgRole> {
+        let (name, role, _) = self.users.listed().into_iter().find(|(n, ..)| n == name)?;
+        let admin = role == Role::Admin;
+        Some(PgRole {
+            name,
+            is_superuser: admin,
+            can_login: true,
+            can_create_db: false,
+            can_create_role: admin,
+            can_create_user: admin,
+            can_replication: false,
+            grants: Vec::new(),
+            inherited_roles: Vec::new(),
+        })
     }
 }
 

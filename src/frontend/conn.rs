@@ -60,13 +60,18 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    pub fn new(engine: Arc<Engine>, settings: FrontendSettings, pg_catalogs: PgCatalogs) -> Self {
+    pub fn new(
+        engine: Arc<Engine>,
+        settings: FrontendSettings,
+        users: Arc<Users>,
+        pg_catalogs: PgCatalogs,
+    ) -> Self {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = session::SERVER_VERSION.to_string();
         parameters.default_transaction_read_only = true;
         parameters.is_superuser = false;
         Self {
-            users: Arc::new(Users::new(settings.auth, &settings.users)),
+            users,
             slots: Arc::new(Semaphore::new(settings.max_connections)),
             settings,
             engine,
@@ -122,12 +127,11 @@ impl Shared {
     }
 }
 
-/// Who a session is and which catalog its database selects.
+/// Who a session is and which catalog its database selects. What the user may do is looked
+/// up at every statement (`users`), not fixed at login.
 #[derive(Debug, Clone)]
 pub struct SessionInfo {
     pub user: String,
-    /// What the user may do, fixed at login.
-    pub role: crate::config::Role,
     pub database: String,
     pub catalog: String,
 }

@@ -13,6 +13,7 @@ use datafusion::common::SchemaError;
 use datafusion::error::DataFusionError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
+use super::verifier::StoredUserError;
 use crate::engine::EngineError;
 use crate::provider::as_of::AsOfError;
 use crate::provider::current::SchemaChanged;
@@ -65,6 +66,8 @@ pub enum FrontendError {
     Tls(String),
     #[error("cannot set up the pg_catalog schema: {0}")]
     Catalog(String),
+    #[error(transparent)]
+    StoredUser(#[from] StoredUserError),
 }
 
 /// An `ERROR` with `code` and `message`.
@@ -109,7 +112,8 @@ pub fn datafusion_error(error: DataFusionError) -> PgWireError {
     user_error(code, error.to_string())
 }
 
-fn engine_sqlstate(error: &EngineError) -> &'static str {
+/// The SQLSTATE of an engine error (see the module docs).
+pub fn engine_sqlstate(error: &EngineError) -> &'static str {
     match error {
         EngineError::Sql(e) => e.sqlstate(),
         EngineError::SourceExists(name) => {

@@ -7,7 +7,10 @@
 //! * `server`: the listener, the life of a connection (limit, idle sessions, cancellation,
 //!   graceful shutdown);
 //! * `auth`: the start-up exchange (connection slot, TLS requirement, database, password);
-//! * `users`: the users who may log in, their password verifiers and roles;
+//! * `users`: the users who may log in (from the settings and made by SQL), their roles, and
+//!   changes to those SQL made, committed to the engine's catalog;
+//! * `verifier`: the SCRAM and md5 verifiers derived from a password, kept instead of it;
+//! * `user_statements`: `CREATE USER`, `ALTER USER`, `DROP USER`, `GRANT`, `REVOKE`;
 //! * `privileges`: what a user's role lets it run;
 //! * `tls`: the rustls acceptor of the configured certificate;
 //! * `query`: the simple and extended protocols, running each statement by its type;
@@ -85,7 +88,9 @@ mod stats;
 mod subqueries;
 mod subscribe;
 mod tls;
+mod user_statements;
 mod users;
+mod verifier;
 mod wire;
 
 pub use catalog::DEFAULT_DATABASE;

@@ -2,9 +2,10 @@
 //!
 //! An `admin` runs everything. A `reader` runs what only reads: queries, `EXPLAIN` of them,
 //! `SHOW`, cursors over queries, `SUBSCRIBE`, `COPY ... TO STDOUT` and session statements. Anything that
-//! changes the catalog, a source, a sink or a file (`CREATE`/`ALTER`/`DROP SOURCE` and `SINK`,
-//! `CREATE EXTERNAL TABLE`, `COPY ... TO 'file'`, `INSERT`, `CREATE TABLE`/`VIEW`, ...) needs
-//! `admin`.
+//! changes the catalog, a source, a sink, a user or a file (`CREATE`/`ALTER`/`DROP SOURCE`,
+//! `SINK` and `USER`, `GRANT`, `CREATE EXTERNAL TABLE`, `COPY ... TO 'file'`, `INSERT`,
+//! `CREATE TABLE`/`VIEW`, ...) needs `admin`. The role is the user's when the statement runs
+//! (`users`), so a `REVOKE admin` holds from a session's next statement on.
 //!
 //! # Invariant
 //! The decision is made on the parsed statement's type, before it is planned or run, and a
@@ -30,6 +31,7 @@ pub fn authorize(role: Role, user: &str, parsed: &Parsed) -> PgWireResult<()> {
     let refused = match parsed {
         // Subscribing and reading a cursor only read.
         Parsed::Session(_) | Parsed::Copy(_) | Parsed::Subscribe(_) | Parsed::Cursor(_) => None,
+        Parsed::Users(statement) => Some(statement.tag().to_string()),
         Parsed::Declare(declare) => {
             (!query_reads_only(&declare.query.body)).then(|| "DECLARE of this cursor".into())
         }
@@ -52,7 +54,8 @@ pub fn authorize(role: Role, user: &str, parsed: &Parsed) -> PgWireResult<()> {
             SQLSTATE_INSUFFICIENT_PRIVILEGE,
             format!(
                 "permission denied: {what} needs the admin role, and user {user:?} has the {} role \
-                 (an administrator gives it role = \"admin\" in the settings' [[users]])",
+                 (an admin gives it with GRANT admin TO {user:?}, or with role = \"admin\" in the \
+                 settings' [[users]] to a user defined there)",
                 role.name()
             ),
         )),

@@ -55,6 +55,7 @@ use super::results::{self, execute, rows, warn_stale, within_result_size, Statem
 use super::session::{self, SessionStatement};
 use super::statement::{self, ours_answer, Answer, Parsed, Prepared};
 use super::subscribe::Runner;
+use super::user_statements;
 use crate::provider::health::ReadPolicy;
 use crate::sql::{CursorCommand, SQLSTATE_FEATURE_NOT_SUPPORTED};
 
@@ -140,7 +141,8 @@ impl Parser {
         };
         block::lock(self.conn.block()).admit(session)?;
         if let Some(info) = self.conn.session() {
-            privileges::authorize(info.role, &info.user, &prepared.parsed)?;
+            let role = self.shared.users.role(&info.user);
+            privileges::authorize(role, &info.user, &prepared.parsed)?;
         }
         let limits = StatementLimits::of(&self.shared.settings);
         let cursors = Runner {
@@ -154,6 +156,10 @@ impl Parser {
             Parsed::Subscribe(s) => cursors.subscribe(client, s, &metadata).await,
             Parsed::Declare(declare) => cursors.declare(declare, &metadata).await,
             Parsed::Cursor(command) => cursors.cursor(command, &metadata, format).await,
+            Parsed::Users(statement) => {
+                let user = self.conn.session().map_or("", |info| info.user.as_str());
+                user_statements::run(&self.shared.users, &self.shared.engine, user, statement).await
+            }
             Parsed::Ours(statement) => {
                 let stop = self.planner.start(&metadata);
                 let df = self.planner.run_ours(statement.clone(), &stop).await?;
@@ -285,7 +291,12 @@ impl Parser {
         let Some(parsed) = statement::parse(&self.shared, &text)? else {
             return Ok(None);
         };
+        // A user statement's text may hold a password: it is not kept.
+        let keep = !matches!(parsed, Parsed::Users(_));
         let prepared = Arc::new(Prepared::unplanned(parsed));
+        if !keep {
+            return Ok(Some(prepared));
+        }
         let mut kept = lock();
         if kept.len() >= MAX_KEPT_STATEMENTS {
             kept.clear();

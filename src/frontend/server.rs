@@ -40,6 +40,7 @@ use super::conn::{ConnState, Shared};
 use super::error::{FrontendError, SQLSTATE_ADMIN_SHUTDOWN, SQLSTATE_IDLE_SESSION_TIMEOUT};
 use super::query::QueryHandler;
 use super::session;
+use super::users::Users;
 use crate::config::FrontendSettings;
 use crate::engine::Engine;
 
@@ -85,13 +86,19 @@ impl Server {
             Some((cert, key)) => Some(super::tls::acceptor(cert, key)?),
             None => None,
         };
-        let pg_catalogs =
-            PgCatalogs::install(&engine).map_err(|e| FrontendError::Catalog(e.to_string()))?;
+        let users = Users::new(
+            settings.auth,
+            &settings.users,
+            &engine.catalog_users().await,
+        )?;
+        let users = Arc::new(users);
+        let pg_catalogs = PgCatalogs::install(&engine, &users)
+            .map_err(|e| FrontendError::Catalog(e.to_string()))?;
         engine.context().register_udf(session::version_udf());
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| FrontendError::Listen { addr, source })?;
-        let shared = Arc::new(Shared::new(engine, settings, pg_catalogs));
+        let shared = Arc::new(Shared::new(engine, settings, users, pg_catalogs));
         Ok(Self {
             listener,
             tls,

@@ -7,7 +7,9 @@
 //!    its first words and parses only what it claims ([`Parsed::Ours`]), including
 //!    `SUBSCRIBE` in its plain, `COPY` and cursor forms, `FETCH` and `CLOSE`
 //!    ([`Parsed::Subscribe`], [`Parsed::Cursor`]), which PostgreSQL's grammar does not read
-//!    (or, for `FETCH`, not in every spelling PostgreSQL accepts);
+//!    (or, for `FETCH`, not in every spelling PostgreSQL accepts), and the statements that
+//!    manage users (`CREATE USER`, `GRANT admin TO ...`; [`Parsed::Users`]), which it reads
+//!    with sqlparser's role grammar;
 //! 2. our `AS OF` after a table name (`sql::as_of`), which no other grammar reads, written as
 //!    the `as_of` table function, for
 //! 3. PostgreSQL's grammar with `datafusion-pg-catalog`'s compatibility rewrites (its
@@ -50,8 +52,9 @@ use super::planner::Kept;
 use super::session::SessionStatement;
 use crate::engine::{limits, parser_error, TooComplex};
 use crate::sql::{
-    parse_cdc_statement, parse_cursor_command, parse_subscribe, rewrite_as_of, split_statements,
-    CdcStatement, CursorCommand, SqlError, SubscribeStatement, SQLSTATE_SYNTAX_ERROR,
+    parse_cdc_statement, parse_cursor_command, parse_subscribe, parse_user_statement,
+    rewrite_as_of, split_statements, CdcStatement, CursorCommand, SqlError, SubscribeStatement,
+    UserStatement, SQLSTATE_SYNTAX_ERROR,
 };
 
 /// One statement of a client, typed (see the module docs).
@@ -67,6 +70,8 @@ pub enum Parsed {
     Declare(DeclareQuery),
     /// `FETCH` or `CLOSE`.
     Cursor(CursorCommand),
+    /// `CREATE USER`, `GRANT`, ...: run by the front end, which holds the users.
+    Users(UserStatement),
     /// Planned by DataFusion from this tree, answered as `answer` says.
     DataFusion {
         statement: DFStatement,
@@ -174,6 +179,9 @@ pub fn parse(shared: &Shared, text: &str) -> PgWireResult<Option<Parsed>> {
     }
     if let Some(command) = parse_cursor_command(text).map_err(ours)? {
         return Ok(Some(Parsed::Cursor(command)));
+    }
+    if let Some(statement) = parse_user_statement(text).map_err(ours)? {
+        return Ok(Some(Parsed::Users(statement)));
     }
     let rewritten = rewrite_as_of(text);
     let text = rewritten.as_deref().unwrap_or(text);

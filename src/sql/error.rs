@@ -22,7 +22,7 @@ pub const SQLSTATE_SYNTAX_ERROR: &str = "42601";
 pub const SQLSTATE_INVALID_PARAMETER_VALUE: &str = "22023";
 /// `feature_not_supported`: well-formed, but not something cdcfusion does.
 pub const SQLSTATE_FEATURE_NOT_SUPPORTED: &str = "0A000";
-/// `undefined_object`: the statement names a source that does not exist.
+/// `undefined_object`: the statement names a source (or a role) that does not exist.
 pub const SQLSTATE_UNDEFINED_OBJECT: &str = "42704";
 /// `duplicate_object`: the statement creates a source that already exists.
 pub const SQLSTATE_DUPLICATE_OBJECT: &str = "42710";
@@ -91,6 +91,16 @@ pub enum SqlError {
     /// statement's executor.
     #[error("source {name:?} already exists")]
     DuplicateSource { name: String },
+    /// sqlparser's PostgreSQL grammar refused a statement of ours that it reads whole (the
+    /// role statements); its message carries the token and the position.
+    #[error("syntax error: {source}")]
+    Grammar { source: ParserError },
+    /// A role statement names a role other than the two there are (`admin` and `reader`).
+    #[error("role {name:?} does not exist (the roles are admin and reader){}", At(.location))]
+    UndefinedRole {
+        name: String,
+        location: Option<Location>,
+    },
 }
 
 impl SqlError {
@@ -101,12 +111,15 @@ impl SqlError {
             | SqlError::Tokenize { .. }
             | SqlError::Expression { .. }
             | SqlError::UnknownOption { .. }
-            | SqlError::DuplicateOption { .. } => SQLSTATE_SYNTAX_ERROR,
+            | SqlError::DuplicateOption { .. }
+            | SqlError::Grammar { .. } => SQLSTATE_SYNTAX_ERROR,
             SqlError::InvalidValue { .. } | SqlError::InvalidUrl { .. } => {
                 SQLSTATE_INVALID_PARAMETER_VALUE
             }
             SqlError::Unsupported { .. } => SQLSTATE_FEATURE_NOT_SUPPORTED,
-            SqlError::UndefinedSource { .. } => SQLSTATE_UNDEFINED_OBJECT,
+            SqlError::UndefinedSource { .. } | SqlError::UndefinedRole { .. } => {
+                SQLSTATE_UNDEFINED_OBJECT
+            }
             SqlError::DuplicateSource { .. } => SQLSTATE_DUPLICATE_OBJECT,
         }
     }
@@ -120,9 +133,11 @@ impl SqlError {
             | SqlError::DuplicateOption { location, .. }
             | SqlError::InvalidValue { location, .. }
             | SqlError::InvalidUrl { location, .. }
-            | SqlError::Unsupported { location, .. } => *location,
+            | SqlError::Unsupported { location, .. }
+            | SqlError::UndefinedRole { location, .. } => *location,
             // sqlparser's message has the position in its text only.
             SqlError::Expression { .. }
+            | SqlError::Grammar { .. }
             | SqlError::UndefinedSource { .. }
             | SqlError::DuplicateSource { .. } => None,
         }

@@ -12,7 +12,7 @@
 use sqlparser::dialect::Dialect;
 use sqlparser::keywords::Keyword;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Location, Token, TokenWithSpan};
+use sqlparser::tokenizer::{Location, Token, TokenWithSpan, Tokenizer};
 
 use super::error::SqlError;
 use super::names::GRAMMAR_WORDS;
@@ -25,6 +25,36 @@ pub(super) fn is_keyword(token: &Token, keyword: Keyword) -> bool {
 /// An unquoted word, for the words of our grammar that sqlparser has no keyword for.
 pub(super) fn is_word(token: &Token, name: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(name))
+}
+
+/// The tokens of `sql` when `claim`, shown its first words (at most four, whitespace left
+/// out), says which statement of ours it is; `Ok(None)` leaves the text untouched for another
+/// grammar, even a text that does not tokenize (that grammar reports its own error). A claimed
+/// text that does not tokenize is a [`SqlError::Tokenize`].
+pub(super) fn claim<K>(
+    dialect: &dyn Dialect,
+    sql: &str,
+    claim: impl FnOnce(&[&Token]) -> Option<K>,
+) -> Result<Option<(K, Vec<TokenWithSpan>)>, SqlError> {
+    let mut tokens = Vec::new();
+    // On error the buffer keeps the tokens before the bad one: enough to tell whose it is.
+    let tokenized = Tokenizer::new(dialect, sql).tokenize_with_location_into_buf(&mut tokens);
+    let words: Vec<&Token> = tokens
+        .iter()
+        .map(|t| &t.token)
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .take(4)
+        .collect();
+    let Some(kind) = claim(&words) else {
+        return Ok(None);
+    };
+    match tokenized {
+        Ok(()) => Ok(Some((kind, tokens))),
+        Err(e) => Err(SqlError::Tokenize {
+            message: e.message,
+            location: Some(e.location),
+        }),
+    }
 }
 
 /// How a name is read; see the module docs.

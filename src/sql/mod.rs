@@ -1,8 +1,8 @@
 //! The SQL statements cdcfusion adds to DataFusion's: `CREATE SOURCE`, `DROP SOURCE`,
 //! `SHOW SOURCES`, `ALTER SOURCE ... RESNAPSHOT`, the sink statements (`CREATE SINK`,
 //! `DROP SINK`, `SHOW SINKS`, `ALTER SINK ... PAUSE | RESUME`), `AS OF` after a table
-//! name in a query (rewritten to the `as_of` table function, see `as_of`), and `SUBSCRIBE`
-//! (see `subscribe`).
+//! name in a query (rewritten to the `as_of` table function, see `as_of`), `SUBSCRIBE`
+//! (see `subscribe`), and the statements that manage users and their roles (see `users`).
 //!
 //! This module owns their text: grammar, option checking and rendering back to SQL. It does
 //! not run them; the executor (the pgwire layer's query hook) matches on [`CdcStatement`] and
@@ -23,7 +23,7 @@
 //! * `value`: an option's value typed from sqlparser's expression (string, ranged integer).
 //! * `options`: the `WITH (...)` options: one table ([`OPTIONS`]) of names, types, ranges,
 //!   documentation and rendering, read into the typed [`SourceOptions`].
-//! * `statement`: the statement types.
+//! * `statement`: the statement types (also the user statements' and [`Role`]).
 //! * `grammar`: sqlparser's parser over our tokens, with our error messages.
 //! * `sink`: the sink statements' grammar and options.
 //! * `parse`: which texts are ours, and each statement's grammar ([`parse_cdc_statement`]).
@@ -32,6 +32,8 @@
 //!   as byte offsets.
 //! * `as_of`: `name AS OF point` in a query, written as the `as_of` table function.
 //! * `subscribe`: `SUBSCRIBE` in its plain, `COPY (...) TO STDOUT` and cursor forms.
+//! * `users`: `CREATE USER`, `ALTER USER`, `DROP USER`, `GRANT` and `REVOKE` of the two
+//!   roles ([`Role`]), read by sqlparser's PostgreSQL role grammar.
 //!
 //! The reference for users is `docs/sql-reference.md`; a test keeps its option table in step
 //! with [`OPTIONS`] and its examples parsing.
@@ -48,6 +50,7 @@ mod script;
 mod sink;
 mod statement;
 mod subscribe;
+mod users;
 mod value;
 
 pub use as_of::rewrite_as_of;
@@ -64,13 +67,14 @@ pub use parse::parse_cdc_statement;
 pub use script::split_statements;
 pub use sink::SINK_OPTIONS;
 pub use statement::{
-    AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, DropSink,
-    DropSource,
+    AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, CreateUser,
+    DropSink, DropSource, Password, Role, UserStatement,
 };
 pub use subscribe::{
     parse_cursor_command, parse_subscribe, CursorCommand, Subscribe, SubscribeStatement,
     SUBSCRIBE_OPTIONS,
 };
+pub use users::parse_user_statement;
 
 #[cfg(test)]
 mod tests {
@@ -148,6 +152,7 @@ mod tests {
             match parse_cdc_statement(block) {
                 Ok(Some(_)) => examples += 1,
                 _ if matches!(parse_subscribe(block), Ok(Some(_))) => examples += 1,
+                _ if matches!(parse_user_statement(block), Ok(Some(_))) => examples += 1,
                 other => panic!("example {block:?} does not parse: {other:?}"),
             }
         }

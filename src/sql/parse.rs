@@ -12,10 +12,10 @@
 
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::keywords::Keyword;
-use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
+use sqlparser::tokenizer::Token;
 
 use super::error::SqlError;
-use super::grammar::{is_keyword, is_word, Grammar, NameKind};
+use super::grammar::{claim, is_keyword, is_word, Grammar, NameKind};
 use super::mysql_url::{mask_password, MySqlUrl};
 use super::options::{OptionSpec, SourceChanges, SourceOptions};
 use super::statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
@@ -25,18 +25,9 @@ use crate::change::schema::TableId;
 /// Parses `sql` if it is one of cdcfusion's statements; `Ok(None)` hands it to DataFusion.
 pub fn parse_cdc_statement(sql: &str) -> Result<Option<CdcStatement>, SqlError> {
     let dialect = PostgreSqlDialect {};
-    let mut tokens = Vec::new();
-    // On error the buffer keeps the tokens before the bad one: enough to tell whose it is.
-    let tokenized = Tokenizer::new(&dialect, sql).tokenize_with_location_into_buf(&mut tokens);
-    let Some(kind) = Kind::of(&tokens) else {
+    let Some((kind, tokens)) = claim(&dialect, sql, Kind::of)? else {
         return Ok(None);
     };
-    if let Err(e) = tokenized {
-        return Err(SqlError::Tokenize {
-            message: e.message,
-            location: Some(e.location),
-        });
-    }
     let mut grammar = Grammar::new(&dialect, tokens);
     let statement = match kind {
         Kind::Create => CdcStatement::CreateSource(grammar.create_source()?),
@@ -81,13 +72,7 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(tokens: &[TokenWithSpan]) -> Option<Self> {
-        let words: Vec<&Token> = tokens
-            .iter()
-            .map(|t| &t.token)
-            .filter(|t| !matches!(t, Token::Whitespace(_)))
-            .take(4)
-            .collect();
+    fn of(words: &[&Token]) -> Option<Self> {
         let first = |kw| words.first().is_some_and(|t| is_keyword(t, kw));
         let word = |i: usize, name| words.get(i).is_some_and(|t| is_word(t, name));
         if first(Keyword::CREATE) && word(1, "SOURCE") {

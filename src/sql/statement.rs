@@ -13,13 +13,22 @@
 //! DROP SINK [IF EXISTS] name
 //! SHOW SINKS
 //! ALTER SINK name PAUSE | RESUME
+//! CREATE USER | ROLE ..., ALTER USER | ROLE ..., DROP USER | ROLE ..., GRANT ..., REVOKE ...
 //! ```
+//!
+//! The user statements ([`UserStatement`], grammar in `users`) are run by the front end, which
+//! holds the users, not by the engine.
 //!
 //! # Invariant
 //! A value of these types holds only what the grammar accepts: a source name as resolved
 //! (folded unless it was quoted), a URL `mysql_async` takes ([`MySqlUrl`]), and options already
-//! checked by the option table ([`SourceOptions`]), so whoever runs a statement checks nothing
-//! about its text again.
+//! checked by the option table ([`SourceOptions`]), a role among the two there are, and a
+//! password that is not a hash, so whoever runs a statement checks nothing about its text
+//! again.
+
+use std::fmt;
+
+use serde::Deserialize;
 
 use super::mysql_url::MySqlUrl;
 use super::options::{SourceChanges, SourceOptions};
@@ -97,4 +106,101 @@ pub struct AlterSink {
     pub name: String,
     /// True for `PAUSE`, false for `RESUME`.
     pub pause: bool,
+}
+
+/// What a user may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Queries, `SHOW`, `EXPLAIN`, `COPY ... TO STDOUT` and session settings.
+    Reader,
+    /// Everything: also create, alter and drop sources, sinks and users, and write files.
+    Admin,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Reader => "reader",
+        }
+    }
+
+    /// The role called `name` (as resolved from SQL: folded unless quoted).
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "admin" => Some(Self::Admin),
+            "reader" => Some(Self::Reader),
+            _ => None,
+        }
+    }
+}
+
+/// A password as a statement gives it: read by whoever derives its verifiers, never shown
+/// (its `Debug` is masked and it has no `Display`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// A password the grammar has checked (not empty, not already hashed).
+    pub(super) fn new(text: String) -> Self {
+        Self(text)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(****)")
+    }
+}
+
+/// A statement that manages users (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UserStatement {
+    Create(CreateUser),
+    /// `ALTER USER | ROLE name ...`: a new password, or (options that change nothing) none.
+    Alter {
+        name: String,
+        password: Option<Password>,
+    },
+    Drop {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    /// `GRANT role TO users`; granting `reader` changes nothing.
+    Grant {
+        role: Role,
+        users: Vec<String>,
+    },
+    /// `REVOKE admin FROM users`: they are readers again.
+    RevokeAdmin {
+        users: Vec<String>,
+    },
+}
+
+/// `CREATE USER` or `CREATE ROLE ... LOGIN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateUser {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub password: Password,
+    /// `reader` unless `IN ROLE admin`.
+    pub role: Role,
+}
+
+impl UserStatement {
+    /// PostgreSQL's command tag (`CREATE USER` answers `CREATE ROLE` there too).
+    pub fn tag(&self) -> &'static str {
+        match self {
+            Self::Create(_) => "CREATE ROLE",
+            Self::Alter { .. } => "ALTER ROLE",
+            Self::Drop { .. } => "DROP ROLE",
+            Self::Grant { .. } => "GRANT ROLE",
+            Self::RevokeAdmin { .. } => "REVOKE ROLE",
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The PostgreSQL front end with real clients: the `psql` binary, tokio-postgres (extended
 //! protocol, binary formats, every type), psycopg (another language's driver), concurrent
-//! clients while the source ingests, and the server's limits.
+//! clients while the source ingests, the server's limits, and users and roles managed by SQL.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -22,3 +22,4 @@ mod savepoints;
 mod server;
 mod subscribe;
 mod types;
+mod users;
