@@ -63,8 +63,11 @@ pub struct PgCatalogs {
     roles: UserRoles,
     catalogs: Arc<dyn CatalogProviderList>,
     default_catalog: String,
-    by_catalog: Mutex<HashMap<String, (Arc<dyn SchemaProvider>, Arc<dyn KeySource>)>>,
+    by_catalog: Mutex<HashMap<String, Database>>,
 }
+
+/// One database's `pg_catalog` schema and where its tables' keys, oids and schemas come from.
+type Database = (Arc<dyn SchemaProvider>, Arc<dyn KeySource>);
 
 impl std::fmt::Debug for PgCatalogs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,10 +120,7 @@ impl PgCatalogs {
         Ok(self.of_catalog(catalog)?.1)
     }
 
-    fn of_catalog(
-        &self,
-        catalog: &str,
-    ) -> Result<(Arc<dyn SchemaProvider>, Arc<dyn KeySource>), DataFusionError> {
+    fn of_catalog(&self, catalog: &str) -> Result<Database, DataFusionError> {
         let mut by_catalog = self.by_catalog.lock().expect("pg_catalog cache");
         if let Some((schema, keys)) = by_catalog.get(catalog) {
             return Ok((Arc::clone(schema), Arc::clone(keys)));

@@ -103,16 +103,12 @@ pub fn pg_fields(
             let (table, column) = super::origins::origin(f);
             let ty = pg_type(f)?;
             let size = type_size(&ty);
-            Ok(FieldInfo::new(
-                f.name().clone(),
-                table,
-                column,
-                ty,
-                format.format_for(i),
+            Ok(
+                FieldInfo::new(f.name().clone(), table, column, ty, format.format_for(i))
+                    .with_type_size(size)
+                    .with_type_modifier(type_modifier(f))
+                    .with_format_options(Arc::clone(options)),
             )
-            .with_type_size(size)
-            .with_type_modifier(type_modifier(f))
-            .with_format_options(Arc::clone(options)))
         })
         .collect()
 }
