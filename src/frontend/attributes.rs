@@ -19,13 +19,13 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Int16Type, Int32Type, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::datasource::{MemTable, TableProvider, TableType};
+use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::encode::{pg_type, type_modifier};
-use super::keys::KeySource;
+use super::keys::{all_rows, scan_rows, KeySource};
 
 /// A database's `pg_attribute`, typed as the front end sends each column.
 #[derive(Debug)]
@@ -51,9 +51,7 @@ impl TableProvider for TypedAttributes {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let schema = self.inner.schema();
-        let plan = self.inner.scan(state, None, &[], None).await?;
-        let batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
+        let batches = all_rows(self.inner.as_ref(), state).await?;
         let tables = self.tables.table_schemas(state).await?;
         let typed = batches
             .into_iter()
@@ -67,9 +65,15 @@ impl TableProvider for TypedAttributes {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        MemTable::try_new(schema, vec![typed])?
-            .scan(state, projection, filters, limit)
-            .await
+        scan_rows(
+            self.inner.schema(),
+            typed,
+            state,
+            projection,
+            filters,
+            limit,
+        )
+        .await
     }
 }
 

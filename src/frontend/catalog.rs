@@ -38,7 +38,7 @@ use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStatic
 
 use super::attributes::TypedAttributes;
 use super::indexes::{ClassWithIndexes, IndexDefinitions, PgGetIndexdef};
-use super::keys::{KeySource, KeyTable, KeyTableProvider, PrimaryKey};
+use super::keys::{all_rows, KeySource, KeyTable, KeyTableProvider, PrimaryKey};
 use super::users::Users;
 use crate::config::Role;
 use crate::engine::Engine;
@@ -392,8 +392,7 @@ impl CatalogKeys {
             self.pg_catalog.table(name).await?.ok_or_else(|| {
                 DataFusionError::Internal(format!("pg_catalog.{name} is missing"))
             })?;
-        let plan = table.scan(state, None, &[], None).await?;
-        let batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
+        let batches = all_rows(table.as_ref(), state).await?;
         batches
             .iter()
             .map(|batch| {

@@ -21,15 +21,15 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Int32Type, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::common::{exec_err, ScalarValue};
-use datafusion::datasource::{MemTable, TableProvider, TableType};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
 use datafusion::logical_expr::{
     ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::keys::{KeySource, PrimaryKey};
+use super::keys::{all_rows, scan_rows, KeySource, PrimaryKey};
 
 /// `pg_am.oid` of btree, the access method PostgreSQL builds primary keys with.
 const BTREE: i32 = 403;
@@ -239,17 +239,11 @@ impl TableProvider for ClassWithIndexes {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let schema = self.inner.schema();
-        let plan = self.inner.scan(state, None, &[], None).await?;
-        let mut batches = datafusion::physical_plan::collect(plan, state.task_ctx()).await?;
+        let mut batches = all_rows(self.inner.as_ref(), state).await?;
         let keys = self.keys.primary_keys(state).await?;
         batches.push(Self::index_rows(&schema, &keys)?);
         let all = concat_batches(&schema, &batches)?;
-        if all.num_columns() != schema.fields().len() {
-            return exec_err!("pg_class rows do not match its schema");
-        }
-        MemTable::try_new(schema, vec![vec![all]])?
-            .scan(state, projection, filters, limit)
-            .await
+        scan_rows(schema, vec![all], state, projection, filters, limit).await
     }
 }
 

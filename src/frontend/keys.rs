@@ -306,10 +306,37 @@ impl TableProvider for KeyTableProvider {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let keys = self.source.primary_keys(state).await?;
         let batch = self.table.batch(&keys)?;
-        MemTable::try_new(Arc::clone(&self.schema), vec![vec![batch]])?
-            .scan(state, projection, filters, limit)
-            .await
+        scan_rows(
+            Arc::clone(&self.schema),
+            vec![batch],
+            state,
+            projection,
+            filters,
+            limit,
+        )
+        .await
     }
+}
+
+/// Every row of `table`, read in `state`.
+pub async fn all_rows(table: &dyn TableProvider, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+    let plan = table.scan(state, None, &[], None).await?;
+    datafusion::physical_plan::collect(plan, state.task_ctx()).await
+}
+
+/// A scan of `batches` as a table of `schema`, with the scan's projection, filters and limit:
+/// how the catalog tables made at each scan answer one.
+pub async fn scan_rows(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    state: &dyn Session,
+    projection: Option<&Vec<usize>>,
+    filters: &[Expr],
+    limit: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    MemTable::try_new(schema, vec![batches])?
+        .scan(state, projection, filters, limit)
+        .await
 }
 
 #[cfg(test)]

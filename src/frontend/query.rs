@@ -267,7 +267,15 @@ impl Parser {
             .await?;
         prepared.keep(kept);
         if let Some(described) = &prepared.schema {
-            if described.fields() != df.schema().as_arrow().fields() {
+            // Names and types: a description also carries each column's origin (`origins`).
+            let now = df.schema().as_arrow().fields();
+            let same = described.fields().len() == now.len()
+                && described
+                    .fields()
+                    .iter()
+                    .zip(now.iter())
+                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+            if !same {
                 return Err(user_error(
                     SQLSTATE_FEATURE_NOT_SUPPORTED,
                     "cached plan must not change result type",
