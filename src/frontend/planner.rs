@@ -145,6 +145,11 @@ impl Planner {
         schema: &datafusion::common::DFSchema,
         metadata: &HashMap<String, String>,
     ) -> PgWireResult<datafusion::arrow::datatypes::SchemaRef> {
+        // Only a column reference keeps a qualifier: without one there is nothing to look up,
+        // and no session state to copy.
+        if schema.iter().all(|(qualifier, _)| qualifier.is_none()) {
+            return Ok(Arc::new(schema.as_arrow().clone()));
+        }
         let (state, _) = self.state(metadata)?;
         let catalog = state.config_options().catalog.default_catalog.clone();
         let keys = self
