@@ -21,16 +21,32 @@
 //! looked up, is not kept at all; neither is a plan that writes or changes anything. Tables
 //! registered from Rust on `Engine::context` are not seen by the generation: call
 //! `Engine::catalog_changed` after registering them.
+//!
+//! # Kept physical plans
+//! A kept plan that reads only current tables, takes no parameters and calls no *stable*
+//! function (`now()` and the functions that read the session or the catalogs, which the
+//! optimizer folds into constants) also keeps its physical plan, made at its first run: the
+//! next runs skip the optimizer and physical planning too. Each run binds every current-table
+//! scan of it to that run's pinned version, checking health again
+//! (`provider::current_scan`), and gives every other node fresh state
+//! (`ExecutionPlan::reset_state`, e.g. a hash join's build side). The kept copy holds its
+//! scans unbound, so it keeps no version's rows alive. The scans' statistics are inexact, so
+//! the physical optimizer never folded a row count into the plan. The same generation and
+//! settings rules apply.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
-use datafusion::logical_expr::{LogicalPlan, TableSource};
+use datafusion::error::Result as DFResult;
+use datafusion::logical_expr::{Expr, LogicalPlan, TableSource, Volatility};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
 
 use super::status::StatusTable;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
+use crate::provider::current_scan::CurrentScanExec;
 
 /// What every name of a statement resolved to, as a value that changes whenever a name
 /// could resolve differently (see the module docs).
@@ -49,6 +65,8 @@ pub struct CatalogGeneration {
 pub struct KeptPlan {
     plan: LogicalPlan,
     generation: CatalogGeneration,
+    /// Where its physical plan is kept, when it may be (see the module docs).
+    physical: Option<Arc<Mutex<Option<Arc<dyn ExecutionPlan>>>>>,
 }
 
 impl CatalogGeneration {
@@ -65,7 +83,62 @@ impl KeptPlan {
         reusable(plan).then(|| Self {
             plan: plan.clone(),
             generation,
+            physical: physically_reusable(plan).then(Arc::default),
         })
+    }
+
+    /// Keeps `physical`, this plan made physical for a run, when it may run again (see the
+    /// module docs); call it before that run executes it.
+    pub fn keep_physical(&self, physical: &Arc<dyn ExecutionPlan>) -> DFResult<()> {
+        let Some(slot) = &self.physical else {
+            return Ok(());
+        };
+        let unbound = Arc::clone(physical)
+            .transform_up(|node| {
+                let fresh = match node.downcast_ref::<CurrentScanExec>() {
+                    Some(scan) => scan.unbound(),
+                    None => node.reset_state()?,
+                };
+                Ok(Transformed::yes(fresh))
+            })?
+            .data;
+        *slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(unbound);
+        Ok(())
+    }
+
+    /// The kept physical plan bound to what `config` pins, ready for one run; `None` when none
+    /// is kept.
+    pub(super) fn bind_physical(
+        &self,
+        config: &SessionConfig,
+    ) -> DFResult<Option<Arc<dyn ExecutionPlan>>> {
+        let kept = match &self.physical {
+            Some(slot) => slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            None => None,
+        };
+        let Some(kept) = kept else {
+            return Ok(None);
+        };
+        let bound = kept
+            .transform_up(|node| {
+                let fresh = match node.downcast_ref::<CurrentScanExec>() {
+                    Some(scan) => scan.bind(config)?,
+                    None => node.reset_state()?,
+                };
+                Ok(Transformed::yes(fresh))
+            })?
+            .data;
+        Ok(Some(bound))
+    }
+
+    /// The plan's result columns.
+    pub fn schema(&self) -> &datafusion::common::DFSchemaRef {
+        self.plan.schema()
     }
 
     /// The generation the plan was made in.
@@ -100,6 +173,44 @@ fn reusable(plan: &LogicalPlan) -> bool {
         })
     });
     walked.is_ok() && reusable
+}
+
+/// Whether `plan`'s physical plan may be kept too: it reads only current tables, has no
+/// parameters and calls no stable function (see the module docs).
+fn physically_reusable(plan: &LogicalPlan) -> bool {
+    let mut fine = true;
+    let walked = plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::TableScan(scan) => {
+                fine &=
+                    source_as_provider(&scan.source).is_ok_and(|p| p.is::<CurrentTableProvider>());
+            }
+            // Their text is made at planning: it shows each run's plan as that run binds it.
+            LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => fine = false,
+            _ => {}
+        }
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let folded = match e {
+                    Expr::Placeholder(_) => true,
+                    Expr::ScalarFunction(f) => f.func.signature().volatility == Volatility::Stable,
+                    _ => false,
+                };
+                fine &= !folded;
+                Ok(if fine {
+                    TreeNodeRecursion::Continue
+                } else {
+                    TreeNodeRecursion::Stop
+                })
+            })
+        })?;
+        Ok(if fine {
+            TreeNodeRecursion::Continue
+        } else {
+            TreeNodeRecursion::Stop
+        })
+    });
+    walked.is_ok() && fine
 }
 
 /// Whether a table's provider reads what it reads in `scan` (see the module docs).

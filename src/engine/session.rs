@@ -22,6 +22,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{DataFrame, SessionConfig};
 use datafusion::sql::parser::Statement as DFStatement;
 
@@ -405,8 +406,27 @@ impl Engine {
         Some(DataFrame::new(state, kept.plan()))
     }
 
+    /// `kept`'s physical plan bound to every source's current version, pinned in `config`
+    /// for one run (see `reuse`); `None` when the catalog changed since it was planned or no
+    /// physical plan is kept, and the statement takes the way of [`Engine::run_kept`].
+    pub fn bind_kept(
+        &self,
+        config: &mut SessionConfig,
+        kept: &KeptPlan,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>, EngineError> {
+        if self.catalog_generation() != kept.generation() {
+            return Ok(None);
+        }
+        self.pin_in(config);
+        Ok(kept.bind_physical(config)?)
+    }
+
     /// Pins the current version of every source in `state`, for one statement.
     pub(super) fn pin_versions(&self, state: &mut SessionState) {
+        self.pin_in(state.config_mut());
+    }
+
+    fn pin_in(&self, config: &mut SessionConfig) {
         let pinned = {
             let sources = self
                 .sources
@@ -414,7 +434,7 @@ impl Engine {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
         };
-        state.config_mut().set_extension(Arc::new(pinned));
+        config.set_extension(Arc::new(pinned));
     }
 
     /// The locations DataFusion's own statements name, refused before they are planned.

@@ -189,7 +189,7 @@ impl Engine {
         let table = Arc::clone(snap.schema());
         let shown = table.id.to_string();
         running.health.check(
-            &state,
+            state.config(),
             &running.name,
             &table.id,
             &shown,

@@ -10,7 +10,8 @@
 //! A statement's logical plan may be kept ([`Kept`]) and run again without SQL planning
 //! (see `engine::reuse`): only while the engine's catalog generation and this session's
 //! settings are those it was planned under, since its names and session functions were
-//! resolved then.
+//! resolved then. Where the engine allows it, its physical plan is kept too, and a run binds
+//! it to that run's versions ([`Planner::bind_kept`]) without planning at all.
 //!
 //! # Invariant
 //! Each statement plans in its own copy of the state, with its own read policy (which
@@ -21,10 +22,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::DFSchemaRef;
+use datafusion::error::Result as DFResult;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
-use datafusion::execution::FunctionRegistry;
+use datafusion::execution::{FunctionRegistry, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 use datafusion::sql::parser::Statement as DFStatement;
 use pgwire::error::PgWireResult;
@@ -53,6 +58,35 @@ pub struct Planner {
 pub struct Kept {
     plan: KeptPlan,
     settings: u64,
+    /// Its result columns as described to clients (`origins`), once described: they hold as
+    /// long as the plan may run.
+    described: OnceLock<SchemaRef>,
+}
+
+impl Kept {
+    /// Its result columns as described, when described before.
+    pub fn described(&self) -> Option<SchemaRef> {
+        self.described.get().cloned()
+    }
+
+    /// Keeps `schema` as its result columns' description.
+    pub fn keep_described(&self, schema: &SchemaRef) {
+        let _ = self.described.set(Arc::clone(schema));
+    }
+
+    /// Keeps the plan's physical form for the next runs, when it may be (`engine::reuse`).
+    pub fn keep_physical(&self, physical: &Arc<dyn ExecutionPlan>) -> DFResult<()> {
+        self.plan.keep_physical(physical)
+    }
+}
+
+/// A kept physical plan bound for one run, with the task context it runs in.
+pub struct Bound {
+    pub plan: Arc<dyn ExecutionPlan>,
+    pub task: TaskContext,
+    pub policy: Arc<ReadPolicy>,
+    /// The statement's result columns.
+    pub schema: DFSchemaRef,
 }
 
 impl Planner {
@@ -105,7 +139,7 @@ impl Planner {
             why = stopped => Err(canceled(why == Stopped::TimedOut)),
             planned = self.shared.engine.plan_and_keep(state, statement) => {
                 let (df, kept) = planned.map_err(engine_error)?;
-                Ok((df, policy, kept.map(|plan| Kept { plan, settings })))
+                Ok((df, policy, kept.map(|plan| Kept { plan, settings, described: OnceLock::new() })))
             }
         }
     }
@@ -126,6 +160,58 @@ impl Planner {
             .engine
             .run_kept(state, &kept.plan)
             .map(|df| (df, policy)))
+    }
+
+    /// `kept`'s physical plan bound to this run's versions, ready to execute without
+    /// planning; `None` when none is kept or the catalog or the session's settings changed
+    /// since it was planned.
+    pub fn bind_kept(
+        &self,
+        kept: &Kept,
+        metadata: &HashMap<String, String>,
+    ) -> PgWireResult<Option<Bound>> {
+        if kept.settings != self.settings.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        // Only the configuration is copied: a physical plan needs no function registry.
+        let (mut config, runtime, session_id) = {
+            let mut built = self.built.lock().expect("session state");
+            if built.is_none() {
+                *built = Some(self.build(metadata)?);
+            }
+            let state = built.as_ref().expect("built above");
+            (
+                state.config().clone(),
+                Arc::clone(state.runtime_env()),
+                state.session_id().to_string(),
+            )
+        };
+        let policy = Arc::new(ReadPolicy::new(session::stale_reads(metadata)));
+        config.set_extension(Arc::clone(&policy));
+        let Some(plan) = self
+            .shared
+            .engine
+            .bind_kept(&mut config, &kept.plan)
+            .map_err(engine_error)?
+        else {
+            return Ok(None);
+        };
+        let task = TaskContext::new(
+            None,
+            session_id,
+            config,
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+            HashMap::new(),
+            runtime,
+        );
+        Ok(Some(Bound {
+            plan,
+            task,
+            policy,
+            schema: Arc::clone(kept.plan.schema()),
+        }))
     }
 
     /// Runs one of our statements, stoppable by `stop`.

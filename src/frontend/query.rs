@@ -51,7 +51,9 @@ use super::guards::{no_parameters, rows_per_execute};
 use super::lookup;
 use super::planner::Planner;
 use super::privileges;
-use super::results::{self, execute, rows, warn_stale, within_result_size, StatementLimits};
+use super::results::{
+    self, execute, rows, warn_stale, within_result_size, Runnable, StatementLimits,
+};
 use super::session::{self, SessionStatement};
 use super::statement::{self, ours_answer, Answer, Parsed, Prepared};
 use super::subscribe::Runner;
@@ -210,18 +212,55 @@ impl Parser {
                 {
                     return Ok(Response::Query(response));
                 }
-                let (mut df, policy) = self.frame(prepared, statement, &metadata, &stop).await?;
-                match params {
-                    Some(params) => {
-                        df = df.with_param_values(params).map_err(datafusion_error)?;
+                // A kept physical plan runs as it is, with no parameters to bind.
+                let params = params.filter(|p| match p {
+                    ParamValues::List(values) => !values.is_empty(),
+                    ParamValues::Map(values) => !values.is_empty(),
+                });
+                let bound = match (prepared.kept(), &params) {
+                    (Some(kept), None) => self.planner.bind_kept(&kept, &metadata)?,
+                    _ => None,
+                };
+                let (run, policy, schema, kept) = match bound {
+                    Some(bound) => {
+                        let run = Runnable::Bound {
+                            plan: bound.plan,
+                            task: bound.task,
+                        };
+                        (run, bound.policy, bound.schema, prepared.kept())
                     }
-                    None => no_parameters(&df)?,
-                }
+                    None => {
+                        let (mut df, policy) =
+                            self.frame(prepared, statement, &metadata, &stop).await?;
+                        let keep = match params {
+                            Some(params) => {
+                                df = df.with_param_values(params).map_err(datafusion_error)?;
+                                None
+                            }
+                            None => {
+                                no_parameters(&df)?;
+                                prepared.kept()
+                            }
+                        };
+                        let schema = Arc::new(df.schema().clone());
+                        let kept = keep.clone();
+                        (Runnable::Frame { df, keep }, policy, schema, kept)
+                    }
+                };
                 let (tag, counted) = match answer {
                     Answer::Rows => {
-                        let described = self.planner.described(df.schema(), &metadata).await?;
+                        let described = match kept.as_ref().and_then(|k| k.described()) {
+                            Some(described) => described,
+                            None => {
+                                let described = self.planner.described(&schema, &metadata).await?;
+                                if let Some(kept) = &kept {
+                                    kept.keep_described(&described);
+                                }
+                                described
+                            }
+                        };
                         let response =
-                            rows(df, &described, format, &metadata, stop, limits).await?;
+                            rows(run, &described, format, &metadata, stop, limits).await?;
                         warn_stale(client, &policy).await?;
                         return Ok(Response::Query(response));
                     }
@@ -230,7 +269,7 @@ impl Parser {
                     Answer::Done(tag) => (Tag::new(tag), false),
                 };
                 let batches: Vec<RecordBatch> =
-                    execute(df, stop, session::time_zone(&metadata), limits)
+                    execute(run, stop, session::time_zone(&metadata), limits)
                         .await?
                         .collect::<Vec<_>>()
                         .await

@@ -17,7 +17,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::error::DataFusionError;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use pgwire::api::portal::Format;
@@ -29,6 +30,7 @@ use pgwire::types::format::FormatOptions;
 
 use super::conn::{Stop, Stopped};
 use super::error::{canceled, datafusion_error, datafusion_sqlstate, user_error};
+use super::planner::Kept;
 use super::session;
 use super::{datarows, encode};
 use crate::config::FrontendSettings;
@@ -57,24 +59,56 @@ const SQLSTATE_PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 /// Consumers an out-of-memory error names.
 const CONSUMERS_NAMED: usize = 3;
 
-/// The stream of `df` with a memory pool of its own of `limit` bytes (0: the engine's).
+/// A statement ready to run.
+pub enum Runnable {
+    /// A frame, made physical when it runs; `keep` keeps the physical plan for the
+    /// statement's next runs when it may be kept (`engine::reuse`).
+    Frame {
+        df: DataFrame,
+        keep: Option<Arc<Kept>>,
+    },
+    /// A kept physical plan bound to this run's versions, and the context it runs in.
+    Bound {
+        plan: Arc<dyn ExecutionPlan>,
+        task: TaskContext,
+    },
+}
+
+impl From<DataFrame> for Runnable {
+    fn from(df: DataFrame) -> Self {
+        Runnable::Frame { df, keep: None }
+    }
+}
+
+/// The stream of `run` with a memory pool of its own of `limit` bytes (0: the engine's).
 async fn execute_within(
-    df: DataFrame,
+    run: Runnable,
     limit: u64,
 ) -> Result<SendableRecordBatchStream, DataFusionError> {
-    if limit == 0 {
-        return df.execute_stream().await;
-    }
-    let task = df.task_ctx();
-    let pool = TrackConsumersPool::new(
-        GreedyMemoryPool::new(usize::try_from(limit).unwrap_or(usize::MAX)),
-        std::num::NonZeroUsize::new(CONSUMERS_NAMED).expect("non-zero"),
-    );
-    let runtime = RuntimeEnvBuilder::from_runtime_env(&task.runtime_env())
-        .with_memory_pool(Arc::new(pool))
-        .build_arc()?;
-    let plan = df.create_physical_plan().await?;
-    datafusion::physical_plan::execute_stream(plan, Arc::new(task.with_runtime(runtime)))
+    let (plan, task) = match run {
+        Runnable::Frame { df, keep } => {
+            let task = df.task_ctx();
+            let plan = df.create_physical_plan().await?;
+            if let Some(keep) = keep {
+                keep.keep_physical(&plan)?;
+            }
+            (plan, task)
+        }
+        Runnable::Bound { plan, task } => (plan, task),
+    };
+    let task = if limit == 0 {
+        task
+    } else {
+        let pool = TrackConsumersPool::new(
+            GreedyMemoryPool::new(usize::try_from(limit).unwrap_or(usize::MAX)),
+            std::num::NonZeroUsize::new(CONSUMERS_NAMED).expect("non-zero"),
+        );
+        let runtime = RuntimeEnvBuilder::from_runtime_env(&task.runtime_env())
+            .with_memory_pool(Arc::new(pool))
+            .build_arc()?;
+        task.with_runtime(runtime)
+    };
+    datafusion::physical_plan::execute_stream(plan, Arc::new(task))
 }
 
 /// A DataFusion error of a statement run with `limits`: running out of the statement's memory
@@ -161,7 +195,7 @@ const SQLSTATE_STALE_READ: &str = "01000";
 /// Starts executing `df` within `limits`; the batches stop with an error when `stop` fires.
 /// `timestamptz` values come out in `zone` (see `encode::in_time_zone`).
 pub async fn execute(
-    df: DataFrame,
+    run: impl Into<Runnable>,
     stop: Stop,
     zone: Option<Arc<str>>,
     limits: StatementLimits,
@@ -169,7 +203,7 @@ pub async fn execute(
     let stream: SendableRecordBatchStream = tokio::select! {
         biased;
         why = stop.stopped() => return Err(canceled(why == Stopped::TimedOut)),
-        stream = execute_within(df, limits.memory) => stream.map_err(|e| statement_error(e, limits))?,
+        stream = execute_within(run.into(), limits.memory) => stream.map_err(|e| statement_error(e, limits))?,
     };
     let stopped = stop.stopped();
     let batches = futures::stream::unfold(Some((stream, stopped, stop)), move |state| async move {
@@ -193,7 +227,7 @@ pub async fn execute(
 /// The rows of `df` in `format`, within `limits`.
 /// `described` is the schema the rows are described with (see `origins`).
 pub async fn rows(
-    df: DataFrame,
+    run: impl Into<Runnable>,
     described: &Schema,
     format: &Format,
     metadata: &HashMap<String, String>,
@@ -202,7 +236,7 @@ pub async fn rows(
 ) -> PgWireResult<QueryResponse> {
     let options = Arc::new(FormatOptions::from_client_metadata(metadata));
     let fields = Arc::new(encode::pg_fields(described, format, &options)?);
-    let batches = execute(df, stop, session::time_zone(metadata), limits).await?;
+    let batches = execute(run, stop, session::time_zone(metadata), limits).await?;
     let rows = datarows::data_rows(batches, Arc::clone(&fields));
     let rows = within_result_size(rows, limits.result_size, |row: &DataRow| row.data.len());
     Ok(QueryResponse::new(fields, rows))

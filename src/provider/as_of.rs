@@ -415,7 +415,7 @@ impl TableProvider for AsOfTable {
         let stop = version.stopped.get(&self.index);
         let shown = self.table.id.to_string();
         self.health
-            .check(state, &self.source, &self.table.id, &shown, stop)?;
+            .check(state.config(), &self.source, &self.table.id, &shown, stop)?;
         let batches = self.state(&version).await?;
         let partitions = partition(
             batches,

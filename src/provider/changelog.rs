@@ -176,7 +176,7 @@ impl TableProvider for ChangelogProvider {
         if let Some((health, table)) = &self.guard {
             let shown = format!("{}.\"{}{CHANGELOG_SUFFIX}\"", table.db, table.table);
             let stop = version.stopped.get(&self.index);
-            health.check(state, &self.source, table, &shown, stop)?;
+            health.check(state.config(), &self.source, table, &shown, stop)?;
         }
         let bounds: Vec<Bound> = filters.iter().filter_map(bound).collect();
         let segments: Vec<Arc<ChangelogSegment>> = version

@@ -1,11 +1,12 @@
 //! `db.table`: the current table of a captured table as a DataFusion [`TableProvider`].
 //!
 //! # Pushdown
-//! * Projection and `LIMIT` go to the in-memory scan.
+//! * Projection and `LIMIT` go to the scan ([`CurrentScanExec`]).
 //! * Equality and `IN` filters on a single-column primary key are answered from the table's
-//!   index ([`TableSnapshot::lookup`]) and marked exact, so a point lookup touches only the rows
+//!   index ([`TableSnapshot::lookup`](crate::state::current::TableSnapshot::lookup)) and marked exact, so a point lookup touches only the rows
 //!   it returns; other filters are applied by DataFusion above the scan.
-//! * Statistics report the exact row count of the version the scan reads.
+//! * The provider's statistics give the exact row count of the latest version; a scan's are
+//!   inexact, since a kept plan's scan reads another version at each run (`current_scan`).
 //!
 //! A scan reads the schema of the version it reads; one planned against an older schema of
 //! the table (a DDL followed meanwhile) fails with [`SchemaChanged`] rather than return rows
@@ -21,35 +22,17 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{
-    Constraint, Constraints, DataFusionError, Result, ScalarValue, Statistics,
-};
+use datafusion::common::{Constraint, Constraints, Result, ScalarValue, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
+use super::current_scan::{deal, CurrentScanExec, ScanTarget};
+pub use super::current_scan::{key_bytes, lookup_key, SchemaChanged};
 use super::health::SharedHealth;
-use super::{memory_scan, version_for};
+use super::version_for;
 use crate::capture::version::Published;
 use crate::change::schema::TableSchema;
-use crate::state::current::{KeyBytes, TableSnapshot};
-
-/// A scan planned against one schema of a table that finds another in the version it reads: a
-/// DDL was followed between planning and reading. Running the statement again plans it
-/// against the new schema.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("the columns of {table} changed (schema version {version}) after this statement was planned; run it again")]
-pub struct SchemaChanged {
-    pub table: String,
-    pub version: u32,
-}
-
-impl SchemaChanged {
-    /// `serialization_failure`: the statement may simply be run again.
-    pub fn sqlstate(&self) -> &'static str {
-        "40001"
-    }
-}
 
 /// The current table `index` of a source.
 #[derive(Debug)]
@@ -190,23 +173,45 @@ impl TableProvider for CurrentTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let version = version_for(state, &self.source, &self.published);
-        if let Some(health) = &self.health {
-            let stop = version.stopped.get(&self.index);
-            let shown = self.table.id.to_string();
-            health.check(state, &self.source, &self.table.id, &shown, stop)?;
-        }
-        let Some(snap) = version.tables.get(self.index) else {
-            return memory_scan(&[vec![]], self.schema(), projection, limit);
+        let keys = self.pushed_keys(filters);
+        // One partition for a key lookup or a table that fits in one batch, as many as the
+        // session runs in parallel otherwise; kept for every run of the plan.
+        let batch_size = state.config().batch_size();
+        let partitions = match &keys {
+            Some(_) => 1,
+            None => {
+                let rows = version_for(state, &self.source, &self.published)
+                    .tables
+                    .get(self.index)
+                    .map_or(0, |t| t.len());
+                if rows <= batch_size {
+                    1
+                } else {
+                    state.config().target_partitions().max(1)
+                }
+            }
         };
-        if snap.schema().arrow != self.table.arrow {
-            return Err(DataFusionError::External(Box::new(SchemaChanged {
-                table: self.table.id.to_string(),
-                version: snap.schema().version,
-            })));
-        }
-        // Every pushed filter is a key filter (the others were refused); they all hold, so the
-        // keys are the intersection of their value sets.
+        let target = ScanTarget {
+            source: self.source.clone(),
+            published: Arc::clone(&self.published),
+            index: self.index,
+            table: Arc::clone(&self.table),
+            health: self.health.clone(),
+            keys,
+            projection: projection.cloned(),
+            limit,
+            partitions,
+            batch_size,
+        };
+        Ok(Arc::new(CurrentScanExec::planned(target, state.config())?))
+    }
+}
+
+impl CurrentTableProvider {
+    /// The key values every pushed filter selects (each pushed filter is a key filter, the
+    /// others were refused; they all hold, so the keys are the intersection of their value
+    /// sets); `None` when no filter was pushed.
+    fn pushed_keys(&self, filters: &[Expr]) -> Option<Vec<ScalarValue>> {
         let mut keys: Option<Vec<ScalarValue>> = None;
         for f in filters {
             if let Some(values) = self.key_values(f) {
@@ -216,90 +221,20 @@ impl TableProvider for CurrentTableProvider {
                 });
             }
         }
-        let batches = match keys {
-            Some(values) => vec![snap.lookup(&self.encode_keys(snap, &values)?)?],
-            None => snap.scan_all()?,
-        };
-        let partitions = partition(
-            batches,
-            state.config().target_partitions(),
-            state.config().batch_size(),
-        );
-        memory_scan(&partitions, self.schema(), projection, limit)
+        keys
     }
 }
 
-/// Cuts batches into slices of `batch_size` rows dealt over `n` partitions, so that scans of a
-/// large table run in parallel (slicing shares the buffers; nothing is copied).
+/// [`deal`]t over at most `n` partitions, the empty ones left out.
 pub(super) fn partition(
     batches: Vec<RecordBatch>,
     n: usize,
     batch_size: usize,
 ) -> Vec<Vec<RecordBatch>> {
-    let n = n.max(1);
-    let mut out = vec![Vec::new(); n];
-    let mut i = 0;
-    for batch in batches {
-        let mut offset = 0;
-        while offset < batch.num_rows() {
-            let len = batch_size.max(1).min(batch.num_rows() - offset);
-            out[i % n].push(batch.slice(offset, len));
-            offset += len;
-            i += 1;
-        }
-    }
+    let mut out = deal(batches, n, batch_size);
     out.retain(|p| !p.is_empty());
     if out.is_empty() {
         out.push(Vec::new());
     }
     out
-}
-
-impl CurrentTableProvider {
-    /// Key bytes of literal key values (single-column key) in the version the scan reads;
-    /// values that do not fit the key column's type select nothing.
-    fn encode_keys(&self, snap: &TableSnapshot, values: &[ScalarValue]) -> Result<Vec<KeyBytes>> {
-        let mut out = Vec::with_capacity(values.len());
-        for v in values {
-            if let Some(key) = key_bytes(snap, std::slice::from_ref(v))? {
-                out.push(key);
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// The key bytes of one value per primary-key column (in key order), each cast to its
-/// column's type. `None` when the key selects nothing: a NULL, a value that does not fit its
-/// column's type (a lossy cast, e.g. 1.5 to an integer, would find the wrong row), or a
-/// number of values other than the key's.
-pub fn key_bytes(snap: &TableSnapshot, values: &[ScalarValue]) -> Result<Option<KeyBytes>> {
-    let schema = snap.schema();
-    if values.len() != schema.primary_key.len() {
-        return Ok(None);
-    }
-    let mut columns = Vec::with_capacity(values.len());
-    for (v, &k) in values.iter().zip(&schema.primary_key) {
-        if v.is_null() {
-            return Ok(None);
-        }
-        let Ok(cast) = v.cast_to(schema.arrow.field(k).data_type()) else {
-            return Ok(None);
-        };
-        if cast.cast_to(&v.data_type()).ok().as_ref() != Some(v) {
-            return Ok(None);
-        }
-        columns.push(cast.to_array()?);
-    }
-    let rows = snap.codec().encode_keys(&columns)?;
-    Ok(Some(rows.row(0).as_ref().into()))
-}
-
-/// The row under one primary key (one value per key column, see [`key_bytes`]) in `snap`,
-/// as a batch of the table's schema with at most one row.
-pub fn lookup_key(snap: &TableSnapshot, values: &[ScalarValue]) -> Result<RecordBatch> {
-    match key_bytes(snap, values)? {
-        Some(key) => Ok(snap.lookup(&[key])?),
-        None => Ok(RecordBatch::new_empty(Arc::clone(&snap.schema().arrow))),
-    }
 }

@@ -14,8 +14,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use datafusion::catalog::Session;
 use datafusion::error::DataFusionError;
+use datafusion::prelude::SessionConfig;
 
 use crate::capture::TableStop;
 use crate::change::position::BinlogCoord;
@@ -121,13 +121,13 @@ impl Health {
     /// module docs.
     pub fn check(
         &self,
-        session: &dyn Session,
+        config: &SessionConfig,
         source: &str,
         table: &TableId,
         shown: &str,
         stop: Option<&TableStop>,
     ) -> Result<(), DataFusionError> {
-        let policy = session.config().get_extension::<ReadPolicy>();
+        let policy = config.get_extension::<ReadPolicy>();
         let stale_reads = policy.as_ref().is_some_and(|p| p.stale_reads);
         match self.admit(stale_reads, source, table, shown, stop) {
             Ok(Some(warning)) => {
@@ -274,7 +274,7 @@ mod tests {
         let ctx = SessionContext::new();
         let state = ctx.state();
         let err = health
-            .check(&state, "src", &t, "shop.t", Some(&stop))
+            .check(state.config(), "src", &t, "shop.t", Some(&stop))
             .unwrap_err();
         let DataFusionError::External(e) = &err else {
             panic!("{err}")
@@ -282,16 +282,18 @@ mod tests {
         let e = e.downcast_ref::<TableUnavailable>().expect("typed");
         assert_eq!(e.sqlstate(), "55000");
         assert!(e.to_string().contains("RESNAPSHOT TABLE shop.t"), "{e}");
-        health.check(&state, "src", &other, "shop.u", None).unwrap();
+        health
+            .check(state.config(), "src", &other, "shop.u", None)
+            .unwrap();
 
         let mut state = ctx.state();
         let policy = ReadPolicy::new(true);
         state.config_mut().set_extension(Arc::new(policy.clone()));
         health
-            .check(&state, "src", &t, "shop.t", Some(&stop))
+            .check(state.config(), "src", &t, "shop.t", Some(&stop))
             .unwrap();
         health
-            .check(&state, "src", &t, "shop.t", Some(&stop))
+            .check(state.config(), "src", &t, "shop.t", Some(&stop))
             .unwrap();
         let warnings = policy.take_warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");

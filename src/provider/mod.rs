@@ -29,6 +29,7 @@
 pub mod as_of;
 pub mod changelog;
 pub mod current;
+pub mod current_scan;
 pub mod health;
 pub mod mysql;
 pub mod plans;
@@ -74,8 +75,16 @@ pub fn version_for(
     source: &str,
     published: &Published,
 ) -> Arc<SourceVersion> {
-    session
-        .config()
+    version_in(session.config(), source, published)
+}
+
+/// [`version_for`] a session's configuration (what a plan's execution sees too).
+pub fn version_in(
+    config: &datafusion::prelude::SessionConfig,
+    source: &str,
+    published: &Published,
+) -> Arc<SourceVersion> {
+    config
         .get_extension::<PinnedVersions>()
         .and_then(|p| p.0.get(source).cloned())
         .unwrap_or_else(|| published.load_full())

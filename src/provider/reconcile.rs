@@ -158,7 +158,7 @@ impl TableProvider for ReconcileTable {
         let version = self.published.load_full();
         let shown = self.table.id.to_string();
         self.health.check(
-            state,
+            state.config(),
             &self.source,
             &self.table.id,
             &shown,

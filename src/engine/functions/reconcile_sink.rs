@@ -174,7 +174,7 @@ impl SinkReconcileTable {
         let version = self.source.published.load_full();
         let shown = table.id.to_string();
         self.source.health.check(
-            session,
+            session.config(),
             &self.source.name,
             &table.id,
             &shown,
