@@ -151,6 +151,9 @@ pub struct ConnState {
     secure: AtomicBool,
     /// The transaction block, shared by the simple and the extended protocol's handlers.
     block: Mutex<Block>,
+    /// Set while a statement streams rows as they come (`SUBSCRIBE`): every flush then
+    /// reaches the client at once (see `wire`).
+    live: Arc<AtomicBool>,
 }
 
 impl ConnState {
@@ -164,7 +167,19 @@ impl ConnState {
             last_active: Mutex::new(Instant::now()),
             secure: AtomicBool::new(false),
             block: Mutex::default(),
+            live: Arc::default(),
         }
+    }
+
+    /// The flag of a statement streaming rows as they come, for the connection's writer.
+    pub fn live(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.live)
+    }
+
+    /// Marks a statement streaming rows as they come, until the guard is dropped.
+    pub fn streaming(&self) -> Streaming {
+        self.live.store(true, Ordering::Release);
+        Streaming(Arc::clone(&self.live))
     }
 
     /// The connection's transaction block.
@@ -222,6 +237,16 @@ impl ConnState {
 
     pub fn idle_for(&self) -> Duration {
         self.last_active.lock().expect("last active").elapsed()
+    }
+}
+
+/// Marks its connection's statement as streaming rows while alive.
+#[derive(Debug)]
+pub struct Streaming(Arc<AtomicBool>);
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

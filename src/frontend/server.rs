@@ -155,7 +155,7 @@ impl Server {
                     let (id, conn) = shared.accept();
                     let handlers = Handlers::new(Arc::clone(&shared), Arc::clone(&conn));
                     // A panic while serving one client (a bug) ends only that connection.
-                    let serve = std::panic::AssertUnwindSafe(super::wire::serve(socket, tls.clone(), handlers)).catch_unwind();
+                    let serve = std::panic::AssertUnwindSafe(super::wire::serve(socket, tls.clone(), handlers, conn.live())).catch_unwind();
                     let watch = watch_connection(Arc::clone(&shared), Arc::clone(&conn), stopping.clone());
                     let shared = Arc::clone(&shared);
                     connections.spawn(async move {

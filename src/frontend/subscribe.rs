@@ -196,6 +196,8 @@ impl Runner<'_> {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let stop = self.planner.start(metadata);
+        // Rows go out as they come, even with the client's next messages already read.
+        let _streaming = self.conn.streaming();
         let mut stream = self.start(subscribe, metadata, &stop).await?;
         let options = Arc::new(FormatOptions::from_client_metadata(metadata));
         let fields = Arc::new(encode::pg_fields(

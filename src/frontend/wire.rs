@@ -6,6 +6,14 @@
 //! through only once all of it has arrived and its layout matches its type exactly; [`serve`]
 //! runs pgwire's message handling over it.
 //!
+//! Writes are combined as PostgreSQL combines them: pgwire flushes after every message, but
+//! [`Checked`] holds what was written while the client's next message is already read and
+//! waiting (a pipelined `Bind`/`Execute`/`Sync`), and sends it all in one write before it
+//! reads from the socket again, or once it holds [`OUT_CAP`] bytes. A statement that streams
+//! rows as they come (`SUBSCRIBE`) marks the connection live, and every flush goes out then.
+//! One write per answered batch instead of one per message saves the client a wake-up and
+//! both sides a system call per message.
+//!
 //! # Invariant
 //! pgwire decodes only whole, well-formed messages. Anything else (garbage instead of a
 //! start-up packet, an unknown message type, a wrong length, a malformed body, a connection
@@ -14,6 +22,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -269,8 +278,11 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// A stream that reads only whole, well-formed frontend messages (see the module docs);
-/// writes go straight through.
+/// Bytes of written messages held back at most before they are sent anyway.
+pub const OUT_CAP: usize = 64 * 1024;
+
+/// A stream that reads only whole, well-formed frontend messages and combines writes (see
+/// the module docs).
 #[derive(Debug)]
 pub struct Checked<S> {
     inner: S,
@@ -281,11 +293,15 @@ pub struct Checked<S> {
     checked: BytesMut,
     refused: Option<Malformed>,
     eof: bool,
+    /// Written, not yet sent.
+    out: BytesMut,
+    /// A statement streams rows as they come: flushes are not held back.
+    live: Arc<AtomicBool>,
 }
 
 impl<S> Checked<S> {
     /// `inner` at the start-up packet; `read` holds bytes already read from it.
-    fn new(inner: S, read: BytesMut) -> Self {
+    fn new(inner: S, read: BytesMut, live: Arc<AtomicBool>) -> Self {
         Self {
             inner,
             phase: Phase::Startup,
@@ -293,11 +309,36 @@ impl<S> Checked<S> {
             checked: BytesMut::new(),
             refused: None,
             eof: false,
+            out: BytesMut::new(),
+            live,
         }
+    }
+
+    /// Whether a flush may wait: the client's next message is already here, so the server
+    /// answers it before it reads again, and no statement streams rows as they come.
+    fn may_hold(&self) -> bool {
+        (!self.checked.is_empty() || !self.unchecked.is_empty())
+            && self.refused.is_none()
+            && self.out.len() < OUT_CAP
+            && !self.live.load(Ordering::Acquire)
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for Checked<S> {
+impl<S: AsyncWrite + Unpin> Checked<S> {
+    /// Sends everything written so far.
+    fn poll_send(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.out.is_empty() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let _ = self.out.split_to(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Checked<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -332,6 +373,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Checked<S> {
                 this.refused = Some(Malformed::Truncated);
                 continue;
             }
+            // About to wait for the client: what it is owed goes out first.
+            if !this.out.is_empty() {
+                ready!(this.poll_send(cx))?;
+                ready!(Pin::new(&mut this.inner).poll_flush(cx))?;
+            }
             let mut chunk = [0u8; 8192];
             let mut read = ReadBuf::new(&mut chunk);
             ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
@@ -350,15 +396,27 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Checked<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let this = &mut *self;
+        if this.out.len() >= OUT_CAP {
+            ready!(this.poll_send(cx))?;
+        }
+        this.out.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let this = &mut *self;
+        if this.may_hold() {
+            return Poll::Ready(Ok(()));
+        }
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let this = &mut *self;
+        ready!(this.poll_send(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 
@@ -369,6 +427,7 @@ pub async fn serve<H: PgWireServerHandlers>(
     socket: TcpStream,
     tls: Option<TlsAcceptor>,
     handlers: H,
+    live: Arc<AtomicBool>,
 ) -> io::Result<()> {
     let startup_timeout = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup_timeout);
@@ -381,8 +440,10 @@ pub async fn serve<H: PgWireServerHandlers>(
         return Ok(());
     };
     let old = negotiated.into_parts();
-    let mut parts =
-        FramedParts::new::<PgWireBackendMessage>(Checked::new(old.io, old.read_buf), old.codec);
+    let mut parts = FramedParts::new::<PgWireBackendMessage>(
+        Checked::new(old.io, old.read_buf, live),
+        old.codec,
+    );
     parts.write_buf = old.write_buf;
     let mut socket = Framed::from_parts(parts);
 
@@ -446,6 +507,9 @@ pub async fn serve<H: PgWireServerHandlers>(
             .await?;
         }
     }
+    // What is still held back goes out before the connection ends; a client that already
+    // left cannot be told anything more.
+    let _ = socket.close().await;
     Ok(())
 }
 
