@@ -7,9 +7,10 @@
 //! runs pgwire's message handling over it.
 //!
 //! Writes are combined as PostgreSQL combines them: pgwire flushes after every message, but
-//! [`Checked`] holds what was written while the client's next message is already read and
-//! waiting (a pipelined `Bind`/`Execute`/`Sync`), and sends it all in one write before it
-//! reads from the socket again, or once it holds [`OUT_CAP`] bytes. A statement that streams
+//! [`Checked`] holds what was written while a message is being answered or the client's next
+//! message is already read and waiting (a pipelined `Bind`/`Execute`/`Sync`), and sends it
+//! all in one write before it reads from the socket again, or once it holds [`OUT_CAP`]
+//! bytes. A statement that streams
 //! rows as they come (`SUBSCRIBE`) marks the connection live, and every flush goes out then.
 //! One write per answered batch instead of one per message saves the client a wake-up and
 //! both sides a system call per message.
@@ -297,6 +298,8 @@ pub struct Checked<S> {
     out: BytesMut,
     /// A statement streams rows as they come: flushes are not held back.
     live: Arc<AtomicBool>,
+    /// A message is being answered: its answer goes out once it is complete.
+    answering: bool,
 }
 
 impl<S> Checked<S> {
@@ -311,13 +314,15 @@ impl<S> Checked<S> {
             eof: false,
             out: BytesMut::new(),
             live,
+            answering: false,
         }
     }
 
-    /// Whether a flush may wait: the client's next message is already here, so the server
-    /// answers it before it reads again, and no statement streams rows as they come.
+    /// Whether a flush may wait: a message is being answered, or the client's next message
+    /// is already here (so the server answers it before it reads again), and no statement
+    /// streams rows as they come.
     fn may_hold(&self) -> bool {
-        (!self.checked.is_empty() || !self.unchecked.is_empty())
+        (self.answering || !self.checked.is_empty() || !self.unchecked.is_empty())
             && self.refused.is_none()
             && self.out.len() < OUT_CAP
             && !self.live.load(Ordering::Acquire)
@@ -479,6 +484,7 @@ pub async fn serve<H: PgWireServerHandlers>(
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
         };
+        socket.get_mut().answering = true;
         let handled = process_message(
             message,
             &mut socket,
@@ -506,6 +512,7 @@ pub async fn serve<H: PgWireServerHandlers>(
             )
             .await?;
         }
+        socket.get_mut().answering = false;
     }
     // What is still held back goes out before the connection ends; a client that already
     // left cannot be told anything more.
