@@ -8,7 +8,8 @@
 //! way a query never sees half a source transaction.
 //!
 //! * [`current`]: `db.table`, the state at the version's position, with projection, primary-key
-//!   lookup, limit and row-count statistics;
+//!   lookup, limit and row-count statistics; its scans ([`current_scan`]) are bound to the
+//!   version they read and can be bound again, so a kept physical plan reads each run's;
 //! * [`as_of`]: `db.table` as it was at a past position or time, rebuilt from the current
 //!   table and the changelog's entries after that point;
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
