@@ -66,8 +66,11 @@ pub struct KeptPlan {
     plan: LogicalPlan,
     generation: CatalogGeneration,
     /// Where its physical plan is kept, when it may be (see the module docs).
-    physical: Option<Arc<Mutex<Option<Arc<dyn ExecutionPlan>>>>>,
+    physical: Option<PhysicalSlot>,
 }
+
+/// A kept plan's physical plan, once made; shared by the copies of the kept plan.
+type PhysicalSlot = Arc<Mutex<Option<Arc<dyn ExecutionPlan>>>>;
 
 impl CatalogGeneration {
     /// The generation of `engine`'s count and the sources' table changes.

@@ -226,13 +226,7 @@ impl ExecutionPlan for CurrentScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.is_empty() {
-            Ok(self)
-        } else {
-            Err(DataFusionError::Internal(
-                "CurrentTableExec has no children".into(),
-            ))
-        }
+        super::plans::leaf(self, children)
     }
 
     fn execute(

@@ -164,13 +164,7 @@ impl ExecutionPlan for BinlogStreamExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.is_empty() {
-            Ok(self)
-        } else {
-            Err(DataFusionError::Internal(
-                "BinlogStreamExec has no children".into(),
-            ))
-        }
+        super::leaf(self, children)
     }
 
     fn execute(

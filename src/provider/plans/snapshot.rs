@@ -121,13 +121,7 @@ impl ExecutionPlan for SnapshotExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.is_empty() {
-            Ok(self)
-        } else {
-            Err(DataFusionError::Internal(
-                "SnapshotExec has no children".into(),
-            ))
-        }
+        super::leaf(self, children)
     }
 
     fn execute(
