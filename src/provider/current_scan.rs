@@ -226,7 +226,7 @@ impl ExecutionPlan for CurrentScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        super::plans::leaf(self, children)
+        super::plans::leaf::leaf(self, children)
     }
 
     fn execute(

@@ -164,7 +164,7 @@ impl ExecutionPlan for BinlogStreamExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        super::leaf(self, children)
+        super::leaf::leaf(self, children)
     }
 
     fn execute(

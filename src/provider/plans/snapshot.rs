@@ -121,7 +121,7 @@ impl ExecutionPlan for SnapshotExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        super::leaf(self, children)
+        super::leaf::leaf(self, children)
     }
 
     fn execute(
