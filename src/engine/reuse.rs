@@ -96,15 +96,7 @@ impl KeptPlan {
         let Some(slot) = &self.physical else {
             return Ok(());
         };
-        let unbound = Arc::clone(physical)
-            .transform_up(|node| {
-                let fresh = match node.downcast_ref::<CurrentScanExec>() {
-                    Some(scan) => scan.unbound(),
-                    None => node.reset_state()?,
-                };
-                Ok(Transformed::yes(fresh))
-            })?
-            .data;
+        let unbound = fresh_copy(Arc::clone(physical), |scan| Ok(scan.unbound()))?;
         *slot
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(unbound);
@@ -127,16 +119,7 @@ impl KeptPlan {
         let Some(kept) = kept else {
             return Ok(None);
         };
-        let bound = kept
-            .transform_up(|node| {
-                let fresh = match node.downcast_ref::<CurrentScanExec>() {
-                    Some(scan) => scan.bind(config)?,
-                    None => node.reset_state()?,
-                };
-                Ok(Transformed::yes(fresh))
-            })?
-            .data;
-        Ok(Some(bound))
+        Ok(Some(fresh_copy(kept, |scan| scan.bind(config))?))
     }
 
     /// The plan's result columns.
@@ -176,6 +159,23 @@ fn reusable(plan: &LogicalPlan) -> bool {
         })
     });
     walked.is_ok() && reusable
+}
+
+/// A copy of `plan` to run afresh: each current-table scan as `scan` makes it, every other
+/// node with fresh state (see the module docs).
+fn fresh_copy(
+    plan: Arc<dyn ExecutionPlan>,
+    scan: impl Fn(&CurrentScanExec) -> DFResult<Arc<dyn ExecutionPlan>>,
+) -> DFResult<Arc<dyn ExecutionPlan>> {
+    Ok(plan
+        .transform_up(|node| {
+            let fresh = match node.downcast_ref::<CurrentScanExec>() {
+                Some(s) => scan(s)?,
+                None => node.reset_state()?,
+            };
+            Ok(Transformed::yes(fresh))
+        })?
+        .data)
 }
 
 /// Whether `plan`'s physical plan may be kept too: it reads only current tables, has no

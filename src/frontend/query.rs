@@ -217,8 +217,9 @@ impl Parser {
                     ParamValues::List(values) => !values.is_empty(),
                     ParamValues::Map(values) => !values.is_empty(),
                 });
-                let bound = match (prepared.kept(), &params) {
-                    (Some(kept), None) => self.planner.bind_kept(&kept, &metadata)?,
+                let kept = prepared.kept();
+                let bound = match (&kept, &params) {
+                    (Some(kept), None) => self.planner.bind_kept(kept, &metadata)?,
                     _ => None,
                 };
                 let (run, policy, schema, kept) = match bound {
@@ -227,7 +228,7 @@ impl Parser {
                             plan: bound.plan,
                             task: bound.task,
                         };
-                        (run, bound.policy, bound.schema, prepared.kept())
+                        (run, bound.policy, bound.schema, kept)
                     }
                     None => {
                         let (mut df, policy) =
