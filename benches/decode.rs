@@ -54,6 +54,7 @@ fn schema() -> TableSchema {
                 "b",
                 ColumnKind::Text {
                     charset: Charset::Utf8,
+                    length: Some(32),
                 },
                 false,
             ),

@@ -363,6 +363,12 @@ fn expected_kinds() -> Vec<KindCheck> {
     use ColumnKind as K;
     let text = || K::Text {
         charset: Charset::Utf8,
+        length: None,
+    };
+    // CHAR(n)/VARCHAR(n): the table map's byte length over utf8mb4's 4 bytes a character.
+    let chars = |n| K::Text {
+        charset: Charset::Utf8,
+        length: Some(n),
     };
     let labels = |l: &[&str]| -> Arc<[String]> { l.iter().map(|s| s.to_string()).collect() };
     let int = |unsigned| K::Int { bits: 32, unsigned };
@@ -379,8 +385,8 @@ fn expected_kinds() -> Vec<KindCheck> {
             "mysql-enum-string-set.000001",
             "mysql.t",
             vec![
-                ("f1", text()),
-                ("f2", text()),
+                ("f1", chars(128)),
+                ("f2", chars(300)),
                 (
                     "f3",
                     K::Enum {
@@ -1351,7 +1357,7 @@ fn their_value(
             let y: i128 = text(bytes()?)?.parse().map_err(|e| format!("year: {e}"))?;
             Norm::Int(if y == 1900 { 0 } else { y })
         }
-        ColumnKind::Text { charset } => {
+        ColumnKind::Text { charset, .. } => {
             let b = bytes()?;
             Norm::Text(match charset {
                 Charset::Utf8 => text(b)?,

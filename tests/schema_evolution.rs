@@ -102,6 +102,11 @@ async fn columns_are_added_dropped_renamed_widened_and_reordered_while_streaming
             "ALTER TABLE {db}.t MODIFY e ENUM('x','y','z')",
             "UPDATE {db}.t SET e = 'z' WHERE id = 7",
         ),
+        // A longer VARCHAR keeps every value; the new length is the column's type.
+        (
+            "ALTER TABLE {db}.t MODIFY f VARCHAR(12) DEFAULT 'dflt'",
+            "UPDATE {db}.t SET f = 'twelve chars' WHERE id = 9",
+        ),
         // Indexes and table options change no row or column.
         (
             "ALTER TABLE {db}.t ADD INDEX (a2), COMMENT 'c'",
@@ -126,20 +131,20 @@ async fn columns_are_added_dropped_renamed_widened_and_reordered_while_streaming
         "SELECT schema_version, statement FROM cdc.schema_history ORDER BY position",
     )
     .await;
-    assert_eq!(history.len(), 7, "{history:?}");
+    assert_eq!(history.len(), 8, "{history:?}");
     assert!(
         history[0].starts_with("schema_version=1 statement=ALTER TABLE"),
         "{history:?}"
     );
-    assert!(history[6].starts_with("schema_version=7 "));
+    assert!(history[7].starts_with("schema_version=8 "));
     let last = query(
         &engine,
-        "SELECT columns_after FROM cdc.schema_history WHERE schema_version = 7",
+        "SELECT columns_after FROM cdc.schema_history WHERE schema_version = 8",
     )
     .await;
     assert_eq!(
         last,
-        ["columns_after=f text, id int not null key, c3 int not null, a2 bigint, e enum"]
+        ["columns_after=f varchar(12), id int not null key, c3 int not null, a2 bigint, e enum"]
     );
     // The changelog has every column that ever existed, NULL where it did not.
     let of_row = |id: u32| {
@@ -404,9 +409,9 @@ async fn a_table_created_after_the_start_is_captured_from_its_creation() {
         )
         .await,
         [
-            "table=n schema_version=0 columns_before= columns_after=id int not null key, v text",
-            "table=l schema_version=0 columns_before= columns_after=id int not null key, v text",
-            "table=s schema_version=0 columns_before= columns_after=id int not null, v text",
+            "table=n schema_version=0 columns_before= columns_after=id int not null key, v varchar(8)",
+            "table=l schema_version=0 columns_before= columns_after=id int not null key, v varchar(8)",
+            "table=s schema_version=0 columns_before= columns_after=id int not null, v varchar(8)",
         ]
     );
     // They go on like the others.

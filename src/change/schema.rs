@@ -135,10 +135,18 @@ pub enum Charset {
 impl Charset {
     /// Maps a MySQL character set name; `None` for `binary`; an error for sets we cannot decode.
     pub fn from_name(name: &str) -> Result<Option<Charset>, String> {
+        Self::with_width(name).map(|c| c.map(|(charset, _)| charset))
+    }
+
+    /// As [`Charset::from_name`], with the most bytes one character takes in the set (what
+    /// turns a binlog table map's byte length of `VARCHAR(n)` back into `n`).
+    pub fn with_width(name: &str) -> Result<Option<(Charset, u8)>, String> {
         match name.to_ascii_lowercase().as_str() {
             "binary" => Ok(None),
-            "utf8mb4" | "utf8mb3" | "utf8" | "ascii" => Ok(Some(Charset::Utf8)),
-            "latin1" => Ok(Some(Charset::Latin1)),
+            "utf8mb4" => Ok(Some((Charset::Utf8, 4))),
+            "utf8mb3" | "utf8" => Ok(Some((Charset::Utf8, 3))),
+            "ascii" => Ok(Some((Charset::Utf8, 1))),
+            "latin1" => Ok(Some((Charset::Latin1, 1))),
             other => Err(format!(
                 "character set {other} is not supported (supported: utf8mb4, utf8mb3, ascii, latin1, binary)"
             )),
@@ -171,9 +179,11 @@ pub enum ColumnKind {
         fsp: u8,
     },
     Year,
-    /// Character data; `fixed_len` is set for `CHAR(n)`.
+    /// Character data. `length` is the declared length in characters of `CHAR(n)` and
+    /// `VARCHAR(n)` (sent to clients as `varchar(n)`); `None` for the `TEXT` types.
     Text {
         charset: Charset,
+        length: Option<u32>,
     },
     /// Byte strings; `pad_to` is the byte length of `BINARY(n)`, whose values MySQL pads with
     /// zero bytes on `SELECT` but strips in the binlog.
@@ -260,7 +270,10 @@ impl ColumnKind {
             ColumnKind::DateTime { fsp } => format!("datetime({fsp})"),
             ColumnKind::Timestamp { fsp } => format!("timestamp({fsp})"),
             ColumnKind::Year => "year".into(),
-            ColumnKind::Text { .. } => "text".into(),
+            ColumnKind::Text {
+                length: Some(n), ..
+            } => format!("varchar({n})"),
+            ColumnKind::Text { length: None, .. } => "text".into(),
             ColumnKind::Binary { .. } => "binary".into(),
             ColumnKind::Enum { .. } => "enum".into(),
             ColumnKind::Set { .. } => "set".into(),

@@ -58,9 +58,11 @@ pub enum StoredKind {
         fsp: u8,
     },
     Year,
-    /// `charset`: `utf8` or `latin1`.
+    /// `charset`: `utf8` or `latin1`; `length`: the declared length of `CHAR(n)`/`VARCHAR(n)`.
     Text {
         charset: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        length: Option<u32>,
     },
     Binary {
         pad_to: Option<usize>,
@@ -109,12 +111,13 @@ impl From<&ColumnKind> for StoredKind {
             ColumnKind::DateTime { fsp } => StoredKind::DateTime { fsp: *fsp },
             ColumnKind::Timestamp { fsp } => StoredKind::Timestamp { fsp: *fsp },
             ColumnKind::Year => StoredKind::Year,
-            ColumnKind::Text { charset } => StoredKind::Text {
+            ColumnKind::Text { charset, length } => StoredKind::Text {
                 charset: match charset {
                     Charset::Utf8 => "utf8",
                     Charset::Latin1 => "latin1",
                 }
                 .into(),
+                length: *length,
             },
             ColumnKind::Binary { pad_to } => StoredKind::Binary { pad_to: *pad_to },
             ColumnKind::Enum { labels } => StoredKind::Enum {
@@ -151,12 +154,13 @@ impl TryFrom<&StoredKind> for ColumnKind {
             StoredKind::DateTime { fsp } => ColumnKind::DateTime { fsp: *fsp },
             StoredKind::Timestamp { fsp } => ColumnKind::Timestamp { fsp: *fsp },
             StoredKind::Year => ColumnKind::Year,
-            StoredKind::Text { charset } => ColumnKind::Text {
+            StoredKind::Text { charset, length } => ColumnKind::Text {
                 charset: match charset.as_str() {
                     "utf8" => Charset::Utf8,
                     "latin1" => Charset::Latin1,
                     other => return Err(format!("unknown character set {other:?}")),
                 },
+                length: *length,
             },
             StoredKind::Binary { pad_to } => ColumnKind::Binary { pad_to: *pad_to },
             StoredKind::Enum { labels } => ColumnKind::Enum {
@@ -268,6 +272,11 @@ mod tests {
             ColumnKind::Timestamp { fsp: 6 },
             ColumnKind::Text {
                 charset: Charset::Latin1,
+                length: Some(12),
+            },
+            ColumnKind::Text {
+                charset: Charset::Utf8,
+                length: None,
             },
             ColumnKind::Binary { pad_to: Some(16) },
             ColumnKind::Enum {

@@ -127,6 +127,11 @@ impl KeptPlan {
         self.plan.schema()
     }
 
+    /// The logical plan itself.
+    pub fn logical_plan(&self) -> &LogicalPlan {
+        &self.plan
+    }
+
     /// The generation the plan was made in.
     pub(super) fn generation(&self) -> CatalogGeneration {
         self.generation

@@ -92,6 +92,7 @@ impl PgCatalogs {
         )
         .map_err(|e| *e)?;
         super::pg_functions::install(engine.context());
+        super::numeric_avg::install(engine.context());
         let static_tables = Arc::new(PgCatalogStaticTables::try_new()?);
         super::reflect::install(engine.context(), static_tables.pg_type.data())?;
         let definitions = IndexDefinitions::default();
@@ -543,6 +544,11 @@ impl KeySource for CatalogKeys {
         let Some(oid) = oid else { return Ok(None) };
         let provider = self.view.table(&self.view.current, schema, table).await?;
         Ok(provider.map(|p| (oid, p.schema())))
+    }
+
+    fn known_oid(&self, schema: &str, table: &str) -> Option<i32> {
+        let name = (schema.to_string(), table.to_string());
+        self.oids.lock().expect("table oids").get(&name).copied()
     }
 }
 

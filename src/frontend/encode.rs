@@ -43,22 +43,30 @@ const MYSQL_TYPE_KEY: &str = "mysql.type";
 pub fn pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
     match field.data_type() {
         DataType::Decimal128(..) | DataType::Decimal256(..) => Ok(Type::NUMERIC),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-            if field
-                .metadata()
-                .get(MYSQL_TYPE_KEY)
-                .is_some_and(|t| t == "json") =>
-        {
-            Ok(Type::JSON)
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+            match field.metadata().get(MYSQL_TYPE_KEY).map(String::as_str) {
+                Some("json") => Ok(Type::JSON),
+                Some(t) if varchar_length(t).is_some() => Ok(Type::VARCHAR),
+                _ => arrow_pg::datatypes::field_into_pg_type(field),
+            }
         }
         _ => arrow_pg::datatypes::field_into_pg_type(field),
     }
 }
 
+/// The `n` of a captured `CHAR(n)`/`VARCHAR(n)` column's MySQL type (`varchar(n)`).
+fn varchar_length(mysql: &str) -> Option<i32> {
+    mysql
+        .strip_prefix("varchar(")?
+        .strip_suffix(')')?
+        .parse()
+        .ok()
+}
+
 /// The `atttypmod` of a captured column (one whose field names its MySQL type), as PostgreSQL
 /// writes it for the type the column is sent as: `numeric(p,s)` is `(p << 16 | s) + 4`,
-/// `timestamp(p)` and `timestamptz(p)` are `p`; -1 ("none") for any other column, and for
-/// computed values, which PostgreSQL describes without modifiers too.
+/// `varchar(n)` is `n + 4`, `timestamp(p)` and `timestamptz(p)` are `p`; -1 ("none") for any
+/// other column, and for computed values, which PostgreSQL describes without modifiers too.
 pub fn type_modifier(field: &Field) -> i32 {
     let Some(mysql) = field.metadata().get(MYSQL_TYPE_KEY) else {
         return -1;
@@ -71,6 +79,9 @@ pub fn type_modifier(field: &Field) -> i32 {
             .rsplit_once('(')
             .and_then(|(_, fsp)| fsp.strip_suffix(')'))
             .and_then(|fsp| fsp.parse().ok())
+            .unwrap_or(-1),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => varchar_length(mysql)
+            .and_then(|n| n.checked_add(4))
             .unwrap_or(-1),
         _ => -1,
     }

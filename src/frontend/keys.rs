@@ -80,6 +80,10 @@ pub trait KeySource: Debug + Send + Sync {
         schema: &str,
         table: &str,
     ) -> Result<Option<(i32, SchemaRef)>>;
+
+    /// The `pg_class` oid of table `schema.table` if it was found before, with no listing and
+    /// no session (for answers that plan nothing); `None` when it was not.
+    fn known_oid(&self, schema: &str, table: &str) -> Option<i32>;
 }
 
 /// Which catalog table.

@@ -44,6 +44,11 @@ const SHADOWING: &[&str] = &["pg_catalog", "information_schema", STATUS_SCHEMA];
 pub struct Found {
     pub rows: RecordBatch,
     pub warnings: Vec<String>,
+    /// The table read, as `(database, table)`, when it is in the session's database (its
+    /// columns' origins are then that table's; see `origins`). Each field of `rows` is the
+    /// table's column `columns[i]` (0-based).
+    pub table: Option<(String, String)>,
+    pub columns: Vec<usize>,
 }
 
 /// A column as written: its qualifier (if any), its name, and (in a projection) its alias.
@@ -191,7 +196,12 @@ pub fn answer(
         .collect();
     let rows = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
         .map_err(|e| datafusion_error(e.into()))?;
-    Ok(Some(Found { rows, warnings }))
+    Ok(Some(Found {
+        rows,
+        warnings,
+        table: (source_name == catalog).then(|| (db, table)),
+        columns: projection.iter().map(|(i, _)| *i).collect(),
+    }))
 }
 
 /// The value a condition binds its key column of type `data_type` to: an integer literal

@@ -33,6 +33,7 @@
 //! * `indexes`: the primary keys' indexes in `pg_class` and `pg_get_indexdef`;
 //! * `pg_settings`: `pg_catalog.pg_settings`, the settings clients read from the catalog;
 //! * `pg_functions`: the catalog functions psql calls beyond datafusion-pg-catalog's;
+//! * `numeric_avg`: `avg` of integers as `numeric`, as PostgreSQL types it;
 //! * `compat`: the rewrites of psql's catalog queries beyond datafusion-pg-catalog's
 //!   (`ARRAY(subquery)`, output column names, missing catalog columns);
 //! * `reflect`: what drivers and ORMs send to reflect a database (psycopg, SQLAlchemy);
@@ -72,6 +73,7 @@ mod indexes;
 mod keys;
 mod lookup;
 mod metrics;
+mod numeric_avg;
 mod origins;
 mod params;
 mod pg_functions;

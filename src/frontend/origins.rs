@@ -3,24 +3,30 @@
 //! nullability (pgjdbc's `ResultSetMetaData.getTableName` and `isNullable`, DBeaver's
 //! editable results).
 //!
-//! A plain column reference keeps its table as its qualifier through DataFusion's planning;
-//! a computed or aliased value has none. The origin is carried in the Arrow field's metadata
+//! A result column's origin is found by following it down the logical plan to the table scan
+//! it is read from: through projections (a column renamed with `AS` keeps its origin, as in
+//! PostgreSQL), table aliases, filters, sorts, limits, `DISTINCT`, window functions' inputs,
+//! joins and grouping keys. A
+//! computed value (an expression, an aggregate) has none. The origin is carried in the Arrow
+//! field's metadata
 //! ([`TABLE_OID_KEY`], [`COLUMN_KEY`]) from planning to every `RowDescription` of the
 //! statement (`encode::pg_fields`), so a prepared statement's `Describe` and its results agree.
 //!
 //! # Invariant
-//! A column gets an origin only when its qualifier names a table of the session's database
-//! that has a column of its name: then the oid is the one `pg_class` lists for that table and
-//! the number its `pg_attribute.attnum`. Anything else (computed values, subquery aliases,
-//! other databases) has none, sent as 0, as PostgreSQL sends for computed columns.
+//! A column gets an origin only when it is a scanned column, unchanged, of a table of the
+//! session's database: then the oid is the one `pg_class` lists for that table and the number
+//! its `pg_attribute.attnum`. Anything else (computed values, other databases, unions) has
+//! none, sent as 0, as PostgreSQL sends for computed columns.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::common::DFSchema;
+use datafusion::common::TableReference;
 use datafusion::error::Result;
+use datafusion::logical_expr::{Distinct, Expr, JoinType, LogicalPlan};
 
 use super::keys::KeySource;
 
@@ -29,12 +35,75 @@ pub const TABLE_OID_KEY: &str = "pg.table_oid";
 /// Field metadata key of a result column's number in that table.
 pub const COLUMN_KEY: &str = "pg.attnum";
 
-/// `schema` as an Arrow schema whose fields carry their origin where they have one.
+/// Whether any result column of `plan` may have an origin (only then is a lookup needed).
+pub fn may_have_origins(plan: &LogicalPlan) -> bool {
+    (0..plan.schema().fields().len()).any(|i| scanned(plan, i).is_some())
+}
+
+/// The table and column name that result column `index` of `plan` is read from unchanged; see
+/// the module docs.
+fn scanned(plan: &LogicalPlan, index: usize) -> Option<(TableReference, String)> {
+    match plan {
+        LogicalPlan::TableScan(scan) => {
+            let field = scan.projected_schema.fields().get(index)?;
+            Some((scan.table_name.clone(), field.name().clone()))
+        }
+        LogicalPlan::Projection(p) => {
+            let Expr::Column(column) = p.expr.get(index)?.clone().unalias_nested().data else {
+                return None;
+            };
+            let inner = p.input.schema().index_of_column(&column).ok()?;
+            scanned(&p.input, inner)
+        }
+        LogicalPlan::Aggregate(a) => {
+            let Expr::Column(column) = a.group_expr.get(index)?.clone().unalias_nested().data
+            else {
+                return None;
+            };
+            let inner = a.input.schema().index_of_column(&column).ok()?;
+            scanned(&a.input, inner)
+        }
+        // A window's input columns come first, its window functions after them.
+        LogicalPlan::Window(w) => {
+            let inputs = w.input.schema().fields().len();
+            (index < inputs).then(|| scanned(&w.input, index)).flatten()
+        }
+        LogicalPlan::Join(j) => {
+            let left = j.left.schema().fields().len();
+            match j.join_type {
+                JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+                    if index < left {
+                        scanned(&j.left, index)
+                    } else {
+                        scanned(&j.right, index - left)
+                    }
+                }
+                JoinType::LeftSemi | JoinType::LeftAnti => scanned(&j.left, index),
+                JoinType::RightSemi | JoinType::RightAnti => scanned(&j.right, index),
+                JoinType::LeftMark | JoinType::RightMark => None,
+            }
+        }
+        LogicalPlan::SubqueryAlias(_)
+        | LogicalPlan::Filter(_)
+        | LogicalPlan::Sort(_)
+        | LogicalPlan::Limit(_)
+        | LogicalPlan::Repartition(_)
+        | LogicalPlan::Distinct(Distinct::All(_)) => {
+            let inputs = plan.inputs();
+            scanned(inputs.first()?, index)
+        }
+        _ => None,
+    }
+}
+
+/// `plan`'s result columns as an Arrow schema whose fields carry their origin where they have
+/// one.
 pub async fn described(
-    schema: &DFSchema,
+    plan: &LogicalPlan,
     keys: &dyn KeySource,
     state: &dyn Session,
 ) -> Result<SchemaRef> {
+    let schema = plan.schema();
     let options = state.config_options();
     let (catalog, default_schema) = (
         options.catalog.default_catalog.clone(),
@@ -42,8 +111,9 @@ pub async fn described(
     );
     let mut tables = HashMap::new();
     let mut fields = Vec::with_capacity(schema.fields().len());
-    for (qualifier, field) in schema.iter() {
-        let table = qualifier.and_then(|q| {
+    for (i, field) in schema.fields().iter().enumerate() {
+        let source = scanned(plan, i);
+        let table = source.as_ref().and_then(|(q, _)| {
             let same_database = q.catalog().is_none_or(|c| c == catalog);
             same_database.then(|| {
                 (
@@ -52,26 +122,21 @@ pub async fn described(
                 )
             })
         });
-        let origin = match table {
-            Some(name) => {
+        let origin = match (table, &source) {
+            (Some(name), Some((_, column))) => {
                 if !tables.contains_key(&name) {
                     let found = keys.table_origin(state, &name.0, &name.1).await?;
                     tables.insert(name.clone(), found);
                 }
                 tables[&name].as_ref().and_then(|(oid, table)| {
-                    let column = table.index_of(field.name()).ok()?;
+                    let column = table.index_of(column).ok()?;
                     Some((*oid, i16::try_from(column + 1).ok()?))
                 })
             }
-            None => None,
+            _ => None,
         };
         fields.push(match origin {
-            Some((oid, column)) => {
-                let mut metadata = field.metadata().clone();
-                metadata.insert(TABLE_OID_KEY.into(), oid.to_string());
-                metadata.insert(COLUMN_KEY.into(), column.to_string());
-                Arc::new(field.as_ref().clone().with_metadata(metadata))
-            }
+            Some((oid, column)) => Arc::new(with_origin(field, oid, column)),
             None => Arc::clone(field),
         });
     }
@@ -79,6 +144,31 @@ pub async fn described(
         fields,
         schema.as_arrow().metadata().clone(),
     )))
+}
+
+/// `field` carrying the origin `(oid, column)`.
+fn with_origin(field: &Field, oid: i32, column: i16) -> Field {
+    let mut metadata = field.metadata().clone();
+    metadata.insert(TABLE_OID_KEY.into(), oid.to_string());
+    metadata.insert(COLUMN_KEY.into(), column.to_string());
+    field.clone().with_metadata(metadata)
+}
+
+/// `rows` of table `oid` whose field `i` is the table's column `columns[i]` (0-based), with
+/// each field carrying that origin: what a planned statement's description would say.
+pub fn read_from(rows: RecordBatch, oid: i32, columns: &[usize]) -> Result<RecordBatch> {
+    let schema = rows.schema();
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .zip(columns)
+        .map(|(field, column)| match i16::try_from(column + 1) {
+            Ok(column) => with_origin(field, oid, column),
+            Err(_) => field.as_ref().clone(),
+        })
+        .collect();
+    let schema = Schema::new_with_metadata(fields, schema.metadata().clone());
+    Ok(rows.with_schema(Arc::new(schema))?)
 }
 
 /// The origin a field was described with: its table's oid and its number there.

@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::common::DFSchemaRef;
 use datafusion::error::Result as DFResult;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::{FunctionRegistry, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 use datafusion::sql::parser::Statement as DFStatement;
@@ -85,8 +85,8 @@ pub struct Bound {
     pub plan: Arc<dyn ExecutionPlan>,
     pub task: TaskContext,
     pub policy: Arc<ReadPolicy>,
-    /// The statement's result columns.
-    pub schema: DFSchemaRef,
+    /// The statement's logical plan (its result columns and their origins).
+    pub logical: LogicalPlan,
 }
 
 impl Planner {
@@ -210,7 +210,7 @@ impl Planner {
             plan,
             task,
             policy,
-            schema: Arc::clone(kept.plan.schema()),
+            logical: kept.plan.logical_plan().clone(),
         }))
     }
 
@@ -224,17 +224,17 @@ impl Planner {
         }
     }
 
-    /// `schema`, a statement's result columns, with each column's table and number where it
-    /// has them (see `origins`).
+    /// `plan`'s result columns, with each column's table and number where it has them (see
+    /// `origins`).
     pub async fn described(
         &self,
-        schema: &datafusion::common::DFSchema,
+        plan: &LogicalPlan,
         metadata: &HashMap<String, String>,
     ) -> PgWireResult<datafusion::arrow::datatypes::SchemaRef> {
-        // Only a column reference keeps a qualifier: without one there is nothing to look up,
-        // and no session state to copy.
-        if schema.iter().all(|(qualifier, _)| qualifier.is_none()) {
-            return Ok(Arc::new(schema.as_arrow().clone()));
+        // Only a scanned column has an origin: without one there is nothing to look up, and no
+        // session state to copy.
+        if !super::origins::may_have_origins(plan) {
+            return Ok(Arc::new(plan.schema().as_arrow().clone()));
         }
         let (state, _) = self.state(metadata)?;
         let catalog = state.config_options().catalog.default_catalog.clone();
@@ -243,7 +243,7 @@ impl Planner {
             .pg_catalogs
             .keys_of(&catalog)
             .map_err(datafusion_error)?;
-        super::origins::described(schema, keys.as_ref(), &state)
+        super::origins::described(plan, keys.as_ref(), &state)
             .await
             .map_err(datafusion_error)
     }

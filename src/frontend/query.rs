@@ -222,13 +222,13 @@ impl Parser {
                     (Some(kept), None) => self.planner.bind_kept(kept, &metadata)?,
                     _ => None,
                 };
-                let (run, policy, schema, kept) = match bound {
+                let (run, policy, logical, kept) = match bound {
                     Some(bound) => {
                         let run = Runnable::Bound {
                             plan: bound.plan,
                             task: bound.task,
                         };
-                        (run, bound.policy, bound.schema, kept)
+                        (run, bound.policy, bound.logical, kept)
                     }
                     None => {
                         let (mut df, policy) =
@@ -243,9 +243,9 @@ impl Parser {
                                 prepared.kept()
                             }
                         };
-                        let schema = Arc::new(df.schema().clone());
+                        let logical = df.logical_plan().clone();
                         let kept = keep.clone();
-                        (Runnable::Frame { df, keep }, policy, schema, kept)
+                        (Runnable::Frame { df, keep }, policy, logical, kept)
                     }
                 };
                 let (tag, counted) = match answer {
@@ -253,7 +253,7 @@ impl Parser {
                         let described = match kept.as_ref().and_then(|k| k.described()) {
                             Some(described) => described,
                             None => {
-                                let described = self.planner.described(&schema, &metadata).await?;
+                                let described = self.planner.described(&logical, &metadata).await?;
                                 if let Some(kept) = &kept {
                                     kept.keep_described(&described);
                                 }
@@ -387,8 +387,25 @@ impl Parser {
         else {
             return Ok(None);
         };
+        let rows = match &found.table {
+            Some((db, table)) => {
+                let keys = self
+                    .shared
+                    .pg_catalogs
+                    .keys_of(&session.catalog)
+                    .map_err(datafusion_error)?;
+                // An oid not found yet is found by planning the statement, so that every answer
+                // describes its columns alike.
+                let Some(oid) = keys.known_oid(db, table) else {
+                    return Ok(None);
+                };
+                super::origins::read_from(found.rows, oid, &found.columns)
+                    .map_err(datafusion_error)?
+            }
+            None => found.rows,
+        };
         results::warn(client, found.warnings).await?;
-        Ok(Some(results::batch_rows(found.rows, format, metadata)?))
+        Ok(Some(results::batch_rows(rows, format, metadata)?))
     }
 
     /// Plans a statement for `Parse`: result columns and parameter types. Nothing runs:
@@ -410,7 +427,8 @@ impl Parser {
                     .map_err(datafusion_error)?;
                 prepared.params = ordered_params(params);
                 if *answer == Answer::Rows {
-                    prepared.schema = Some(self.planner.described(df.schema(), metadata).await?);
+                    prepared.schema =
+                        Some(self.planner.described(df.logical_plan(), metadata).await?);
                 }
             }
             Parsed::Cursor(CursorCommand::Fetch { cursor, .. }) => {

@@ -423,6 +423,7 @@ mod tests {
                     name: "s".into(),
                     kind: ColumnKind::Text {
                         charset: Charset::Latin1,
+                        length: None,
                     },
                     nullable: true,
                 },

@@ -415,7 +415,7 @@ pub async fn collations(conn: &mut Conn) -> SourceResult<CollationMap> {
                 .flatten();
             // Character sets we cannot decode are left out, so that a column using one fails
             // with a clear error instead of being decoded wrongly.
-            if let (Some(id), Some(Ok(cs))) = (id, charset.map(|c| Charset::from_name(&c))) {
+            if let (Some(id), Some(Ok(cs))) = (id, charset.map(|c| Charset::with_width(&c))) {
                 map.entry(id as u16).or_insert(cs);
             }
         }

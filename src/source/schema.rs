@@ -23,6 +23,8 @@ struct InfoColumn {
     datetime_precision: Option<u64>,
     charset: Option<String>,
     octet_length: Option<u64>,
+    /// `CHARACTER_MAXIMUM_LENGTH`: the declared length of `CHAR(n)`/`VARCHAR(n)`.
+    max_chars: Option<u64>,
 }
 
 /// The base tables of the server that `filter` accepts, ordered by database and name.
@@ -54,9 +56,9 @@ pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Op
     let rows: Vec<mysql_async::Row> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, \
-             NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_OCTET_LENGTH \
-             FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? \
-             ORDER BY ORDINAL_POSITION",
+             NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_OCTET_LENGTH, \
+             CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (&id.db, &id.table),
         )
         .await
@@ -89,6 +91,7 @@ pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Op
                 .and_then(Result::ok)
                 .flatten(),
             octet_length: get_n(8),
+            max_chars: get_n(9),
         });
     }
     let json_columns = json_check_columns(conn, id).await?;
@@ -193,8 +196,11 @@ fn kind_from_info(col: &InfoColumn, is_json: bool) -> Result<ColumnKind, String>
             if is_json {
                 return Ok(ColumnKind::Json);
             }
+            let length = matches!(col.data_type.as_str(), "char" | "varchar")
+                .then(|| col.max_chars.map(|n| n.min(u64::from(u32::MAX)) as u32))
+                .flatten();
             match Charset::from_name(col.charset.as_deref().unwrap_or("binary"))? {
-                Some(charset) => Ok(ColumnKind::Text { charset }),
+                Some(charset) => Ok(ColumnKind::Text { charset, length }),
                 None => Ok(ColumnKind::Binary { pad_to: None }),
             }
         }

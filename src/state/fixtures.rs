@@ -24,6 +24,7 @@ pub fn codec(keyed: bool) -> Arc<RowCodec> {
             name: "v".into(),
             kind: ColumnKind::Text {
                 charset: Charset::Utf8,
+                length: None,
             },
             nullable: true,
         },

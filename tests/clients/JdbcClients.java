@@ -65,11 +65,18 @@ public class JdbcClients {
             line("identifierQuote", md.getIdentifierQuoteString());
             line("product", md.getDatabaseProductName());
 
-            // Result metadata and typed values of a plain query.
+            // Result metadata and typed values of plain queries: columns, a window function,
+            // renamed columns of an aliased table, averages of integers (numeric).
+            String[] queries = {
+                "SELECT id, name, price, qty, ratio, created, day, doc, note, data, "
+                    + "count(*) OVER () AS n FROM " + schema + ".items WHERE id <= 2 ORDER BY id",
+                "SELECT i.id AS key, i.name AS label, l.line FROM " + schema + ".items i JOIN "
+                    + schema + ".lines l ON l.item_id = i.id ORDER BY key",
+                "SELECT avg(id) AS mean_id, avg(qty), avg(price) AS mean_price FROM " + schema + ".items",
+            };
+            for (String query : queries)
             try (Statement st = conn.createStatement();
-                 ResultSet rs = st.executeQuery(
-                     "SELECT id, name, price, qty, ratio, created, day, doc, note, data, "
-                         + "count(*) OVER () AS n FROM " + schema + ".items WHERE id <= 2 ORDER BY id")) {
+                 ResultSet rs = st.executeQuery(query)) {
                 ResultSetMetaData rm = rs.getMetaData();
                 for (int i = 1; i <= rm.getColumnCount(); i++) {
                     String table = rm.getTableName(i);

@@ -115,6 +115,25 @@ out["psycopg2.description"] = [
     for d in cur.description
 ]
 out["psycopg2.rows"] = [[plain(v) for v in row] for row in cur.fetchall()]
+# Where result columns come from (the table's oid and column number), renamed or not: a
+# primary-key lookup (answered from the key index) and a join; computed values have none.
+for label, sql in [
+    ("lookup", f"SELECT id AS key, name FROM {schema}.items WHERE id = 3"),
+    (
+        "join",
+        f"SELECT i.name AS label, l.line, l.line + 1 AS next FROM {schema}.items i "
+        f"JOIN {schema}.lines l ON l.item_id = i.id ORDER BY 1, 2",
+    ),
+]:
+    cur.execute(sql)
+    out[f"psycopg2.origins.{label}"] = [
+        [d.name, bool(d.table_oid), d.table_column] for d in cur.description
+    ] + [list(r) for r in cur.fetchall()]
+# Averages of integers and decimals are numeric (oid 1700) at PostgreSQL's scale.
+cur.execute(f"SELECT avg(id), avg(price) AS mean_price FROM {schema}.items")
+out["psycopg2.avg"] = [[d.name, d.type_code] for d in cur.description] + [
+    str(v) for v in cur.fetchone()
+]
 cur.execute(f"SELECT name FROM {schema}.items WHERE name = ANY(%s) ORDER BY 1", (["item 2", "item 7"],))
 out["psycopg2.any"] = cur.fetchall()
 with conn2.cursor(name="walk") as named:

@@ -28,7 +28,14 @@ async fn psql_meta_commands_describe_captured_tables() {
     }
     // \d and \d+ describe the columns with their types.
     let orders = psql(&["-c", "\\d metadb.orders"]);
-    for column in ["id", "customer", "amount", "integer", "text", "numeric"] {
+    for column in [
+        "id",
+        "customer",
+        "amount",
+        "integer",
+        "character varying(20)",
+        "numeric(10,2)",
+    ] {
         assert!(orders.contains(column), "{column} missing from:\n{orders}");
     }
     let detailed = psql(&["-c", "\\d+ metadb.orders"]);

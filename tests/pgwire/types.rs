@@ -169,6 +169,8 @@ async fn every_type_in_binary_format() {
     assert_eq!(ty("bu"), Type::NUMERIC);
     assert_eq!(ty("dec65"), Type::NUMERIC);
     assert_eq!(ty("j"), Type::JSON);
+    assert_eq!(ty("s"), Type::VARCHAR);
+    assert_eq!(ty("txt"), Type::TEXT);
     assert_eq!(ty("ts"), Type::TIMESTAMPTZ);
     assert_eq!(ty("dtm"), Type::TIMESTAMP);
     assert_eq!(ty("tm"), Type::INTERVAL);

@@ -303,6 +303,7 @@ impl Column {
                 Wire::VarLen { prefix, .. } | Wire::Blob { prefix },
                 K::Text {
                     charset: Charset::Utf8,
+                    ..
                 },
             )
             // MariaDB's JSON is a LONGTEXT holding JSON text.
@@ -314,6 +315,7 @@ impl Column {
                 Wire::VarLen { prefix, .. } | Wire::Blob { prefix },
                 K::Text {
                     charset: Charset::Latin1,
+                    ..
                 },
             ) => Values::Latin1 {
                 prefix,
@@ -692,6 +694,7 @@ mod tests {
     fn text_column() -> (Column, Field) {
         let kind = ColumnKind::Text {
             charset: Charset::Utf8,
+            length: Some(10),
         };
         let column = Column::compile(
             Wire::VarLen {

@@ -32,8 +32,9 @@ pub use super::cursor::RowsError;
 use super::wire::Wire;
 use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 
-/// Collation id → character set, read from the server's `information_schema.COLLATIONS`.
-pub type CollationMap = HashMap<u16, Option<Charset>>;
+/// Collation id → character set and the most bytes one of its characters takes, read from the
+/// server's `information_schema.COLLATIONS`; `None` for `binary`.
+pub type CollationMap = HashMap<u16, Option<(Charset, u8)>>;
 
 /// The collation id MySQL uses for binary strings.
 const BINARY_COLLATION: u16 = 63;
@@ -50,19 +51,19 @@ pub fn builtin_collations() -> CollationMap {
     const ASCII: &[u16] = &[11, 65, 1035, 1089];
     const UTF8MB3: &[u16] = &[33, 76, 83, 223, 576, 577, 578, 1057, 1107, 1216, 1238];
     const UTF8MB4: &[u16] = &[45, 46, 608, 609, 610, 1069, 1070, 1248, 1270];
-    let utf8 = UTF8MB3
+    // utf8mb3 UCA collations; MariaDB UCA 14.0, where utf8mb3 is charset 0.
+    let mb3 = UTF8MB3.iter().copied().chain(192..=215).chain(2048..=2303);
+    // utf8mb4 UCA collations, MySQL 8's 0900 collations; MariaDB UCA 14.0's charset 1.
+    let mb4 = UTF8MB4
         .iter()
-        .chain(UTF8MB4)
-        .chain(ASCII)
         .copied()
-        // utf8mb3 UCA collations, utf8mb4 UCA collations, MySQL 8 utf8mb4 0900 collations.
-        .chain(192..=215)
         .chain(224..=247)
         .chain(255..=323)
-        // MariaDB UCA 14.0: utf8mb3 is charset 0, utf8mb4 is charset 1.
-        .chain(2048..=2559);
-    let mut map: CollationMap = utf8.map(|id| (id, Some(Charset::Utf8))).collect();
-    map.extend(LATIN1.iter().map(|&id| (id, Some(Charset::Latin1))));
+        .chain(2304..=2559);
+    let mut map: CollationMap = mb3.map(|id| (id, Some((Charset::Utf8, 3)))).collect();
+    map.extend(mb4.map(|id| (id, Some((Charset::Utf8, 4)))));
+    map.extend(ASCII.iter().map(|&id| (id, Some((Charset::Utf8, 1)))));
+    map.extend(LATIN1.iter().map(|&id| (id, Some((Charset::Latin1, 1)))));
     map.insert(BINARY_COLLATION, None);
     map
 }
@@ -314,8 +315,12 @@ impl TableDecoder {
                 Wire::TimestampOld => ColumnKind::Timestamp { fsp: 0 },
                 Wire::Timestamp2 { fsp } => ColumnKind::Timestamp { fsp },
                 Wire::Year => ColumnKind::Year,
+                // The table map gives the byte length; a character takes at most `width` bytes.
                 Wire::VarLen { max_len, .. } => match charset {
-                    Some(charset) => ColumnKind::Text { charset },
+                    Some((charset, width)) => ColumnKind::Text {
+                        charset,
+                        length: Some(u32::from(max_len) / u32::from(width.max(1))),
+                    },
                     // Only a declared BINARY(n) is padded: without charset metadata a CHAR(n)
                     // looks the same, and zero-padding its text would corrupt it.
                     None if raw == Some(ColumnType::MYSQL_TYPE_STRING)
@@ -342,7 +347,10 @@ impl TableDecoder {
                 Wire::Bit { bits } => ColumnKind::Bit { bits },
                 Wire::Blob { .. } if was_json => ColumnKind::Json,
                 Wire::Blob { .. } => match charset {
-                    Some(charset) => ColumnKind::Text { charset },
+                    Some((charset, _)) => ColumnKind::Text {
+                        charset,
+                        length: None,
+                    },
                     None => ColumnKind::Binary { pad_to: None },
                 },
                 Wire::Json { .. } => ColumnKind::Json,
@@ -506,8 +514,8 @@ mod tests {
         // Table id 1, no flags, names `d` and `t`.
         let mut body = vec![1, 0, 0, 0, 0, 0, 0, 0, 1, b'd', 0, 1, b't', 0];
         // 4 columns: YEAR, LONG, GEOMETRY, VARCHAR; metadata: GEOMETRY's pack length, VARCHAR's
-        // maximum length; all nullable.
-        body.extend([4, 13, 3, 255, 15, 3, 4, 10, 0, 0x0f]);
+        // maximum length in bytes (10 characters of up to 4 bytes); all nullable.
+        body.extend([4, 13, 3, 255, 15, 3, 4, 40, 0, 0x0f]);
         // SIGNEDNESS: one bit per numeric column, most significant first: `u` is unsigned.
         body.extend([1, 1, 0b1000_0000]);
         // COLUMN_CHARSET: one collation per character column: `g` binary, `s` utf8mb4.
@@ -539,7 +547,8 @@ mod tests {
                 ColumnKind::Geometry,
                 // GEOMETRY takes the first charset entry, so `s` gets utf8mb4.
                 ColumnKind::Text {
-                    charset: Charset::Utf8
+                    charset: Charset::Utf8,
+                    length: Some(10),
                 },
             ]
         );
@@ -549,13 +558,15 @@ mod tests {
     fn builtin_collations_cover_mysql_and_mariadb_ids() {
         let map = builtin_collations();
         for (id, charset) in [
-            (8, Some(Charset::Latin1)),
-            (33, Some(Charset::Utf8)),
-            (45, Some(Charset::Utf8)),
+            (8, Some((Charset::Latin1, 1))),
+            (11, Some((Charset::Utf8, 1))), // ascii
+            (33, Some((Charset::Utf8, 3))),
+            (45, Some((Charset::Utf8, 4))),
             (63, None),
-            (255, Some(Charset::Utf8)),  // MySQL 8 utf8mb4_0900_ai_ci
-            (1057, Some(Charset::Utf8)), // MariaDB utf8mb3_general_nopad_ci
-            (2304, Some(Charset::Utf8)), // MariaDB 11 utf8mb4_uca1400_ai_ci
+            (255, Some((Charset::Utf8, 4))), // MySQL 8 utf8mb4_0900_ai_ci
+            (1057, Some((Charset::Utf8, 3))), // MariaDB utf8mb3_general_nopad_ci
+            (2048, Some((Charset::Utf8, 3))), // MariaDB 11 utf8mb3_uca1400_ai_ci
+            (2304, Some((Charset::Utf8, 4))), // MariaDB 11 utf8mb4_uca1400_ai_ci
         ] {
             assert_eq!(map.get(&id), Some(&charset), "collation {id}");
         }

@@ -58,15 +58,30 @@ fn temporal_types() {
 
 #[test]
 fn text_types_and_character_sets() {
-    let latin1 = ColumnKind::Text {
+    let latin1 = |length| ColumnKind::Text {
         charset: Charset::Latin1,
+        length,
     };
     // Without a character set of their own, columns take the table's (latin1 here).
-    assert_eq!(kind("a VARCHAR(10)"), latin1);
-    assert_eq!(kind("a CHAR(3)"), latin1);
-    assert_eq!(kind("a TEXT"), latin1);
-    assert_eq!(kind("a LONGTEXT"), latin1);
-    assert_eq!(kind("a VARCHAR(10) CHARACTER SET utf8mb4"), utf8());
+    assert_eq!(kind("a VARCHAR(10)"), latin1(Some(10)));
+    assert_eq!(kind("a CHAR(3)"), latin1(Some(3)));
+    assert_eq!(kind("a CHAR"), latin1(Some(1)));
+    assert_eq!(kind("a TEXT"), latin1(None));
+    assert_eq!(kind("a LONGTEXT"), latin1(None));
+    assert_eq!(
+        kind("a VARCHAR(10) CHARACTER SET utf8mb4"),
+        ColumnKind::Text {
+            charset: Charset::Utf8,
+            length: Some(10)
+        }
+    );
+    assert_eq!(
+        kind("a NVARCHAR(7)"),
+        ColumnKind::Text {
+            charset: Charset::Utf8,
+            length: Some(7)
+        }
+    );
     assert_eq!(kind("a TEXT CHARSET utf8mb4"), utf8());
     assert_eq!(kind("a MEDIUMTEXT COLLATE utf8mb4_0900_ai_ci"), utf8());
     assert_eq!(kind("a TINYTEXT CHARACTER SET ascii"), utf8());

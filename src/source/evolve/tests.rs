@@ -14,6 +14,7 @@ pub(super) fn int(bits: u8, unsigned: bool) -> ColumnKind {
 pub(super) fn utf8() -> ColumnKind {
     ColumnKind::Text {
         charset: Charset::Utf8,
+        length: None,
     }
 }
 
@@ -25,14 +26,21 @@ pub(super) fn col(name: &str, kind: ColumnKind, nullable: bool) -> ColumnSpec {
     }
 }
 
-/// `shop.orders (id BIGINT NOT NULL PRIMARY KEY, amount INT NULL, note VARCHAR NULL)`.
+/// `shop.orders (id BIGINT NOT NULL PRIMARY KEY, amount INT NULL, note VARCHAR(200) NULL)`.
 pub(super) fn orders() -> TableSchema {
     TableSchema::new(
         TableId::new("shop", "orders"),
         vec![
             col("id", int(64, false), false),
             col("amount", int(32, false), true),
-            col("note", utf8(), true),
+            col(
+                "note",
+                ColumnKind::Text {
+                    charset: Charset::Utf8,
+                    length: Some(200),
+                },
+                true,
+            ),
         ],
         vec![0],
     )
@@ -175,8 +183,8 @@ fn narrowing_and_signedness_flips_are_unfollowable() {
         "{why}"
     );
     assert!(unfollowable("ALTER TABLE orders MODIFY amount INT UNSIGNED").contains("int unsigned"));
-    assert!(unfollowable("ALTER TABLE orders MODIFY amount VARCHAR(10)").contains("to text"));
-    assert!(unfollowable("ALTER TABLE orders MODIFY note INT").contains("from text to int"));
+    assert!(unfollowable("ALTER TABLE orders MODIFY amount VARCHAR(10)").contains("to varchar(10)"));
+    assert!(unfollowable("ALTER TABLE orders MODIFY note INT").contains("from varchar(200) to int"));
 }
 
 #[test]
@@ -206,6 +214,7 @@ fn exact_widenings_are_kept() {
                 "l",
                 ColumnKind::Text {
                     charset: Charset::Latin1,
+                    length: Some(8),
                 },
                 true,
             ),
@@ -224,6 +233,8 @@ fn exact_widenings_are_kept() {
         "ALTER TABLE w MODIFY t DATETIME(6)",
         "ALTER TABLE w MODIFY e ENUM('a','b','c')",
         "ALTER TABLE w MODIFY l TEXT CHARACTER SET utf8mb4",
+        "ALTER TABLE w MODIFY l VARCHAR(12)",
+        "ALTER TABLE w MODIFY l TEXT",
         "ALTER TABLE w MODIFY s INT",
         "ALTER TABLE w MODIFY s DECIMAL(5,0)",
         "ALTER TABLE w MODIFY b BIT(8)",
@@ -245,6 +256,7 @@ fn exact_widenings_are_kept() {
         "ALTER TABLE w MODIFY e ENUM('b','a')",
         "ALTER TABLE w MODIFY e ENUM('a')",
         "ALTER TABLE w MODIFY l CHAR(10)",
+        "ALTER TABLE w MODIFY l VARCHAR(7)",
         "ALTER TABLE w MODIFY s DECIMAL(4,0)",
         "ALTER TABLE w MODIFY d DECIMAL(10,2) UNSIGNED",
     ] {
@@ -402,7 +414,8 @@ fn create_table_derives_the_schema() {
     assert_eq!(
         s.columns[1].kind,
         ColumnKind::Text {
-            charset: Charset::Latin1
+            charset: Charset::Latin1,
+            length: Some(20)
         }
     );
     assert_eq!(s.columns[2].kind, ColumnKind::Timestamp { fsp: 3 });
@@ -416,7 +429,8 @@ fn create_table_derives_the_schema() {
     assert_eq!(
         s.columns[1].kind,
         ColumnKind::Text {
-            charset: Charset::Latin1
+            charset: Charset::Latin1,
+            length: None
         }
     );
     assert!(created("CREATE TABLE orders LIKE template").is_none());

@@ -147,9 +147,16 @@ fn kind_of(
     use DataType as D;
     let int = |bits, unsigned| Ok((ColumnKind::Int { bits, unsigned }, None));
     let unsigned_fraction = Some("an UNSIGNED fractional type clamps negative old values");
-    let text = |fixed: Option<u64>| {
+    // `fixed`: CHAR(n)'s length; `length`: CHAR(n)'s or VARCHAR(n)'s, in characters.
+    let text = |fixed: Option<u64>, length: Option<u64>| {
         Ok(match (charset, fixed) {
-            (Some(charset), _) => (ColumnKind::Text { charset }, None),
+            (Some(charset), _) => (
+                ColumnKind::Text {
+                    charset,
+                    length: length.map(|n| n.min(u64::from(u32::MAX)) as u32),
+                },
+                None,
+            ),
             // `CHARACTER SET binary` makes CHAR(n) a BINARY(n) and the others VARBINARY/BLOB.
             (None, Some(n)) => (
                 ColumnKind::Binary {
@@ -200,19 +207,22 @@ fn kind_of(
         D::Timestamp(fsp, TimezoneInfo::None) => {
             Ok((ColumnKind::Timestamp { fsp: fsp_of(fsp)? }, None))
         }
-        D::Char(l) | D::Character(l) => text(Some(char_len(l)?)),
+        D::Char(l) | D::Character(l) => {
+            let n = char_len(l)?;
+            text(Some(n), Some(n))
+        }
         D::Varchar(l) | D::CharVarying(l) | D::CharacterVarying(l) => {
-            char_len(l)?;
-            text(None)
+            text(None, Some(char_len(l)?))
         }
         // NATIONAL VARCHAR is utf8mb3 whatever the table's character set.
-        D::Nvarchar(_) => Ok((
+        D::Nvarchar(l) => Ok((
             ColumnKind::Text {
                 charset: Charset::Utf8,
+                length: Some(char_len(l)?.min(u64::from(u32::MAX)) as u32),
             },
             None,
         )),
-        D::Text | D::TinyText | D::MediumText | D::LongText => text(None),
+        D::Text | D::TinyText | D::MediumText | D::LongText => text(None, None),
         D::Binary(n) => Ok((
             ColumnKind::Binary {
                 pad_to: Some(n.unwrap_or(1) as usize),
@@ -250,7 +260,7 @@ fn kind_of(
                 ("year", [] | [_]) if modifiers.iter().all(|m| m == "4") => {
                     Ok((ColumnKind::Year, None))
                 }
-                ("text", [_]) => text(None),
+                ("text", [_]) => text(None, None),
                 (
                     "geometry" | "point" | "linestring" | "polygon" | "multipoint"
                     | "multilinestring" | "multipolygon" | "geometrycollection" | "geomcollection",
@@ -455,7 +465,25 @@ impl Declared {
                 | (K::DateTime { fsp: f1 }, K::DateTime { fsp: f2 })
                 | (K::Timestamp { fsp: f1 }, K::Timestamp { fsp: f2 }) => f2 >= f1,
                 // Every latin1 character has a UTF-8 form; not every UTF-8 one a latin1 form.
-                (K::Text { .. }, K::Text { charset }) => *charset == Charset::Utf8,
+                // A shorter declared length may cut old values (MySQL truncates them when
+                // strict mode is off, with no row events).
+                (
+                    K::Text {
+                        charset: c1,
+                        length: l1,
+                    },
+                    K::Text {
+                        charset: c2,
+                        length: l2,
+                    },
+                ) => {
+                    (c1 == c2 || *c2 == Charset::Utf8)
+                        && match (l1, l2) {
+                            (_, None) => true,
+                            (Some(l1), Some(l2)) => l2 >= l1,
+                            (None, Some(_)) => false,
+                        }
+                }
                 (K::Enum { labels: l1 }, K::Enum { labels: l2 })
                 | (K::Set { labels: l1 }, K::Set { labels: l2 }) => l2.starts_with(l1),
                 (K::Bit { bits: b1 }, K::Bit { bits: b2 }) => b2 >= b1,
