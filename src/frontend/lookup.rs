@@ -199,7 +199,7 @@ pub fn answer(
     Ok(Some(Found {
         rows,
         warnings,
-        table: (source_name == catalog).then(|| (db, table)),
+        table: (source_name == catalog).then_some((db, table)),
         columns: projection.iter().map(|(i, _)| *i).collect(),
     }))
 }
