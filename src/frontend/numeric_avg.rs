@@ -96,10 +96,10 @@ impl AggregateUDFImpl for NumericAvg {
                 arg_types.len()
             );
         };
+        if let Some(digits) = integer_digits(t) {
+            return Ok(vec![decimal_input(digits, INPUT_SCALE)]);
+        }
         let coerced = match t {
-            t if integer_digits(t).is_some() => {
-                decimal_input(integer_digits(t).unwrap_or(20), INPUT_SCALE)
-            }
             D::Decimal32(p, s) | D::Decimal64(p, s) | D::Decimal128(p, s) | D::Decimal256(p, s)
                 if (0..INPUT_SCALE as i8).contains(s) =>
             {

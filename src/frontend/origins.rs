@@ -24,7 +24,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::Session;
-use datafusion::common::TableReference;
+use datafusion::common::{DFSchema, TableReference};
 use datafusion::error::Result;
 use datafusion::logical_expr::{Distinct, Expr, JoinType, LogicalPlan};
 
@@ -35,9 +35,11 @@ pub const TABLE_OID_KEY: &str = "pg.table_oid";
 /// Field metadata key of a result column's number in that table.
 pub const COLUMN_KEY: &str = "pg.attnum";
 
-/// Whether any result column of `plan` may have an origin (only then is a lookup needed).
-pub fn may_have_origins(plan: &LogicalPlan) -> bool {
-    (0..plan.schema().fields().len()).any(|i| scanned(plan, i).is_some())
+/// For each result column of `plan`, the table and column it is read from unchanged, if any.
+pub fn sources(plan: &LogicalPlan) -> Vec<Option<(TableReference, String)>> {
+    (0..plan.schema().fields().len())
+        .map(|i| scanned(plan, i))
+        .collect()
 }
 
 /// The table and column name that result column `index` of `plan` is read from unchanged; see
@@ -96,14 +98,14 @@ fn scanned(plan: &LogicalPlan, index: usize) -> Option<(TableReference, String)>
     }
 }
 
-/// `plan`'s result columns as an Arrow schema whose fields carry their origin where they have
-/// one.
+/// `schema`, a plan's result columns whose [`sources`] are `sources`, as an Arrow schema whose
+/// fields carry their origin where they have one.
 pub async fn described(
-    plan: &LogicalPlan,
+    schema: &DFSchema,
+    sources: &[Option<(TableReference, String)>],
     keys: &dyn KeySource,
     state: &dyn Session,
 ) -> Result<SchemaRef> {
-    let schema = plan.schema();
     let options = state.config_options();
     let (catalog, default_schema) = (
         options.catalog.default_catalog.clone(),
@@ -111,8 +113,7 @@ pub async fn described(
     );
     let mut tables = HashMap::new();
     let mut fields = Vec::with_capacity(schema.fields().len());
-    for (i, field) in schema.fields().iter().enumerate() {
-        let source = scanned(plan, i);
+    for (field, source) in schema.fields().iter().zip(sources) {
         let table = source.as_ref().and_then(|(q, _)| {
             let same_database = q.catalog().is_none_or(|c| c == catalog);
             same_database.then(|| {
@@ -122,7 +123,7 @@ pub async fn described(
                 )
             })
         });
-        let origin = match (table, &source) {
+        let origin = match (table, source) {
             (Some(name), Some((_, column))) => {
                 if !tables.contains_key(&name) {
                     let found = keys.table_origin(state, &name.0, &name.1).await?;

@@ -74,6 +74,11 @@ impl Kept {
         let _ = self.described.set(Arc::clone(schema));
     }
 
+    /// The kept logical plan.
+    pub fn logical_plan(&self) -> &LogicalPlan {
+        self.plan.logical_plan()
+    }
+
     /// Keeps the plan's physical form for the next runs, when it may be (`engine::reuse`).
     pub fn keep_physical(&self, physical: &Arc<dyn ExecutionPlan>) -> DFResult<()> {
         self.plan.keep_physical(physical)
@@ -85,8 +90,6 @@ pub struct Bound {
     pub plan: Arc<dyn ExecutionPlan>,
     pub task: TaskContext,
     pub policy: Arc<ReadPolicy>,
-    /// The statement's logical plan (its result columns and their origins).
-    pub logical: LogicalPlan,
 }
 
 impl Planner {
@@ -206,12 +209,7 @@ impl Planner {
             HashMap::new(),
             runtime,
         );
-        Ok(Some(Bound {
-            plan,
-            task,
-            policy,
-            logical: kept.plan.logical_plan().clone(),
-        }))
+        Ok(Some(Bound { plan, task, policy }))
     }
 
     /// Runs one of our statements, stoppable by `stop`.
@@ -233,7 +231,8 @@ impl Planner {
     ) -> PgWireResult<datafusion::arrow::datatypes::SchemaRef> {
         // Only a scanned column has an origin: without one there is nothing to look up, and no
         // session state to copy.
-        if !super::origins::may_have_origins(plan) {
+        let sources = super::origins::sources(plan);
+        if sources.iter().all(Option::is_none) {
             return Ok(Arc::new(plan.schema().as_arrow().clone()));
         }
         let (state, _) = self.state(metadata)?;
@@ -243,7 +242,7 @@ impl Planner {
             .pg_catalogs
             .keys_of(&catalog)
             .map_err(datafusion_error)?;
-        super::origins::described(plan, keys.as_ref(), &state)
+        super::origins::described(plan.schema(), &sources, keys.as_ref(), &state)
             .await
             .map_err(datafusion_error)
     }

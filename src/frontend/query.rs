@@ -222,15 +222,16 @@ impl Parser {
                     (Some(kept), None) => self.planner.bind_kept(kept, &metadata)?,
                     _ => None,
                 };
-                let (run, policy, logical, kept) = match bound {
-                    Some(bound) => {
+                let (run, policy, kept) = match (bound, kept) {
+                    (Some(bound), Some(kept)) => {
                         let run = Runnable::Bound {
                             plan: bound.plan,
                             task: bound.task,
+                            kept: Arc::clone(&kept),
                         };
-                        (run, bound.policy, bound.logical, kept)
+                        (run, bound.policy, Some(kept))
                     }
-                    None => {
+                    _ => {
                         let (mut df, policy) =
                             self.frame(prepared, statement, &metadata, &stop).await?;
                         let keep = match params {
@@ -243,9 +244,8 @@ impl Parser {
                                 prepared.kept()
                             }
                         };
-                        let logical = df.logical_plan().clone();
                         let kept = keep.clone();
-                        (Runnable::Frame { df, keep }, policy, logical, kept)
+                        (Runnable::Frame { df, keep }, policy, kept)
                     }
                 };
                 let (tag, counted) = match answer {
@@ -253,7 +253,10 @@ impl Parser {
                         let described = match kept.as_ref().and_then(|k| k.described()) {
                             Some(described) => described,
                             None => {
-                                let described = self.planner.described(&logical, &metadata).await?;
+                                let described = self
+                                    .planner
+                                    .described(run.logical_plan(), &metadata)
+                                    .await?;
                                 if let Some(kept) = &kept {
                                     kept.keep_described(&described);
                                 }

@@ -18,6 +18,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::DataFrame;
 use futures::{Sink, SinkExt, Stream, StreamExt};
@@ -67,11 +68,23 @@ pub enum Runnable {
         df: DataFrame,
         keep: Option<Arc<Kept>>,
     },
-    /// A kept physical plan bound to this run's versions, and the context it runs in.
+    /// A kept physical plan bound to this run's versions, the context it runs in, and the
+    /// statement's kept plan it was made from.
     Bound {
         plan: Arc<dyn ExecutionPlan>,
         task: TaskContext,
+        kept: Arc<Kept>,
     },
+}
+
+impl Runnable {
+    /// The logical plan this run comes from (where its result columns come from).
+    pub fn logical_plan(&self) -> &LogicalPlan {
+        match self {
+            Runnable::Frame { df, .. } => df.logical_plan(),
+            Runnable::Bound { kept, .. } => kept.logical_plan(),
+        }
+    }
 }
 
 impl From<DataFrame> for Runnable {
@@ -94,7 +107,7 @@ async fn execute_within(
             }
             (plan, task)
         }
-        Runnable::Bound { plan, task } => (plan, task),
+        Runnable::Bound { plan, task, .. } => (plan, task),
     };
     let task = if limit == 0 {
         task

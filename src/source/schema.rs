@@ -197,8 +197,9 @@ fn kind_from_info(col: &InfoColumn, is_json: bool) -> Result<ColumnKind, String>
                 return Ok(ColumnKind::Json);
             }
             let length = matches!(col.data_type.as_str(), "char" | "varchar")
-                .then(|| col.max_chars.map(|n| n.min(u64::from(u32::MAX)) as u32))
-                .flatten();
+                .then_some(col.max_chars)
+                .flatten()
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
             match Charset::from_name(col.charset.as_deref().unwrap_or("binary"))? {
                 Some(charset) => Ok(ColumnKind::Text { charset, length }),
                 None => Ok(ColumnKind::Binary { pad_to: None }),

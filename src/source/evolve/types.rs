@@ -147,29 +147,24 @@ fn kind_of(
     use DataType as D;
     let int = |bits, unsigned| Ok((ColumnKind::Int { bits, unsigned }, None));
     let unsigned_fraction = Some("an UNSIGNED fractional type clamps negative old values");
-    // `fixed`: CHAR(n)'s length; `length`: CHAR(n)'s or VARCHAR(n)'s, in characters.
-    let text = |fixed: Option<u64>, length: Option<u64>| {
-        Ok(match (charset, fixed) {
-            (Some(charset), _) => (
-                ColumnKind::Text {
-                    charset,
-                    length: length.map(|n| n.min(u64::from(u32::MAX)) as u32),
-                },
-                None,
-            ),
+    // `fixed`: a CHAR(n); `length`: CHAR(n)'s or VARCHAR(n)'s n, in characters.
+    let text = |fixed: bool, length: Option<u32>| {
+        Ok(match charset {
+            Some(charset) => (ColumnKind::Text { charset, length }, None),
             // `CHARACTER SET binary` makes CHAR(n) a BINARY(n) and the others VARBINARY/BLOB.
-            (None, Some(n)) => (
+            None => (
                 ColumnKind::Binary {
-                    pad_to: Some(n as usize),
+                    pad_to: length.filter(|_| fixed).map(|n| n as usize),
                 },
                 None,
             ),
-            (None, None) => (ColumnKind::Binary { pad_to: None }, None),
         })
     };
     let char_len = |l: &Option<CharacterLength>| match l {
         None => Ok(1),
-        Some(CharacterLength::IntegerLength { length, .. }) => Ok(*length),
+        Some(CharacterLength::IntegerLength { length, .. }) => {
+            Ok(u32::try_from(*length).unwrap_or(u32::MAX))
+        }
         Some(CharacterLength::Max) => Err(format!("type {data_type} is not MySQL")),
     };
     match data_type {
@@ -207,22 +202,19 @@ fn kind_of(
         D::Timestamp(fsp, TimezoneInfo::None) => {
             Ok((ColumnKind::Timestamp { fsp: fsp_of(fsp)? }, None))
         }
-        D::Char(l) | D::Character(l) => {
-            let n = char_len(l)?;
-            text(Some(n), Some(n))
-        }
+        D::Char(l) | D::Character(l) => text(true, Some(char_len(l)?)),
         D::Varchar(l) | D::CharVarying(l) | D::CharacterVarying(l) => {
-            text(None, Some(char_len(l)?))
+            text(false, Some(char_len(l)?))
         }
         // NATIONAL VARCHAR is utf8mb3 whatever the table's character set.
         D::Nvarchar(l) => Ok((
             ColumnKind::Text {
                 charset: Charset::Utf8,
-                length: Some(char_len(l)?.min(u64::from(u32::MAX)) as u32),
+                length: Some(char_len(l)?),
             },
             None,
         )),
-        D::Text | D::TinyText | D::MediumText | D::LongText => text(None, None),
+        D::Text | D::TinyText | D::MediumText | D::LongText => text(false, None),
         D::Binary(n) => Ok((
             ColumnKind::Binary {
                 pad_to: Some(n.unwrap_or(1) as usize),
@@ -260,7 +252,7 @@ fn kind_of(
                 ("year", [] | [_]) if modifiers.iter().all(|m| m == "4") => {
                     Ok((ColumnKind::Year, None))
                 }
-                ("text", [_]) => text(None, None),
+                ("text", [_]) => text(false, None),
                 (
                     "geometry" | "point" | "linestring" | "polygon" | "multipoint"
                     | "multilinestring" | "multipolygon" | "geometrycollection" | "geomcollection",
