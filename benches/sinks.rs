@@ -11,10 +11,11 @@
 //!   same Arrow batches written directly to a fresh target with the same library (parquet's
 //!   `ArrowWriter` and `object_store`, one `COPY` through `tokio-postgres`, `deltalake`'s
 //!   append). Prints each round and the median ratio (sink rows/s ÷ direct rows/s).
-//! * **Freshness** of a PostgreSQL changelog sink with `commit_interval = '1s'` while a writer
-//!   makes `--rate` single-row changes per second (in transactions of 100 rows) that carry
-//!   their commit time: the time from the source commit until a poller (every 10 ms) sees the
-//!   row in PostgreSQL, p50 and p99.
+//! * **Freshness** of a changelog sink into each target with `commit_interval = '1s'` while a
+//!   writer makes `--rate` single-row changes per second (in transactions of 100 rows) that
+//!   carry their commit time: the time from the source commit until a poller (every 10 ms)
+//!   sees the row in the target (PostgreSQL: a query; Parquet: a new file; Delta: a new log
+//!   entry's files), p50 and p99. `--seconds 0` leaves it out.
 
 mod common;
 
@@ -157,19 +158,158 @@ fn micros_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(0))
 }
 
-/// Source-commit-to-visible latencies (ms) of a PostgreSQL changelog sink at `rate`
-/// changes/s for `seconds`.
+/// Reads what has become visible in a freshness sink's target since the last poll.
+enum Poller {
+    Postgres {
+        client: tokio_postgres::Client,
+        last: String,
+    },
+    /// A Parquet sink's directory: files appear whole, once per commit.
+    Parquet {
+        dir: std::path::PathBuf,
+        seen: std::collections::HashSet<std::path::PathBuf>,
+    },
+    /// A Delta table: a commit is visible once its log entry exists; its data files are
+    /// the log entry's `add` actions.
+    Delta {
+        dir: std::path::PathBuf,
+        seen: std::collections::HashSet<std::path::PathBuf>,
+    },
+}
+
+/// The `b` values of every row of the Parquet file at `path`.
+fn parquet_b_values(path: &std::path::Path) -> Vec<Option<String>> {
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let b = batch.column_by_name("b").unwrap();
+        let b = arrow::compute::cast(b, &arrow::datatypes::DataType::Utf8).unwrap();
+        let b = b
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .unwrap();
+        out.extend(b.iter().map(|v| v.map(str::to_string)));
+    }
+    out
+}
+
+/// Every file under `dir` whose name ends with `suffix`.
+fn files_under(dir: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path, suffix));
+        } else if path.to_string_lossy().ends_with(suffix) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+impl Poller {
+    /// The `b` values of the rows visible since the last poll.
+    async fn poll(&mut self) -> Vec<Option<String>> {
+        match self {
+            Poller::Postgres { client, last } => {
+                let rows = client
+                    .query(
+                        "SELECT _position, b FROM fresh WHERE _position COLLATE \"C\" > $1 ORDER BY _position COLLATE \"C\"",
+                        &[&*last],
+                    )
+                    .await
+                    .unwrap_or_default();
+                let mut out = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    *last = r.get(0);
+                    out.push(r.get(1));
+                }
+                out
+            }
+            Poller::Parquet { dir, seen } => {
+                let mut out = Vec::new();
+                for path in files_under(dir, ".parquet") {
+                    if seen.insert(path.clone()) {
+                        out.extend(parquet_b_values(&path));
+                    }
+                }
+                out
+            }
+            Poller::Delta { dir, seen } => {
+                let mut out = Vec::new();
+                for log in files_under(&dir.join("_delta_log"), ".json") {
+                    if !seen.insert(log.clone()) {
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(&log).unwrap();
+                    for line in text.lines() {
+                        let action: serde_json::Value = serde_json::from_str(line).unwrap();
+                        if let Some(path) = action["add"]["path"].as_str() {
+                            out.extend(parquet_b_values(&dir.join(path)));
+                        }
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+/// Source-commit-to-visible latencies (ms) of a changelog sink into `kind` with
+/// `commit_interval = '1s'` at `rate` changes/s for `seconds`.
 async fn freshness(
     engine: &Engine,
     server: &DevServer,
+    kind: Kind,
+    out: &std::path::Path,
     rows: u64,
     rate: u64,
     seconds: u64,
 ) -> Vec<f64> {
+    let (target, mut poller) = match kind {
+        Kind::Postgres => (
+            format!("POSTGRES '{}' TABLE 'fresh'", pg_url()),
+            Poller::Postgres {
+                client: pg(&format!(
+                    "host=127.0.0.1 port=5432 user=postgres dbname={PG_DB}"
+                ))
+                .await,
+                last: String::new(),
+            },
+        ),
+        Kind::Parquet => {
+            let dir = out.join("fresh-parquet");
+            (
+                format!("PARQUET 'file://{}'", dir.display()),
+                Poller::Parquet {
+                    dir,
+                    seen: Default::default(),
+                },
+            )
+        }
+        Kind::Delta => {
+            let dir = out.join("fresh-delta");
+            (
+                format!("DELTA 'file://{}'", dir.display()),
+                Poller::Delta {
+                    dir,
+                    seen: Default::default(),
+                },
+            )
+        }
+    };
     engine
         .sql(&format!(
-            "CREATE SINK fresh INTO POSTGRES '{}' TABLE 'fresh' WITH (commit_interval = '1s', start = 'now') AS SELECT _op, _position, id, b FROM src.bench.\"t$changelog\"",
-            pg_url()
+            "CREATE SINK fresh INTO {target} WITH (commit_interval = '1s', start = 'now') AS SELECT _op, _position, id, b FROM src.bench.\"t$changelog\""
         ))
         .await
         .unwrap();
@@ -202,32 +342,19 @@ async fn freshness(
         }
         txs * per_tx
     });
-    let client = pg(&format!(
-        "host=127.0.0.1 port=5432 user=postgres dbname={PG_DB}"
-    ))
-    .await;
-    let mut last = String::new();
     let mut latencies = Vec::new();
     let mut idle_since: Option<Instant> = None;
     loop {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let rows = client
-            .query(
-                "SELECT _position, b FROM fresh WHERE _position COLLATE \"C\" > $1 ORDER BY _position COLLATE \"C\"",
-                &[&last],
-            )
-            .await
-            .unwrap_or_default();
+        let values = poller.poll().await;
         let now = micros_now();
-        for r in &rows {
-            last = r.get(0);
-            let b: Option<String> = r.get(1);
-            if let Some(at) = b.and_then(|b| b.parse::<i64>().ok()) {
+        for b in &values {
+            if let Some(at) = b.as_deref().and_then(|b| b.parse::<i64>().ok()) {
                 latencies.push((now - at) as f64 / 1000.0);
             }
         }
         if writer.is_finished() {
-            if rows.is_empty() {
+            if values.is_empty() {
                 let since = *idle_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_secs(3) {
                     break;
@@ -239,7 +366,7 @@ async fn freshness(
     }
     let written = writer.await.unwrap();
     println!(
-        "freshness: {written} changes written, {} seen in PostgreSQL",
+        "freshness ({kind:?}): {written} changes written, {} seen in the target",
         latencies.len()
     );
     engine.sql("DROP SINK fresh").await.unwrap();
@@ -341,11 +468,15 @@ async fn main() {
         );
     }
 
-    let mut latencies = freshness(&engine, &server, total, rate, seconds).await;
-    let p50 = percentile(&mut latencies, 0.5);
-    let p99 = percentile(&mut latencies, 0.99);
-    println!(
-        "freshness at {rate} changes/s, commit_interval 1s: source commit to visible in PostgreSQL p50 {p50:.0} ms, p99 {p99:.0} ms"
-    );
+    if seconds > 0 {
+        for kind in [Kind::Parquet, Kind::Postgres, Kind::Delta] {
+            let mut latencies = freshness(&engine, &server, kind, &out, total, rate, seconds).await;
+            let p50 = percentile(&mut latencies, 0.5);
+            let p99 = percentile(&mut latencies, 0.99);
+            println!(
+                "freshness ({kind:?}) at {rate} changes/s, commit_interval 1s: source commit to visible in the target p50 {p50:.0} ms, p99 {p99:.0} ms"
+            );
+        }
+    }
     drop(engine);
 }

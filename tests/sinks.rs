@@ -74,13 +74,16 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     fresh_db(&mut conn, db).await;
     exec(&format!(
         "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20), n INT);
-         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_60;"
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_60;
+         CREATE TABLE {db}.t2 (id INT PRIMARY KEY, v VARCHAR(20), n INT);
+         INSERT INTO {db}.t2 SELECT seq, CONCAT('w', seq), seq FROM {db}.seq_1_to_30;"
     ))
     .await;
     let state = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let all = out.path().join("all");
     let even = out.path().join("even");
+    let bounded = out.path().join("bounded");
     let engine = open(state.path(), out.path()).await;
     engine.sql(&create_source("pq", db)).await.unwrap();
     ready(&engine, "pq").await;
@@ -99,11 +102,27 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
         ))
         .await
         .unwrap();
+    // Two tables in one target, in commits of about 7 entries: the snapshot's reads and
+    // transactions larger than that, some writing both tables.
+    let both = format!(
+        "SELECT _op, _position, _tx, id, v FROM pq.{db}.\"t$changelog\" UNION ALL SELECT _op, _position, _tx, id, v FROM pq.{db}.\"t2$changelog\""
+    );
+    engine
+        .sql(&format!(
+            "CREATE SINK bounded INTO PARQUET 'file://{}' WITH (commit_interval = '100ms', max_commit_entries = 7) AS {both}",
+            bounded.display()
+        ))
+        .await
+        .unwrap();
     for round in 0..3 {
         exec(&format!(
             "UPDATE {db}.t SET v = CONCAT('u{round}-', id) WHERE id % 3 = {round};
              DELETE FROM {db}.t WHERE id = {};
-             INSERT INTO {db}.t VALUES ({}, 'new', 0), ({}, NULL, 1);",
+             INSERT INTO {db}.t VALUES ({}, 'new', 0), ({}, NULL, 1);
+             START TRANSACTION;
+             UPDATE {db}.t SET n = n + 1 WHERE id BETWEEN 40 AND 49;
+             UPDATE {db}.t2 SET n = n + 1 WHERE id <= 5;
+             COMMIT;",
             10 + round,
             100 + round * 2,
             101 + round * 2
@@ -112,6 +131,7 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     }
     sink_caught_up(&engine, "pq", "all_changes").await;
     sink_caught_up(&engine, "pq", "even").await;
+    sink_caught_up(&engine, "pq", "bounded").await;
     // A crash: the engine goes away without a clean stop; more changes arrive meanwhile.
     drop(engine);
     exec(&format!(
@@ -124,6 +144,7 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     exec(&format!("UPDATE {db}.t SET v = 'last' WHERE id = 200")).await;
     sink_caught_up(&engine, "pq", "all_changes").await;
     sink_caught_up(&engine, "pq", "even").await;
+    sink_caught_up(&engine, "pq", "bounded").await;
 
     let expected = changelog_lines(&engine, "pq", db, "t", "").await;
     assert!(expected.len() > 100, "{} entries", expected.len());
@@ -154,6 +175,41 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
         even.display()
     ));
     assert_eq!(written_even, expected_even);
+
+    // The bounded sink: both changelogs exactly once, in many commits, none of which holds
+    // part of a source transaction.
+    let mut expected_both = expected.clone();
+    expected_both.extend(changelog_lines(&engine, "pq", db, "t2", "").await);
+    expected_both.sort();
+    let files = format!("{}/**/*.parquet", bounded.display());
+    let written_both = duckdb(&format!(
+        "SELECT _position, _op, id, v FROM read_parquet('{files}') ORDER BY _position"
+    ));
+    assert_eq!(written_both, expected_both);
+    let commits: usize = duckdb(&format!(
+        "SELECT count(DISTINCT filename) FROM read_parquet('{files}', filename = true)"
+    ))[0]
+        .parse()
+        .unwrap();
+    assert!(
+        commits > 20,
+        "{} entries in {commits} commits",
+        expected_both.len()
+    );
+    // The largest commit: 4 entries a table (the bound shared by the two), each read on to
+    // the end of the transaction in progress (at most 20 entries of `t`, 5 of `t2`); without
+    // the bound, the 90 snapshot reads alone would be one commit.
+    let largest = duckdb(&format!(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM read_parquet('{files}', filename = true) GROUP BY filename)"
+    ));
+    assert!(
+        largest[0].parse::<usize>().unwrap() <= 3 + 20 + 3 + 5,
+        "largest commit {largest:?}"
+    );
+    let split = duckdb(&format!(
+        "SELECT count(*) FROM (SELECT split_part(_position, ':', 1) || ':' || split_part(_position, ':', 2) AS tx, count(DISTINCT filename) AS files FROM read_parquet('{files}', filename = true) WHERE _tx > 0 GROUP BY tx) WHERE files > 1"
+    ));
+    assert_eq!(split, vec!["0"], "no transaction is split across commits");
 
     // Status: the committed position is the changelog's last one.
     let last = expected

@@ -115,7 +115,7 @@ pub fn skip_text(point: &AsOf) -> Result<String> {
 
 /// How many leading entries of `log` sort at or before `through` (they are a prefix), as an
 /// offset; an error when retention removed entries after `through`.
-async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
+pub async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
     if let Some(last) = log
         .trimmed()
         .last_position

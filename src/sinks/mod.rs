@@ -35,10 +35,12 @@ mod net;
 mod parquet;
 mod postgres;
 mod query;
+mod read;
 mod reconcile;
 mod runner;
 mod spec;
 mod status;
+mod step;
 mod target;
 mod text;
 
@@ -51,7 +53,7 @@ pub use reconcile::{compare, expected_rows, Comparison};
 pub use runner::{layout_of, Replan, SinkInput, SinkRunner};
 pub use spec::{
     format_duration, parse_duration, SchemaChanges, SinkOptions, StartAt, TargetSpec,
-    DEFAULT_COMMIT_INTERVAL,
+    DEFAULT_COMMIT_INTERVAL, DEFAULT_MAX_COMMIT_ENTRIES,
 };
 pub use status::{SinkState, SinkStatus};
 pub use target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};

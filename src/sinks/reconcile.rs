@@ -22,7 +22,7 @@ use datafusion::execution::session_state::SessionState;
 
 use super::error::SinkError;
 use super::query::SinkQuery;
-use super::runner::execute;
+use super::step::execute;
 use super::text::{duration_micros, write_interval};
 use crate::provider::reconcile::Difference;
 

@@ -1,9 +1,12 @@
 //! The loop of one sink: read what its source published since the committed position, run
 //! the query over it, commit the result, and start again from the target after a failure.
+//! While entries wait (a sink catching up), the next commit is made ready (`sinks::step`)
+//! while the one before it is written.
 //!
 //! # Invariant
-//! A commit covers every changelog entry of the versions read, up to one published version:
-//! whole source transactions only. The runner keeps no position of its own: every attempt
+//! A commit covers the changelog entries of one published version up to a cut
+//! (`sinks::read`): whole source transactions only, at most about `max_commit_entries` of
+//! them. The runner keeps no position of its own: every attempt
 //! starts from the marker the target returns, so a crash or a failed commit can neither skip
 //! nor repeat an entry (the target holds exactly once). Transient failures are retried with
 //! backoff; any other failure stops the sink with its error and SQLSTATE.
@@ -11,28 +14,21 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, StructArray};
-use arrow::compute::kernels::cmp::gt;
-use arrow::compute::{concat_batches, filter_record_batch, take};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
-use arrow::row::{RowConverter, SortField};
 use datafusion::execution::session_state::SessionState;
-use datafusion::logical_expr::LogicalPlan;
-use datafusion::prelude::DataFrame;
 use futures::future::BoxFuture;
-use futures::TryStreamExt;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use super::error::SinkError;
-use super::net::net_changes;
-use super::query::{ScanKind, SinkQuery};
+use super::query::SinkQuery;
+use super::read::start_cursors;
 use super::spec::{SchemaChanges, SinkOptions, StartAt};
 use super::status::{SinkState, SinkStatus};
-use super::target::{Commit, Committed, SinkMode, Target, TargetLayout};
+use super::step::{Prepare, Step};
+use super::target::{Commit, Committed, Target, TargetLayout};
 use crate::capture::version::{Published, SourceVersion};
 use crate::change::position::ChangePosition;
-use crate::provider::tail::entries_from;
-use crate::state::changelog::adapt;
 
 /// Plans the sink's query again (after a schema change of a table it reads).
 pub type Replan = Arc<dyn Fn() -> BoxFuture<'static, Result<SinkQuery, SinkError>> + Send + Sync>;
@@ -85,79 +81,6 @@ pub fn layout_of(name: &str, query: &SinkQuery) -> TargetLayout {
     }
 }
 
-/// Runs `plan` and returns its rows as one batch of `schema`.
-pub(super) async fn execute(
-    state: &SessionState,
-    plan: LogicalPlan,
-    schema: &SchemaRef,
-) -> Result<RecordBatch, SinkError> {
-    let error = |e: datafusion::error::DataFusionError| {
-        SinkError::Input(format!("running the sink's query: {e}"))
-    };
-    let batches: Vec<RecordBatch> = DataFrame::new(state.clone(), plan)
-        .execute_stream()
-        .await
-        .map_err(error)?
-        .try_collect()
-        .await
-        .map_err(error)?;
-    let batches = batches
-        .into_iter()
-        .map(|b| RecordBatch::try_new(Arc::clone(schema), b.columns().to_vec()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| SinkError::Input(e.to_string()))?;
-    concat_batches(schema, &batches).map_err(|e| SinkError::Input(e.to_string()))
-}
-
-/// The entries each scanned table appended since `cursors` (advanced past them), limited to
-/// positions after `after`; the largest position seen (filtered or not) comes with them.
-async fn read_new(
-    version: &SourceVersion,
-    query: &SinkQuery,
-    cursors: &mut [usize],
-    after: Option<&str>,
-) -> Result<(Vec<Vec<RecordBatch>>, Option<String>), SinkError> {
-    let mut out = Vec::with_capacity(query.scans.len());
-    let mut newest: Option<String> = None;
-    for (scan, cursor) in query.scans.iter().zip(cursors.iter_mut()) {
-        let Some(log) = version.changelogs.get(scan.table) else {
-            out.push(Vec::new());
-            continue;
-        };
-        let batches: Vec<RecordBatch> = entries_from(log, *cursor, Arc::clone(&log.schema))
-            .try_collect()
-            .await
-            .map_err(|e| SinkError::Input(format!("reading the changelog: {e}")))?;
-        *cursor = log.num_rows();
-        let mut kept = Vec::with_capacity(batches.len());
-        for batch in batches {
-            let positions = batch
-                .column_by_name("_position")
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
-                .ok_or_else(|| SinkError::Input("the changelog has no _position".into()))?;
-            if let Some(last) = positions.iter().flatten().next_back() {
-                if newest.as_deref().is_none_or(|n| last > n) {
-                    newest = Some(last.to_string());
-                }
-            }
-            let batch = match after {
-                Some(after) => {
-                    let keep = gt(&positions, &StringArray::new_scalar(after))
-                        .map_err(|e| SinkError::Input(e.to_string()))?;
-                    filter_record_batch(&batch, &keep)
-                        .map_err(|e| SinkError::Input(e.to_string()))?
-                }
-                None => batch,
-            };
-            if batch.num_rows() > 0 {
-                kept.push(batch);
-            }
-        }
-        out.push(kept);
-    }
-    Ok((out, newest))
-}
-
 /// The type that holds values of both `old` and `new`: the same type, or for structs (such as
 /// `_before`) the union of their fields, each merged in turn; `None` for a change of type.
 fn merge_type(old: &DataType, new: &DataType) -> Option<DataType> {
@@ -184,103 +107,6 @@ fn merge_type(old: &DataType, new: &DataType) -> Option<DataType> {
         }
         _ => None,
     }
-}
-
-/// `array` as `data_type` (its own type merged with others by [`merge_type`]): struct fields
-/// it lacks are NULL.
-fn align_array(array: &ArrayRef, data_type: &DataType) -> Result<ArrayRef, SinkError> {
-    if array.data_type() == data_type {
-        return Ok(Arc::clone(array));
-    }
-    match (array.as_any().downcast_ref::<StructArray>(), data_type) {
-        (Some(s), DataType::Struct(fields)) => {
-            let columns = fields
-                .iter()
-                .map(|f| match s.column_by_name(f.name()) {
-                    Some(c) => align_array(c, f.data_type()),
-                    None => Ok(arrow::array::new_null_array(f.data_type(), s.len())),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Arc::new(
-                StructArray::try_new(fields.clone(), columns, s.nulls().cloned())
-                    .map_err(|e| SinkError::Input(e.to_string()))?,
-            ))
-        }
-        _ => Err(SinkError::Input(format!(
-            "a column of {} cannot be written as {data_type}",
-            array.data_type()
-        ))),
-    }
-}
-
-/// `rows` in the columns of `target`: columns it lacks (dropped at the source) are NULL,
-/// columns `target` lacks are appended (new at the source), structs carry the fields of both.
-fn align(rows: RecordBatch, target: &SchemaRef) -> Result<RecordBatch, SinkError> {
-    let mut fields: Vec<Field> = target.fields().iter().map(|f| f.as_ref().clone()).collect();
-    for f in rows.schema().fields() {
-        if target.field_with_name(f.name()).is_err() {
-            fields.push(f.as_ref().clone().with_nullable(true));
-        }
-    }
-    let schema = Arc::new(Schema::new(fields));
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|f| match rows.column_by_name(f.name()) {
-            Some(c) => align_array(c, f.data_type()),
-            None => Ok(arrow::array::new_null_array(f.data_type(), rows.num_rows())),
-        })
-        .collect::<Result<Vec<ArrayRef>, SinkError>>()?;
-    RecordBatch::try_new(schema, columns).map_err(|e| SinkError::Input(e.to_string()))
-}
-
-/// The keys of `keys` (rows of the unfiltered query over every touched row) that are not
-/// keys of `rows`: what the commit deletes.
-fn deletions(
-    keys: &RecordBatch,
-    rows: &RecordBatch,
-    key: &[String],
-) -> Result<RecordBatch, SinkError> {
-    let err = |e: arrow::error::ArrowError| SinkError::Input(e.to_string());
-    let columns = |b: &RecordBatch| -> Result<Vec<ArrayRef>, SinkError> {
-        key.iter()
-            .map(|k| {
-                b.column_by_name(k)
-                    .cloned()
-                    .ok_or_else(|| SinkError::Input(format!("key column {k} missing")))
-            })
-            .collect()
-    };
-    let key_columns = columns(keys)?;
-    let fields: Vec<Field> = key
-        .iter()
-        .zip(&key_columns)
-        .map(|(k, c)| Field::new(k, c.data_type().clone(), true))
-        .collect();
-    let converter = RowConverter::new(
-        fields
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect(),
-    )
-    .map_err(err)?;
-    let kept = converter.convert_columns(&columns(rows)?).map_err(err)?;
-    let kept: std::collections::HashSet<_> = kept.iter().map(|r| r.owned()).collect();
-    let all = converter.convert_columns(&key_columns).map_err(err)?;
-    let mut seen = std::collections::HashSet::new();
-    let indices: Vec<u32> = all
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !kept.contains(&r.owned()) && seen.insert(r.owned()))
-        .filter_map(|(i, _)| u32::try_from(i).ok())
-        .collect();
-    let indices = arrow::array::UInt32Array::from(indices);
-    let taken = key_columns
-        .iter()
-        .map(|c| take(c.as_ref(), &indices, None))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(err)?;
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), taken).map_err(err)
 }
 
 impl SinkRunner {
@@ -348,7 +174,9 @@ impl SinkRunner {
             (None, StartAt::Now) => version.position.as_ref().map(ChangePosition::text_before),
         };
         let mut number = marker.as_ref().map_or(0, |m| m.number);
-        let mut cursors = vec![0usize; self.query.scans.len()];
+        // Segments before the committed position are not read again.
+        let tables: Vec<usize> = self.query.scans.iter().map(|s| s.table).collect();
+        let mut cursors = start_cursors(&version.changelogs, &tables, after.as_deref()).await?;
         let mut schemas = self.read_schemas(&version);
         let mode = self.query.mode.name();
         // Nothing read yet: every entry of the tables read counts as lag until the first read
@@ -364,6 +192,11 @@ impl SinkRunner {
             s.sqlstate = None;
         });
         let mut last_commit: Option<Instant> = None;
+        // The last read left entries for the next commit: it follows without waiting.
+        let mut more = false;
+        let mut prepare = self.prepare(&layout);
+        // The next step, made ready while the commit before it was written.
+        let mut ahead: Option<JoinHandle<Result<Step, SinkError>>> = None;
         loop {
             if *self.paused.borrow() {
                 self.set(|s| s.state = SinkState::Paused);
@@ -374,56 +207,59 @@ impl SinkRunner {
                 }
                 self.set(|s| s.state = SinkState::Running);
             }
-            if let Some(at) = last_commit {
+            if let Some(at) = last_commit.filter(|_| !more) {
                 tokio::time::sleep_until((at + self.options.commit_interval).into()).await;
                 // Paused meanwhile: nothing more is read or committed.
                 if *self.paused.borrow() {
                     continue;
                 }
             }
-            self.input.versions.borrow_and_update();
-            version = self.input.published.load_full();
-            let pending = self.query.scans.iter().zip(&cursors).any(|(s, c)| {
-                version
-                    .changelogs
-                    .get(s.table)
-                    .is_some_and(|l| l.num_rows() > *c)
-            });
-            if !pending {
-                self.set(|s| s.behind_since = None);
-                tokio::select! {
-                    changed = self.input.versions.changed() => {
-                        if changed.is_err() {
-                            return Ok(());
+            let step = match ahead.take() {
+                Some(ready) => ready.await.map_err(|e| {
+                    SinkError::Input(format!("making the next commit ready: {e}"))
+                })??,
+                None => {
+                    self.input.versions.borrow_and_update();
+                    version = self.input.published.load_full();
+                    let pending = tables.iter().zip(&cursors).any(|(&t, c)| {
+                        version.changelogs.get(t).is_some_and(|l| l.num_rows() > *c)
+                    });
+                    if !pending {
+                        self.set(|s| s.behind_since = None);
+                        tokio::select! {
+                            changed = self.input.versions.changed() => {
+                                if changed.is_err() {
+                                    return Ok(());
+                                }
+                            }
+                            _ = self.paused.changed() => {}
                         }
+                        continue;
                     }
-                    _ = self.paused.changed() => {}
+                    self.set(|s| {
+                        s.behind_since.get_or_insert_with(Instant::now);
+                    });
+                    if self.read_schemas(&version) != schemas {
+                        layout = self.follow_schema(&layout, &version).await?;
+                        schemas = self.read_schemas(&version);
+                        prepare = self.prepare(&layout);
+                    }
+                    prepare
+                        .step(&version, cursors.clone(), after.as_deref())
+                        .await?
                 }
-                continue;
-            }
-            self.set(|s| {
-                s.behind_since.get_or_insert_with(Instant::now);
-            });
-            if self.read_schemas(&version) != schemas {
-                layout = self.follow_schema(&layout, &version).await?;
-                schemas = self.read_schemas(&version);
-            }
-            let (entries, newest) =
-                read_new(&version, &self.query, &mut cursors, after.as_deref()).await?;
-            let covered: Vec<(usize, usize)> = self
-                .query
-                .scans
+            };
+            cursors.clone_from(&step.cursors);
+            more = step.more;
+            let covered: Vec<(usize, usize)> = tables
                 .iter()
-                .map(|s| s.table)
+                .copied()
                 .zip(cursors.iter().copied())
                 .collect();
-            let Some(newest) = newest.filter(|n| after.as_deref().is_none_or(|a| n.as_str() > a))
-            else {
+            let (Some(newest), Some((rows, deletes))) = (step.newest, step.output) else {
                 self.set(|s| s.covered = covered);
                 continue;
             };
-            let (rows, deletes) = self.output(&entries).await?;
-            let rows = align(rows, &layout.schema)?;
             let empty = rows.num_rows() == 0 && deletes.as_ref().is_none_or(|d| d.num_rows() == 0);
             if empty {
                 // Nothing to write: the entries still count as done for this run, and a
@@ -435,6 +271,16 @@ impl SinkRunner {
                 });
                 continue;
             }
+            if more {
+                // Entries wait: the next step is made ready while this commit is written.
+                let prepare = Arc::clone(&prepare);
+                let version = Arc::clone(&version);
+                let cursors = cursors.clone();
+                let from = newest.clone();
+                ahead = Some(tokio::spawn(async move {
+                    prepare.step(&version, cursors, Some(&from)).await
+                }));
+            }
             let commit = Commit {
                 marker: Committed {
                     number: number + 1,
@@ -443,7 +289,12 @@ impl SinkRunner {
                 rows,
                 deletes,
             };
-            self.target.commit(&commit).await?;
+            if let Err(e) = self.target.commit(&commit).await {
+                if let Some(ready) = ahead.take() {
+                    ready.abort();
+                }
+                return Err(e);
+            }
             *backoff = FIRST_BACKOFF;
             number += 1;
             after = Some(newest);
@@ -458,6 +309,17 @@ impl SinkRunner {
                 s.commits += 1;
             });
         }
+    }
+
+    /// What making the next commit ready needs, for the query and target columns in force.
+    fn prepare(&self, layout: &TargetLayout) -> Arc<Prepare> {
+        Arc::new(Prepare {
+            query: self.query.clone(),
+            state: self.state.clone(),
+            schema: Arc::clone(&layout.schema),
+            tables: self.query.scans.iter().map(|s| s.table).collect(),
+            max_entries: self.options.max_commit_entries,
+        })
     }
 
     /// The changelog schema of each scanned table in `version`.
@@ -541,58 +403,5 @@ impl SinkRunner {
             schema: Arc::new(Schema::new(fields)),
             ..layout.clone()
         })
-    }
-
-    /// The rows (and, upserting, the keys to delete) one commit writes for `entries`.
-    async fn output(
-        &self,
-        entries: &[Vec<RecordBatch>],
-    ) -> Result<(RecordBatch, Option<RecordBatch>), SinkError> {
-        let query = &self.query;
-        match query.mode {
-            SinkMode::Changelog => {
-                let inputs = query
-                    .scans
-                    .iter()
-                    .zip(entries)
-                    .map(|(scan, batches)| {
-                        batches
-                            .iter()
-                            .map(|b| adapt(b.clone(), &scan.schema))
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| SinkError::Input(e.to_string()))?;
-                let plan = query.bind(&query.plan, &inputs)?;
-                Ok((execute(&self.state, plan, &query.schema).await?, None))
-            }
-            SinkMode::Upsert => {
-                let mut upserts = Vec::with_capacity(entries.len());
-                let mut touched = Vec::with_capacity(entries.len());
-                for (scan, batches) in query.scans.iter().zip(entries) {
-                    let ScanKind::Current(table) = &scan.kind else {
-                        return Err(SinkError::Input("an upsert sink reads a changelog".into()));
-                    };
-                    let net = net_changes(table, &scan.schema, batches)?;
-                    touched.push(vec![net.upserts.clone(), net.deletes]);
-                    upserts.push(vec![net.upserts]);
-                }
-                let rows = execute(
-                    &self.state,
-                    query.bind(&query.plan, &upserts)?,
-                    &query.schema,
-                )
-                .await?;
-                let unfiltered = query.unfiltered.as_ref().unwrap_or(&query.plan);
-                let keys = execute(
-                    &self.state,
-                    query.bind(unfiltered, &touched)?,
-                    &query.schema,
-                )
-                .await?;
-                let deletes = deletions(&keys, &rows, &query.key)?;
-                Ok((rows, Some(deletes)))
-            }
-        }
     }
 }

@@ -85,10 +85,16 @@ pub struct SinkOptions {
     pub start: StartAt,
     pub commit_interval: Duration,
     pub schema_changes: SchemaChanges,
+    /// About how many changelog entries one commit reads at most (more only to end the
+    /// source transaction in progress): what bounds a commit's size and memory.
+    pub max_commit_entries: usize,
 }
 
 /// The default time between two commits.
 pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The default bound on the entries one commit reads.
+pub const DEFAULT_MAX_COMMIT_ENTRIES: usize = 100_000;
 
 impl Default for SinkOptions {
     fn default() -> Self {
@@ -97,6 +103,7 @@ impl Default for SinkOptions {
             start: StartAt::default(),
             commit_interval: DEFAULT_COMMIT_INTERVAL,
             schema_changes: SchemaChanges::default(),
+            max_commit_entries: DEFAULT_MAX_COMMIT_ENTRIES,
         }
     }
 }

@@ -17,7 +17,7 @@ use super::statement::{
     AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, DropSink,
     DropSource,
 };
-use crate::sinks::{format_duration, TargetSpec};
+use crate::sinks::{format_duration, TargetSpec, DEFAULT_MAX_COMMIT_ENTRIES};
 
 impl fmt::Display for CreateSource {
     /// The password is masked: see the module docs.
@@ -136,12 +136,15 @@ impl CreateSink {
         }
         write!(
             f,
-            "start = {}, commit_interval = '{}', schema_changes = '{}') AS {}",
+            "start = {}, commit_interval = '{}', schema_changes = '{}'",
             quote_string(&o.start.to_string()),
             format_duration(o.commit_interval),
             o.schema_changes.name(),
-            self.query
-        )
+        )?;
+        if o.max_commit_entries != DEFAULT_MAX_COMMIT_ENTRIES {
+            write!(f, ", max_commit_entries = {}", o.max_commit_entries)?;
+        }
+        write!(f, ") AS {}", self.query)
     }
 
     /// The statement with the target's real password: only for the engine's own catalog.

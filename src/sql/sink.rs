@@ -18,11 +18,12 @@ use super::value::{Literal, RawOption};
 use crate::sinks::{parse_duration, SchemaChanges, SinkMode, SinkOptions, StartAt, TargetSpec};
 
 /// The options a sink takes, with what each accepts.
-pub const SINK_OPTIONS: [(&str, &str); 4] = [
+pub const SINK_OPTIONS: [(&str, &str); 5] = [
     ("mode", "'changelog' | 'upsert'"),
     ("start", "'snapshot' | 'now' | '<position>'"),
     ("commit_interval", "a duration such as '5s' or '500ms'"),
     ("schema_changes", "'follow' | 'stop'"),
+    ("max_commit_entries", "an integer from 1 to 100000000"),
 ];
 
 /// The byte offset of `location` (line and column, 1-based, in characters) in `text`.
@@ -41,6 +42,56 @@ fn offset_of(text: &str, location: Location) -> usize {
         }
     }
     text.len()
+}
+
+/// Sets the option `option`, whose value is text, from `literal`.
+fn sink_text_option(
+    option: &str,
+    literal: &Literal<'_>,
+    options: &mut SinkOptions,
+) -> Result<(), SqlError> {
+    let text = literal.string()?.to_string();
+    let invalid = |message: String| literal.invalid(message);
+    match option {
+        "mode" => {
+            options.mode = Some(match text.to_ascii_lowercase().as_str() {
+                "changelog" => SinkMode::Changelog,
+                "upsert" => SinkMode::Upsert,
+                _ => {
+                    return Err(invalid(format!(
+                        "expected 'changelog' or 'upsert', found '{text}'"
+                    )))
+                }
+            });
+        }
+        "start" => {
+            options.start = match text.to_ascii_lowercase().as_str() {
+                "snapshot" => StartAt::Snapshot,
+                "now" => StartAt::Now,
+                _ if text.contains(':') => StartAt::After(text),
+                _ => {
+                    return Err(invalid(format!(
+                        "expected 'snapshot', 'now' or a _position such as 'mariadb-bin.000002:000000000342:0000000001:0000000000:0', found '{text}'"
+                    )))
+                }
+            };
+        }
+        "commit_interval" => {
+            options.commit_interval = parse_duration(&text).map_err(invalid)?;
+        }
+        _ => {
+            options.schema_changes = match text.to_ascii_lowercase().as_str() {
+                "follow" => SchemaChanges::Follow,
+                "stop" => SchemaChanges::Stop,
+                _ => {
+                    return Err(invalid(format!(
+                        "expected 'follow' or 'stop', found '{text}'"
+                    )))
+                }
+            };
+        }
+    }
+    Ok(())
 }
 
 impl Grammar<'_> {
@@ -164,46 +215,10 @@ impl Grammar<'_> {
                 option,
                 item: &item,
             };
-            let text = literal.string()?.to_string();
-            let invalid = |message: String| literal.invalid(message);
-            match option {
-                "mode" => {
-                    options.mode = Some(match text.to_ascii_lowercase().as_str() {
-                        "changelog" => SinkMode::Changelog,
-                        "upsert" => SinkMode::Upsert,
-                        _ => {
-                            return Err(invalid(format!(
-                                "expected 'changelog' or 'upsert', found '{text}'"
-                            )))
-                        }
-                    });
-                }
-                "start" => {
-                    options.start = match text.to_ascii_lowercase().as_str() {
-                        "snapshot" => StartAt::Snapshot,
-                        "now" => StartAt::Now,
-                        _ if text.contains(':') => StartAt::After(text),
-                        _ => {
-                            return Err(invalid(format!(
-                                "expected 'snapshot', 'now' or a _position such as 'mariadb-bin.000002:000000000342:0000000001:0000000000:0', found '{text}'"
-                            )))
-                        }
-                    };
-                }
-                "commit_interval" => {
-                    options.commit_interval = parse_duration(&text).map_err(invalid)?;
-                }
-                _ => {
-                    options.schema_changes = match text.to_ascii_lowercase().as_str() {
-                        "follow" => SchemaChanges::Follow,
-                        "stop" => SchemaChanges::Stop,
-                        _ => {
-                            return Err(invalid(format!(
-                                "expected 'follow' or 'stop', found '{text}'"
-                            )))
-                        }
-                    };
-                }
+            if option == "max_commit_entries" {
+                options.max_commit_entries = literal.integer_in(1..=100_000_000)?;
+            } else {
+                sink_text_option(option, &literal, &mut options)?;
             }
             if self.parser.consume_token(&Token::RParen) {
                 break;
@@ -306,6 +321,12 @@ mod tests {
         );
         assert_eq!(p.options, SinkOptions::default());
         assert_eq!(create(&p.to_string()), p);
+        let bounded = create(
+            "create sink b into parquet '/tmp/x' with (max_commit_entries = 500) as select * from s.d.\"t$changelog\"",
+        );
+        assert_eq!(bounded.options.max_commit_entries, 500);
+        assert!(bounded.to_string().contains("max_commit_entries = 500"));
+        assert_eq!(create(&bounded.to_sql_with_password()), bounded);
     }
 
     #[test]
@@ -319,6 +340,13 @@ mod tests {
         let e =
             error("CREATE SINK s INTO PARQUET '/tmp/x' WITH (commit_interval = '0s') AS SELECT 1");
         assert_eq!(e.sqlstate(), "22023", "{e}");
+        for bad in ["0", "'10'", "-3", "100000001"] {
+            let e = error(&format!(
+                "CREATE SINK s INTO PARQUET '/tmp/x' WITH (max_commit_entries = {bad}) AS SELECT 1"
+            ));
+            assert!(e.to_string().contains("max_commit_entries"), "{bad}: {e}");
+            assert_eq!(e.sqlstate(), "22023", "{bad}: {e}");
+        }
         let e = error("CREATE SINK s INTO POSTGRES 'mysql://x' TABLE 't' AS SELECT 1");
         assert!(e.to_string().contains("postgresql://"), "{e}");
         let e = error("CREATE SINK s INTO PARQUET '/tmp/x'");

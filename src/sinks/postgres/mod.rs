@@ -38,6 +38,10 @@ use types::{accepts, pg_type};
 /// The table, in the target table's schema, that holds each sink's progress.
 const PROGRESS_TABLE: &str = "_cdcfusion_sinks";
 
+/// Rows encoded into one `COPY` message: small enough that the server parses one while the
+/// next is encoded, large enough that a message's overhead does not count.
+const COPY_SLICE_ROWS: usize = 16_384;
+
 /// A PostgreSQL table one sink writes; see the module docs.
 #[derive(Debug)]
 pub struct PostgresTarget {
@@ -347,15 +351,21 @@ impl PostgresTarget {
             .iter()
             .map(|f| quote(f.name()))
             .collect();
-        let text = copy_text(batch)?;
         let sink = tx
             .copy_in::<_, Bytes>(&format!("COPY {table} ({}) FROM STDIN", columns.join(", ")))
             .await
             .map_err(|e| classify(&self.what(), e))?;
         futures::pin_mut!(sink);
-        sink.send(Bytes::from(text))
-            .await
-            .map_err(|e| classify(&self.what(), e))?;
+        // Sent a slice at a time, so the server parses one while the next is encoded.
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let n = COPY_SLICE_ROWS.min(batch.num_rows() - offset);
+            let text = copy_text(&batch.slice(offset, n))?;
+            sink.send(Bytes::from(text))
+                .await
+                .map_err(|e| classify(&self.what(), e))?;
+            offset += n;
+        }
         sink.finish().await.map_err(|e| classify(&self.what(), e))?;
         Ok(())
     }

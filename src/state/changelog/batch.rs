@@ -207,8 +207,9 @@ fn assemble(
     before: ArrayRef,
 ) -> Result<RecordBatch, ArrowError> {
     let n = before.len();
+    let table_name = table.id.to_string();
     let name: ArrayRef = Arc::new(StringArray::from_iter_values(std::iter::repeat_n(
-        table.id.to_string(),
+        table_name.as_str(),
         n,
     )));
     let version: ArrayRef = Arc::new(UInt32Array::from(vec![table.version; n]));
