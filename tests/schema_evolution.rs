@@ -506,6 +506,125 @@ async fn keys_change_and_an_online_migration_swaps_its_table_in() {
     );
 }
 
+/// Waits until the source has caught up and `table` of `source` is captured (not stopped, or
+/// read again after a stop), then until it has caught up again.
+async fn capturing(engine: &Engine, source: &str, table: &str) {
+    sync_source(engine, source).await;
+    let sql =
+        format!("SELECT state FROM cdc.tables WHERE source = '{source}' AND \"table\" = '{table}'");
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            if query(engine, &sql).await == ["state=capturing"] {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{table} of {source} is not captured"));
+    sync_source(engine, source).await;
+}
+
+/// A table renamed into the patterns from outside brings rows the capture never read: it is
+/// read at once (its rows are `r` entries) and captured from there, also when the rename
+/// happened while the engine was down. The online-migration swap with the shadow table
+/// outside the patterns reads the table under its name again, its changelog getting the
+/// difference.
+#[tokio::test]
+async fn tables_renamed_in_from_outside_the_patterns_are_read_then_captured() {
+    let db = "evo_rename_in";
+    let outside = "evo_rename_outside";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    fresh_db(&mut conn, outside).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_20;
+         CREATE TABLE {outside}.x (id INT PRIMARY KEY, v VARCHAR(8));
+         INSERT INTO {outside}.x SELECT seq, CONCAT('x', seq) FROM {outside}.seq_1_to_30;"
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap();
+    let engine = Engine::open(path, EngineOptions::default()).await.unwrap();
+    started(&engine, "ri", db).await;
+    exec(&format!(
+        "RENAME TABLE {outside}.x TO {db}.x; UPDATE {db}.x SET v = 'moved' WHERE id = 3;"
+    ))
+    .await;
+    capturing(&engine, "ri", "x").await;
+    assert_current(&engine, "ri", db, "x", "its rename into the patterns").await;
+    let reads = |table: &str| {
+        format!("SELECT count(*) AS n FROM ri.{db}.\"{table}$changelog\" WHERE _op = 'r'")
+    };
+    assert_eq!(query(&engine, &reads("x")).await, ["n=30"]);
+    exec(&format!("DELETE FROM {db}.x WHERE id = 4")).await;
+    assert_current(&engine, "ri", db, "x", "a delete").await;
+    // Renamed in while the engine is down: read when the catch-up reaches the rename.
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    exec(&format!(
+        "CREATE TABLE {outside}.y (id INT PRIMARY KEY, w INT);
+         INSERT INTO {outside}.y SELECT seq, seq FROM {outside}.seq_1_to_12;
+         ALTER TABLE {outside}.y RENAME TO {db}.y;
+         INSERT INTO {db}.y VALUES (100, 100);
+         UPDATE {db}.x SET v = 'down' WHERE id = 5;"
+    ))
+    .await;
+    let engine = reopen(path, EngineOptions::default(), "ri").await;
+    capturing(&engine, "ri", "y").await;
+    for table in ["t", "x", "y"] {
+        assert_current(&engine, "ri", db, table, "the restart").await;
+    }
+    assert_eq!(query(&engine, &reads("y")).await, ["n=13"]);
+    drop(engine);
+
+    // The swap with the shadow table outside a source that selects only `t`.
+    let swap = "evo_swap_outside";
+    fresh_db(&mut conn, swap).await;
+    exec(&format!(
+        "CREATE TABLE {swap}.t (id INT PRIMARY KEY, a INT);
+         INSERT INTO {swap}.t SELECT seq, seq FROM {swap}.seq_1_to_20;"
+    ))
+    .await;
+    let engine = Engine::new();
+    engine
+        .sql(&format!(
+            "CREATE SOURCE sw FROM MYSQL '{}' WITH (tables = '{swap}.t', chunk_size = 16, server_id = {})",
+            server().cdc_url(),
+            next_server_id() * 2
+        ))
+        .await
+        .unwrap();
+    ready(&engine, "sw").await;
+    exec(&format!(
+        "CREATE TABLE {swap}._t_gho LIKE {swap}.t;
+         ALTER TABLE {swap}._t_gho ADD COLUMN c INT NOT NULL DEFAULT 7;
+         INSERT INTO {swap}._t_gho (id, a) SELECT id, a FROM {swap}.t WHERE id > 1;
+         UPDATE {swap}._t_gho SET a = -2 WHERE id = 2;
+         RENAME TABLE {swap}.t TO {swap}._t_del, {swap}._t_gho TO {swap}.t;"
+    ))
+    .await;
+    capturing(&engine, "sw", "t").await;
+    assert_current(&engine, "sw", swap, "t", "the swap").await;
+    exec(&format!("UPDATE {swap}.t SET c = 8 WHERE id = 3")).await;
+    assert_current(&engine, "sw", swap, "t", "an update after the swap").await;
+    // The difference the swap made: one row gone, one changed, every row a new column.
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, id, a, c FROM sw.{swap}.\"t$changelog\" WHERE id IN (1, 2, 3) AND _op <> 'r' ORDER BY _position")
+        )
+        .await,
+        [
+            "_op=u id=2 a=-2 c=7",
+            "_op=u id=3 a=3 c=7",
+            "_op=d id=1 a=1 c=NULL",
+            "_op=u id=3 a=3 c=8",
+        ]
+    );
+}
+
 /// A DDL that lands while a table is being snapshotted, before a chunk's LOW, inside its window
 /// or after its HIGH: the snapshot starts over under the new schema, and the table ends equal to
 /// the server. The other table goes on.

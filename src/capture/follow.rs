@@ -8,8 +8,12 @@
 //! pt-online-schema-change do it) hands the name `t` to the captured `t_new` with its state and
 //! history, while the old `t` goes on as `t_old` until it is dropped. A table renamed to a name
 //! the source's patterns do not select stops, its state and changelog ending there. A table
-//! that is renamed *into* the patterns from outside brings rows the capture never read: it is
-//! not captured (`RESNAPSHOT TABLE` reads it).
+//! that is renamed *into* the patterns from outside brings rows the capture never read: it
+//! joins the capture empty and stopped with [`TableStop::read_again`](super::TableStop), and
+//! the engine reads it at once (`RESNAPSHOT TABLE`). When it takes the name of a captured
+//! table that the same statement renames out of the patterns (the online-migration swap with
+//! the shadow table outside them), that table is the one read again: it goes on under its
+//! name with the other table's rows, and the difference is in its changelog.
 
 use std::sync::Arc;
 
@@ -20,7 +24,7 @@ use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::ConnectOptions;
-use crate::source::ddl::touched_tables;
+use crate::source::ddl::{renamed_tables, touched_tables};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::evolve::ColumnOrigin;
 use crate::state::merge::TableState;
@@ -36,6 +40,7 @@ impl Capture {
         let touched = touched_tables(ddl, |id| {
             self.index.contains_key(id) || self.pattern.selects(id)
         });
+        let mut renamed_in = self.renamed_in(ddl);
         let mut renames = Vec::new();
         for id in touched {
             let Some(&t) = self.index.get(&id) else {
@@ -55,6 +60,22 @@ impl Capture {
                 ),
                 Followed::Stop(reason) => self.stop_table(t, reason, tx.start.clone()),
                 Followed::Renamed(to) if self.pattern.selects(&to) => renames.push((t, to)),
+                Followed::Renamed(_) if renamed_in.iter().any(|(_, n)| *n == before.id) => {
+                    // Its name now belongs to a table from outside: that one is read again
+                    // under it.
+                    renamed_in.retain(|(_, n)| *n != before.id);
+                    self.created.remove(&before.id);
+                    let from = renamed_tables(ddl)
+                        .into_iter()
+                        .find(|(_, n)| *n == before.id)
+                        .map_or_else(String::new, |(f, _)| f.to_string());
+                    let reason = format!(
+                        "the statement `{}` gave its name to {from}, which the source's tables do \
+                         not select and whose rows were never read; it is read again",
+                        short(&ddl.statement)
+                    );
+                    self.stop(t, reason, tx.start.clone(), true);
+                }
                 Followed::Renamed(to) => {
                     let reason = format!(
                         "the statement `{}` renamed it to {to}, which the source's tables \
@@ -77,7 +98,43 @@ impl Capture {
         for (t, to) in renames {
             self.rename(t, to, ddl, tx)?;
         }
+        for (from, to) in renamed_in {
+            self.rename_in(&from, to, ddl, tx);
+        }
         Ok(())
+    }
+
+    /// The renames of `ddl` that bring a table the capture does not hold under a name the
+    /// source's patterns select.
+    fn renamed_in(&self, ddl: &Ddl) -> Vec<(TableId, TableId)> {
+        renamed_tables(ddl)
+            .into_iter()
+            .filter(|(from, to)| !self.index.contains_key(from) && self.pattern.selects(to))
+            .collect()
+    }
+
+    /// Captures `to`, renamed from `from` outside the patterns: it joins empty and stopped,
+    /// to be read again (see the module docs).
+    fn rename_in(&mut self, from: &TableId, to: TableId, ddl: &Ddl, tx: &SourceTransaction) {
+        if self.index.contains_key(&to) {
+            // A stopped table still holds the name: it stays stopped (RESNAPSHOT TABLE reads
+            // what the name holds now).
+            tracing::warn!(table = %to, at = %tx.start, "a table renamed into the source's tables takes the name of a stopped one; not captured");
+            return;
+        }
+        let Some(table) = self.created.remove(&to) else {
+            tracing::warn!(table = %to, at = %tx.start, "a table renamed into the source's tables is gone from the server; not captured");
+            return;
+        };
+        let Some(t) = self.add_table(to, table, ddl, tx) else {
+            return;
+        };
+        let reason = format!(
+            "the statement `{}` renamed {from}, which the source's tables do not select, to \
+             this name; its rows were never read, so it is read now",
+            short(&ddl.statement)
+        );
+        self.stop(t, reason, tx.start.clone(), true);
     }
 
     /// Table `t` goes on under the name `to` (during its snapshot, the snapshot starts over).
@@ -134,6 +191,20 @@ impl Capture {
             },
             CreatedSchema::NotCreated => return,
         };
+        if self.add_table(id, table, ddl, tx).is_some() {
+            tracing::info!(at = %tx.start, "capturing a table created after the start");
+        }
+    }
+
+    /// Adds `table` to the capture with an empty state, its creation recorded in the schema
+    /// history; its index, or `None` when it cannot be captured.
+    fn add_table(
+        &mut self,
+        id: TableId,
+        table: Arc<TableSchema>,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+    ) -> Option<usize> {
         let state = TableState::new(Arc::clone(&table)).and_then(|mut state| {
             state.finish_handoff()?;
             Ok(state)
@@ -141,17 +212,18 @@ impl Capture {
         let state = match state {
             Ok(state) => state,
             Err(e) => {
-                tracing::warn!(table = %id, error = %e, "a created table cannot be captured");
-                return;
+                tracing::warn!(table = %id, error = %e, "a new table cannot be captured");
+                return None;
             }
         };
         let t = self.tables.len();
-        tracing::info!(table = %id, at = %tx.start, "capturing a table created after the start");
+        tracing::info!(table = %id, at = %tx.start, "a new table joins the capture");
         self.tables.push(Arc::clone(&table));
         self.states.push(state);
         self.index.insert(id.clone(), t);
         let before = Arc::new(TableSchema::new(id, Vec::new(), Vec::new()));
         self.record(t, ddl, tx, before, table);
+        Some(t)
     }
 
     /// Reads from the server the schemas of the tables `tx` creates without spelling their
@@ -164,12 +236,19 @@ impl Capture {
             let new = touched_tables(ddl, |id| {
                 !self.index.contains_key(id) && self.pattern.selects(id)
             });
+            // Tables renamed in from outside: their schema now (a later DDL is compared when
+            // they are read again).
+            let renamed: Vec<TableId> =
+                self.renamed_in(ddl).into_iter().map(|(_, to)| to).collect();
+            let new: std::collections::BTreeSet<TableId> =
+                new.into_iter().chain(renamed.iter().cloned()).collect();
             for id in new {
-                let from_server = match created_schema(&id, ddl) {
-                    CreatedSchema::FromServer => true,
-                    CreatedSchema::Like(like) => !self.index.contains_key(&like),
-                    _ => false,
-                };
+                let from_server = renamed.contains(&id)
+                    || match created_schema(&id, ddl) {
+                        CreatedSchema::FromServer => true,
+                        CreatedSchema::Like(like) => !self.index.contains_key(&like),
+                        _ => false,
+                    };
                 if !from_server {
                     continue;
                 }

@@ -131,6 +131,10 @@ pub struct TableStop {
     pub reason: String,
     /// Where the transaction that stopped it starts.
     pub position: BinlogCoord,
+    /// A `RENAME` gave its name to a table from outside the source's patterns, whose rows the
+    /// capture never read: the engine reads the table under that name again at once
+    /// (`RESNAPSHOT TABLE`), and it goes on from there.
+    pub read_again: bool,
 }
 
 /// A running capture; see the module docs.
@@ -548,6 +552,12 @@ impl Capture {
     /// Stops capturing table `t` from `position` on: its rows are no longer read (see
     /// [`TableStop`]). A table stops once; the first reason is kept.
     pub fn stop_table(&mut self, t: usize, reason: String, position: BinlogCoord) {
+        self.stop(t, reason, position, false);
+    }
+
+    /// Stops table `t` (see [`Self::stop_table`]); `read_again` asks the engine to read it
+    /// again (see [`TableStop::read_again`]).
+    fn stop(&mut self, t: usize, reason: String, position: BinlogCoord, read_again: bool) {
         let id = self.tables[t].id.clone();
         let newly = self
             .stopped
@@ -560,6 +570,7 @@ impl Capture {
                 table: t,
                 reason,
                 position,
+                read_again,
             });
         }
     }

@@ -263,8 +263,17 @@ impl RowCodec {
         &self,
         rows: impl IntoIterator<Item = &'a OwnedRow>,
     ) -> Result<RecordBatch, ArrowError> {
-        let columns = self.full.convert_rows(rows.into_iter().map(|r| r.row()))?;
+        let columns = self.decode_columns(rows)?;
         RecordBatch::try_new(Arc::clone(&self.schema.arrow), columns)
+    }
+
+    /// The columns of `rows`, unchecked against the table's nullability: for a changelog,
+    /// whose deletes after a re-read may be rows of an older schema lacking a new column.
+    pub fn decode_columns<'a>(
+        &self,
+        rows: impl IntoIterator<Item = &'a OwnedRow>,
+    ) -> Result<Vec<ArrayRef>, ArrowError> {
+        self.full.convert_rows(rows.into_iter().map(|r| r.row()))
     }
 }
 

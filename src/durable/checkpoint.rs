@@ -366,6 +366,7 @@ impl Checkpointer {
                 stopped: version.stopped.get(&t).map(|s| StopRecord {
                     reason: s.reason.clone(),
                     position: s.position.to_string(),
+                    read_again: s.read_again,
                 }),
                 trimmed,
             });

@@ -82,6 +82,9 @@ pub struct StopRecord {
     pub reason: String,
     /// `file:offset` of the transaction that stopped it.
     pub position: String,
+    /// Another table took its name: it is read again (see `capture::TableStop`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_again: bool,
 }
 
 /// A table's rows as of one checkpoint.

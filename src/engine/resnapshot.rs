@@ -40,6 +40,12 @@
 //! name. During the catch-up `T`'s rows are then decoded but not applied (`Capture::park`):
 //! the re-read brings them up to `H`, and the diff holds them.
 //!
+//! A table renamed into the source's patterns from outside (`TableStop::read_again`) is read
+//! the same way, started by the capture itself (`Stop::ReadAgain`) right after it publishes
+//! the rename: its state is empty (or a swapped-out table's), its binlog rows up to `H` are
+//! parked like a changed table's, and an empty state's diff entries are `r` reads. When the
+//! table is gone from the server by then, it stays stopped and the others go on.
+//!
 //! The other tables' binlog at `P` must still be on the server; if it was purged only the
 //! whole-source re-snapshot can repair the source, and the statement says so before it stops
 //! anything (`RunningSource::resnapshot_table`).
@@ -48,11 +54,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::stop::Stop;
-use super::task::{append, fresh, handoff_end, Mode, Started, Task, TxNumbers};
+use super::task::{append, fresh, handoff_end, resume_published, Mode, Started, Task, TxNumbers};
 use crate::capture::version::SourceVersion;
 use crate::capture::{Capture, CaptureOptions, SchemaChange, SnapshotMode, TableChange};
 use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::{TableId, TableSchema};
+use crate::change::Op;
 use crate::source::error::SourceError;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress};
 use crate::state::changelog::Changelog;
@@ -178,7 +185,24 @@ pub(super) async fn resnapshot_table(
             .get(t)
             .ok_or_else(|| precondition(format!("the source has no table number {t}")))?,
     );
-    let (info, now) = Capture::resolve_tables(&task.connect, std::slice::from_ref(&old.id)).await?;
+    // A table renamed in from outside the patterns (`TableStop::read_again`): its rows were
+    // never read, so all of them are `r` entries, and its binlog rows wait for the read.
+    let read_again = previous.stopped.get(&t).is_some_and(|s| s.read_again);
+    let resolved = Capture::resolve_tables(&task.connect, std::slice::from_ref(&old.id)).await;
+    let (info, now) = match resolved {
+        Err(SourceError::NoSuchTable(_)) if read_again => {
+            // Gone again before it could be read: it stays stopped, and the others go on.
+            let mut started = resume_published(task, previous).await?;
+            if let Some(stop) = started.stopped.get_mut(&t) {
+                stop.read_again = false;
+                stop.reason
+                    .push_str("; it was gone from the server before it could be read");
+            }
+            tracing::warn!(table = %old.id, "a table to read again is gone from the server");
+            return Ok(started);
+        }
+        other => other?,
+    };
     let now = now.into_iter().next().ok_or_else(|| {
         Stop::from(SourceError::Internal(format!(
             "{} was not resolved",
@@ -249,7 +273,7 @@ pub(super) async fn resnapshot_table(
     for stop in stopped.values() {
         capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
     }
-    if changed {
+    if changed || read_again {
         capture.park(t);
     }
     let _ = capture.take_stops();
@@ -259,7 +283,15 @@ pub(super) async fn resnapshot_table(
     append(&capture, &mut changelogs, &caught_up, &mut numbers)?;
     let mut schema_history = previous.schema_history.to_vec();
     if changed {
-        changelogs[t].evolve(&table.arrow);
+        // The diff deletes rows of the old schema, which lack the columns added since: its
+        // entries are written with every column nullable.
+        let nullable: Vec<arrow::datatypes::Field> = table
+            .arrow
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        changelogs[t].evolve(&arrow::datatypes::Schema::new(nullable));
         tracing::info!(table = %table.id, at = %at, version, "re-read under a new schema");
         schema_history.push(SchemaChange {
             table: t,
@@ -280,6 +312,12 @@ pub(super) async fn resnapshot_table(
     let old_rows = as_schema(&old_state.to_batch().map_err(fail)?, &table.arrow).map_err(fail)?;
     let new = capture.state(t).to_batch().map_err(fail)?;
     let mut events = diff(capture.state(t).codec(), &[old_rows], &[new], &at).map_err(fail)?;
+    if read_again && old_state.is_empty() {
+        // Rows read for the first time, as a snapshot reads them.
+        for event in &mut events {
+            event.op = Op::Read;
+        }
+    }
     number_after(&mut events, &changelogs[t], &at);
     tracing::info!(table = %table.id, at = %at, changes = events.len(), "re-snapshot of one table compared");
     let changes: Vec<TableChange> = events

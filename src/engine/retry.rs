@@ -31,6 +31,7 @@ pub(super) fn is_transient(stop: &Stop) -> bool {
     match stop {
         Stop::Source(e) => e.is_retryable(),
         Stop::State(e) => e.is_transient(),
+        Stop::ReadAgain(_) => false,
     }
 }
 

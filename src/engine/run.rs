@@ -7,6 +7,7 @@
 //! backoff from what is already done (the published version, or the snapshot chunks read), so
 //! nothing is read twice into the changelog.
 
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 
@@ -18,6 +19,7 @@ use super::source_status::{now_micros, SourceStatus};
 use super::stop::{fail, panicked, Stop};
 use super::task::{append, fresh, recover, resume_published, Mode, Started, Task};
 use crate::capture::version::{Published, SourceVersion};
+use crate::capture::TableStop;
 use crate::durable::Checkpointer;
 use crate::provider::health::{Fault, SharedHealth};
 use crate::source::error::SourceError;
@@ -37,6 +39,10 @@ pub(crate) async fn run(task: Task, mode: Mode) {
             .await;
         let stop = match outcome {
             Ok(Ok(())) => break None,
+            Ok(Err(Stop::ReadAgain(t))) => {
+                mode = Mode::ResnapshotTable(t);
+                continue;
+            }
             Ok(Err(stop)) => stop,
             Err(panic) => break Some(panicked("capture", panic.as_ref())),
         };
@@ -252,6 +258,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     }
     let _ = ready.send(true);
     versions.send_modify(|v| *v += 1);
+    read_again(&published_stops)?;
     while let Some((mut tx, mut changes)) = capture.next().await? {
         // Transactions that arrived together are applied one by one but appended and published
         // once, at the last one's end: a version still ends on a transaction boundary, and a
@@ -327,6 +334,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         }
         published.store(Arc::new(version));
         versions.send_modify(|v| *v += 1);
+        read_again(&published_stops)?;
         {
             let mut s = status
                 .lock()
@@ -341,4 +349,13 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         }
     }
     Ok(())
+}
+
+/// Ends the capture loop with [`Stop::ReadAgain`] when a published stop asks for its table to
+/// be read again: the source goes on with that table's re-read.
+fn read_again(stops: &BTreeMap<usize, TableStop>) -> Result<(), Stop> {
+    match stops.values().find(|s| s.read_again) {
+        Some(stop) => Err(Stop::ReadAgain(stop.table)),
+        None => Ok(()),
+    }
 }

@@ -19,6 +19,11 @@ pub(super) enum Stop {
     Source(#[from] SourceError),
     #[error(transparent)]
     State(#[from] DurableError),
+    /// Not a failure: table `0` (an index into the source's tables) took rows the capture
+    /// never read (a `RENAME` brought it in from outside the patterns). The published version
+    /// holds it stopped; the source goes on by reading it again (`engine::resnapshot`).
+    #[error("table {0} is read again")]
+    ReadAgain(usize),
 }
 
 /// The fault of a caught panic in one of a source's tasks.
@@ -46,6 +51,7 @@ impl Stop {
         let sqlstate = match self {
             Stop::Source(e) => e.sqlstate(),
             Stop::State(e) => e.sqlstate(),
+            Stop::ReadAgain(_) => SQLSTATE_INTERNAL,
         };
         Fault::new(sqlstate, self.to_string())
     }

@@ -214,6 +214,7 @@ pub(super) async fn recover(
                     table: t,
                     reason: record.reason.clone(),
                     position,
+                    read_again: record.read_again,
                 },
             );
         }

@@ -157,6 +157,7 @@ impl Health {
         let error = TableUnavailable {
             source_name: source.to_string(),
             table: shown.to_string(),
+            being_read: self.source_fault().is_none() && stop.is_some_and(|s| s.read_again),
             fault,
         };
         if stale_reads {
@@ -179,6 +180,8 @@ pub struct TableUnavailable {
     pub source_name: String,
     pub table: String,
     pub fault: Fault,
+    /// The engine is reading the table now (`TableStop::read_again`): no repair is needed.
+    pub being_read: bool,
 }
 
 impl TableUnavailable {
@@ -187,6 +190,12 @@ impl TableUnavailable {
     }
 
     fn fix(&self) -> String {
+        if self.being_read {
+            return format!(
+                "It is being read now: run the statement again once cdc.tables shows {} capturing, or read the stale state after SET cdcfusion.stale_reads = on",
+                self.table
+            );
+        }
         match self.fault.table {
             Some(_) => format!(
                 "Repair it with ALTER SOURCE {} RESNAPSHOT TABLE {}, or read the stale state after SET cdcfusion.stale_reads = on",
@@ -262,6 +271,7 @@ mod tests {
             table: 0,
             reason: "TRUNCATE TABLE t".into(),
             position: BinlogCoord::new("binlog.000001", 400),
+            read_again: false,
         }
     }
 
@@ -285,6 +295,17 @@ mod tests {
         health
             .check(state.config(), "src", &other, "shop.u", None)
             .unwrap();
+        // A table the engine reads again itself needs no repair.
+        let reading = TableStop {
+            read_again: true,
+            ..stop.clone()
+        };
+        let e = *health
+            .admit(false, "src", &t, "shop.t", Some(&reading))
+            .unwrap_err();
+        assert_eq!(e.sqlstate(), "55000");
+        assert!(e.to_string().contains("being read now"), "{e}");
+        assert!(!e.to_string().contains("RESNAPSHOT"), "{e}");
 
         let mut state = ctx.state();
         let policy = ReadPolicy::new(true);

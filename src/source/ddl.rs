@@ -36,6 +36,47 @@ pub fn touched_tables(ddl: &Ddl, captured: impl Fn(&TableId) -> bool) -> BTreeSe
         .collect()
 }
 
+/// The renames `ddl` makes, `(from, to)` in the order written (`RENAME TABLE a TO b, c TO
+/// d` or `ALTER TABLE a RENAME TO b`); none when it does not parse.
+pub fn renamed_tables(ddl: &Ddl) -> Vec<(TableId, TableId)> {
+    let Ok(statements) = Parser::parse_sql(&MySqlDialect {}, &ddl.statement) else {
+        return Vec::new();
+    };
+    let id = |n: &ObjectName| -> Option<TableId> {
+        let parts: Vec<String> =
+            n.0.iter()
+                .filter_map(|p| p.as_ident().map(|i| i.value.clone()))
+                .collect();
+        resolve(&parts, &ddl.db)
+    };
+    let mut out = Vec::new();
+    for statement in &statements {
+        match statement {
+            Statement::RenameTable(renames) => {
+                out.extend(
+                    renames
+                        .iter()
+                        .filter_map(|r| Some((id(&r.old_name)?, id(&r.new_name)?))),
+                );
+            }
+            Statement::AlterTable(alter) => {
+                for op in &alter.operations {
+                    if let AlterTableOperation::RenameTable {
+                        table_name: RenameTableNameKind::To(n) | RenameTableNameKind::As(n),
+                    } = op
+                    {
+                        if let (Some(from), Some(to)) = (id(&alter.name), id(n)) {
+                            out.push((from, to));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The names of the tables a parsed statement may change (unqualified parts as written).
 fn changed_names(statement: &Statement) -> Vec<Vec<String>> {
     let parts = |n: &ObjectName| -> Vec<String> {
@@ -186,6 +227,27 @@ pub fn resolve(parts: &[String], default_db: &str) -> Option<TableId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renames_are_listed_in_the_order_written() {
+        let ddl = |statement: &str| Ddl {
+            db: "shop".into(),
+            statement: statement.into(),
+        };
+        let names = |statement: &str| -> Vec<String> {
+            renamed_tables(&ddl(statement))
+                .into_iter()
+                .map(|(a, b)| format!("{a}>{b}"))
+                .collect()
+        };
+        assert_eq!(
+            names("RENAME TABLE t TO t_old, staging.t_new TO t"),
+            ["shop.t>shop.t_old", "staging.t_new>shop.t"]
+        );
+        assert_eq!(names("ALTER TABLE other.x RENAME TO y"), ["other.x>shop.y"]);
+        assert!(names("ALTER TABLE t ADD COLUMN c INT").is_empty());
+        assert!(names("DROP TABLE t").is_empty());
+    }
 
     fn touched(statement: &str) -> Vec<String> {
         let ddl = Ddl {

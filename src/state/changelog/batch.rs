@@ -88,7 +88,7 @@ pub fn changelog_batch(
             .or(e.before.as_ref())
             .expect("an event has an image")
     });
-    let image = codec.decode(rows)?;
+    let image = codec.decode_columns(rows)?;
     let positions: Vec<String> = events.iter().map(|e| e.position.to_string()).collect();
     let ts: Vec<Option<i64>> = events
         .iter()
@@ -105,12 +105,11 @@ pub fn changelog_batch(
         (Some(b), None) => b,
         (None, None) => unreachable!("an event has an image"),
     });
-    let before_image = codec.decode(before_rows)?;
+    let before_image = codec.decode_columns(before_rows)?;
     let before_fields = before_fields(schema);
     // Children are NULL where the struct is, so `_before['col']` is NULL for non-updates.
     let absent = BooleanArray::from(has_before.iter().map(|b| !b).collect::<Vec<_>>());
     let children = before_image
-        .columns()
         .iter()
         .map(|c| nullif(c, &absent))
         .collect::<Result<Vec<_>, _>>()?;
@@ -128,7 +127,7 @@ pub fn changelog_batch(
         Arc::new(UInt64Array::from(tx.to_vec())),
         Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
     ];
-    assemble(schema, table, meta, image.columns(), Arc::new(before))
+    assemble(schema, table, meta, &image, Arc::new(before))
 }
 
 /// The changelog batch of one applied snapshot chunk: the chunk's own rows (shared, not
