@@ -769,6 +769,10 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
                     let old = std::mem::replace(&mut extra[i].0, format!("x{made}"));
                     format!("ALTER TABLE {db}.t RENAME COLUMN {old} TO {}", extra[i].0)
                 }
+                3 if rng.random_bool(0.5) && extra.iter().any(|(_, text)| *text) => {
+                    let name = extra.choose_text(&mut rng).unwrap();
+                    format!("ALTER TABLE {db}.t MODIFY {name} VARCHAR(16) DEFAULT 'd'")
+                }
                 3 if extra.iter().any(|(_, text)| !text) => {
                     let (name, _) = extra.iter().find(|(_, text)| !text).unwrap();
                     format!("ALTER TABLE {db}.t MODIFY {name} BIGINT NOT NULL DEFAULT 3")
@@ -826,6 +830,26 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
         let mut current: Vec<String> = query(&engine, &format!("SELECT id FROM rr.{db}.t")).await;
         current.sort();
         assert_eq!(live, current, "round {round}, seed {seed}: replayed keys");
+        // Type parity: the schema followed through the DDL is the one a capture started now
+        // reads from the server (kinds, lengths, nullability, key).
+        let fresh = Engine::new();
+        started(&fresh, "fp", db).await;
+        let schema = |engine: &Engine, source: &str| {
+            engine
+                .source(source)
+                .unwrap()
+                .status()
+                .tables
+                .iter()
+                .find(|t| t.id.table == "t")
+                .map(|t| (t.columns.clone(), t.primary_key.clone()))
+        };
+        assert_eq!(
+            schema(&engine, "rr"),
+            schema(&fresh, "fp"),
+            "round {round}, seed {seed}: the followed schema against a fresh capture's"
+        );
+        drop(fresh);
         if rng.random_bool(0.6) {
             // No last checkpoint: the restart goes back to the newest one.
             drop(engine);
