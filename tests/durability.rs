@@ -150,10 +150,15 @@ async fn a_restarted_engine_resumes_from_its_checkpoint_without_a_new_snapshot()
     );
 }
 
-#[tokio::test]
-async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
+/// Starts a snapshot of `db`, drops the engine after 30 chunks (like a crash, chunks in
+/// flight), runs `while_down` on the server, and opens the engine again until it catches up;
+/// returns the chunks done before and after, and the engine.
+async fn interrupt_snapshot(
+    db: &str,
+    source: &str,
+    while_down: Option<String>,
+) -> (Vec<String>, Vec<String>, Engine, tempfile::TempDir) {
     let srv = server();
-    let db = "dur_resume";
     let mut conn = root_conn(srv).await;
     schema(&mut conn, db, 3000).await;
     let dir = tempfile::tempdir().unwrap();
@@ -161,7 +166,7 @@ async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
         .await
         .unwrap();
     engine
-        .sql(&create_sql_with(srv, "sr", db, 20, 1))
+        .sql(&create_sql_with(srv, source, db, 20, 1))
         .await
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -180,7 +185,7 @@ async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
     .expect("the snapshot makes progress");
     assert!(
         engine
-            .source("sr")
+            .source(source)
             .unwrap()
             .status()
             .consistent_from
@@ -192,8 +197,20 @@ async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
     writes.await.unwrap();
-    let engine = open_caught_up(srv, dir.path(), "sr", options(50, 100)).await;
+    if let Some(sql) = while_down {
+        mysql_async::prelude::Queryable::query_drop(&mut conn, sql)
+            .await
+            .unwrap();
+    }
+    let engine = open_caught_up(srv, dir.path(), source, options(50, 100)).await;
     let after = query(&engine, done_sql).await;
+    (before, after, engine, dir)
+}
+
+#[tokio::test]
+async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
+    let db = "dur_resume";
+    let (before, after, engine, _dir) = interrupt_snapshot(db, "sr", None).await;
     let kept = before.iter().filter(|c| after.contains(c)).count();
     println!(
         "{} chunks done before the interruption, {kept} of them not read again",
@@ -203,7 +220,20 @@ async fn a_snapshot_interrupted_midway_reads_only_the_chunks_not_done() {
         kept >= 10,
         "chunks done before are kept with their HIGH: {kept}"
     );
-    check(srv, &engine, "sr", db).await;
+    check(server(), &engine, "sr", db).await;
+}
+
+/// The table's columns changed while the engine was down in the middle of its snapshot: the
+/// chunks read under the old columns are dropped and the snapshot starts over (nothing was
+/// published from them), instead of the source failing.
+#[tokio::test]
+async fn a_snapshot_interrupted_then_altered_starts_over_under_the_new_columns() {
+    let db = "dur_resume_ddl";
+    let ddl = format!("ALTER TABLE {db}.t ADD COLUMN extra INT NOT NULL DEFAULT 7");
+    let (before, after, engine, _dir) = interrupt_snapshot(db, "sd", Some(ddl)).await;
+    let kept = before.iter().filter(|c| after.contains(c)).count();
+    assert_eq!(kept, 0, "no chunk read under the old columns is kept");
+    check_columns(server(), &engine, "sd", db, "id, k, v, n, extra").await;
 }
 
 /// Every file below `dir` (with extension `ext`), sorted.

@@ -26,6 +26,18 @@ pub fn encode(schema: &SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>, Ar
     writer.into_inner()
 }
 
+/// Whether the IPC file `bytes` holds columns of the names and types of `schema`.
+pub fn same_columns(bytes: &[u8], schema: &SchemaRef) -> Result<bool, String> {
+    let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(|e| e.to_string())?;
+    let stored = reader.schema();
+    Ok(stored.fields().len() == schema.fields().len()
+        && stored
+            .fields()
+            .iter()
+            .zip(schema.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type()))
+}
+
 /// The batches of an IPC file, rebuilt on `schema`; `Err` says how the stored schema differs.
 pub fn decode(bytes: &[u8], schema: &SchemaRef) -> Result<Vec<RecordBatch>, String> {
     let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(|e| e.to_string())?;

@@ -140,7 +140,7 @@ impl ProgressJournal {
             ids.len() == tables.len() && ids.iter().zip(tables).all(|(a, b)| *a == b.id);
         let resume = match newest {
             Some((_, path)) if same_tables && !last.plan.is_empty() => {
-                Some(load(&store, &path, &last, tables, ids).await?)
+                load(&store, &path, &last, tables, ids).await?
             }
             _ => None,
         };
@@ -254,13 +254,16 @@ impl SnapshotJournal for ProgressJournal {
     }
 }
 
+/// The snapshot to resume from `progress`; `None` when a table's columns changed since its
+/// chunks were read (a DDL while the engine was down or before it stopped): nothing was
+/// published from them, so the snapshot starts over under the new columns.
 async fn load(
     store: &Store,
     path: &str,
     progress: &ProgressFile,
     tables: &[Arc<TableSchema>],
     ids: Vec<TableId>,
-) -> Result<SnapshotResume, DurableError> {
+) -> Result<Option<SnapshotResume>, DurableError> {
     let bad = |message: String| DurableError::Decode {
         path: store.describe(path),
         message,
@@ -294,6 +297,15 @@ async fn load(
             })?;
         let schema = &tables[d.table];
         let bytes = store.read_ref(&d.file, FileKind::State).await?;
+        let same =
+            ipc::same_columns(&bytes, &schema.arrow).map_err(|message| DurableError::Decode {
+                path: store.describe(&d.file.path),
+                message,
+            })?;
+        if !same {
+            tracing::info!(table = %schema.id, "the snapshot's chunks were read under other columns; the snapshot starts over");
+            return Ok(None);
+        }
         let batches =
             ipc::decode(&bytes, &schema.arrow).map_err(|message| DurableError::Decode {
                 path: store.describe(&d.file.path),
@@ -320,11 +332,11 @@ async fn load(
             window_changes: d.window_changes,
         });
     }
-    Ok(SnapshotResume {
+    Ok(Some(SnapshotResume {
         tables: ids,
         plan,
         done,
-    })
+    }))
 }
 
 /// Deletes a source's snapshot progress (a re-snapshot starts from nothing).
