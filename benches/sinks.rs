@@ -420,6 +420,13 @@ async fn main() {
         .await
         .unwrap();
     engine.wait_ready("src").await.unwrap();
+    // The snapshot's checkpoint is written before any round, not during the first ones.
+    engine
+        .source("src")
+        .unwrap()
+        .checkpoint_now()
+        .await
+        .unwrap();
     // The sink's own work beyond writing: reading the changelog and running its query over it.
     let mut reads = Vec::new();
     let mut batches: Vec<RecordBatch> = Vec::new();

@@ -147,11 +147,19 @@ pub fn chunk_batch(
     for (i, _) in &entries.before {
         ops[*i as usize] = Op::Update.code();
     }
-    let mut positions = StringBuilder::with_capacity(n, n * (high.file.len() + 37));
+    // `(high, 0, first + i, 0)`: the text up to the row index is the same for every entry.
+    let mut prefix = String::new();
+    ChangePosition::write_text(&mut prefix, high, 0, 0, 0)
+        .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
+    let row_at = prefix.len() - "0000000000:0".len();
+    prefix.truncate(row_at);
+    let mut positions = StringBuilder::with_capacity(n, n * (prefix.len() + 12));
+    let mut text = prefix;
     for i in 0..n as u32 {
-        ChangePosition::write_text(&mut positions, high, 0, first + i, 0)
-            .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
-        positions.append_value("");
+        text.truncate(row_at);
+        push_padded(&mut text, first + i);
+        text.push_str(":0");
+        positions.append_value(&text);
     }
     let positions = positions.finish();
     let before_fields = before_fields(schema);
@@ -185,6 +193,35 @@ pub fn chunk_batch(
         Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")),
     ];
     assemble(schema, table, meta, entries.rows.columns(), before)
+}
+
+/// Appends `value` in decimal, zero-padded to the ten digits a `u32` can take (as
+/// [`ChangePosition`]'s text writes a row index).
+fn push_padded(out: &mut String, mut value: u32) {
+    let mut digits = ['0'; 10];
+    for d in digits.iter_mut().rev() {
+        *d = char::from(b'0' + (value % 10) as u8);
+        value /= 10;
+    }
+    out.extend(digits);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_row_indexes_are_written_as_positions_write_them() {
+        let high = BinlogCoord::new("binlog.000007", 1234);
+        for row in [0, 7, 42, 1_000_000, u32::MAX] {
+            let mut expected = String::new();
+            ChangePosition::write_text(&mut expected, &high, 0, row, 0).unwrap();
+            let mut text = expected[..expected.len() - 12].to_string();
+            push_padded(&mut text, row);
+            text.push_str(":0");
+            assert_eq!(text, expected);
+        }
+    }
 }
 
 /// The fields of the `_before` struct, the last column of a changelog schema.
