@@ -206,24 +206,6 @@ fn push_padded(out: &mut String, mut value: u32) {
     out.extend(digits);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn padded_row_indexes_are_written_as_positions_write_them() {
-        let high = BinlogCoord::new("binlog.000007", 1234);
-        for row in [0, 7, 42, 1_000_000, u32::MAX] {
-            let mut expected = String::new();
-            ChangePosition::write_text(&mut expected, &high, 0, row, 0).unwrap();
-            let mut text = expected[..expected.len() - 12].to_string();
-            push_padded(&mut text, row);
-            text.push_str(":0");
-            assert_eq!(text, expected);
-        }
-    }
-}
-
 /// The fields of the `_before` struct, the last column of a changelog schema.
 fn before_fields(schema: &SchemaRef) -> Fields {
     match schema.field(schema.fields().len() - 1).data_type() {
@@ -301,4 +283,22 @@ pub fn transaction_batches(
             Ok((codec.schema().id.clone(), batch))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_row_indexes_are_written_as_positions_write_them() {
+        let high = BinlogCoord::new("binlog.000007", 1234);
+        for row in [0, 7, 42, 1_000_000, u32::MAX] {
+            let mut expected = String::new();
+            ChangePosition::write_text(&mut expected, &high, 0, row, 0).unwrap();
+            let mut text = expected[..expected.len() - 12].to_string();
+            push_padded(&mut text, row);
+            text.push_str(":0");
+            assert_eq!(text, expected);
+        }
+    }
 }
