@@ -769,10 +769,6 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
                     let old = std::mem::replace(&mut extra[i].0, format!("x{made}"));
                     format!("ALTER TABLE {db}.t RENAME COLUMN {old} TO {}", extra[i].0)
                 }
-                3 if rng.random_bool(0.5) && extra.iter().any(|(_, text)| *text) => {
-                    let name = extra.choose_text(&mut rng).unwrap();
-                    format!("ALTER TABLE {db}.t MODIFY {name} VARCHAR(16) DEFAULT 'd'")
-                }
                 3 if extra.iter().any(|(_, text)| !text) => {
                     let (name, _) = extra.iter().find(|(_, text)| !text).unwrap();
                     format!("ALTER TABLE {db}.t MODIFY {name} BIGINT NOT NULL DEFAULT 3")

@@ -485,3 +485,24 @@ fn no_panic_on_odd_input() {
         let _ = effect(s);
     }
 }
+
+#[test]
+fn a_renamed_text_column_widens_like_any_other() {
+    let text = |length| ColumnKind::Text {
+        charset: Charset::Utf8,
+        length: Some(length),
+    };
+    let mut table = orders();
+    for statement in [
+        "ALTER TABLE shop.orders ADD COLUMN x2 VARCHAR(8) DEFAULT 'd' FIRST",
+        "ALTER TABLE shop.orders RENAME COLUMN x2 TO x3",
+        "ALTER TABLE shop.orders MODIFY x3 VARCHAR(16) DEFAULT 'd'",
+    ] {
+        match ddl_effect("shop", statement, &table, Some(Charset::Utf8)) {
+            DdlEffect::Evolve(e) => table = e.after,
+            other => panic!("{statement}: {other:?}"),
+        }
+    }
+    assert_eq!(table.columns[0].name, "x3");
+    assert_eq!(table.columns[0].kind, text(16));
+}
