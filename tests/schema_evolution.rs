@@ -309,14 +309,18 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
     assert_current(&engine, "er", db, "t", "the first DDL").await;
     engine.shutdown().await.unwrap();
     drop(engine);
-    // While the engine is down: rows under the old schema, then two more DDL, then rows under
-    // the newest. The server's schema is now ahead of the checkpoint's.
+    // While the engine is down: rows under the old schema, then three more DDL, then rows under
+    // the newest. The server's schema is now ahead of the checkpoint's: the rows written
+    // before the `MODIFY` fit its wire types but not its length, and are read under `VARCHAR(4)`.
     exec(&format!(
         "UPDATE {db}.t SET a = 0 WHERE id = 2;
          ALTER TABLE {db}.t DROP COLUMN b;
          UPDATE {db}.t SET c = 5 WHERE id = 3;
          ALTER TABLE {db}.t ADD COLUMN d VARCHAR(4) NOT NULL DEFAULT 'dd' AFTER id;
          INSERT INTO {db}.t (id, a, c, d) VALUES (200, 1, 1, 'x');
+         UPDATE {db}.t SET d = 'y' WHERE id = 1;
+         ALTER TABLE {db}.t MODIFY d VARCHAR(9) NOT NULL DEFAULT 'dd';
+         UPDATE {db}.t SET d = 'longer' WHERE id = 200;
          CREATE TABLE {db}.made (id INT PRIMARY KEY, v INT);
          INSERT INTO {db}.made VALUES (1, 1), (2, 2);"
     ))
@@ -330,7 +334,12 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
             "SELECT schema_version FROM cdc.schema_history WHERE \"table\" = 't' ORDER BY position"
         )
         .await,
-        ["schema_version=1", "schema_version=2", "schema_version=3"]
+        [
+            "schema_version=1",
+            "schema_version=2",
+            "schema_version=3",
+            "schema_version=4"
+        ]
     );
     assert_eq!(
         query(
@@ -343,6 +352,8 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
             "v=1 a=0 b=b c=3 d=NULL",
             "v=2 a=3 b=NULL c=5 d=NULL",
             "v=3 a=1 b=NULL c=1 d=x",
+            "v=3 a=1 b=NULL c=4 d=y",
+            "v=4 a=1 b=NULL c=1 d=longer",
         ]
     );
     // And once more from the checkpoints written after those changes.
@@ -354,7 +365,7 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
     assert_current(&engine, "er", db, "made", "the second restart").await;
     assert_eq!(
         query(&engine, "SELECT count(*) AS n FROM cdc.schema_history").await,
-        ["n=4"]
+        ["n=5"]
     );
     // A renamed table keeps its history, spilled entries included, across a restart.
     let entries = format!("SELECT count(*) AS n FROM er.{db}.\"t$changelog\"");
@@ -768,6 +779,10 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
                     let i = rng.random_range(0..extra.len());
                     let old = std::mem::replace(&mut extra[i].0, format!("x{made}"));
                     format!("ALTER TABLE {db}.t RENAME COLUMN {old} TO {}", extra[i].0)
+                }
+                3 if rng.random_bool(0.5) && extra.iter().any(|(_, text)| *text) => {
+                    let name = extra.choose_text(&mut rng).unwrap();
+                    format!("ALTER TABLE {db}.t MODIFY {name} VARCHAR(16) DEFAULT 'd'")
                 }
                 3 if extra.iter().any(|(_, text)| !text) => {
                     let (name, _) = extra.iter().find(|(_, text)| !text).unwrap();

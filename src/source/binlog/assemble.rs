@@ -22,7 +22,8 @@
 //!
 //! # Schema changes
 //! A DDL statement invalidates the cached schemas; the next table map of each table is checked
-//! against a fresh `information_schema` read, or, for events older than the current schema,
+//! against a fresh `information_schema` read (its wire types, and with full metadata every
+//! column's declared type and nullability too), or, for events older than the current schema,
 //! decoded with the schema the table map itself describes (`binlog_row_metadata=FULL`).
 
 use std::collections::{HashMap, HashSet};
@@ -559,7 +560,8 @@ impl Assembler {
                 }
             }
             if let Some(schema) = self.schemas.get(id) {
-                match TableDecoder::new(tme, Arc::clone(schema)) {
+                let checked = TableDecoder::check_against_map(tme, schema, &self.collations);
+                match checked.and_then(|()| TableDecoder::new(tme, Arc::clone(schema))) {
                     Ok(d) => return Ok(d),
                     Err(e) => {
                         first_error.get_or_insert(e);

@@ -192,6 +192,36 @@ impl TableDecoder {
         Ok(Self { schema, columns })
     }
 
+    /// Checks `schema` (the server's, read now) against what the table map itself says of each
+    /// column, when it says enough (`binlog_row_metadata=FULL`). A table map written before a
+    /// `MODIFY` fits the wire types of the newer schema but not its declared length, signedness,
+    /// ENUM members or nullability: events read behind the server must be decoded under the
+    /// schema of their own position, never the server's current one.
+    pub fn check_against_map(
+        tme: &TableMapEvent<'_>,
+        schema: &TableSchema,
+        collations: &CollationMap,
+    ) -> Result<(), String> {
+        // Without names and charsets the map cannot describe the columns: nothing to compare.
+        let Ok(from_map) = Self::schema_from_table_map(tme, Some(schema), collations, false) else {
+            return Ok(());
+        };
+        for (server, map) in schema.columns.iter().zip(&from_map.columns) {
+            if server.kind != map.kind || server.nullable != map.nullable {
+                let null = |c: &ColumnSpec| if c.nullable { "" } else { " not null" };
+                return Err(format!(
+                    "column {} is {}{} on the server now but {}{} in the table map",
+                    server.name,
+                    server.kind.mysql_type(),
+                    null(server),
+                    map.kind.mysql_type(),
+                    null(map)
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Empty columns for one image of a batch of this table's rows.
     pub fn image(&self) -> ImageColumns {
         ImageColumns {
