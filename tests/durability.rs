@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +18,7 @@ use cdcfusion::durable::manifest::{load_catalog, load_newest_manifest};
 use cdcfusion::durable::{DurableOptions, Store};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
+use common::durable::spawn_serve;
 use common::readers::*;
 use common::workload::*;
 use common::*;
@@ -354,36 +354,6 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// `cdcfusion serve` on `dir` with settings file `config`, logging to `log`.
-fn spawn_serve(dir: &Path, init: &Path, config: &Path, log: &Path) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--checkpoint-interval",
-            "40ms",
-        ])
-        .args(["--state-snapshot-min-changes", "150"])
-        .args(["--changelog-memory-budget", &SMALL_BUDGET.to_string()])
-        .arg("--state-dir")
-        .arg(dir)
-        .arg("--init")
-        .arg(init)
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", "cdcfusion=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap()
-}
-
 fn newest_manifest(dir: &Path) -> String {
     files(dir, Some("manifest"))
         .pop()
@@ -505,7 +475,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let writes = tokio::spawn(writer(srv, db.to_string(), seed, 10_000, Arc::clone(&stop)));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
     for round in 0..rounds {
-        let mut child = spawn_serve(&state, &init, &config, &log);
+        let mut child = spawn_serve(&state, &init, &config, &log, SMALL_BUDGET);
         // Early rounds die young (during the snapshot or the first checkpoints).
         let max = if round < 2 { 700 } else { 2500 };
         let after = rng.random_range(100..max);

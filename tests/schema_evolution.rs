@@ -727,8 +727,7 @@ async fn a_ddl_during_the_snapshot_starts_it_over_under_the_new_schema() {
 }
 
 /// Random DDL and DML, with the engine dropped without a clean stop (no last checkpoint) and
-/// opened again between rounds. Each round ends with the current table equal to the server and
-/// the changelog, replayed key by key in position order, holding exactly the server's keys.
+/// opened again between rounds. Each round ends with the checks of [`check_round`].
 /// `EVO_SEED` repeats a run; the seed is printed.
 #[tokio::test]
 async fn random_ddl_and_dml_across_unclean_restarts() {
@@ -740,131 +739,19 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
     println!("EVO_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let db = "evo_random";
-    let mut conn = root_conn(server()).await;
-    fresh_db(&mut conn, db).await;
-    exec(&format!(
-        "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT);
-         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_50;"
-    ))
-    .await;
+    let mut statements = RandomStatements::new(db).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_string();
-    let mut engine = open_random(&path, db).await;
-    // Columns besides `id` and `a`, as (name, is text).
-    let mut extra: Vec<(String, bool)> = Vec::new();
-    let mut made = 0;
-    let mut next_id = 1000;
+    let mut engine = open_random(&path, "rr", db).await;
     for round in 0..6 {
         for _ in 0..25 {
-            let sql = match rng.random_range(0..10) {
-                0 => {
-                    made += 1;
-                    let text = rng.random_bool(0.5);
-                    let name = format!("x{made}");
-                    let place = if rng.random_bool(0.3) { " FIRST" } else { "" };
-                    let ty = if text {
-                        "VARCHAR(8) DEFAULT 'd'"
-                    } else {
-                        "INT NOT NULL DEFAULT 3"
-                    };
-                    extra.push((name.clone(), text));
-                    format!("ALTER TABLE {db}.t ADD COLUMN {name} {ty}{place}")
-                }
-                1 if !extra.is_empty() => {
-                    let (name, _) = extra.remove(rng.random_range(0..extra.len()));
-                    format!("ALTER TABLE {db}.t DROP COLUMN {name}")
-                }
-                2 if !extra.is_empty() => {
-                    made += 1;
-                    let i = rng.random_range(0..extra.len());
-                    let old = std::mem::replace(&mut extra[i].0, format!("x{made}"));
-                    format!("ALTER TABLE {db}.t RENAME COLUMN {old} TO {}", extra[i].0)
-                }
-                3 if rng.random_bool(0.5) && extra.iter().any(|(_, text)| *text) => {
-                    let name = extra.choose_text(&mut rng).unwrap();
-                    format!("ALTER TABLE {db}.t MODIFY {name} VARCHAR(16) DEFAULT 'd'")
-                }
-                3 if extra.iter().any(|(_, text)| !text) => {
-                    let (name, _) = extra.iter().find(|(_, text)| !text).unwrap();
-                    format!("ALTER TABLE {db}.t MODIFY {name} BIGINT NOT NULL DEFAULT 3")
-                }
-                4 if rng.random_bool(0.1) => format!("TRUNCATE TABLE {db}.t"),
-                5 | 6 => {
-                    next_id += 1;
-                    format!("INSERT INTO {db}.t (id, a) VALUES ({next_id}, {next_id})")
-                }
-                7 => format!(
-                    "DELETE FROM {db}.t WHERE id % 7 = {} LIMIT 2",
-                    rng.random_range(0..7)
-                ),
-                _ => {
-                    let set = match extra.choose_text(&mut rng) {
-                        Some(name) => format!("{name} = 'u'"),
-                        None => "a = a + 1".to_string(),
-                    };
-                    format!(
-                        "UPDATE {db}.t SET {set} WHERE id % 5 = {}",
-                        rng.random_range(0..5)
-                    )
-                }
-            };
-            exec(&sql).await;
+            exec(&statements.next(&mut rng)).await;
         }
-        assert_current(
-            &engine,
-            "rr",
-            db,
-            "t",
-            &format!("round {round}, seed {seed}"),
-        )
-        .await;
-        let mut live: Vec<String> = Vec::new();
-        let log = query(
-            &engine,
-            &format!("SELECT _op, id FROM rr.{db}.\"t$changelog\" ORDER BY _position"),
-        )
-        .await;
-        let mut keys = std::collections::BTreeSet::new();
-        for entry in &log {
-            let (op, id) = entry.split_once(' ').unwrap();
-            match op {
-                "_op=d" => {
-                    keys.remove(id);
-                }
-                _ => {
-                    keys.insert(id.to_string());
-                }
-            }
-        }
-        live.extend(keys);
-        // The current table equals the server's (checked above).
-        let mut current: Vec<String> = query(&engine, &format!("SELECT id FROM rr.{db}.t")).await;
-        current.sort();
-        assert_eq!(live, current, "round {round}, seed {seed}: replayed keys");
-        // Type parity: the schema followed through the DDL is the one a capture started now
-        // reads from the server (kinds, lengths, nullability, key).
-        let fresh = Engine::new();
-        started(&fresh, "fp", db).await;
-        let schema = |engine: &Engine, source: &str| {
-            engine
-                .source(source)
-                .unwrap()
-                .status()
-                .tables
-                .iter()
-                .find(|t| t.id.table == "t")
-                .map(|t| (t.columns.clone(), t.primary_key.clone()))
-        };
-        assert_eq!(
-            schema(&engine, "rr"),
-            schema(&fresh, "fp"),
-            "round {round}, seed {seed}: the followed schema against a fresh capture's"
-        );
-        drop(fresh);
+        check_round(&engine, "rr", db, &format!("round {round}, seed {seed}")).await;
         if rng.random_bool(0.6) {
             // No last checkpoint: the restart goes back to the newest one.
             drop(engine);
-            engine = open_random(&path, db).await;
+            engine = open_random(&path, "rr", db).await;
             assert_current(
                 &engine,
                 "rr",
@@ -877,8 +764,205 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
     }
 }
 
-/// Opens the random test's durable engine at `path`, creating its source the first time.
-async fn open_random(path: &str, db: &str) -> Engine {
+/// Random DDL and DML while `cdcfusion serve` runs, killed with SIGKILL at a random moment of
+/// each round; a few statements more land while it is down. Then an engine opened on its state
+/// directory (resuming from the killed process's newest checkpoint) passes [`check_round`],
+/// and is dropped without a clean stop before the next round's process starts.
+/// `EVO_KILL_SEED` repeats a run; the seed is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_ddl_and_dml_across_sigkill() {
+    use rand::{Rng, SeedableRng};
+    let seed: u64 = std::env::var("EVO_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("EVO_KILL_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let db = "evo_kill";
+    let mut statements = RandomStatements::new(db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let init = dir.path().join("init.sql");
+    let config = dir.path().join("cdcfusion.toml");
+    let log = dir.path().join("serve.log");
+    let create = create_sql("rk", db).replacen("CREATE SOURCE", "CREATE SOURCE IF NOT EXISTS", 1);
+    std::fs::write(&init, format!("{create};\n")).unwrap();
+    std::fs::write(&config, "").unwrap();
+    let path = state.to_str().unwrap().to_string();
+    for round in 0..5 {
+        let mut child = common::durable::spawn_serve(&state, &init, &config, &log, 8 * 1024);
+        let kill_after = Duration::from_millis(rng.random_range(200..1500));
+        let started = std::time::Instant::now();
+        let mut written = 0;
+        while started.elapsed() < kill_after {
+            exec(&statements.next(&mut rng)).await;
+            written += 1;
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let down = rng.random_range(0..6);
+        for _ in 0..down {
+            exec(&statements.next(&mut rng)).await;
+        }
+        println!(
+            "round {round}: SIGKILL after {} ms and {written} statements, {down} more while down",
+            kill_after.as_millis()
+        );
+        let engine = tokio::time::timeout(HANG_GUARD * 2, open_random(&path, "rk", db))
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "recovery hangs; serve log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        check_round(&engine, "rk", db, &format!("round {round}, seed {seed}")).await;
+        drop(engine);
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    println!(
+        "the killed processes followed {} schema changes and resumed {} time(s) from a checkpoint",
+        text.matches("followed a schema change").count(),
+        text.matches("resuming from a checkpoint").count()
+    );
+}
+
+/// The random tests' statements on `db.t`: columns added (FIRST or last, INT or VARCHAR),
+/// dropped, renamed, widened (INT to BIGINT, VARCHAR(8) to VARCHAR(16)), `TRUNCATE`, and
+/// inserts, deletes and updates of the columns there are.
+struct RandomStatements {
+    db: &'static str,
+    /// Columns besides `id` and `a`, as (name, is text).
+    extra: Vec<(String, bool)>,
+    made: usize,
+    next_id: u32,
+}
+
+impl RandomStatements {
+    /// Creates `db.t` (`id INT PRIMARY KEY, a INT`, 50 rows) in a fresh `db`.
+    async fn new(db: &'static str) -> Self {
+        let mut conn = root_conn(server()).await;
+        fresh_db(&mut conn, db).await;
+        exec(&format!(
+            "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT);
+             INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_50;"
+        ))
+        .await;
+        Self {
+            db,
+            extra: Vec::new(),
+            made: 0,
+            next_id: 1000,
+        }
+    }
+
+    fn next(&mut self, rng: &mut impl rand::Rng) -> String {
+        let db = self.db;
+        let extra = &mut self.extra;
+        match rng.random_range(0..10) {
+            0 => {
+                self.made += 1;
+                let text = rng.random_bool(0.5);
+                let name = format!("x{}", self.made);
+                let place = if rng.random_bool(0.3) { " FIRST" } else { "" };
+                let ty = if text {
+                    "VARCHAR(8) DEFAULT 'd'"
+                } else {
+                    "INT NOT NULL DEFAULT 3"
+                };
+                extra.push((name.clone(), text));
+                format!("ALTER TABLE {db}.t ADD COLUMN {name} {ty}{place}")
+            }
+            1 if !extra.is_empty() => {
+                let (name, _) = extra.remove(rng.random_range(0..extra.len()));
+                format!("ALTER TABLE {db}.t DROP COLUMN {name}")
+            }
+            2 if !extra.is_empty() => {
+                self.made += 1;
+                let i = rng.random_range(0..extra.len());
+                let old = std::mem::replace(&mut extra[i].0, format!("x{}", self.made));
+                format!("ALTER TABLE {db}.t RENAME COLUMN {old} TO {}", extra[i].0)
+            }
+            3 if rng.random_bool(0.5) && extra.iter().any(|(_, text)| *text) => {
+                let name = extra.choose_text(rng).unwrap();
+                format!("ALTER TABLE {db}.t MODIFY {name} VARCHAR(16) DEFAULT 'd'")
+            }
+            3 if extra.iter().any(|(_, text)| !text) => {
+                let (name, _) = extra.iter().find(|(_, text)| !text).unwrap();
+                format!("ALTER TABLE {db}.t MODIFY {name} BIGINT NOT NULL DEFAULT 3")
+            }
+            4 if rng.random_bool(0.1) => format!("TRUNCATE TABLE {db}.t"),
+            5 | 6 => {
+                self.next_id += 1;
+                let id = self.next_id;
+                format!("INSERT INTO {db}.t (id, a) VALUES ({id}, {id})")
+            }
+            7 => format!(
+                "DELETE FROM {db}.t WHERE id % 7 = {} LIMIT 2",
+                rng.random_range(0..7)
+            ),
+            _ => {
+                let set = match extra.choose_text(rng) {
+                    Some(name) => format!("{name} = 'u'"),
+                    None => "a = a + 1".to_string(),
+                };
+                format!(
+                    "UPDATE {db}.t SET {set} WHERE id % 5 = {}",
+                    rng.random_range(0..5)
+                )
+            }
+        }
+    }
+}
+
+/// What each round of the random tests ends with: the current table equals the server's; the
+/// changelog, replayed key by key in position order, holds exactly the current table's keys;
+/// and the schema followed through the DDL is the one a capture started now reads from the
+/// server (kinds, lengths, nullability, key: type parity).
+async fn check_round(engine: &Engine, source: &str, db: &str, what: &str) {
+    assert_current(engine, source, db, "t", what).await;
+    let log = query(
+        engine,
+        &format!("SELECT _op, id FROM {source}.{db}.\"t$changelog\" ORDER BY _position"),
+    )
+    .await;
+    let mut keys = std::collections::BTreeSet::new();
+    for entry in &log {
+        let (op, id) = entry.split_once(' ').unwrap();
+        match op {
+            "_op=d" => {
+                keys.remove(id);
+            }
+            _ => {
+                keys.insert(id.to_string());
+            }
+        }
+    }
+    let live: Vec<String> = keys.into_iter().collect();
+    let mut current: Vec<String> = query(engine, &format!("SELECT id FROM {source}.{db}.t")).await;
+    current.sort();
+    assert_eq!(live, current, "{what}: replayed keys");
+    let fresh = Engine::new();
+    started(&fresh, "fp", db).await;
+    let schema = |engine: &Engine, source: &str| {
+        engine
+            .source(source)
+            .unwrap()
+            .status()
+            .tables
+            .iter()
+            .find(|t| t.id.table == "t")
+            .map(|t| (t.columns.clone(), t.primary_key.clone()))
+    };
+    assert_eq!(
+        schema(engine, source),
+        schema(&fresh, "fp"),
+        "{what}: the followed schema against a fresh capture's"
+    );
+}
+
+/// Opens the random tests' durable engine at `path`, creating `source` when it has none yet.
+async fn open_random(path: &str, source: &str, db: &str) -> Engine {
     let options = EngineOptions {
         durable: DurableOptions {
             checkpoint_interval: Duration::from_millis(50),
@@ -889,9 +973,9 @@ async fn open_random(path: &str, db: &str) -> Engine {
     };
     let engine = Engine::open(path, options).await.unwrap();
     if engine.source_names().is_empty() {
-        started(&engine, "rr", db).await;
+        started(&engine, source, db).await;
     }
-    ready(&engine, "rr").await;
+    ready(&engine, source).await;
     engine
 }
 

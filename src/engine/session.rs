@@ -272,6 +272,16 @@ impl Engine {
             })
     }
 
+    /// Sink `name`, for its status without a query.
+    pub fn sink(&self, name: &str) -> Result<Arc<RunningSink>, EngineError> {
+        self.sinks
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EngineError::NoSuchSink(name.to_string()))
+    }
+
     pub fn source(&self, name: &str) -> Result<Arc<RunningSource>, EngineError> {
         self.sources
             .read()

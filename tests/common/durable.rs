@@ -244,3 +244,42 @@ pub async fn check_table(
         "{table}: replaying the changelog does not give the source's rows"
     );
 }
+
+/// `cdcfusion serve` on state directory `dir` (a checkpoint every 40 ms, a state snapshot after
+/// 150 changes, a changelog memory budget of `budget` bytes), running `init` at start, with
+/// settings file `config`, logging to `log`: the process the crash tests kill with SIGKILL.
+pub fn spawn_serve(
+    dir: &std::path::Path,
+    init: &std::path::Path,
+    config: &std::path::Path,
+    log: &std::path::Path,
+    budget: u64,
+) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--checkpoint-interval",
+            "40ms",
+        ])
+        .args(["--state-snapshot-min-changes", "150"])
+        .args(["--changelog-memory-budget", &budget.to_string()])
+        .arg("--state-dir")
+        .arg(dir)
+        .arg("--init")
+        .arg(init)
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "cdcfusion=info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap()
+}
