@@ -731,13 +731,8 @@ async fn a_ddl_during_the_snapshot_starts_it_over_under_the_new_schema() {
 /// `EVO_SEED` repeats a run; the seed is printed.
 #[tokio::test]
 async fn random_ddl_and_dml_across_unclean_restarts() {
-    use rand::{Rng, SeedableRng};
-    let seed: u64 = std::env::var("EVO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("EVO_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    use rand::Rng;
+    let (seed, mut rng) = seeded("EVO_SEED");
     let db = "evo_random";
     let mut statements = RandomStatements::new(db).await;
     let dir = tempfile::tempdir().unwrap();
@@ -771,13 +766,8 @@ async fn random_ddl_and_dml_across_unclean_restarts() {
 /// `EVO_KILL_SEED` repeats a run; the seed is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_ddl_and_dml_across_sigkill() {
-    use rand::{Rng, SeedableRng};
-    let seed: u64 = std::env::var("EVO_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    println!("EVO_KILL_SEED={seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    use rand::Rng;
+    let (seed, mut rng) = seeded("EVO_KILL_SEED");
     let db = "evo_kill";
     let mut statements = RandomStatements::new(db).await;
     let dir = tempfile::tempdir().unwrap();
@@ -825,6 +815,17 @@ async fn random_ddl_and_dml_across_sigkill() {
         text.matches("followed a schema change").count(),
         text.matches("resuming from a checkpoint").count()
     );
+}
+
+/// The seed in environment variable `var`, or a new one; printed, with its generator.
+fn seeded(var: &str) -> (u64, rand::rngs::StdRng) {
+    use rand::SeedableRng;
+    let seed: u64 = std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    println!("{var}={seed}");
+    (seed, rand::rngs::StdRng::seed_from_u64(seed))
 }
 
 /// The random tests' statements on `db.t`: columns added (FIRST or last, INT or VARCHAR),
