@@ -19,6 +19,7 @@
 //! * `spec`: what a `CREATE SINK` asks for (target, options), as typed values.
 //! * `status`: what `cdc.sinks` shows.
 //! * `text`: values targets write as text.
+//! * `dictionary`: which columns of a commit are written with a Parquet dictionary.
 //! * `parquet`: the Parquet target.
 //! * `postgres`: the PostgreSQL target.
 //! * `delta`: the Delta Lake target.
@@ -28,6 +29,7 @@
 //! * `reconcile`: a target's rows compared with the sink's query at the target's position.
 
 mod delta;
+mod dictionary;
 mod error;
 #[cfg(test)]
 mod fixtures;

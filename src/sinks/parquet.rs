@@ -24,6 +24,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 
+use super::dictionary::{mostly_distinct, without_dictionary};
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use crate::durable::store::{Store, StoreError};
@@ -155,17 +156,18 @@ impl ParquetTarget {
 }
 
 /// Commit `commit` of sink `sink` as the bytes of one Parquet file whose footer carries its
-/// marker, its columns encoded on as many threads as the machine has cores.
+/// marker, its columns encoded on as many threads as the machine has cores (a dictionary only
+/// where the values repeat: `dictionary`).
 fn encode(sink: &str, commit: &Commit) -> Result<Bytes, SinkError> {
     let marker = &commit.marker;
-    let properties = WriterProperties::builder()
+    let builder = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_key_value_metadata(Some(vec![
             KeyValue::new(SINK_KEY.to_string(), sink.to_string()),
             KeyValue::new(COMMIT_KEY.to_string(), marker.number.to_string()),
             KeyValue::new(POSITION_KEY.to_string(), marker.position.clone()),
-        ]))
-        .build();
+        ]));
+    let properties = without_dictionary(builder, &mostly_distinct(&commit.rows)).build();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     write_file(&commit.rows, properties, threads).map_err(|e| {
         SinkError::Unsupported(format!("writing commit {} as Parquet: {e}", marker.number))

@@ -27,7 +27,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::common::Column;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{SessionConfig, SessionContext};
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{StructField, Transaction};
@@ -35,7 +35,9 @@ use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableError, TableProperty};
 use futures::TryStreamExt;
+use parquet::file::properties::WriterProperties;
 
+use super::dictionary::{mostly_distinct, without_dictionary};
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use super::text::quote_identifier as quote;
@@ -320,9 +322,11 @@ impl DeltaTarget {
     async fn append(&self, table: DeltaTable, commit: &Commit) -> Result<DeltaTable, SinkError> {
         let rows = conform(&commit.rows)?;
         let evolve = self.evolves(&table, &rows.schema())?;
+        let parquet = writer_properties(&rows)?;
         let mut write = table
             .write(vec![rows])
             .with_save_mode(SaveMode::Append)
+            .with_writer_properties(parquet)
             .with_commit_properties(self.properties(&commit.marker)?);
         if evolve {
             write = write.with_schema_mode(SchemaMode::Merge);
@@ -483,6 +487,18 @@ impl DeltaTarget {
             SinkError::unavailable(self.what(), e)
         }
     }
+}
+
+/// The Parquet settings `deltalake` writes with by default (a default DataFusion session's),
+/// with the dictionary off where the rows' values do not repeat (`sinks::dictionary`).
+fn writer_properties(rows: &RecordBatch) -> Result<WriterProperties, SinkError> {
+    let builder = SessionConfig::default()
+        .options()
+        .execution
+        .parquet
+        .into_writer_properties_builder()
+        .map_err(|e| SinkError::Input(format!("Parquet settings for Delta: {e}")))?;
+    Ok(without_dictionary(builder, &mostly_distinct(rows)).build())
 }
 
 #[async_trait]
