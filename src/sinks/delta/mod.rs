@@ -27,7 +27,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::common::Column;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
 use deltalake::kernel::transaction::CommitProperties;
 use deltalake::kernel::{StructField, Transaction};
@@ -35,6 +35,7 @@ use deltalake::operations::write::SchemaMode;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, DeltaTableError, TableProperty};
 use futures::TryStreamExt;
+use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 use super::dictionary::{mostly_distinct, without_dictionary};
@@ -322,7 +323,7 @@ impl DeltaTarget {
     async fn append(&self, table: DeltaTable, commit: &Commit) -> Result<DeltaTable, SinkError> {
         let rows = conform(&commit.rows)?;
         let evolve = self.evolves(&table, &rows.schema())?;
-        let parquet = writer_properties(&rows)?;
+        let parquet = writer_properties(&rows);
         let mut write = table
             .write(vec![rows])
             .with_save_mode(SaveMode::Append)
@@ -489,16 +490,11 @@ impl DeltaTarget {
     }
 }
 
-/// The Parquet settings `deltalake` writes with by default (a default DataFusion session's),
-/// with the dictionary off where the rows' values do not repeat (`sinks::dictionary`).
-fn writer_properties(rows: &RecordBatch) -> Result<WriterProperties, SinkError> {
-    let builder = SessionConfig::default()
-        .options()
-        .execution
-        .parquet
-        .into_writer_properties_builder()
-        .map_err(|e| SinkError::Input(format!("Parquet settings for Delta: {e}")))?;
-    Ok(without_dictionary(builder, &mostly_distinct(rows)).build())
+/// The Parquet settings `deltalake`'s writer uses by default (Snappy), with the dictionary off
+/// where the rows' values do not repeat (`sinks::dictionary`).
+fn writer_properties(rows: &RecordBatch) -> WriterProperties {
+    let builder = WriterProperties::builder().set_compression(Compression::SNAPPY);
+    without_dictionary(builder, &mostly_distinct(rows)).build()
 }
 
 #[async_trait]
