@@ -63,12 +63,11 @@ impl Capture {
                 Followed::Renamed(_) if renamed_in.iter().any(|(_, n)| *n == before.id) => {
                     // Its name now belongs to a table from outside: that one is read again
                     // under it.
-                    renamed_in.retain(|(_, n)| *n != before.id);
+                    let from = renamed_in
+                        .iter()
+                        .position(|(_, n)| *n == before.id)
+                        .map_or_else(String::new, |i| renamed_in.remove(i).0.to_string());
                     self.created.remove(&before.id);
-                    let from = renamed_tables(ddl)
-                        .into_iter()
-                        .find(|(_, n)| *n == before.id)
-                        .map_or_else(String::new, |(f, _)| f.to_string());
                     let reason = format!(
                         "the statement `{}` gave its name to {from}, which the source's tables do \
                          not select and whose rows were never read; it is read again",

@@ -154,13 +154,13 @@ fn deletions(
     )
     .map_err(err)?;
     let kept = converter.convert_columns(&columns(rows)?).map_err(err)?;
-    let kept: std::collections::HashSet<_> = kept.iter().map(|r| r.owned()).collect();
+    let kept: std::collections::HashSet<&[u8]> = kept.iter().map(|r| r.data()).collect();
     let all = converter.convert_columns(&key_columns).map_err(err)?;
     let mut seen = std::collections::HashSet::new();
     let indices: Vec<u32> = all
         .iter()
         .enumerate()
-        .filter(|(_, r)| !kept.contains(&r.owned()) && seen.insert(r.owned()))
+        .filter(|(_, r)| !kept.contains(r.data()) && seen.insert(r.data()))
         .filter_map(|(i, _)| u32::try_from(i).ok())
         .collect();
     let indices = arrow::array::UInt32Array::from(indices);

@@ -42,13 +42,7 @@ pub fn renamed_tables(ddl: &Ddl) -> Vec<(TableId, TableId)> {
     let Ok(statements) = Parser::parse_sql(&MySqlDialect {}, &ddl.statement) else {
         return Vec::new();
     };
-    let id = |n: &ObjectName| -> Option<TableId> {
-        let parts: Vec<String> =
-            n.0.iter()
-                .filter_map(|p| p.as_ident().map(|i| i.value.clone()))
-                .collect();
-        resolve(&parts, &ddl.db)
-    };
+    let id = |n: &ObjectName| resolve(&parts(n), &ddl.db);
     let mut out = Vec::new();
     for statement in &statements {
         match statement {
@@ -77,13 +71,15 @@ pub fn renamed_tables(ddl: &Ddl) -> Vec<(TableId, TableId)> {
     out
 }
 
+/// The parts of a table name as written (`db`, `t`).
+fn parts(n: &ObjectName) -> Vec<String> {
+    n.0.iter()
+        .filter_map(|p| p.as_ident().map(|i| i.value.clone()))
+        .collect()
+}
+
 /// The names of the tables a parsed statement may change (unqualified parts as written).
 fn changed_names(statement: &Statement) -> Vec<Vec<String>> {
-    let parts = |n: &ObjectName| -> Vec<String> {
-        n.0.iter()
-            .filter_map(|p| p.as_ident().map(|i| i.value.clone()))
-            .collect()
-    };
     match statement {
         Statement::AlterTable(alter) => {
             if alter.operations.iter().all(keeps_rows_and_columns) {

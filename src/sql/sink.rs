@@ -44,12 +44,16 @@ fn offset_of(text: &str, location: Location) -> usize {
     text.len()
 }
 
-/// Sets the option `option`, whose value is text, from `literal`.
-fn sink_text_option(
+/// Sets the option `option` (one of [`SINK_OPTIONS`]) from `literal`.
+fn set_sink_option(
     option: &str,
     literal: &Literal<'_>,
     options: &mut SinkOptions,
 ) -> Result<(), SqlError> {
+    if option == "max_commit_entries" {
+        options.max_commit_entries = literal.integer_in(1..=100_000_000)?;
+        return Ok(());
+    }
     let text = literal.string()?.to_string();
     let invalid = |message: String| literal.invalid(message);
     match option {
@@ -79,7 +83,7 @@ fn sink_text_option(
         "commit_interval" => {
             options.commit_interval = parse_duration(&text).map_err(invalid)?;
         }
-        _ => {
+        "schema_changes" => {
             options.schema_changes = match text.to_ascii_lowercase().as_str() {
                 "follow" => SchemaChanges::Follow,
                 "stop" => SchemaChanges::Stop,
@@ -90,6 +94,7 @@ fn sink_text_option(
                 }
             };
         }
+        other => return Err(invalid(format!("{other} is not an option of CREATE SINK"))),
     }
     Ok(())
 }
@@ -215,11 +220,7 @@ impl Grammar<'_> {
                 option,
                 item: &item,
             };
-            if option == "max_commit_entries" {
-                options.max_commit_entries = literal.integer_in(1..=100_000_000)?;
-            } else {
-                sink_text_option(option, &literal, &mut options)?;
-            }
+            set_sink_option(option, &literal, &mut options)?;
             if self.parser.consume_token(&Token::RParen) {
                 break;
             }
