@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use super::schema::{created_schema, follow_ddl, short, CreatedSchema, Followed, SchemaChange};
-use super::{Capture, CaptureOptions, TableChange};
+use super::{Capture, CaptureOptions, CodecChange, TableChange};
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
@@ -51,6 +51,7 @@ impl Capture {
                 continue;
             }
             let before = Arc::clone(&self.tables[t]);
+            let codec_before = Arc::clone(self.states[t].codec());
             match follow_ddl(&before, &mut self.states[t], ddl, tx)? {
                 Followed::Nothing => {}
                 Followed::Deleted(events) => out.extend(
@@ -85,6 +86,14 @@ impl Capture {
                 }
                 Followed::Evolved(after) => {
                     self.tables[t] = Arc::clone(&after);
+                    if let Some(codecs) = &mut self.handoff_codecs {
+                        codecs.push(CodecChange {
+                            table: t,
+                            position: tx.start.clone(),
+                            before: codec_before,
+                            after: Arc::clone(self.states[t].codec()),
+                        });
+                    }
                     self.record(t, ddl, tx, before, after);
                 }
             }
@@ -160,7 +169,7 @@ impl Capture {
             .map(|from| ColumnOrigin::Kept { from })
             .collect();
         self.states[t]
-            .evolve(Arc::clone(&after), &same)
+            .evolve(Arc::clone(&after), &same, &tx.start)
             .map_err(|e| SourceError::arrow(format!("renaming {} to {to}", before.id), e))?;
         tracing::info!(from = %before.id, %to, at = %tx.start, "followed a rename");
         self.tables[t] = Arc::clone(&after);
@@ -265,41 +274,39 @@ impl Capture {
         Ok(())
     }
 
-    /// Fails with [`SourceError::SchemaChangedDuringSnapshot`] if a statement between `from`
-    /// and `to` (the snapshot's planning and its first chunk's HIGH, which the hand-off does
-    /// not read) changed a captured table: its chunks may have been read under its old schema.
-    pub(super) async fn no_ddl_between(
+    /// The captured tables that statements in `[from, to)` change, with where each statement's
+    /// transaction starts (see `reread`).
+    pub(super) async fn ddl_between(
         &self,
         connect: &ConnectOptions,
         options: &CaptureOptions,
-        from: BinlogCoord,
+        from: &BinlogCoord,
         to: &BinlogCoord,
-    ) -> SourceResult<()> {
+    ) -> SourceResult<Vec<(usize, BinlogCoord)>> {
         // Only the statements matter: no row is decoded.
         let none: TableFilter = Arc::new(|_: &TableId| false);
         let mut reader = BinlogReader::open(
             connect.clone(),
-            BinlogReaderOptions::new(options.server_id, StartPosition::Coord(from))
+            BinlogReaderOptions::new(options.server_id, StartPosition::Coord(from.clone()))
                 .with_filter(none),
         )
         .await?;
+        let mut found = Vec::new();
         loop {
             if reader.idle_position().is_some_and(|p| p >= *to) {
-                return Ok(());
+                return Ok(found);
             }
             let Some(tx) = reader.step().await? else {
                 continue;
             };
             if tx.start >= *to {
-                return Ok(());
+                return Ok(found);
             }
             for ddl in &tx.ddl {
-                let touched = touched_tables(ddl, |id| self.index.contains_key(id));
-                if let Some(table) = touched.into_iter().next() {
-                    return Err(SourceError::SchemaChangedDuringSnapshot {
-                        table: table.to_string(),
-                        at: tx.start.clone(),
-                    });
+                for table in touched_tables(ddl, |id| self.index.contains_key(id)) {
+                    if let Some(&t) = self.index.get(&table) {
+                        found.push((t, tx.start.clone()));
+                    }
                 }
             }
         }

@@ -5,10 +5,15 @@
 //! Every entry has a position of its own, so a reader can resume strictly after any entry:
 //! the entries of a chunk read at HIGH `h` are at `(h, 0, k, 0)` with `k` counting every
 //! chunk entry at `h` (chunks that share a HIGH, of any table, continue one count), in the
-//! order the chunks are applied (HIGH order). Binlog changes have event index ≥ 1, so the
+//! order the chunks are applied. Binlog changes have event index ≥ 1, so the
 //! snapshot entries at `h` come before the changes of the transaction that starts at `h`.
 //! The order of chunks and the count are the same whenever the same chunks are applied, so
 //! positions are stable across restarts.
+//!
+//! # Schemas
+//! A DDL followed during the hand-off (see `capture::reread`) gives a table two schemas in
+//! one log: each chunk carries the codec it was read under, and the binlog changes use the
+//! table's schema at their position (`Capture::take_schema_changes` lists where it changed).
 
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
@@ -29,6 +34,8 @@ pub struct TableChange {
 #[derive(Debug, Clone)]
 pub struct ChunkChange {
     pub table: usize,
+    /// The codec of the schema the chunk was read under.
+    pub codec: std::sync::Arc<RowCodec>,
     pub high: BinlogCoord,
     pub first: u32,
     pub entries: ChunkEntries,
@@ -36,7 +43,7 @@ pub struct ChunkChange {
 
 impl ChunkChange {
     /// Where the chunk's first entry is.
-    fn start(&self) -> ChangePosition {
+    pub fn start(&self) -> ChangePosition {
         ChangePosition {
             tx: self.high.clone(),
             event_index: 0,
@@ -49,7 +56,7 @@ impl ChunkChange {
 /// See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct HandoffLog {
-    /// In the order they were applied (HIGH order).
+    /// In position order.
     pub chunks: Vec<ChunkChange>,
     /// In position order.
     pub changes: Vec<TableChange>,
@@ -65,19 +72,15 @@ pub enum HandoffPart<'a> {
 /// Numbers chunk entries per HIGH; see the module docs.
 #[derive(Debug, Default)]
 pub(super) struct Ordinals {
-    high: Option<BinlogCoord>,
-    next: u32,
+    next: std::collections::HashMap<BinlogCoord, u32>,
 }
 
 impl Ordinals {
-    /// The first ordinal of `n` entries at `high` (chunks come in HIGH order).
+    /// The first ordinal of `n` entries at `high`.
     pub(super) fn take(&mut self, high: &BinlogCoord, n: usize) -> SourceResult<u32> {
-        if self.high.as_ref() != Some(high) {
-            self.high = Some(high.clone());
-            self.next = 0;
-        }
-        let first = self.next;
-        self.next = u32::try_from(n)
+        let next = self.next.entry(high.clone()).or_default();
+        let first = *next;
+        *next = u32::try_from(n)
             .ok()
             .and_then(|n| first.checked_add(n))
             .ok_or_else(|| {
@@ -121,17 +124,13 @@ impl HandoffLog {
 
     /// Every entry as a [`TableChange`], in position order: the row-wise form, for tools and
     /// tests that inspect entries one by one.
-    /// `codec(t)` is the row codec of table `t`.
-    pub fn into_events<'a>(
-        self,
-        codec: impl Fn(usize) -> &'a RowCodec,
-    ) -> SourceResult<Vec<TableChange>> {
+    pub fn into_events(self) -> SourceResult<Vec<TableChange>> {
         let mut out = Vec::with_capacity(self.len());
         for part in self.parts() {
             match part {
                 HandoffPart::Changes(changes) => out.extend_from_slice(changes),
                 HandoffPart::Chunk(chunk) => {
-                    let codec = codec(chunk.table);
+                    let codec = &chunk.codec;
                     let fail = |e| SourceError::arrow("listing the snapshot's entries", e);
                     let (keys, rows) = codec.encode(&chunk.entries.rows).map_err(fail)?;
                     let mut before = chunk.entries.before.iter().peekable();

@@ -30,11 +30,12 @@
 //! a `d` entry per row. A transaction carrying DDL is always a burst of its own
 //! ([`Capture::next_received`]), so no changelog batch mixes entries of two schemas.
 //!
-//! A DDL on a table whose snapshot is not handed over yet fails the start with
-//! `SchemaChangedDuringSnapshot`, which the engine retries from scratch under the new schema:
-//! the window reader sees it inside a chunk's window, [`Capture::start_planned`] looks for it
-//! between the planning and the first HIGH, and the hand-off before applying it. Renames and
-//! tables created after the start are followed too (`follow`).
+//! A DDL on a table whose snapshot is not handed over yet makes only the chunks it touched
+//! read again under the new schema; the chunks read before it are converted by the hand-off's
+//! stream like a streaming table ([`reread`]). What that cannot do (a changed chunk key, a
+//! rename during the snapshot) fails the start with `SchemaChangedDuringSnapshot`, which the
+//! engine retries from scratch under the new schema. Renames and tables created after the
+//! start are followed too (`follow`).
 //!
 //! # Stopped tables
 //! What cannot be followed exactly (a narrowing type change, an expression default, a dropped
@@ -54,6 +55,7 @@ mod display;
 mod filter;
 mod follow;
 pub mod handoff;
+mod reread;
 mod schema;
 pub mod version;
 
@@ -167,6 +169,20 @@ pub struct Capture {
     /// Reads the schema of a table created by a statement that does not spell its columns
     /// (`CREATE TABLE ... LIKE`).
     connect: ConnectOptions,
+    /// During the snapshot's hand-off: the row codecs each DDL the hand-off followed switched
+    /// between (see [`Capture::take_handoff_codecs`]).
+    handoff_codecs: Option<Vec<CodecChange>>,
+}
+
+/// A DDL followed during the hand-off: table `table`'s changes before `position` were encoded
+/// with `before`, later ones with `after`. Arrow's row format decodes only with the converter
+/// that encoded, so the hand-off's changelog needs these very codecs.
+#[derive(Debug, Clone)]
+pub struct CodecChange {
+    pub table: usize,
+    pub position: BinlogCoord,
+    pub before: Arc<crate::change::keys::RowCodec>,
+    pub after: Arc<crate::change::keys::RowCodec>,
 }
 
 impl Capture {
@@ -177,7 +193,7 @@ impl Capture {
     ) -> SourceResult<(Self, Vec<TableChange>)> {
         let (capture, log) =
             Self::start_with_progress(connect, options, Arc::new(Progress::default())).await?;
-        let events = log.into_events(|t| capture.states[t].codec().as_ref())?;
+        let events = log.into_events()?;
         Ok((capture, events))
     }
 
@@ -255,6 +271,7 @@ impl Capture {
             pattern,
             created: HashMap::new(),
             connect: connect.clone(),
+            handoff_codecs: Some(Vec::new()),
         };
         let open_reader = |start| {
             BinlogReader::open(
@@ -276,6 +293,7 @@ impl Capture {
                     .map_err(|e| SourceError::arrow("starting the stream", e))?;
             }
             capture.progress.set_phase(Phase::Streaming);
+            capture.handoff_codecs = None;
             return Ok((capture, HandoffLog::default()));
         }
         let started = std::time::Instant::now();
@@ -284,33 +302,24 @@ impl Capture {
         })?;
         // Where the schemas the chunks are read under are known to hold (they were read just
         // before): a DDL between here and the first chunk's window would otherwise go unseen.
-        let planned_at = {
-            let mut conn = connect.connect().await?;
-            let flavor = capture.info.flavor;
-            let read = crate::source::connect::current_position(&mut conn, flavor);
-            connect
-                .bounded(|| "reading the binlog position".into(), read)
-                .await?
-                .0
-        };
-        let chunks = run.execute_all().await?;
-        let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
-            return Err(SourceError::Internal(
-                "the snapshot read no chunk (every table has at least one)".into(),
-            ));
-        };
-        let (min_high, max_high) = (first.high.clone(), last.high.clone());
-        tracing::info!(chunks = chunks.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
+        let planned_at = capture.position_now(&connect).await?;
+        let settled = capture
+            .read_chunks(&connect, &options, &run, &planned_at)
+            .await?;
+        let max_high = settled.max_high;
+        tracing::info!(chunks = settled.ready.len() + settled.deferred.len(), read_again = settled.deferred.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
         let mut log = HandoffLog::default();
         let mut ordinals = Ordinals::default();
         // Consumed one by one: a chunk's batch becomes its table's state and its changelog.
-        for chunk in chunks {
-            let entries = capture.states[chunk.table]
+        for chunk in settled.ready {
+            let t = chunk.table;
+            let entries = capture.states[t]
                 .apply_snapshot(&chunk.high, chunk.rows)
                 .map_err(|e| SourceError::arrow("applying a chunk", e))?;
             let first = ordinals.take(&chunk.high, entries.len())?;
             log.chunks.push(ChunkChange {
-                table: chunk.table,
+                table: t,
+                codec: Arc::clone(capture.states[t].codec()),
                 high: chunk.high,
                 first,
                 entries,
@@ -318,19 +327,22 @@ impl Capture {
         }
         tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         capture.progress.set_phase(Phase::CatchUp);
-        if planned_at < min_high {
-            capture
-                .no_ddl_between(&connect, &options, planned_at, &min_high)
-                .await?;
-        }
-        let mut reader = open_reader(StartPosition::Coord(min_high)).await?;
+        let mut reader = open_reader(StartPosition::Coord(settled.stream_from)).await?;
         capture
-            .follow(&mut reader, &max_high, &mut log.changes)
+            .follow_handoff(
+                &mut reader,
+                &max_high,
+                settled.deferred,
+                &mut log,
+                &mut ordinals,
+            )
             .await?;
         tracing::info!(elapsed = ?started.elapsed(), "caught up to the last HIGH");
         // Stable: already in binlog order, which is position order.
         log.changes
             .sort_by(|a, b| a.event.position.cmp(&b.event.position));
+        // Chunks read again after a DDL were applied in the order of their DDL.
+        log.chunks.sort_by_key(ChunkChange::start);
         for state in &mut capture.states {
             state
                 .finish_handoff()
@@ -433,6 +445,7 @@ impl Capture {
             pattern,
             created: HashMap::new(),
             connect,
+            handoff_codecs: None,
         })
     }
 
@@ -544,6 +557,25 @@ impl Capture {
         Ok(out)
     }
 
+    /// Fails with `SchemaChangedDuringSnapshot` if the snapshot or its hand-off followed a DDL:
+    /// for a caller that needs its tables under the schemas it started with (a re-snapshot
+    /// comparing with the old rows, a one-off read of a planned table).
+    pub fn check_schemas_unchanged(&self) -> SourceResult<()> {
+        match self.schema_changes.first() {
+            Some(change) => Err(SourceError::SchemaChangedDuringSnapshot {
+                table: change.after.id.to_string(),
+                at: change.position.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The codecs of the DDL the snapshot's hand-off followed (see [`CodecChange`]); `None`
+    /// once taken, or for a capture that did not snapshot. Later DDL is not listed.
+    pub fn take_handoff_codecs(&mut self) -> Option<Vec<CodecChange>> {
+        self.handoff_codecs.take()
+    }
+
     /// The schema changes followed since the last call, in binlog order.
     pub fn take_schema_changes(&mut self) -> Vec<SchemaChange> {
         std::mem::take(&mut self.schema_changes)
@@ -643,6 +675,8 @@ impl Capture {
             tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
             return Ok(None);
         }
+        // The hand-off's codecs are of no use once the stream is applied.
+        self.handoff_codecs = None;
         let changes = self.apply_read(tx).await?;
         self.progress.set_position(tx.end.clone());
         Ok(Some(changes))

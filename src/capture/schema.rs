@@ -132,12 +132,6 @@ pub(super) fn follow_ddl(
             stop("it was dropped; its state and changelog end here".into())
         }
         DdlEffect::Unfollowable(why) => stop(format!("{why}; {}", resnapshot_fix(before))),
-        DdlEffect::Evolve(_) if !state.is_streaming() => {
-            return Err(SourceError::SchemaChangedDuringSnapshot {
-                table: before.id.to_string(),
-                at: tx.start.clone(),
-            })
-        }
         DdlEffect::Evolve(evolution) => {
             let after = Arc::new(
                 evolution
@@ -145,7 +139,7 @@ pub(super) fn follow_ddl(
                     .with_version(before.version + 1)
                     .with_default_charset(before.default_charset.clone()),
             );
-            match state.evolve(Arc::clone(&after), &evolution.origins) {
+            match state.evolve(Arc::clone(&after), &evolution.origins, &tx.start) {
                 Ok(()) => {
                     tracing::info!(table = %before.id, at = %tx.start, version = after.version, %statement, "followed a schema change");
                     Followed::Evolved(after)

@@ -111,6 +111,7 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
         Arc::clone(&task.progress),
     )
     .await?;
+    capture.check_schemas_unchanged()?;
     let old_ids: Vec<TableId> = old.iter().map(|t| t.id.clone()).collect();
     let ids: Vec<TableId> = capture.tables().iter().map(|t| t.id.clone()).collect();
     if ids != old_ids {
@@ -237,6 +238,7 @@ pub(super) async fn resnapshot_table(
         Arc::clone(&read_progress),
     )
     .await?;
+    read.check_schemas_unchanged()?;
     let at = read_progress.report().position.ok_or_else(|| {
         Stop::from(SourceError::Internal(format!(
             "the re-read of {} ended without a position",

@@ -476,7 +476,7 @@ fn build(
         }
         "chunks" => {
             let mut cols: [Vec<Option<String>>; 7] = Default::default();
-            let (mut index, mut rows) = (vec![], vec![]);
+            let (mut index, mut rows, mut reads) = (vec![], vec![], vec![]);
             for s in sources {
                 for c in s.progress.report().chunks {
                     cols[0].push(Some(s.name.clone()));
@@ -488,6 +488,7 @@ fn build(
                     cols[6].push(Some(format!("{:?}", c.state).to_lowercase()));
                     index.push(c.index as u64);
                     rows.push(c.rows as u64);
+                    reads.push(u64::from(c.reads));
                 }
             }
             let [source, db, name, range, low, high, state] = cols;
@@ -501,6 +502,7 @@ fn build(
                 ("high", text(high)),
                 ("rows", Arc::new(UInt64Array::from(rows))),
                 ("state", text(state)),
+                ("reads", Arc::new(UInt64Array::from(reads))),
             ])
         }
         "schema_history" => {

@@ -24,9 +24,11 @@ use super::source_status::SourceStatus;
 use super::stop::Stop;
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{
-    Capture, CaptureOptions, HandoffLog, HandoffPart, SchemaChange, TableChange, TableStop,
+    Capture, CaptureOptions, CodecChange, HandoffLog, HandoffPart, SchemaChange, TableChange,
+    TableStop,
 };
-use crate::change::position::BinlogCoord;
+use crate::change::keys::RowCodec;
+use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
@@ -142,20 +144,36 @@ pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
         Arc::clone(&task.progress),
     )
     .await?;
+    let mut capture = capture;
+    // DDL the hand-off followed (see `capture::reread`): the changelogs start under the
+    // schemas before it and take each change at its position.
+    let schema_changes = capture.take_schema_changes();
+    let codecs = capture.take_handoff_codecs().unwrap_or_default();
     let mut changelogs: Vec<Changelog> = capture
         .tables()
         .iter()
-        .map(|t| Changelog::new(&t.arrow))
+        .enumerate()
+        .map(|(t, table)| {
+            let first = schema_changes.iter().find(|c| c.table == t);
+            Changelog::new(&first.map_or(table, |c| &c.before).arrow)
+        })
         .collect();
     let mut numbers = TxNumbers::default();
-    append_handoff(&capture, &mut changelogs, &handoff, &mut numbers)?;
+    append_handoff(
+        &capture,
+        &mut changelogs,
+        &handoff,
+        &schema_changes,
+        &codecs,
+        &mut numbers,
+    )?;
     Ok(Started {
         consistent_from: handoff_end(&task.progress),
         capture,
         changelogs,
         numbers,
         stopped: BTreeMap::new(),
-        schema_history: Vec::new(),
+        schema_history: schema_changes,
     })
 }
 
@@ -341,20 +359,78 @@ pub(super) async fn resume_published(
 }
 
 /// Appends the changelog of a snapshot and its hand-off in position order: each chunk as a
-/// segment of its own rows, the changes between chunks as [`append`] does.
+/// segment of its own rows, the changes between chunks as [`append`] does. A table's
+/// changelog takes each of `schema_changes` (followed during the hand-off, in binlog order)
+/// before the entries at its position, and the entries before it are read with the schema
+/// they were made under.
 pub(super) fn append_handoff(
     capture: &Capture,
     changelogs: &mut [Changelog],
     log: &HandoffLog,
+    schema_changes: &[SchemaChange],
+    codec_changes: &[CodecChange],
     numbers: &mut TxNumbers,
 ) -> SourceResult<()> {
+    let missing = |c: &SchemaChange| {
+        SourceError::Internal(format!(
+            "no row codec for the schema change of {} at {}",
+            c.after.id, c.position
+        ))
+    };
+    let codec_of = |c: &SchemaChange| {
+        codec_changes
+            .iter()
+            .find(|k| k.table == c.table && k.position == c.position)
+            .ok_or_else(|| missing(c))
+    };
+    let mut codecs: Vec<Arc<RowCodec>> = Vec::with_capacity(capture.tables().len());
+    for t in 0..capture.tables().len() {
+        codecs.push(match schema_changes.iter().find(|c| c.table == t) {
+            Some(first) => Arc::clone(&codec_of(first)?.before),
+            None => Arc::clone(capture.state(t).codec()),
+        });
+    }
+    let mut pending = schema_changes.iter().peekable();
+    let evolve = |change: &SchemaChange,
+                  changelogs: &mut [Changelog],
+                  codecs: &mut [Arc<RowCodec>]|
+     -> SourceResult<()> {
+        changelogs[change.table].evolve(&change.after.arrow);
+        codecs[change.table] = Arc::clone(&codec_of(change)?.after);
+        Ok(())
+    };
+    // After the snapshot entries at the statement's own position (a chunk whose HIGH is
+    // there read the table before it), before the statement's own entries (a `TRUNCATE`'s).
+    let at = |change: &SchemaChange| ChangePosition {
+        tx: change.position.clone(),
+        event_index: 1,
+        row_index: 0,
+        sub: 0,
+    };
     for part in log.parts() {
         match part {
-            HandoffPart::Changes(changes) => append(capture, changelogs, changes, numbers)?,
+            HandoffPart::Changes(mut changes) => loop {
+                let current = |t: usize| Arc::clone(&codecs[t]);
+                let Some(change) = pending.peek() else {
+                    append_with(capture, &current, changelogs, changes, numbers)?;
+                    break;
+                };
+                let before = changes.partition_point(|c| c.event.position < at(change));
+                append_with(capture, &current, changelogs, &changes[..before], numbers)?;
+                changes = &changes[before..];
+                if changes.is_empty() {
+                    break;
+                }
+                evolve(change, changelogs, &mut codecs)?;
+                pending.next();
+            },
             HandoffPart::Chunk(chunk) => {
+                while let Some(change) = pending.next_if(|c| at(c) < chunk.start()) {
+                    evolve(change, changelogs, &mut codecs)?;
+                }
                 let t = chunk.table;
                 let segment = ChangelogSegment::of_chunk(ChunkSegment {
-                    codec: Arc::clone(capture.state(t).codec()),
+                    codec: Arc::clone(&chunk.codec),
                     schema: Arc::clone(&changelogs[t].written),
                     entries: chunk.entries.clone(),
                     high: chunk.high.clone(),
@@ -366,12 +442,27 @@ pub(super) fn append_handoff(
             }
         }
     }
+    for change in pending {
+        evolve(change, changelogs, &mut codecs)?;
+    }
     Ok(())
 }
 
 /// Appends changes to the changelogs, one segment per table.
 pub(super) fn append(
     capture: &Capture,
+    changelogs: &mut [Changelog],
+    changes: &[TableChange],
+    numbers: &mut TxNumbers,
+) -> SourceResult<()> {
+    let codec = |t: usize| Arc::clone(capture.state(t).codec());
+    append_with(capture, &codec, changelogs, changes, numbers)
+}
+
+/// [`append`], reading table `t`'s rows with `codec(t)`.
+fn append_with(
+    capture: &Capture,
+    codec: &dyn Fn(usize) -> Arc<RowCodec>,
     changelogs: &mut [Changelog],
     changes: &[TableChange],
     numbers: &mut TxNumbers,
@@ -385,13 +476,8 @@ pub(super) fn append(
         entry.1.push(n);
     }
     for (t, (events, tx)) in per_table {
-        let batch = changelog_batch(
-            capture.state(t).codec(),
-            &changelogs[t].written,
-            &events,
-            &tx,
-        )
-        .map_err(changelog_error(capture, t))?;
+        let batch = changelog_batch(&codec(t), &changelogs[t].written, &events, &tx)
+            .map_err(changelog_error(capture, t))?;
         changelogs[t]
             .append(ChangelogSegment::of_batch(batch))
             .map_err(changelog_error(capture, t))?;

@@ -275,6 +275,7 @@ impl ExecutionPlan for ConsistentReadExec {
                 Capture::start_planned(connect, options, info, vec![schema], Some(run), progress)
                     .await
                     .map_err(external)?;
+            capture.check_schemas_unchanged().map_err(external)?;
             let at = capture.progress().report().position;
             let table = capture.snapshot_table(0, at.clone()).map_err(external)?;
             *position

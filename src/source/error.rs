@@ -22,6 +22,8 @@ pub mod codes {
     pub const SERVER_SHUTDOWN: u16 = 1053;
     /// `ER_CON_COUNT_ERROR`
     pub const TOO_MANY_CONNECTIONS: u16 = 1040;
+    /// `ER_BAD_FIELD_ERROR`: a statement names a column the table no longer has.
+    pub const BAD_FIELD: u16 = 1054;
     /// `ER_UNKNOWN_SYSTEM_VARIABLE`
     pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
     /// `ER_TOO_MANY_USER_CONNECTIONS`
@@ -123,6 +125,11 @@ pub enum SourceError {
     /// dropped, since they were read under the old one).
     #[error("the schema of {table} changed at {at} while its snapshot was being taken; the snapshot starts over under the new schema")]
     SchemaChangedDuringSnapshot { table: String, at: BinlogCoord },
+    /// A read named a column the table no longer has: a DDL changed it after its schema was
+    /// read. A snapshot chunk that fails so is read again under the new schema; elsewhere the
+    /// work is retried like a transient failure.
+    #[error("the columns of a table changed while {context} (the server said: {message}); the read is done again under the new schema")]
+    ColumnsChanged { context: String, message: String },
     /// A rows event whose bytes do not decode against its table map.
     #[error("cannot decode {what} at {at}: {detail}")]
     Decode {
@@ -208,7 +215,9 @@ impl SourceError {
             // object_not_in_prerequisite_state
             SourceError::Precondition(_) => "55000",
             // serialization_failure: retried by the engine.
-            SourceError::Raced { .. } | SourceError::SchemaChangedDuringSnapshot { .. } => "40001",
+            SourceError::Raced { .. }
+            | SourceError::SchemaChangedDuringSnapshot { .. }
+            | SourceError::ColumnsChanged { .. } => "40001",
             // internal_error
             SourceError::Arrow { .. } => "XX000",
             // system_error: a query the capture needs failed.
@@ -218,13 +227,23 @@ impl SourceError {
         }
     }
 
+    /// Whether a DDL on the table being read broke the read: it is done again under the
+    /// table's new schema.
+    pub fn is_schema_change(&self) -> bool {
+        matches!(
+            self,
+            SourceError::SchemaChangedDuringSnapshot { .. } | SourceError::ColumnsChanged { .. }
+        )
+    }
+
     /// Whether retrying (with backoff) can make progress.
     pub fn is_transient(&self) -> bool {
         match self {
             SourceError::Transient { .. }
             | SourceError::ReadTimeout { .. }
             | SourceError::Raced { .. }
-            | SourceError::SchemaChangedDuringSnapshot { .. } => true,
+            | SourceError::SchemaChangedDuringSnapshot { .. }
+            | SourceError::ColumnsChanged { .. } => true,
             SourceError::WindowReader(e) => e.is_transient(),
             _ => false,
         }
@@ -271,6 +290,10 @@ impl SourceError {
             mysql_async::Error::Server(server) => match server.code {
                 codes::ACCESS_DENIED | codes::DB_ACCESS_DENIED => SourceError::AccessDenied {
                     user: String::new(),
+                    message: server.message.clone(),
+                },
+                codes::BAD_FIELD => SourceError::ColumnsChanged {
+                    context,
                     message: server.message.clone(),
                 },
                 codes::FATAL_ERROR_READING_BINLOG => SourceError::BinlogUnavailable {

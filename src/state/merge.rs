@@ -305,21 +305,21 @@ impl TableState {
         self.handoff.put(key.row().data(), version, row, count);
     }
 
-    /// Converts the table to `after`, the schema a followed DDL gave it (see
+    /// Converts the table to `after`, the schema a followed DDL at `at` gave it (see
     /// `source::evolve`): each new column is an old one (cast exactly where its type widened)
     /// or a new one holding the value every existing row got. The rows are re-keyed under
-    /// `after`'s primary key. Only after the hand-off: a DDL during the snapshot is not
-    /// followed.
+    /// `after`'s primary key.
+    ///
+    /// During the hand-off the capture only follows a DDL once every chunk of the table read
+    /// before it is applied and every chunk still to come was read after it (`capture`'s
+    /// re-reads): the state is then the table at `at`, every version and tombstone in it is
+    /// older than anything still to come, so the converted rows become one chunk at `at`.
     pub fn evolve(
         &mut self,
         after: Arc<TableSchema>,
         origins: &[ColumnOrigin],
+        at: &BinlogCoord,
     ) -> Result<(), ArrowError> {
-        if self.current.is_none() {
-            return Err(ArrowError::InvalidArgumentError(
-                "the table's snapshot is still being taken".into(),
-            ));
-        }
         let rows = self.to_batch()?;
         let n = rows.num_rows();
         let options = CastOptions {
@@ -345,7 +345,13 @@ impl TableState {
             .collect::<Result<Vec<_>, _>>()?;
         let rows = RecordBatch::try_new(Arc::clone(&after.arrow), columns)?;
         let codec = Arc::new(RowCodec::new(after)?);
-        self.current = Some(CurrentTable::new(Arc::clone(&codec), &rows)?);
+        if self.current.is_some() {
+            self.current = Some(CurrentTable::new(Arc::clone(&codec), &rows)?);
+        } else {
+            let mut handoff = Handoff::default();
+            handoff.add_chunk(&codec, snapshot_position(at), rows)?;
+            self.handoff = handoff;
+        }
         self.codec = codec;
         Ok(())
     }
@@ -463,4 +469,121 @@ fn apply_streaming(
 /// Row `i` of an encoded image as owned `(key, row)`, when the batch has that image.
 fn owned_pair(encoded: Option<&(Rows, Rows)>, i: usize) -> Option<(OwnedRow, OwnedRow)> {
     encoded.map(|(k, r)| (k.row(i).owned(), r.row(i).owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::change::schema::{ColumnKind, ColumnSpec};
+    use crate::state::fixtures::{batch, codec, ids};
+    use arrow::array::{AsArray, Int32Array};
+    use arrow::datatypes::Int32Type;
+
+    fn at(offset: u64) -> BinlogCoord {
+        BinlogCoord::new("binlog.000001", offset)
+    }
+
+    /// `w INT NOT NULL DEFAULT 5` added last to the fixture's table.
+    fn with_w(before: &TableSchema) -> (Arc<TableSchema>, Vec<ColumnOrigin>) {
+        let mut columns = before.columns.clone();
+        columns.push(ColumnSpec {
+            name: "w".into(),
+            kind: ColumnKind::Int {
+                bits: 32,
+                unsigned: false,
+            },
+            nullable: false,
+        });
+        let after = TableSchema::new(before.id.clone(), columns, before.primary_key.clone());
+        let origins = vec![
+            ColumnOrigin::Kept { from: 0 },
+            ColumnOrigin::Kept { from: 1 },
+            ColumnOrigin::Added {
+                value: Arc::new(Int32Array::from(vec![5])),
+            },
+        ];
+        (Arc::new(after), origins)
+    }
+
+    /// A DDL the hand-off follows converts the chunks applied before it; a chunk read after
+    /// it (under the new schema, at a later HIGH) then wins for its keys, as an update of the
+    /// converted row.
+    #[test]
+    fn a_ddl_during_the_hand_off_converts_the_chunks_before_it() {
+        let old = codec(true);
+        let mut state = TableState::new(Arc::clone(old.schema())).unwrap();
+        state
+            .apply_snapshot(&at(100), batch(&old, &[(1, "a"), (2, "b")]))
+            .unwrap();
+        let (after, origins) = with_w(old.schema());
+        state
+            .evolve(Arc::clone(&after), &origins, &at(200))
+            .unwrap();
+        assert!(!state.is_streaming(), "still handing off");
+        let rows = |state: &TableState| {
+            let b = state.to_batch().unwrap();
+            let w: Vec<i32> = b.column(2).as_primitive::<Int32Type>().values().to_vec();
+            let mut out: Vec<_> = ids(&[b.project(&[0, 1]).unwrap()])
+                .into_iter()
+                .zip(w)
+                .collect();
+            out.sort();
+            out
+        };
+        assert_eq!(
+            rows(&state),
+            [((1, "a".to_string()), 5), ((2, "b".to_string()), 5)]
+        );
+        // Read again after the DDL: key 2 changed, key 3 is new.
+        let reread = RecordBatch::try_new(
+            Arc::clone(&after.arrow),
+            vec![
+                Arc::new(Int32Array::from(vec![2, 3])),
+                Arc::new(arrow::array::StringArray::from(vec!["b2", "c"])),
+                Arc::new(Int32Array::from(vec![7, 8])),
+            ],
+        )
+        .unwrap();
+        let entries = state.apply_snapshot(&at(300), reread).unwrap();
+        assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries.before.len(),
+            1,
+            "key 2 is an update of its converted row"
+        );
+        let before = state.codec().decode([&entries.before[0].1]).unwrap();
+        assert_eq!(before.column(2).as_primitive::<Int32Type>().value(0), 5);
+        // An older chunk of the old table could not be applied any more; a change after the
+        // DDL's position but before the re-read chunk's HIGH loses to it.
+        assert!(!state.newer(
+            &state
+                .codec()
+                .keys(&batch_w(&after, 2))
+                .unwrap()
+                .row(0)
+                .owned(),
+            &snapshot_position(&at(250))
+        ));
+        state.finish_handoff().unwrap();
+        assert_eq!(
+            rows(&state),
+            [
+                ((1, "a".to_string()), 5),
+                ((2, "b2".to_string()), 7),
+                ((3, "c".to_string()), 8)
+            ]
+        );
+    }
+
+    fn batch_w(schema: &Arc<TableSchema>, id: i32) -> RecordBatch {
+        RecordBatch::try_new(
+            Arc::clone(&schema.arrow),
+            vec![
+                Arc::new(Int32Array::from(vec![id])),
+                Arc::new(arrow::array::StringArray::from(vec!["x"])),
+                Arc::new(Int32Array::from(vec![0])),
+            ],
+        )
+        .unwrap()
+    }
 }

@@ -141,6 +141,17 @@ pub struct PlannedTable {
     pub(super) codec: RowCodec,
 }
 
+/// What [`SnapshotRun::execute`] read: the chunks, and the chunks a DDL broke (table, index,
+/// the error), which are to be read again under the new schema.
+#[derive(Debug, Default)]
+pub struct ChunkReads {
+    pub chunks: Vec<SnapshotChunk>,
+    pub stale: Vec<StaleChunk>,
+}
+
+/// A chunk a DDL broke: table, chunk index and the error of its read.
+pub type StaleChunk = (usize, usize, SourceError);
+
 /// What a finished chunk reports besides its rows.
 #[derive(Debug, Clone)]
 pub(super) struct ChunkOutcome {
@@ -158,10 +169,13 @@ pub struct SnapshotRun {
     pub(super) info: ServerInfo,
     pub(super) options: SnapshotOptions,
     pub(super) progress: Arc<Progress>,
-    pub(super) tables: Vec<PlannedTable>,
+    pub(super) tables: Vec<Arc<PlannedTable>>,
     pub(super) consistent: bool,
-    /// Started by the first chunk, so a plan that is only explained opens no binlog connection.
-    pub(super) feed: tokio::sync::OnceCell<WindowFeed>,
+    /// Started by the first chunk, so a plan that is only explained opens no binlog connection;
+    /// shared with the runs that read chunks again ([`SnapshotRun::reread`]).
+    pub(super) feed: Arc<tokio::sync::OnceCell<WindowFeed>>,
+    /// The chunks this run reads; `None`: every planned chunk not already done.
+    pub(super) only: Option<Vec<(usize, usize)>>,
     pub(super) outcomes: Mutex<HashMap<(usize, usize), ChunkOutcome>>,
     /// Chunks an interrupted snapshot had finished (resumed, not read again).
     pub(super) done: Mutex<Vec<SnapshotChunk>>,
@@ -231,20 +245,20 @@ pub async fn plan_snapshot(
         };
         let codec = RowCodec::new(Arc::clone(schema))
             .map_err(|e| SourceError::arrow(format!("row encoding of {}", schema.id), e))?;
-        planned.push(PlannedTable {
+        planned.push(Arc::new(PlannedTable {
             schema: Arc::clone(schema),
             key,
             ranges,
             check,
             codec,
-        });
+        }));
     }
     drop(conn);
     progress.update(|r| r.estimated_rows = estimates);
     let plan: Vec<PlannedChunk> = planned
         .iter()
         .enumerate()
-        .flat_map(|(t, p): (usize, &PlannedTable)| {
+        .flat_map(|(t, p): (usize, &Arc<PlannedTable>)| {
             p.ranges
                 .iter()
                 .enumerate()
@@ -257,7 +271,17 @@ pub async fn plan_snapshot(
         })
         .collect();
     let done: Vec<SnapshotChunk> = match resume {
-        Some(r) => r.done.clone(),
+        // A chunk read under other columns than the table has now (a DDL since) is read again.
+        Some(r) => r
+            .done
+            .iter()
+            .filter(|c| {
+                tables
+                    .get(c.table)
+                    .is_some_and(|t| c.rows.schema().fields() == t.arrow.fields())
+            })
+            .cloned()
+            .collect(),
         None => {
             if let Some(journal) = &options.journal {
                 journal.planned(tables, &plan).await;
@@ -294,6 +318,7 @@ pub async fn plan_snapshot(
                         high: None,
                         rows: 0,
                         state: ChunkState::Pending,
+                        reads: 0,
                     })
             })
             .collect();
@@ -304,6 +329,7 @@ pub async fn plan_snapshot(
                 .find(|c| c.index == d.index && c.table == tables[d.table].id)
             {
                 c.state = ChunkState::Done;
+                c.reads = 1;
                 c.rows = d.rows.num_rows();
                 c.low = Some(d.low.clone());
                 c.high = Some(d.high.clone());
@@ -317,7 +343,8 @@ pub async fn plan_snapshot(
         progress,
         tables: planned,
         consistent,
-        feed: tokio::sync::OnceCell::new(),
+        feed: Arc::new(tokio::sync::OnceCell::new()),
+        only: None,
         outcomes: Mutex::new(HashMap::new()),
         done: Mutex::new(done),
         idle: Mutex::new(Vec::new()),
@@ -337,7 +364,7 @@ pub async fn run_snapshot(
 }
 
 impl SnapshotRun {
-    pub fn tables(&self) -> &[PlannedTable] {
+    pub fn tables(&self) -> &[Arc<PlannedTable>] {
         &self.tables
     }
 
@@ -355,8 +382,23 @@ impl SnapshotRun {
     }
 
     /// Reads every chunk of every table not already done, at most
-    /// `parallelism` at a time; chunks come back in HIGH order.
+    /// `parallelism` at a time; chunks come back in HIGH order. A chunk that a DDL made
+    /// unreadable under its schema fails the whole read ([`SnapshotRun::execute`] keeps the
+    /// others).
     pub async fn execute_all(self: &Arc<Self>) -> SourceResult<Vec<SnapshotChunk>> {
+        let reads = self.execute().await?;
+        match reads.stale.into_iter().next() {
+            Some((_, _, e)) => Err(e),
+            None => Ok(reads.chunks),
+        }
+    }
+
+    /// Reads the chunks of this run, at most `parallelism` at a time. Chunks come back in
+    /// HIGH order (with those an interrupted snapshot had finished); a chunk whose read a DDL
+    /// on its table broke (its window holds rows of other columns, or its `SELECT` names a
+    /// column that is gone) is listed as stale instead, with the error, to be read again under
+    /// the new schema.
+    pub async fn execute(self: &Arc<Self>) -> SourceResult<ChunkReads> {
         self.progress.set_phase(Phase::Snapshot);
         let done = std::mem::take(
             &mut *self
@@ -364,40 +406,130 @@ impl SnapshotRun {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        let parts: Vec<(usize, usize)> = self
-            .tables
-            .iter()
-            .enumerate()
-            .flat_map(|(t, p)| (0..p.ranges.len()).map(move |i| (t, i)))
-            .filter(|(t, i)| !done.iter().any(|d| d.table == *t && d.index == *i))
-            .collect();
-        let chunks: SourceResult<Vec<SnapshotChunk>> = futures::stream::iter(parts)
-            .map(|(t, index)| async move {
-                let rows = self.read_chunk(t, index).await?;
-                let chunk = self.finished(t, index, &[rows])?;
-                if let Some(journal) = &self.options.journal {
-                    journal.done(&chunk).await;
-                }
-                if let Some(observer) = &self.options.observer {
-                    observer.done(&chunk).await;
-                }
-                Ok::<_, SourceError>(chunk)
-            })
-            .buffer_unordered(self.options.parallelism.max(1))
-            .try_collect()
-            .await;
+        let parts: Vec<(usize, usize)> = match &self.only {
+            Some(only) => only.clone(),
+            None => self
+                .tables
+                .iter()
+                .enumerate()
+                .flat_map(|(t, p)| (0..p.ranges.len()).map(move |i| (t, i)))
+                .filter(|(t, i)| !done.iter().any(|d| d.table == *t && d.index == *i))
+                .collect(),
+        };
+        let read: SourceResult<Vec<Result<SnapshotChunk, StaleChunk>>> =
+            futures::stream::iter(parts)
+                .map(|(t, index)| async move {
+                    let rows = match self.read_chunk(t, index).await {
+                        Ok(rows) => rows,
+                        Err(e) if e.is_schema_change() => {
+                            tracing::info!(table = %self.tables[t].schema.id, chunk = index, error = %e, "a DDL broke a chunk's read; it is read again");
+                            self.status(t, index, |c| c.state = ChunkState::Pending);
+                            return Ok(Err((t, index, e)));
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let chunk = self.finished(t, index, &[rows])?;
+                    if let Some(journal) = &self.options.journal {
+                        journal.done(&chunk).await;
+                    }
+                    if let Some(observer) = &self.options.observer {
+                        observer.done(&chunk).await;
+                    }
+                    Ok::<_, SourceError>(Ok(chunk))
+                })
+                .buffer_unordered(self.options.parallelism.max(1))
+                .try_collect()
+                .await;
         // The chunk connections are not needed past the run's chunks.
         self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
-        let mut chunks: Vec<SnapshotChunk> = chunks?;
+        let mut reads = ChunkReads::default();
+        for r in read? {
+            match r {
+                Ok(chunk) => reads.chunks.push(chunk),
+                Err(stale) => reads.stale.push(stale),
+            }
+        }
         if let Some(feed) = self.feed.get() {
             feed.check()?;
         }
-        chunks.extend(done);
-        chunks.sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
-        Ok(chunks)
+        reads.chunks.extend(done);
+        reads
+            .chunks
+            .sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
+        Ok(reads)
+    }
+
+    /// A run that reads `parts` again, each table in `schemas` under its new schema (the same
+    /// ranges, the same chunk key column by name). It shares this run's window reader and
+    /// progress, and tells no journal or observer: the capture keeps re-read chunks in memory
+    /// until the hand-off, and a snapshot resumed after a restart reads them again (a done
+    /// chunk whose columns differ from its table's is never resumed).
+    ///
+    /// Fails with [`SourceError::SchemaChangedDuringSnapshot`] when a table's chunk key column
+    /// is gone or changed type: its planned ranges no longer describe it.
+    pub async fn reread(
+        self: &Arc<Self>,
+        schemas: &[(usize, Arc<TableSchema>)],
+        parts: Vec<(usize, usize)>,
+        at: &BinlogCoord,
+    ) -> SourceResult<Arc<SnapshotRun>> {
+        let mut tables = self.tables.clone();
+        let mut conn = self.connect.connect().await?;
+        for (t, schema) in schemas {
+            let old = &self.tables[*t];
+            let changed = || SourceError::SchemaChangedDuringSnapshot {
+                table: schema.id.to_string(),
+                at: at.clone(),
+            };
+            let key = match old.key {
+                Some(was) => {
+                    let name = &old.schema.columns[was].name;
+                    let now = schema.column_index(name).ok_or_else(changed)?;
+                    let type_of = |s: &TableSchema, i: usize| s.arrow.field(i).data_type().clone();
+                    if type_of(schema, now) != type_of(&old.schema, was) {
+                        return Err(changed());
+                    }
+                    Some(now)
+                }
+                None => None,
+            };
+            let check = match key {
+                Some(key) => {
+                    Some(RangeCheck::new(&mut conn, schema, key, self.connect.read_timeout).await?)
+                }
+                None => None,
+            };
+            let codec = RowCodec::new(Arc::clone(schema))
+                .map_err(|e| SourceError::arrow(format!("row encoding of {}", schema.id), e))?;
+            tables[*t] = Arc::new(PlannedTable {
+                schema: Arc::clone(schema),
+                key,
+                ranges: old.ranges.clone(),
+                check,
+                codec,
+            });
+        }
+        drop(conn);
+        let mut options = self.options.clone();
+        options.journal = None;
+        options.observer = None;
+        options.resume = None;
+        Ok(Arc::new(SnapshotRun {
+            connect: self.connect.clone(),
+            info: self.info.clone(),
+            options,
+            progress: Arc::clone(&self.progress),
+            tables,
+            consistent: self.consistent,
+            feed: Arc::clone(&self.feed),
+            only: Some(parts),
+            outcomes: Mutex::new(HashMap::new()),
+            done: Mutex::new(Vec::new()),
+            idle: Mutex::new(Vec::new()),
+        }))
     }
 
     /// The chunk `index` of table `t` as read by its partition.

@@ -42,6 +42,8 @@ pub struct ChunkStatus {
     pub high: Option<BinlogCoord>,
     pub rows: usize,
     pub state: ChunkState,
+    /// Times the chunk was read: more than one when a DDL on its table made it read again.
+    pub reads: u32,
 }
 
 /// Progress of a capture, shared with the rest of the engine.

@@ -118,7 +118,7 @@ impl SnapshotRun {
         }
     }
 
-    fn status(&self, t: usize, index: usize, f: impl FnOnce(&mut ChunkStatus)) {
+    pub(super) fn status(&self, t: usize, index: usize, f: impl FnOnce(&mut ChunkStatus)) {
         let id = &self.tables[t].schema.id;
         self.progress.update(|r| {
             if let Some(c) = r
@@ -134,7 +134,10 @@ impl SnapshotRun {
     /// Runs the chunk protocol for chunk `index` of table `t`: its rows, normalised to its
     /// HIGH (the table's state at HIGH within the chunk's range).
     pub async fn read_chunk(&self, t: usize, index: usize) -> SourceResult<RecordBatch> {
-        self.status(t, index, |c| c.state = ChunkState::Running);
+        self.status(t, index, |c| {
+            c.state = ChunkState::Running;
+            c.reads += 1;
+        });
         let table = &self.tables[t];
         let schema = &table.schema;
         let range = &table.ranges[index];
