@@ -102,6 +102,26 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
         ))
         .await
         .unwrap();
+    // Starting points: what is published from now on (the snapshot is, and nothing has
+    // changed since), and strictly after the 25th entry of the snapshot.
+    let from_now = out.path().join("from_now");
+    engine
+        .sql(&format!(
+            "CREATE SINK from_now INTO PARQUET 'file://{}' WITH (commit_interval = '100ms', start = 'now') AS SELECT * FROM pq.{db}.\"t$changelog\"",
+            from_now.display()
+        ))
+        .await
+        .unwrap();
+    let snapshot = changelog_lines(&engine, "pq", db, "t", "").await;
+    let point = snapshot[24].split('|').next().unwrap().to_string();
+    let after_point = out.path().join("after_point");
+    engine
+        .sql(&format!(
+            "CREATE SINK after_point INTO PARQUET 'file://{}' WITH (commit_interval = '100ms', start = '{point}') AS SELECT * FROM pq.{db}.\"t$changelog\"",
+            after_point.display()
+        ))
+        .await
+        .unwrap();
     // Two tables in one target, in commits of about 7 entries: the snapshot's reads and
     // transactions larger than that, some writing both tables.
     let both = format!(
@@ -132,6 +152,8 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     sink_caught_up(&engine, "pq", "all_changes").await;
     sink_caught_up(&engine, "pq", "even").await;
     sink_caught_up(&engine, "pq", "bounded").await;
+    sink_caught_up(&engine, "pq", "from_now").await;
+    sink_caught_up(&engine, "pq", "after_point").await;
     // A crash: the engine goes away without a clean stop; more changes arrive meanwhile.
     drop(engine);
     exec(&format!(
@@ -145,8 +167,30 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     sink_caught_up(&engine, "pq", "all_changes").await;
     sink_caught_up(&engine, "pq", "even").await;
     sink_caught_up(&engine, "pq", "bounded").await;
+    sink_caught_up(&engine, "pq", "from_now").await;
+    sink_caught_up(&engine, "pq", "after_point").await;
 
     let expected = changelog_lines(&engine, "pq", db, "t", "").await;
+    let read_back = |dir: &std::path::Path| {
+        duckdb(&format!(
+            "SELECT _position, _op, id, v FROM read_parquet('{}/**/*.parquet', hive_partitioning = true) ORDER BY _position",
+            dir.display()
+        ))
+    };
+    let since_now: Vec<String> = expected
+        .iter()
+        .filter(|l| !snapshot.contains(l))
+        .cloned()
+        .collect();
+    assert!(!since_now.is_empty());
+    assert_eq!(read_back(&from_now), since_now, "start = 'now'");
+    let after: Vec<String> = expected
+        .iter()
+        .filter(|l| l.split('|').next().unwrap() > point.as_str())
+        .cloned()
+        .collect();
+    assert_eq!(after.len(), expected.len() - 25, "start = '{point}'");
+    assert_eq!(read_back(&after_point), after, "start = '{point}'");
     assert!(expected.len() > 100, "{} entries", expected.len());
     let files = format!("{}/**/*.parquet", all.display());
     let written = duckdb(&format!(
@@ -238,12 +282,18 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     drop(engine);
 }
 
-/// The SQLSTATE of an engine error as the front end maps it is tested there; here the
-/// typed error and its message.
+/// The message of a refused statement.
 fn refused(result: Result<datafusion::prelude::DataFrame, EngineError>) -> String {
+    refused_with(result).1
+}
+
+/// The SQLSTATE a client gets for a refused statement, and its message.
+fn refused_with(
+    result: Result<datafusion::prelude::DataFrame, EngineError>,
+) -> (&'static str, String) {
     match result {
         Ok(_) => panic!("the statement should be refused"),
-        Err(e) => e.to_string(),
+        Err(e) => (cdcfusion::frontend::engine_sqlstate(&e), e.to_string()),
     }
 }
 
@@ -293,7 +343,7 @@ async fn queries_a_sink_cannot_maintain_are_refused_and_sinks_pause_and_resume()
         ),
     ];
     for (i, (query, reason)) in cases.iter().enumerate() {
-        let message = refused(
+        let (sqlstate, message) = refused_with(
             engine
                 .sql(&format!(
                     "CREATE SINK s{i} INTO PARQUET '{}' AS {query}",
@@ -302,6 +352,9 @@ async fn queries_a_sink_cannot_maintain_are_refused_and_sinks_pause_and_resume()
                 .await,
         );
         assert!(message.contains(reason), "{query}: {message}");
+        if ["a join", "an aggregate"].contains(reason) {
+            assert_eq!(sqlstate, "0A000", "{query}: {message}");
+        }
     }
     // Outside the allowed locations.
     let message = refused(
@@ -671,6 +724,30 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
         metrics.lines().any(|l| l.starts_with(&estimated)),
         "{estimated} not in:\n{metrics}"
     );
+    // A rename is not followed: the sink stops, naming the column, the position and the fix,
+    // instead of ending the column and starting a new one.
+    exec(&format!(
+        "ALTER TABLE {db}.t RENAME COLUMN note TO remark; UPDATE {db}.t SET remark = 'r' WHERE id = 3;"
+    ))
+    .await;
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let row = query(
+            &engine,
+            "SELECT state, error_sqlstate, error FROM cdc.sinks WHERE name = 'follow'",
+        )
+        .await
+        .join(" ");
+        if row.contains("state=failed") {
+            assert!(row.contains("error_sqlstate=55000"), "{row}");
+            assert!(row.contains("column note of"), "{row}");
+            assert!(row.contains("renamed to remark at binlog."), "{row}");
+            assert!(row.contains("drop the sink and create it again"), "{row}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{row}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drop(engine);
 }
 

@@ -131,6 +131,17 @@ impl ChangePosition {
         format!("{}:{:012}", tx.file, tx.offset)
     }
 
+    /// Text of the last position a version published at `tx` can hold: after every entry of
+    /// transactions before `tx` and every snapshot entry at `tx` (event index 0), before every
+    /// change of the transaction that starts at `tx`. Where "what is published from now on"
+    /// starts.
+    pub fn text_after_version(tx: &BinlogCoord) -> String {
+        let mut s = String::new();
+        // Writing to a String cannot fail.
+        let _ = Self::write_text(&mut s, tx, 0, u32::MAX, u8::MAX);
+        s
+    }
+
     /// The transaction coordinate of a position's text (what [`Self::text_before`] or
     /// `Display` wrote).
     pub fn coord_of_text(text: &str) -> Option<BinlogCoord> {

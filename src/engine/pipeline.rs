@@ -64,7 +64,7 @@ impl Engine {
             // commit starts at the same place.
             let version = source.published.load_full();
             if let (true, Some(position)) = (version.consistent, version.position.as_ref()) {
-                create.options.start = StartAt::After(ChangePosition::text_before(position));
+                create.options.start = StartAt::After(ChangePosition::text_after_version(position));
             }
         }
         let mut target = target_of(&create.target).map_err(&err)?;

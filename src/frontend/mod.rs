@@ -96,7 +96,7 @@ mod verifier;
 mod wire;
 
 pub use catalog::DEFAULT_DATABASE;
-pub use error::FrontendError;
+pub use error::{engine_sqlstate, FrontendError};
 pub use metrics::{render as render_metrics, MetricsServer};
 pub use server::{FrontendMetrics, Server};
 pub use session::SERVER_VERSION;

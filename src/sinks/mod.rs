@@ -39,6 +39,7 @@ mod postgres;
 mod query;
 mod read;
 mod reconcile;
+mod renames;
 mod runner;
 mod spec;
 mod status;

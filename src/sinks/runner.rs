@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use super::error::SinkError;
 use super::query::SinkQuery;
 use super::read::start_cursors;
+use super::renames::renames;
 use super::spec::{SchemaChanges, SinkOptions, StartAt};
 use super::status::{SinkState, SinkStatus};
 use super::step::{Prepare, Step};
@@ -171,7 +172,10 @@ impl SinkRunner {
             (Some(m), _) => Some(m.position.clone()),
             (None, StartAt::Snapshot) => None,
             (None, StartAt::After(p)) => Some(p.clone()),
-            (None, StartAt::Now) => version.position.as_ref().map(ChangePosition::text_before),
+            (None, StartAt::Now) => version
+                .position
+                .as_ref()
+                .map(ChangePosition::text_after_version),
         };
         let mut number = marker.as_ref().map_or(0, |m| m.number);
         // Segments before the committed position are not read again.
@@ -352,6 +356,17 @@ impl SinkRunner {
                 "a table sink {} reads changed its columns{at}, and the sink has schema_changes = 'stop'; drop and create the sink again (or create it with schema_changes = 'follow')",
                 self.name
             )));
+        }
+        let scanned: Vec<usize> = self.query.scans.iter().map(|s| s.table).collect();
+        for r in renames(&version.schema_history, &scanned) {
+            let has = |name: &str| layout.schema.field_with_name(name).is_ok();
+            // Not yet in the target under its new name: the rename is new to this sink.
+            if has(&r.from) && !has(&r.to) {
+                return Err(SinkError::SchemaChange(format!(
+                    "column {} of {} was renamed to {} at {}; sink {} does not follow a rename (its target would end the column there and start a new one): drop the sink and create it again to write the target under the new name",
+                    r.from, r.table, r.to, r.position, self.name
+                )));
+            }
         }
         let query = (self.replan)().await?;
         let mut merged: Vec<Field> = Vec::with_capacity(layout.schema.fields().len());
