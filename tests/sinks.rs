@@ -282,6 +282,24 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     drop(engine);
 }
 
+/// Waits until sink `name` has failed; returns its state, SQLSTATE and error.
+async fn sink_failed(engine: &Engine, name: &str) -> String {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let row = query(
+            engine,
+            &format!("SELECT state, error_sqlstate, error FROM cdc.sinks WHERE name = '{name}'"),
+        )
+        .await
+        .join(" ");
+        if row.contains("state=failed") {
+            return row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{row}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The message of a refused statement.
 fn refused(result: Result<datafusion::prelude::DataFrame, EngineError>) -> String {
     refused_with(result).1
@@ -675,22 +693,9 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
     )
     .await;
     assert_eq!(psql(pg, "SELECT id, v, note FROM t ORDER BY id"), expected);
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    loop {
-        let row = query(
-            &engine,
-            "SELECT state, error_sqlstate, error FROM cdc.sinks WHERE name = 'strict'",
-        )
-        .await
-        .join(" ");
-        if row.contains("state=failed") {
-            assert!(row.contains("error_sqlstate=55000"), "{row}");
-            assert!(row.contains("schema_changes = 'stop'"), "{row}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{row}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let row = sink_failed(&engine, "strict").await;
+    assert!(row.contains("error_sqlstate=55000"), "{row}");
+    assert!(row.contains("schema_changes = 'stop'"), "{row}");
     // The Prometheus endpoint shows the same status.
     let metrics = cdcfusion::frontend::render_metrics(&engine, None).await;
     let commits = scalar(
@@ -730,24 +735,11 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
         "ALTER TABLE {db}.t RENAME COLUMN note TO remark; UPDATE {db}.t SET remark = 'r' WHERE id = 3;"
     ))
     .await;
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    loop {
-        let row = query(
-            &engine,
-            "SELECT state, error_sqlstate, error FROM cdc.sinks WHERE name = 'follow'",
-        )
-        .await
-        .join(" ");
-        if row.contains("state=failed") {
-            assert!(row.contains("error_sqlstate=55000"), "{row}");
-            assert!(row.contains("column note of"), "{row}");
-            assert!(row.contains("renamed to remark at binlog."), "{row}");
-            assert!(row.contains("drop the sink and create it again"), "{row}");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{row}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let row = sink_failed(&engine, "follow").await;
+    assert!(row.contains("error_sqlstate=55000"), "{row}");
+    assert!(row.contains("column note of"), "{row}");
+    assert!(row.contains("renamed to remark at binlog."), "{row}");
+    assert!(row.contains("drop the sink and create it again"), "{row}");
     drop(engine);
 }
 
