@@ -643,7 +643,6 @@ async fn tables_renamed_in_from_outside_the_patterns_are_read_then_captured() {
 /// to it, and the schema history lists the DDL.
 #[tokio::test]
 async fn a_ddl_during_the_snapshot_reads_again_only_the_chunks_it_touched() {
-    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
     use cdcfusion::source::snapshot::incremental::{HookPoint, SnapshotHook};
     use futures::FutureExt;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -700,19 +699,9 @@ async fn a_ddl_during_the_snapshot_reads_again_only_the_chunks_it_touched() {
                 .boxed()
             })
         };
-        let engine = Engine::new();
-        let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
-        options.server_id = next_server_id();
-        options.snapshot.window_server_id = next_server_id();
-        options.snapshot.chunk_size = 16;
         // One chunk at a time, in plan order (t's three, then u's): which chunks a DDL
         // touches is then known.
-        options.snapshot.parallelism = 1;
-        options.snapshot.hook = Some(hook);
-        engine
-            .create_source("ed", &server().cdc_url(), options)
-            .unwrap();
-        ready(&engine, "ed").await;
+        let engine = hooked("ed", &db, 16, 1, hook).await;
         assert_eq!(
             query(&engine, "SELECT retries FROM cdc.sources").await,
             ["retries=0"],
@@ -759,13 +748,36 @@ async fn a_ddl_during_the_snapshot_reads_again_only_the_chunks_it_touched() {
     }
 }
 
+/// An engine capturing `db.*` as `source`, ready: its snapshot reads chunks of `chunk_size`
+/// rows, `parallelism` at a time, and runs `hook` at each point of each chunk.
+async fn hooked(
+    source: &str,
+    db: &str,
+    chunk_size: usize,
+    parallelism: usize,
+    hook: cdcfusion::source::snapshot::incremental::SnapshotHook,
+) -> Engine {
+    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
+    let engine = Engine::new();
+    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+    options.server_id = next_server_id();
+    options.snapshot.window_server_id = next_server_id();
+    options.snapshot.chunk_size = chunk_size;
+    options.snapshot.parallelism = parallelism;
+    options.snapshot.hook = Some(hook);
+    engine
+        .create_source(source, &server().cdc_url(), options)
+        .unwrap();
+    ready(&engine, source).await;
+    engine
+}
+
 /// Random DDL and DML at random moments of the snapshot's chunks (before LOW, inside the
 /// window, after HIGH, of any chunk, read again or not), then more while streaming. Each round
 /// ends with the checks of [`check_round`]; across the rounds some chunks must have been read
 /// again. `EVO_SNAP_SEED` repeats a run; the seed is printed.
 #[tokio::test]
 async fn random_ddl_and_dml_during_the_snapshot() {
-    use cdcfusion::capture::{CaptureOptions, SnapshotMode};
     use cdcfusion::source::snapshot::incremental::SnapshotHook;
     use futures::FutureExt;
     use rand::Rng;
@@ -829,17 +841,7 @@ async fn random_ddl_and_dml_during_the_snapshot() {
                 .boxed()
             })
         };
-        let engine = Engine::new();
-        let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
-        options.server_id = next_server_id();
-        options.snapshot.window_server_id = next_server_id();
-        options.snapshot.chunk_size = 10;
-        options.snapshot.parallelism = 2;
-        options.snapshot.hook = Some(hook);
-        engine
-            .create_source("rs", &server().cdc_url(), options)
-            .unwrap();
-        ready(&engine, "rs").await;
+        let engine = hooked("rs", db, 10, 2, hook).await;
         let reads = query(&engine, "SELECT sum(reads - 1) AS n FROM cdc.chunks").await;
         let retries = query(&engine, "SELECT retries FROM cdc.sources").await;
         println!("{what}: {reads:?} chunk reads again, {retries:?}");

@@ -104,24 +104,22 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
         .unwrap();
     // Starting points: what is published from now on (the snapshot is, and nothing has
     // changed since), and strictly after the 25th entry of the snapshot.
-    let from_now = out.path().join("from_now");
-    engine
-        .sql(&format!(
-            "CREATE SINK from_now INTO PARQUET 'file://{}' WITH (commit_interval = '100ms', start = 'now') AS SELECT * FROM pq.{db}.\"t$changelog\"",
-            from_now.display()
-        ))
-        .await
-        .unwrap();
     let snapshot = changelog_lines(&engine, "pq", db, "t", "").await;
     let point = snapshot[24].split('|').next().unwrap().to_string();
+    let from_now = out.path().join("from_now");
     let after_point = out.path().join("after_point");
-    engine
-        .sql(&format!(
-            "CREATE SINK after_point INTO PARQUET 'file://{}' WITH (commit_interval = '100ms', start = '{point}') AS SELECT * FROM pq.{db}.\"t$changelog\"",
-            after_point.display()
-        ))
-        .await
-        .unwrap();
+    for (name, dir, start) in [
+        ("from_now", &from_now, "now"),
+        ("after_point", &after_point, point.as_str()),
+    ] {
+        engine
+            .sql(&format!(
+                "CREATE SINK {name} INTO PARQUET 'file://{}' WITH (commit_interval = '100ms', start = '{start}') AS SELECT * FROM pq.{db}.\"t$changelog\"",
+                dir.display()
+            ))
+            .await
+            .unwrap();
+    }
     // Two tables in one target, in commits of about 7 entries: the snapshot's reads and
     // transactions larger than that, some writing both tables.
     let both = format!(

@@ -12,8 +12,9 @@
 //!
 //! # Schemas
 //! A DDL followed during the hand-off (see `capture::reread`) gives a table two schemas in
-//! one log: each chunk carries the codec it was read under, and the binlog changes use the
-//! table's schema at their position (`Capture::take_schema_changes` lists where it changed).
+//! one log: each chunk carries the codec it was read under, and the binlog changes are decoded
+//! with the codec of the table's schema at their position (`codecs`, in the order of
+//! `Capture::take_schema_changes`).
 
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
@@ -60,6 +61,19 @@ pub struct HandoffLog {
     pub chunks: Vec<ChunkChange>,
     /// In position order.
     pub changes: Vec<TableChange>,
+    /// The row codecs of the DDL the hand-off followed, in binlog order.
+    pub codecs: Vec<CodecChange>,
+}
+
+/// A DDL followed during the hand-off: table `table`'s changes before `position` were encoded
+/// with `before`, later ones with `after`. Arrow's row format decodes only with the converter
+/// that encoded, so the hand-off's changelog needs these very codecs.
+#[derive(Debug, Clone)]
+pub struct CodecChange {
+    pub table: usize,
+    pub position: BinlogCoord,
+    pub before: std::sync::Arc<RowCodec>,
+    pub after: std::sync::Arc<RowCodec>,
 }
 
 /// A run of the hand-off changelog in position order.

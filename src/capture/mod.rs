@@ -79,7 +79,7 @@ use crate::state::merge::TableState;
 
 use filter::{live_tables, Patterns, Stopped};
 use handoff::Ordinals;
-pub use handoff::{ChunkChange, HandoffLog, HandoffPart, TableChange};
+pub use handoff::{ChunkChange, CodecChange, HandoffLog, HandoffPart, TableChange};
 pub use schema::{describe_columns, SchemaChange};
 
 /// How a capture begins.
@@ -169,20 +169,9 @@ pub struct Capture {
     /// Reads the schema of a table created by a statement that does not spell its columns
     /// (`CREATE TABLE ... LIKE`).
     connect: ConnectOptions,
-    /// During the snapshot's hand-off: the row codecs each DDL the hand-off followed switched
-    /// between (see [`Capture::take_handoff_codecs`]).
+    /// While the snapshot's hand-off runs: the row codecs each DDL it followed switched
+    /// between, handed to the [`HandoffLog`] at its end; `None` otherwise.
     handoff_codecs: Option<Vec<CodecChange>>,
-}
-
-/// A DDL followed during the hand-off: table `table`'s changes before `position` were encoded
-/// with `before`, later ones with `after`. Arrow's row format decodes only with the converter
-/// that encoded, so the hand-off's changelog needs these very codecs.
-#[derive(Debug, Clone)]
-pub struct CodecChange {
-    pub table: usize,
-    pub position: BinlogCoord,
-    pub before: Arc<crate::change::keys::RowCodec>,
-    pub after: Arc<crate::change::keys::RowCodec>,
 }
 
 impl Capture {
@@ -343,6 +332,7 @@ impl Capture {
             .sort_by(|a, b| a.event.position.cmp(&b.event.position));
         // Chunks read again after a DDL were applied in the order of their DDL.
         log.chunks.sort_by_key(ChunkChange::start);
+        log.codecs = capture.handoff_codecs.take().unwrap_or_default();
         for state in &mut capture.states {
             state
                 .finish_handoff()
@@ -570,12 +560,6 @@ impl Capture {
         }
     }
 
-    /// The codecs of the DDL the snapshot's hand-off followed (see [`CodecChange`]); `None`
-    /// once taken, or for a capture that did not snapshot. Later DDL is not listed.
-    pub fn take_handoff_codecs(&mut self) -> Option<Vec<CodecChange>> {
-        self.handoff_codecs.take()
-    }
-
     /// The schema changes followed since the last call, in binlog order.
     pub fn take_schema_changes(&mut self) -> Vec<SchemaChange> {
         std::mem::take(&mut self.schema_changes)
@@ -675,8 +659,6 @@ impl Capture {
             tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
             return Ok(None);
         }
-        // The hand-off's codecs are of no use once the stream is applied.
-        self.handoff_codecs = None;
         let changes = self.apply_read(tx).await?;
         self.progress.set_position(tx.end.clone());
         Ok(Some(changes))

@@ -302,13 +302,9 @@ impl Capture {
         }
     }
 
-    /// The server's current binlog position.
+    /// The server's current binlog position, on a connection of its own.
     pub(super) async fn position_now(&self, connect: &ConnectOptions) -> SourceResult<BinlogCoord> {
         let mut conn = connect.connect().await?;
-        let read = crate::source::connect::current_position(&mut conn, self.info.flavor);
-        Ok(connect
-            .bounded(|| "reading the binlog position".into(), read)
-            .await?
-            .0)
+        Ok(connect.position(&mut conn, self.info.flavor).await?.0)
     }
 }

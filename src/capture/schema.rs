@@ -107,11 +107,9 @@ pub(super) fn follow_ddl(
     let stop = |reason: String| {
         Followed::Stop(format!("the statement `{statement}` changed it: {reason}"))
     };
-    // Servers create tables utf8mb4 by default; the table map check catches any other.
-    let charset = match before.default_charset.as_deref().map(Charset::from_name) {
-        None => Some(Charset::Utf8),
-        Some(Ok(charset)) => charset,
-        Some(Err(e)) => return Ok(stop(e)),
+    let charset = match before.table_charset() {
+        Ok(charset) => charset,
+        Err(e) => return Ok(stop(e)),
     };
     Ok(match ddl_effect(&ddl.db, &ddl.statement, before, charset) {
         DdlEffect::Unchanged => Followed::Nothing,

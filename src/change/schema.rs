@@ -98,6 +98,16 @@ impl TableSchema {
         self
     }
 
+    /// The character set of text columns the table declares without one (`None`: binary).
+    /// Servers create tables utf8mb4 by default, so an unknown default is utf8mb4; the table
+    /// map check catches any other. An error names a character set the engine cannot decode.
+    pub fn table_charset(&self) -> Result<Option<Charset>, String> {
+        match self.default_charset.as_deref() {
+            None => Ok(Some(Charset::Utf8)),
+            Some(name) => Charset::from_name(name),
+        }
+    }
+
     pub fn column_index(&self, name: &str) -> Option<usize> {
         self.columns
             .iter()

@@ -43,7 +43,7 @@ use crate::change::position::BinlogCoord;
 use crate::change::schema::{Flavor, TableId};
 use crate::durable::{Checkpointer, DurableError};
 use crate::provider::health::SharedHealth;
-use crate::source::connect::{current_position, ConnectOptions};
+use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
 use crate::sql::{parse_cdc_statement, CdcStatement, SourceChanges};
@@ -389,11 +389,7 @@ async fn poll_server(
                 Flavor::MariaDb
             };
             if let Some(c) = conn.as_mut() {
-                let read = current_position(c, flavor);
-                match connect
-                    .bounded(|| "reading the binlog position".into(), read)
-                    .await
-                {
+                match connect.position(c, flavor).await {
                     Ok((position, _)) => {
                         status
                             .lock()

@@ -24,8 +24,7 @@ use super::source_status::SourceStatus;
 use super::stop::Stop;
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{
-    Capture, CaptureOptions, CodecChange, HandoffLog, HandoffPart, SchemaChange, TableChange,
-    TableStop,
+    Capture, CaptureOptions, HandoffLog, HandoffPart, SchemaChange, TableChange, TableStop,
 };
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
@@ -148,7 +147,6 @@ pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
     // DDL the hand-off followed (see `capture::reread`): the changelogs start under the
     // schemas before it and take each change at its position.
     let schema_changes = capture.take_schema_changes();
-    let codecs = capture.take_handoff_codecs().unwrap_or_default();
     let mut changelogs: Vec<Changelog> = capture
         .tables()
         .iter()
@@ -164,7 +162,6 @@ pub(super) async fn fresh(task: &Task, mode: Mode) -> Result<Started, Stop> {
         &mut changelogs,
         &handoff,
         &schema_changes,
-        &codecs,
         &mut numbers,
     )?;
     Ok(Started {
@@ -368,7 +365,6 @@ pub(super) fn append_handoff(
     changelogs: &mut [Changelog],
     log: &HandoffLog,
     schema_changes: &[SchemaChange],
-    codec_changes: &[CodecChange],
     numbers: &mut TxNumbers,
 ) -> SourceResult<()> {
     let missing = |c: &SchemaChange| {
@@ -378,7 +374,7 @@ pub(super) fn append_handoff(
         ))
     };
     let codec_of = |c: &SchemaChange| {
-        codec_changes
+        log.codecs
             .iter()
             .find(|k| k.table == c.table && k.position == c.position)
             .ok_or_else(|| missing(c))

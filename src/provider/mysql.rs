@@ -35,7 +35,7 @@ use super::plans::{BinlogStreamExec, SnapshotExec};
 use crate::capture::{Capture, CaptureOptions, SnapshotMode};
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::TableSchema;
-use crate::source::connect::{current_position, ConnectOptions};
+use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress, SnapshotOptions};
 use crate::state::changelog::changelog_schema;
@@ -347,10 +347,9 @@ impl TableProvider for MysqlBinlogTable {
         let start = match &self.start {
             StartPosition::Current => {
                 let mut conn = self.connect.connect().await.map_err(external)?;
-                let read = current_position(&mut conn, info.flavor);
                 let (at, _) = self
                     .connect
-                    .bounded(|| "reading the binlog position".into(), read)
+                    .position(&mut conn, info.flavor)
                     .await
                     .map_err(external)?;
                 StartPosition::Coord(at)

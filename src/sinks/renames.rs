@@ -8,7 +8,7 @@
 
 use crate::capture::SchemaChange;
 use crate::change::position::BinlogCoord;
-use crate::change::schema::{Charset, TableId};
+use crate::change::schema::TableId;
 use crate::source::evolve::{ddl_effect, ColumnOrigin, DdlEffect};
 
 /// Column `from` of `table` renamed to `to` by the statement at `position`.
@@ -27,10 +27,7 @@ pub fn renames(history: &[SchemaChange], tables: &[usize]) -> Vec<Rename> {
     for change in history.iter().filter(|c| tables.contains(&c.table)) {
         let before = &change.before;
         // The character set only shapes text columns the statement declares, not names.
-        let charset = match before.default_charset.as_deref() {
-            None => Some(Charset::Utf8),
-            Some(name) => Charset::from_name(name).ok().flatten(),
-        };
+        let charset = before.table_charset().ok().flatten();
         let DdlEffect::Evolve(evolution) =
             ddl_effect(&before.id.db, &change.statement, before, charset)
         else {

@@ -97,6 +97,19 @@ impl ConnectOptions {
             .ok_or_else(|| SourceError::NoSuchTable(id.to_string()))
     }
 
+    /// [`current_position`], read within the read timeout.
+    pub async fn position(
+        &self,
+        conn: &mut Conn,
+        flavor: Flavor,
+    ) -> SourceResult<(BinlogCoord, GtidSet)> {
+        self.bounded(
+            || "reading the binlog position".into(),
+            current_position(conn, flavor),
+        )
+        .await
+    }
+
     /// [`bounded`] by this server's read timeout.
     pub async fn bounded<T>(
         &self,

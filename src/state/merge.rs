@@ -23,7 +23,10 @@
 //! The state is independent of the order in which snapshot chunks and binlog changes are
 //! applied. The changelog is made deterministic by applying every snapshot chunk of a table
 //! (in HIGH order) before its binlog phase starts at `min(HIGH)`; replaying the changelog in
-//! position order then gives exactly the current state (`tests/snapshot_scenarios.rs`).
+//! position order then gives exactly the current state (`tests/snapshot_scenarios.rs`). A chunk
+//! read again after a DDL (`capture::reread`) is the one exception: it is applied during the
+//! binlog phase, before the stream reaches its HIGH, so its entries still come after every
+//! change applied before it and the replay still holds.
 
 use std::sync::Arc;
 

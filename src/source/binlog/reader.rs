@@ -22,7 +22,7 @@ use super::filter::{TableFilter, SYSTEM_DATABASES};
 use crate::change::position::{GtidSet, StartPosition};
 use crate::change::schema::{Flavor, TableId};
 use crate::change::SourceTransaction;
-use crate::source::connect::{collations, current_position, ConnectOptions, ServerInfo};
+use crate::source::connect::{collations, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 
 /// Reconnect attempts on transient stream failures before giving up.
@@ -195,12 +195,7 @@ impl BinlogReader {
             .await?;
         let start = match &options.start {
             StartPosition::Current => {
-                let (coord, _) = connect
-                    .bounded(
-                        || "reading the binlog position".into(),
-                        current_position(&mut meta, info.flavor),
-                    )
-                    .await?;
+                let (coord, _) = connect.position(&mut meta, info.flavor).await?;
                 StartPosition::Coord(coord)
             }
             other => other.clone(),

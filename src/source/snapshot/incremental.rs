@@ -19,7 +19,12 @@
 //!
 //! # Resumption
 //! See [`super::journal`]: a journal records the plan and each chunk done, and a resume reads
-//! only the chunks not done.
+//! only the chunks not done (and those done under columns the table no longer has).
+//!
+//! # Reading again
+//! [`SnapshotRun::execute`] lists the chunks a DDL broke instead of failing, and
+//! [`SnapshotRun::reread`] reads chunks again under a table's new schema with the same ranges
+//! and the same window reader; `capture::reread` decides which.
 //!
 //! # Test hooks
 //! [`SnapshotHook`] runs at five points of every chunk (before LOW, after LOW, after the

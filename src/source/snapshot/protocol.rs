@@ -30,7 +30,6 @@ use super::window::{normalize, WindowFeed};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::TableId;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
-use crate::source::connect::current_position;
 use crate::source::error::{SourceError, SourceResult};
 use std::sync::Arc;
 
@@ -81,12 +80,7 @@ impl SnapshotRun {
 
     /// The server's binlog end, within the read timeout.
     async fn position(&self, conn: &mut Conn) -> SourceResult<(BinlogCoord, GtidSet)> {
-        self.connect
-            .bounded(
-                || "reading the binlog position".into(),
-                current_position(conn, self.info.flavor),
-            )
-            .await
+        self.connect.position(conn, self.info.flavor).await
     }
 
     /// Runs a statement that returns no rows, within the read timeout.
