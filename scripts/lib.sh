@@ -17,6 +17,8 @@ ensure_tools() {
   command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || want+=(mariadb-server)
   command -v mariadb >/dev/null || want+=(mariadb-client)
   command -v psql >/dev/null || want+=(postgresql-client)
+  # A test stops and starts a private PostgreSQL server: it needs the server's programs.
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || want+=(postgresql)
   command -v python3 >/dev/null || want+=(python3 python3-pip)
   command -v openssl >/dev/null || want+=(openssl)
   command -v gcc >/dev/null || want+=(build-essential)

@@ -370,8 +370,15 @@ fn newest_manifest(dir: &Path) -> String {
 /// Each sink of the crash test holds what the recovered engine holds, read by readers that
 /// are not ours: the upsert targets equal the current table, the changelog targets hold
 /// every entry exactly once.
-async fn check_sinks(engine: &Engine, db: &str, pg: &str, lake: &Path, files: &Path) {
-    for sink in ["pg_copy", "pg_log", "lake", "files"] {
+async fn check_sinks(
+    engine: &Engine,
+    db: &str,
+    pg: &str,
+    lake: &Path,
+    lake_log: &Path,
+    files: &Path,
+) {
+    for sink in ["pg_copy", "pg_log", "lake", "lake_log", "files"] {
         sink_caught_up(engine, "crash", sink).await;
     }
     let rows: Vec<String> = query(
@@ -398,7 +405,28 @@ async fn check_sinks(engine: &Engine, db: &str, pg: &str, lake: &Path, files: &P
     assert_eq!(
         delta_rows(lake, "id,k,v,n", "r['id']"),
         rows,
-        "Delta upsert target"
+        "Delta upsert target (Python deltalake)"
+    );
+    assert_eq!(
+        duckdb_delta(&format!(
+            "SELECT id, k, v, n FROM delta_scan('{}') ORDER BY id",
+            lake.display()
+        )),
+        rows,
+        "Delta upsert target (DuckDB)"
+    );
+    assert_eq!(
+        delta_rows(lake_log, "_position,_op,id", "r['_position'].encode()"),
+        log,
+        "Delta changelog target (Python deltalake)"
+    );
+    assert_eq!(
+        duckdb_delta(&format!(
+            "SELECT _position, _op, id FROM delta_scan('{}') ORDER BY _position",
+            lake_log.display()
+        )),
+        log,
+        "Delta changelog target (DuckDB)"
     );
     assert_eq!(
         psql(
@@ -417,7 +445,7 @@ async fn check_sinks(engine: &Engine, db: &str, pg: &str, lake: &Path, files: &P
         "Parquet changelog target"
     );
     println!(
-        "sinks: {} rows upserted into PostgreSQL and Delta, {} changelog entries in PostgreSQL and Parquet, each exactly once",
+        "sinks: {} rows upserted into PostgreSQL and Delta, {} changelog entries in PostgreSQL, Delta and Parquet, each exactly once",
         rows.len(),
         log.len()
     );
@@ -442,14 +470,16 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let state = dir.path().join("state");
     let init = dir.path().join("init.sql");
     let lake = dir.path().join("lake");
+    let lake_log = dir.path().join("lake_log");
     let files = dir.path().join("files");
     let pg = "cdcfusion_it_crash_sinks";
     let pg_url = pg_database(pg, 5432).await;
-    // Four sinks, one per kind of target and mode, written while the engine is killed.
+    // Five sinks, one per kind of target and mode, written while the engine is killed.
     let sinks = [
         format!("CREATE SINK IF NOT EXISTS pg_copy INTO POSTGRES '{pg_url}' TABLE 't_copy' WITH (commit_interval = '200ms') AS SELECT id, k, v, n FROM crash.{db}.t"),
         format!("CREATE SINK IF NOT EXISTS pg_log INTO POSTGRES '{pg_url}' TABLE 't_log' WITH (commit_interval = '200ms') AS SELECT _op, _position, id FROM crash.{db}.\"t$changelog\""),
         format!("CREATE SINK IF NOT EXISTS lake INTO DELTA 'file://{}' WITH (commit_interval = '300ms') AS SELECT id, k, v, n FROM crash.{db}.t", lake.display()),
+        format!("CREATE SINK IF NOT EXISTS lake_log INTO DELTA 'file://{}' WITH (commit_interval = '250ms') AS SELECT _op, _position, id FROM crash.{db}.\"t$changelog\"", lake_log.display()),
         format!("CREATE SINK IF NOT EXISTS files INTO PARQUET 'file://{}' WITH (commit_interval = '300ms') AS SELECT _op, _position, id FROM crash.{db}.\"t$changelog\"", files.display()),
     ];
     std::fs::write(
@@ -505,7 +535,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
         ),
     };
     check(srv, &engine, "crash", db).await;
-    check_sinks(&engine, db, pg, &lake, &files).await;
+    check_sinks(&engine, db, pg, &lake, &lake_log, &files).await;
     // Hundreds of checkpoints later the changelog is still a few files: covered segments were
     // merged.
     let store = Store::open(state.to_str().unwrap(), &Vec::new()).unwrap();

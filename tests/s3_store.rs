@@ -20,6 +20,7 @@ use cdcfusion::durable::{DurableOptions, Store, StoreOptions};
 use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
 use common::durable::*;
+use common::http_faults::{Fault, HttpFaults};
 use common::readers::{python_delta, sink_caught_up};
 use common::*;
 use mysql_async::prelude::Queryable;
@@ -28,6 +29,24 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutPayload};
 
 const BUCKET: &str = "cdcstate";
+
+/// Sinks take S3 settings from the process environment, as deployments give them; the tests
+/// that point it at their own server run one at a time.
+static AWS_ENVIRONMENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Points the sinks of this process (and the `cdcfusion serve` it spawns) at the S3 server
+/// on `port` of 127.0.0.1.
+fn sinks_use_s3_at(port: u16) {
+    for (key, value) in [
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ] {
+        std::env::set_var(key, value);
+    }
+}
 
 /// moto's server, installed into the test build directory once; returns its `PYTHONPATH`.
 fn moto_path() -> String {
@@ -426,25 +445,66 @@ async fn sink_state(engine: &Engine, sink: &str) -> String {
     .join(" ")
 }
 
+/// Waits until sink `sink`'s state and error contain `want`.
+async fn wait_state(engine: &Engine, sink: &str, want: &str) {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let state = sink_state(engine, sink).await;
+        if state.contains(want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{sink} does not reach {want}: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The text of every file under `prefix` of `bucket` (a Delta log's JSON commits), read
+/// straight from the server.
+async fn delta_log_text(moto: &Moto, bucket: &str, prefix: &str) -> String {
+    let store = AmazonS3Builder::new()
+        .with_endpoint(moto.endpoint())
+        .with_allow_http(true)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .with_region("us-east-1")
+        .with_bucket_name(bucket)
+        .build()
+        .unwrap();
+    let listed: Vec<_> = futures::TryStreamExt::try_collect(object_store::ObjectStore::list(
+        &store,
+        Some(&ObjectPath::from(prefix)),
+    ))
+    .await
+    .unwrap();
+    let mut text = String::new();
+    for meta in listed {
+        if meta.location.as_ref().ends_with(".json") {
+            let bytes = store
+                .get(&meta.location)
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            text.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    text
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sinks_on_s3_retry_an_unreachable_store_and_catch_up_exactly() {
-    let moto = Moto::start();
+    let _environment = AWS_ENVIRONMENT.lock().await;
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
     moto.create_bucket("lake");
-    // The sinks reach the store through a proxy that can cut it off; the readers go direct.
-    let proxy = common::proxy::FaultProxy::start(moto.port).await;
-    // Sinks take S3 settings from the environment, as deployments give them.
-    for (key, value) in [
-        (
-            "AWS_ENDPOINT_URL",
-            format!("http://127.0.0.1:{}", proxy.port()),
-        ),
-        ("AWS_ALLOW_HTTP", "true".into()),
-        ("AWS_ACCESS_KEY_ID", "test".into()),
-        ("AWS_SECRET_ACCESS_KEY", "test".into()),
-        ("AWS_REGION", "us-east-1".into()),
-    ] {
-        std::env::set_var(key, value);
-    }
+    // The sinks reach the store through a proxy that can cut it off and one that answers
+    // chosen requests with HTTP errors; the readers go direct.
+    let http = HttpFaults::start(moto.port).await;
+    let proxy = common::proxy::FaultProxy::start(http.port()).await;
+    sinks_use_s3_at(proxy.port());
     let db = "s3_sinks";
     let mut conn = table_of_300_rows(server(), db).await;
     let dir = tempfile::tempdir().unwrap();
@@ -494,18 +554,7 @@ async fn sinks_on_s3_retry_an_unreachable_store_and_catch_up_exactly() {
     .await
     .unwrap();
     for sink in ["lake_copy", "lake_log"] {
-        let deadline = tokio::time::Instant::now() + HANG_GUARD;
-        loop {
-            let state = sink_state(&engine, sink).await;
-            if state.contains("state=retrying") {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{sink} does not retry: {state}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_state(&engine, sink, "state=retrying").await;
     }
     proxy.refuse_new(false);
     conn.query_drop(format!(
@@ -515,6 +564,53 @@ async fn sinks_on_s3_retry_an_unreachable_store_and_catch_up_exactly() {
     .unwrap();
     sink_caught_up(&engine, "s3k", "lake_copy").await;
     sink_caught_up(&engine, "s3k", "lake_log").await;
+
+    // The store answers with errors instead: first only the Delta log's writes, so every
+    // try of a Delta commit writes its data files and then fails to commit them.
+    let before = http.puts().len();
+    http.arm(Fault::Fail, "PUT", "/lake/copy/_delta_log/");
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET v = 'slow down' WHERE id BETWEEN 140 AND 160; DELETE FROM {db}.t WHERE id = 161"
+    ))
+    .await
+    .unwrap();
+    wait_state(&engine, "lake_copy", "state=retrying").await;
+    let orphans: Vec<String> = http.puts()[before..]
+        .iter()
+        .filter(|p| p.starts_with("/lake/copy/") && p.ends_with(".parquet"))
+        .cloned()
+        .collect();
+    assert!(
+        !orphans.is_empty(),
+        "the failed commits wrote data files first"
+    );
+    http.release();
+    sink_caught_up(&engine, "s3k", "lake_copy").await;
+    // Then every write of the Parquet sink.
+    http.arm(Fault::Fail, "PUT", "/lake/log/");
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET n = 7 WHERE id BETWEEN 162 AND 165"
+    ))
+    .await
+    .unwrap();
+    wait_state(&engine, "lake_log", "state=retrying").await;
+    http.release();
+    sink_caught_up(&engine, "s3k", "lake_copy").await;
+    sink_caught_up(&engine, "s3k", "lake_log").await;
+    assert!(http.faulted() > 0);
+    let log_text = delta_log_text(&moto, "lake", "copy/_delta_log/").await;
+    for orphan in &orphans {
+        let file = orphan.rsplit('/').next().unwrap();
+        assert!(
+            !log_text.contains(file),
+            "{orphan}, written by a commit that failed, is in the Delta log"
+        );
+    }
+    println!(
+        "{} HTTP errors answered; {} data files of failed Delta commits left out of the log",
+        http.faulted(),
+        orphans.len()
+    );
 
     let rows: Vec<String> = query(
         &engine,
@@ -552,6 +648,216 @@ async fn sinks_on_s3_retry_an_unreachable_store_and_catch_up_exactly() {
     assert_eq!(
         parquet, log,
         "the Parquet files on S3 hold every change once"
+    );
+    drop(engine);
+}
+
+/// kill -9 of `cdcfusion serve` aimed between a Delta commit's data files and its log entry:
+/// in each round the proxy holds the first write under `_delta_log/` that follows data files
+/// and the process is killed while it waits. In half the rounds the held write never arrives;
+/// in the others it arrives late, while the next process already runs (a dead writer's commit
+/// racing the live one: the sink's `txn` app id makes the loser fail and start again from the
+/// table). After the last round an engine opened on the same state resumes both Delta sinks
+/// from their tables: the upsert table equals the source, the changelog table holds every
+/// change exactly once, both read by Python `deltalake`, and no data file of a commit that
+/// never arrived is in either log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_between_delta_data_files_and_their_commit_loses_and_doubles_nothing() {
+    let seed: u64 = std::env::var("CDCFUSION_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| rand::Rng::random(&mut rand::rng()));
+    let rounds = 10;
+    println!("seed {seed} (CDCFUSION_CRASH_SEED reproduces the workload and the delays)");
+    let _environment = AWS_ENVIRONMENT.lock().await;
+    let moto = tokio::task::spawn_blocking(Moto::start).await.unwrap();
+    moto.create_bucket("lake");
+    let http = HttpFaults::start(moto.port).await;
+    sinks_use_s3_at(http.port());
+    let srv = server();
+    let db = "s3_kill_commit";
+    let mut conn = root_conn(srv).await;
+    common::workload::schema(&mut conn, db, 500).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let init = dir.path().join("init.sql");
+    std::fs::write(
+        &init,
+        format!(
+            "CREATE SOURCE IF NOT EXISTS s3c FROM MYSQL '{}' WITH (tables = '{db}.t, {db}.bag', chunk_size = 64, server_id = {});\n\
+             CREATE SINK IF NOT EXISTS copy INTO DELTA 's3://lake/copy' WITH (commit_interval = '150ms') AS SELECT id, k, v, n FROM s3c.{db}.t;\n\
+             CREATE SINK IF NOT EXISTS log INTO DELTA 's3://lake/log' WITH (commit_interval = '150ms') AS SELECT _op, _position, id FROM s3c.{db}.\"t$changelog\";\n",
+            srv.cdc_url(),
+            source_server_id()
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("cdcfusion.toml");
+    std::fs::write(&config, "allowed_locations = [\"s3://lake/\"]\n").unwrap();
+    let log = dir.path().join("serve.log");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writes = tokio::spawn(common::workload::writer(
+        srv,
+        db.to_string(),
+        seed,
+        10_000,
+        std::sync::Arc::clone(&stop),
+    ));
+    let serve_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    let mut killed_files = Vec::new();
+    let mut late_files = Vec::new();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed ^ 0xde17a);
+    let mut late = false;
+    for round in 0..rounds {
+        let mut child = spawn_serve(&state, &init, &config, &log, 1 << 20);
+        if late {
+            // The killed process's commit reaches the store late, while this one runs (and
+            // while its own first log writes are held with it).
+            let after = rand::Rng::random_range(&mut rng, 50..800);
+            tokio::time::sleep(Duration::from_millis(after)).await;
+            http.release();
+            while http.held() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // Both tables exist before the first hold: a create commit has no data files.
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        while ["/lake/copy/_delta_log/", "/lake/log/_delta_log/"]
+            .iter()
+            .any(|prefix| !http.puts().iter().any(|p| p.starts_with(prefix)))
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the sinks create no tables; serve log:\n{}",
+                serve_log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let before = http.puts().len();
+        http.arm(Fault::Hold, "PUT", "/_delta_log/");
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        let written = loop {
+            let written: Vec<String> = http.puts()[before..]
+                .iter()
+                .filter(|p| !p.contains("/_delta_log/"))
+                .cloned()
+                .collect();
+            if http.held() > 0 && !written.is_empty() {
+                break written;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no Delta commit reaches its log write; serve log:\n{}",
+                serve_log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        // Every other round the held write never arrives; in the others it arrives late,
+        // once the next process runs: a commit of a dead writer racing the live one.
+        late = round % 2 == 1;
+        if !late {
+            http.drop_held();
+            while http.held() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        println!(
+            "round {round}: SIGKILL ({status}) with a log write held after {} data file(s); it {}",
+            written.len(),
+            if late {
+                "arrives late"
+            } else {
+                "never arrives"
+            }
+        );
+        if late {
+            late_files.extend(written);
+        } else {
+            killed_files.extend(written);
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let committed = writes.await.unwrap();
+    println!("writer committed {committed} transactions");
+
+    let engine = Engine::open(
+        state.to_str().unwrap(),
+        EngineOptions {
+            allowed_locations: cdcfusion::engine::AllowedLocations::parse(&["s3://lake/"]).unwrap(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    if late {
+        http.release();
+    }
+    tokio::time::timeout(HANG_GUARD, engine.wait_ready("s3c"))
+        .await
+        .expect("recovery hangs")
+        .unwrap();
+    sync_source(&engine, "s3c").await;
+    common::workload::check(srv, &engine, "s3c", db).await;
+    sink_caught_up(&engine, "s3c", "copy").await;
+    sink_caught_up(&engine, "s3c", "log").await;
+    let rows: Vec<String> = query(
+        &engine,
+        &format!("SELECT CAST(id AS VARCHAR) || '|' || CAST(k AS VARCHAR) || '|' || COALESCE(v, 'NULL') || '|' || COALESCE(CAST(n AS VARCHAR), 'NULL') AS line FROM s3c.{db}.t ORDER BY id"),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.trim_start_matches("line=").to_string())
+    .collect();
+    let changes: Vec<String> = query(
+        &engine,
+        &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) AS line FROM s3c.{db}.\"t$changelog\" ORDER BY _position"),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.trim_start_matches("line=").to_string())
+    .collect();
+    let endpoint = moto.endpoint();
+    let read = |table: &str, columns: &str, order: &str| {
+        python_delta(&format!(
+            "from deltalake import DeltaTable\n\
+             o = {{'AWS_ENDPOINT_URL': {endpoint:?}, 'AWS_ALLOW_HTTP': 'true', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1'}}\n\
+             t = DeltaTable('s3://lake/{table}', storage_options=o).to_pyarrow_table().to_pylist()\n\
+             t.sort(key=lambda r: {order})\n\
+             for r in t:\n    print('|'.join('NULL' if r[c] is None else str(r[c]) for c in {columns:?}.split(',')))\n"
+        ))
+    };
+    assert_eq!(
+        read("copy", "id,k,v,n", "r['id']"),
+        rows,
+        "the Delta upsert table equals the source"
+    );
+    assert_eq!(
+        read("log", "_position,_op,id", "r['_position'].encode()"),
+        changes,
+        "the Delta changelog table holds every change once"
+    );
+    let mut logs = delta_log_text(&moto, "lake", "copy/_delta_log/").await;
+    logs.push_str(&delta_log_text(&moto, "lake", "log/_delta_log/").await);
+    for file in &killed_files {
+        let name = file.rsplit('/').next().unwrap();
+        assert!(
+            !logs.contains(name),
+            "{file}, written by a killed commit, is in a Delta log"
+        );
+    }
+    // A late commit lands when it wins its version; either way nothing is lost or doubled.
+    let landed = late_files
+        .iter()
+        .filter(|f| logs.contains(f.rsplit('/').next().unwrap()))
+        .count();
+    println!(
+        "{rounds} kills between data files and commit; of the late commits' {} data files {landed} landed; {} data files of commits that never arrived left out of the logs; {} rows upserted, {} changes appended exactly once",
+        late_files.len(),
+        killed_files.len(),
+        rows.len(),
+        changes.len()
     );
     drop(engine);
 }

@@ -741,6 +741,104 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
     drop(engine);
 }
 
+/// Waits until every sink in `sinks` shows `retrying`; returns the SQLSTATE each shows.
+async fn all_retrying(engine: &Engine, sinks: &[&str]) -> Vec<String> {
+    let mut states = Vec::new();
+    for sink in sinks {
+        let deadline = tokio::time::Instant::now() + HANG_GUARD;
+        loop {
+            let row = query(
+                engine,
+                &format!("SELECT state, error_sqlstate FROM cdc.sinks WHERE name = '{sink}'"),
+            )
+            .await
+            .join(" ");
+            if row.contains("state=retrying") {
+                states.push(
+                    row.split("error_sqlstate=")
+                        .nth(1)
+                        .unwrap_or("")
+                        .to_string(),
+                );
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{sink}: {row}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    states
+}
+
+/// PostgreSQL itself goes down (a private server stopped the way a crash stops it, not a
+/// connection cut on the way) while changes keep coming: both kinds of sink show `retrying`
+/// with a connection SQLSTATE, lose nothing while it is down, and once it is started again
+/// catch up to exactly the source, read back by psql.
+#[tokio::test]
+async fn postgres_sinks_wait_out_a_stopped_server_and_catch_up_exactly() {
+    let db = "sink_pg_stopped";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20), n INT);
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_40;"
+    ))
+    .await;
+    let pg = common::private_pg::PrivatePostgres::start();
+    let url = pg.database("stopped");
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let engine = open(state.path(), out.path()).await;
+    engine.sql(&create_source("pgs", db)).await.unwrap();
+    ready(&engine, "pgs").await;
+    for sql in [
+        format!("CREATE SINK copy INTO POSTGRES '{url}' TABLE 't' WITH (commit_interval = '100ms') AS SELECT * FROM pgs.{db}.t"),
+        format!("CREATE SINK log INTO POSTGRES '{url}' TABLE 't_log' WITH (commit_interval = '100ms') AS SELECT _op, _position, id, v FROM pgs.{db}.\"t$changelog\""),
+    ] {
+        engine.sql(&sql).await.unwrap();
+    }
+    sink_caught_up(&engine, "pgs", "copy").await;
+    sink_caught_up(&engine, "pgs", "log").await;
+
+    pg.stop();
+    exec(&format!(
+        "UPDATE {db}.t SET v = 'while down', n = n + 100 WHERE id <= 12; DELETE FROM {db}.t WHERE id = 40;"
+    ))
+    .await;
+    for sqlstate in all_retrying(&engine, &["copy", "log"]).await {
+        assert!(sqlstate.starts_with("08"), "a connection error: {sqlstate}");
+    }
+    // More transactions while it stays down, a key change among them.
+    exec(&format!(
+        "START TRANSACTION; UPDATE {db}.t SET id = 140 WHERE id = 13; INSERT INTO {db}.t VALUES (41, 'new', 41); COMMIT;
+         DELETE FROM {db}.t WHERE id BETWEEN 20 AND 24;"
+    ))
+    .await;
+    sync_source(&engine, "pgs").await;
+    pg.start_again();
+    sink_caught_up(&engine, "pgs", "copy").await;
+    sink_caught_up(&engine, "pgs", "log").await;
+
+    let rows = lines(
+        &engine,
+        &format!("SELECT CAST(id AS VARCHAR) || '|' || v || '|' || CAST(n AS VARCHAR) AS line FROM pgs.{db}.t ORDER BY id"),
+    )
+    .await;
+    assert_eq!(
+        pg.psql("stopped", "SELECT id, v, n FROM t ORDER BY id"),
+        rows
+    );
+    let log = changelog_lines(&engine, "pgs", db, "t", "").await;
+    assert_eq!(
+        pg.psql(
+            "stopped",
+            "SELECT _position, _op, id, v FROM t_log ORDER BY _position COLLATE \"C\""
+        ),
+        log
+    );
+    assert!(log.len() > 40 + 12, "the changes while down are there");
+    drop(engine);
+}
+
 #[tokio::test]
 async fn delta_sinks_upsert_and_append_exactly_once_across_crashes() {
     let db = "sink_delta";

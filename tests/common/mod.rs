@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod durable;
+pub mod http_faults;
+pub mod private_pg;
 pub mod proxy;
 pub mod readers;
 pub mod workload;

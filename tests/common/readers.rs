@@ -68,8 +68,13 @@ pub async fn pg_database(name: &str, port: u16) -> String {
 /// Rows of `sql` in database `db`, read by psql (a reader that is not ours), `|`-separated,
 /// NULL as `NULL`.
 pub fn psql(db: &str, sql: &str) -> Vec<String> {
+    psql_at(5432, db, sql)
+}
+
+/// [`psql`] against the server on `port` of 127.0.0.1.
+pub fn psql_at(port: u16, db: &str, sql: &str) -> Vec<String> {
     let mut command = Command::new("psql");
-    command.args([
+    command.arg("-p").arg(port.to_string()).args([
         "-h",
         "127.0.0.1",
         "-U",
@@ -85,6 +90,31 @@ pub fn psql(db: &str, sql: &str) -> Vec<String> {
         sql,
     ]);
     output_lines(&format!("psql {sql}"), command)
+}
+
+/// Rows of a DuckDB query over Delta tables (`delta_scan('<dir>')`), one line each: DuckDB
+/// with its `delta` extension, both from PyPI (a Delta reader built on `delta-kernel-rs`,
+/// not on the `deltalake` crate the engine writes with).
+pub fn duckdb_delta(sql: &str) -> Vec<String> {
+    static DEPS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let deps = DEPS.get_or_init(|| {
+        pip_install(
+            "pydeps-duckdb-delta",
+            "duckdb_extension_delta",
+            "duckdb-extension-delta>=1.4,<2",
+        )
+    });
+    // The package ships the extension built for the DuckDB it pins; load it from there
+    // instead of downloading it.
+    let script = format!(
+        "import duckdb, duckdb_extension_delta, glob, os\n\
+         ext = glob.glob(os.path.join(os.path.dirname(duckdb_extension_delta.__file__), 'extensions', '*', 'delta.duckdb_extension'))\n\
+         assert len(ext) == 1, ext\n\
+         con = duckdb.connect()\n\
+         con.sql(f\"LOAD '{{ext[0]}}'\")\n\
+         for row in con.sql({sql:?}).fetchall():\n    print('|'.join('NULL' if v is None else str(v) for v in row))\n"
+    );
+    python("duckdb delta", deps, &script)
 }
 
 /// Lines printed by `script`, run with Python `deltalake` and `pyarrow` from PyPI (readers

@@ -4,9 +4,8 @@
 //! Changelog sinks append each commit as one Delta write; upsert sinks run one `MERGE` per
 //! commit that deletes the removed keys, updates the changed ones and inserts the new ones, so
 //! the change data feed records inserts, updates (pre- and post-images) and deletes. A column
-//! new at the source is added by the append that first carries it (schema merge); an upsert
-//! adds it in a metadata-only commit just before the `MERGE`, because a `MERGE` with schema
-//! merge would also add the sink's delete flag column.
+//! new at the source is added, nullable, by the commit that first carries its rows (schema
+//! merge of the append or of the `MERGE`), in the same atomic commit as those rows.
 //!
 //! # Invariant
 //! Every data commit carries an application transaction (`txn`: app id `cdcfusion:<sink>`,
@@ -298,15 +297,13 @@ impl DeltaTarget {
             ]))
     }
 
-    /// Columns of `rows` the table lacks, as Delta fields.
-    fn new_columns(&self, table: &DeltaTable, rows: &SchemaRef) -> Result<Vec<Field>, SinkError> {
+    /// Whether `rows` has a column the table lacks.
+    fn adds_columns(&self, table: &DeltaTable, rows: &SchemaRef) -> Result<bool, SinkError> {
         let existing = self.arrow_schema(table)?;
         Ok(rows
             .fields()
             .iter()
-            .filter(|f| existing.field_with_name(f.name()).is_err())
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect())
+            .any(|f| existing.field_with_name(f.name()).is_err()))
     }
 
     /// Whether writing `rows` changes the table's schema: a new column, or a struct with new
@@ -374,32 +371,13 @@ impl DeltaTarget {
         concat_batches(&schema, &[upserts, deletes]).map_err(error)
     }
 
-    async fn upsert(
-        &self,
-        mut table: DeltaTable,
-        commit: &Commit,
-    ) -> Result<DeltaTable, SinkError> {
+    async fn upsert(&self, table: DeltaTable, commit: &Commit) -> Result<DeltaTable, SinkError> {
         let rows = conform(&commit.rows)?;
         let source = self.merge_source(&rows, commit)?;
-        let added = self.new_columns(&table, &rows.schema())?;
-        if !added.is_empty() {
-            let fields = added
-                .iter()
-                .map(|f| {
-                    f.try_into_kernel().map_err(|e| {
-                        SinkError::Unsupported(format!(
-                            "column {} has no Delta type: {e}",
-                            f.name()
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<StructField>, SinkError>>()?;
-            table = table
-                .add_columns()
-                .with_fields(fields)
-                .await
-                .map_err(|e| classify(&self.what(), e))?;
-        }
+        // A new column joins the table in the `MERGE`'s own commit: schema merge adds the
+        // columns the update and insert clauses set (never the delete flag, which no clause
+        // sets), nullable.
+        let evolve = self.adds_columns(&table, &rows.schema())?;
         let columns: Vec<String> = commit
             .rows
             .schema()
@@ -424,6 +402,7 @@ impl DeltaTarget {
             .with_source_alias("s")
             .with_target_alias("t")
             .with_commit_properties(self.properties(&commit.marker)?)
+            .with_merge_schema(evolve)
             .when_matched_delete(|d| d.predicate(flag.clone()))
             .map_err(|e| classify(&self.what(), e))?;
         let updated: Vec<&String> = columns.iter().filter(|c| !self.key.contains(c)).collect();

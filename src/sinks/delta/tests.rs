@@ -116,6 +116,62 @@ async fn upserts_merge_by_key_in_one_commit_each() {
     assert_eq!(marker.number, 2);
 }
 
+/// The actions of the table's log entry `version`, one JSON line each.
+fn log_entry(dir: &std::path::Path, version: u64) -> String {
+    std::fs::read_to_string(dir.join(format!("_delta_log/{version:020}.json"))).unwrap()
+}
+
+#[tokio::test]
+async fn an_upsert_adds_a_new_column_in_the_commit_of_its_first_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dir.path().display().to_string();
+    let s = id_v_schema();
+    let mut target = DeltaTarget::new(&url).unwrap();
+    target
+        .open(&layout(&s, SinkMode::Upsert, &["id"]))
+        .await
+        .unwrap();
+    target
+        .commit(&commit(1, id_v(&[1, 2], &[Some("a"), Some("b")]), None))
+        .await
+        .unwrap();
+    // Row 2 changes and row 7 arrives with the new column; row 1 is deleted.
+    let rows = concat_batches(
+        &id_v_n(2, "B", 20).schema(),
+        &[id_v_n(2, "B", 20), id_v_n(7, "g", 70)],
+    )
+    .unwrap();
+    target
+        .commit(&commit(2, rows, Some(keys(&[1]))))
+        .await
+        .unwrap();
+    let text = contents(dir.path(), "SELECT id, v, n FROM t ORDER BY id").await;
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("| "))
+            .collect::<Vec<_>>(),
+        vec!["| id | v | n  |", "| 2  | B | 20 |", "| 7  | g | 70 |"]
+    );
+    // Version 0 created the table, 1 and 2 are the sink's commits: the new column, the rows
+    // and the sink's transaction are one atomic entry, and the delete flag is no column.
+    let entry = log_entry(dir.path(), 2);
+    for action in ["\"metaData\"", "\"add\"", "\"txn\""] {
+        assert!(entry.contains(action), "{action} missing from {entry}");
+    }
+    let metadata = entry
+        .lines()
+        .find(|l| l.starts_with("{\"metaData\""))
+        .unwrap();
+    assert!(metadata.contains("\\\"name\\\":\\\"n\\\""), "{metadata}");
+    assert!(!metadata.contains(DELETE_FLAG), "{metadata}");
+    assert!(
+        !dir.path()
+            .join("_delta_log/00000000000000000003.json")
+            .exists(),
+        "no commit of its own for the column"
+    );
+}
+
 #[tokio::test]
 async fn bad_locations_are_refused() {
     assert!(DeltaTarget::new("postgresql://x/y").is_err());
