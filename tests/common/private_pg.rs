@@ -6,7 +6,7 @@
 //! under root it runs as the `postgres` account.
 #![allow(dead_code)] // Not every test binary stops a server.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// See the module docs; dropping it stops the server at once.
@@ -160,10 +160,6 @@ impl PrivatePostgres {
     /// Rows of `sql` in database `db`, read by psql, `|`-separated, NULL as `NULL`.
     pub fn psql(&self, db: &str, sql: &str) -> Vec<String> {
         super::readers::psql_at(self.port, db, sql)
-    }
-
-    pub fn data_dir(&self) -> &Path {
-        self.data.path()
     }
 }
 
