@@ -218,10 +218,13 @@ async fn round(srv: &Server, n: u64, seed: u64) -> (Injected, u64) {
     let (end, _) = current_position(&mut root_conn(&guard).await, Flavor::MariaDb)
         .await
         .unwrap();
-    tokio::time::timeout(ROUND_GUARD, engine.source(&name).unwrap().wait_for(&end))
-        .await
-        .unwrap_or_else(|_| panic!("round {n}: the source never caught up"))
-        .unwrap_or_else(|e| panic!("round {n}: the source stopped: {e}"));
+    let caught_up =
+        tokio::time::timeout(ROUND_GUARD, engine.source(&name).unwrap().wait_for(&end)).await;
+    let Ok(caught_up) = caught_up else {
+        let sources = query(&engine, "SELECT * FROM cdc.sources").await;
+        panic!("round {n}: the source never caught up to {end}: {sources:?}");
+    };
+    caught_up.unwrap_or_else(|e| panic!("round {n}: the source stopped: {e}"));
     check(&guard, &engine, &name, &db).await;
     let retries = engine.source(&name).unwrap().status().retries;
     (injected, retries)
