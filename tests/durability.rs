@@ -381,22 +381,16 @@ async fn check_sinks(
     for sink in ["pg_copy", "pg_log", "lake", "lake_log", "files"] {
         sink_caught_up(engine, "crash", sink).await;
     }
-    let rows: Vec<String> = query(
+    let rows: Vec<String> = lines(
         engine,
         &format!("SELECT CAST(id AS VARCHAR) || '|' || CAST(k AS VARCHAR) || '|' || COALESCE(v, 'NULL') || '|' || COALESCE(CAST(n AS VARCHAR), 'NULL') AS line FROM crash.{db}.t ORDER BY id"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
-    let log: Vec<String> = query(
+    .await;
+    let log: Vec<String> = lines(
         engine,
         &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) AS line FROM crash.{db}.\"t$changelog\" ORDER BY _position"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
+    .await;
     assert_eq!(
         psql(pg, "SELECT id, k, v, n FROM t_copy ORDER BY id"),
         rows,

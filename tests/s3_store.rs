@@ -21,7 +21,7 @@ use cdcfusion::engine::{Engine, EngineOptions};
 use cdcfusion::source::connect::current_position;
 use common::durable::*;
 use common::http_faults::{Fault, HttpFaults};
-use common::readers::{python_delta, sink_caught_up};
+use common::readers::{delta_table_rows, python_delta, sink_caught_up};
 use common::*;
 use mysql_async::prelude::Queryable;
 use object_store::aws::AmazonS3Builder;
@@ -461,6 +461,16 @@ async fn wait_state(engine: &Engine, sink: &str, want: &str) {
     }
 }
 
+/// The rows of Delta table `lake/<table>` on `moto`, read by Python `deltalake` straight
+/// from the server (see [`delta_table_rows`]).
+fn moto_delta_rows(moto: &Moto, table: &str, columns: &str, order: &str) -> Vec<String> {
+    let options = format!(
+        "{{'AWS_ENDPOINT_URL': {:?}, 'AWS_ALLOW_HTTP': 'true', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1'}}",
+        moto.endpoint()
+    );
+    delta_table_rows(&format!("s3://lake/{table}"), &options, columns, order)
+}
+
 /// The text of every file under `prefix` of `bucket` (a Delta log's JSON commits), read
 /// straight from the server.
 async fn delta_log_text(moto: &Moto, bucket: &str, prefix: &str) -> String {
@@ -612,30 +622,18 @@ async fn sinks_on_s3_retry_an_unreachable_store_and_catch_up_exactly() {
         orphans.len()
     );
 
-    let rows: Vec<String> = query(
+    let rows: Vec<String> = lines(
         &engine,
         &format!("SELECT CAST(id AS VARCHAR) || '|' || v || '|' || CAST(n AS VARCHAR) AS line FROM s3k.{db}.t ORDER BY id"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
-    let log: Vec<String> = query(
+    .await;
+    let log: Vec<String> = lines(
         &engine,
         &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) || '|' || v AS line FROM s3k.{db}.\"t$changelog\" ORDER BY _position"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
+    .await;
     let endpoint = moto.endpoint();
-    let delta = python_delta(&format!(
-        "from deltalake import DeltaTable\n\
-         o = {{'AWS_ENDPOINT_URL': {endpoint:?}, 'AWS_ALLOW_HTTP': 'true', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1'}}\n\
-         t = DeltaTable('s3://lake/copy', storage_options=o).to_pyarrow_table().to_pylist()\n\
-         t.sort(key=lambda r: r['id'])\n\
-         for r in t:\n    print(f\"{{r['id']}}|{{r['v']}}|{{r['n']}}\")\n"
-    ));
+    let delta = moto_delta_rows(&moto, "copy", "id,v,n", "r['id']");
     assert_eq!(delta, rows, "the Delta table on S3 equals the source");
     let parquet = python_delta(&format!(
         "import pyarrow.parquet as pq, pyarrow.fs as fs\n\
@@ -802,39 +800,23 @@ async fn sigkill_between_delta_data_files_and_their_commit_loses_and_doubles_not
     common::workload::check(srv, &engine, "s3c", db).await;
     sink_caught_up(&engine, "s3c", "copy").await;
     sink_caught_up(&engine, "s3c", "log").await;
-    let rows: Vec<String> = query(
+    let rows: Vec<String> = lines(
         &engine,
         &format!("SELECT CAST(id AS VARCHAR) || '|' || CAST(k AS VARCHAR) || '|' || COALESCE(v, 'NULL') || '|' || COALESCE(CAST(n AS VARCHAR), 'NULL') AS line FROM s3c.{db}.t ORDER BY id"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
-    let changes: Vec<String> = query(
+    .await;
+    let changes: Vec<String> = lines(
         &engine,
         &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) AS line FROM s3c.{db}.\"t$changelog\" ORDER BY _position"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
-    let endpoint = moto.endpoint();
-    let read = |table: &str, columns: &str, order: &str| {
-        python_delta(&format!(
-            "from deltalake import DeltaTable\n\
-             o = {{'AWS_ENDPOINT_URL': {endpoint:?}, 'AWS_ALLOW_HTTP': 'true', 'AWS_ACCESS_KEY_ID': 'test', 'AWS_SECRET_ACCESS_KEY': 'test', 'AWS_REGION': 'us-east-1'}}\n\
-             t = DeltaTable('s3://lake/{table}', storage_options=o).to_pyarrow_table().to_pylist()\n\
-             t.sort(key=lambda r: {order})\n\
-             for r in t:\n    print('|'.join('NULL' if r[c] is None else str(r[c]) for c in {columns:?}.split(',')))\n"
-        ))
-    };
+    .await;
     assert_eq!(
-        read("copy", "id,k,v,n", "r['id']"),
+        moto_delta_rows(&moto, "copy", "id,k,v,n", "r['id']"),
         rows,
         "the Delta upsert table equals the source"
     );
     assert_eq!(
-        read("log", "_position,_op,id", "r['_position'].encode()"),
+        moto_delta_rows(&moto, "log", "_position,_op,id", "r['_position'].encode()"),
         changes,
         "the Delta changelog table holds every change once"
     );

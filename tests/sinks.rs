@@ -204,14 +204,11 @@ async fn a_parquet_sink_holds_every_change_once_across_crashes() {
     ));
     assert_eq!(days.len(), 1);
 
-    let expected_even: Vec<String> = query(
+    let expected_even: Vec<String> = lines(
         &engine,
         &format!("SELECT _position || '|' || _op || '|' || CAST(id AS VARCHAR) || '|' || COALESCE(upper(v), 'NULL') AS line FROM pq.{db}.\"t$changelog\" WHERE id % 2 = 0 ORDER BY _position"),
     )
-    .await
-    .into_iter()
-    .map(|r| r.trim_start_matches("line=").to_string())
-    .collect();
+    .await;
     let written_even = duckdb(&format!(
         "SELECT _position, _op, key, shout FROM read_parquet('{}/**/*.parquet') ORDER BY _position",
         even.display()
@@ -464,15 +461,6 @@ async fn queries_a_sink_cannot_maintain_are_refused_and_sinks_pause_and_resume()
         .await
         .is_empty());
     engine.sql("DROP SOURCE rf").await.unwrap();
-}
-
-/// The rows of `select` (one `line` column) in the engine, in order.
-async fn lines(engine: &Engine, select: &str) -> Vec<String> {
-    query(engine, select)
-        .await
-        .into_iter()
-        .map(|r| r.trim_start_matches("line=").to_string())
-        .collect()
 }
 
 /// Rounds 0–2 of `changes` with `sinks` caught up; then a crash (the engine dropped without a

@@ -181,6 +181,15 @@ pub async fn sync_source(engine: &cdcfusion::engine::Engine, source: &str) {
     }
 }
 
+/// The rows of `select` (one `line` column) on `engine`, in order.
+pub async fn lines(engine: &cdcfusion::engine::Engine, select: &str) -> Vec<String> {
+    query(engine, select)
+        .await
+        .into_iter()
+        .map(|r| r.trim_start_matches("line=").to_string())
+        .collect()
+}
+
 /// The rows a query on `engine` returns, one string per row (panics naming the query).
 pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String> {
     query_reading(engine, sql, false).await

@@ -131,15 +131,25 @@ pub fn python_delta(script: &str) -> Vec<String> {
     python("python deltalake", deps, script)
 }
 
-/// Prints the rows of the Delta table at `path`, columns `columns`, sorted by `order`, as
-/// `|`-separated lines (NULL as `NULL`).
+/// The rows of the Delta table at `path`, columns `columns`, sorted by `order` (a Python
+/// expression of row `r`), as `|`-separated lines (NULL as `NULL`).
 pub fn delta_rows(path: &std::path::Path, columns: &str, order: &str) -> Vec<String> {
+    delta_table_rows(&path.display().to_string(), "{}", columns, order)
+}
+
+/// [`delta_rows`] of the table at `uri` (e.g. `s3://bucket/table`), opened with
+/// `storage_options` (a Python dict literal).
+pub fn delta_table_rows(
+    uri: &str,
+    storage_options: &str,
+    columns: &str,
+    order: &str,
+) -> Vec<String> {
     python_delta(&format!(
         "from deltalake import DeltaTable\n\
-         t = DeltaTable({path:?}).to_pyarrow_table().to_pylist()\n\
+         t = DeltaTable({uri:?}, storage_options={storage_options}).to_pyarrow_table().to_pylist()\n\
          t.sort(key=lambda r: {order})\n\
          for r in t:\n    print('|'.join('NULL' if r[c] is None else str(r[c]) for c in {columns:?}.split(',')))\n",
-        path = path.display().to_string(),
     ))
 }
 
