@@ -748,6 +748,63 @@ async fn a_ddl_during_the_snapshot_reads_again_only_the_chunks_it_touched() {
     }
 }
 
+/// A DDL between the moment a capture's schemas were read and the start of its snapshot (the
+/// engine reads them, then plans the chunks, then starts): the capture must not start under
+/// the schemas from before it, since the stream it follows starts after it. It either starts
+/// under the new schema or refuses with `SchemaChangedDuringSnapshot` (the engine then starts
+/// the snapshot over). An engine started the usual way under the same DDL storm keeps up.
+#[tokio::test]
+async fn a_ddl_before_the_snapshot_starts_is_not_lost() {
+    use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
+    use cdcfusion::source::connect::ConnectOptions;
+    use cdcfusion::source::error::SourceError;
+    let db = "evo_before";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_40;"
+    ))
+    .await;
+    let connect = ConnectOptions::from_url(&server().cdc_url()).unwrap();
+    let (info, tables) = Capture::matching_tables(&connect, &format!("{db}.*"))
+        .await
+        .unwrap();
+    exec(&format!(
+        "ALTER TABLE {db}.t ADD COLUMN w INT NOT NULL DEFAULT 5;
+         UPDATE {db}.t SET w = 6 WHERE id IN (1, 30)"
+    ))
+    .await;
+    let mut options = CaptureOptions::new(format!("{db}.*"), SnapshotMode::Initial);
+    options.server_id = next_server_id();
+    options.snapshot.window_server_id = next_server_id();
+    options.snapshot.chunk_size = 16;
+    let progress = std::sync::Arc::new(Default::default());
+    let start = Capture::start_resolved(connect.clone(), options, info, tables, progress);
+    match tokio::time::timeout(HANG_GUARD, start).await.unwrap() {
+        Err(SourceError::SchemaChangedDuringSnapshot { table, .. }) => {
+            assert_eq!(table, format!("{db}.t"));
+        }
+        Err(e) => panic!("the capture failed otherwise: {e}"),
+        Ok((capture, _)) => {
+            let names: Vec<&str> = capture.tables()[0]
+                .columns
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            assert_eq!(names, ["id", "v", "w"], "the capture's schema");
+        }
+    }
+    // The engine's start retries such a refusal with the schemas read again.
+    let engine = Engine::new();
+    started(&engine, "eb", db).await;
+    exec(&format!(
+        "ALTER TABLE {db}.t DROP COLUMN v; INSERT INTO {db}.t (id, w) VALUES (41, 7)"
+    ))
+    .await;
+    check_round(&engine, "eb", db, "after the DDL before the start").await;
+}
+
 /// An engine capturing `db.*` as `source`, ready: its snapshot reads chunks of `chunk_size`
 /// rows, `parallelism` at a time, and runs `hook` at each point of each chunk.
 async fn hooked(

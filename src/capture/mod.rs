@@ -30,6 +30,12 @@
 //! a `d` entry per row. A transaction carrying DDL is always a burst of its own
 //! ([`Capture::next_received`]), so no changelog batch mixes entries of two schemas.
 //!
+//! The schemas a snapshot starts under are read again between two binlog positions with no
+//! DDL on a captured table in between, and the stream follows DDL from there: a DDL after the
+//! caller read them (while the snapshot was planned, say) would otherwise be in neither the
+//! schemas nor the statements followed. A schema that changed since refuses the start with
+//! `SchemaChangedDuringSnapshot` ([`reread`]).
+//!
 //! A DDL on a table whose snapshot is not handed over yet makes only the chunks it touched
 //! read again under the new schema; the chunks read before it are converted by the hand-off's
 //! stream like a streaming table ([`reread`]). What that cannot do (a changed chunk key, a
@@ -289,9 +295,9 @@ impl Capture {
         let run = run.ok_or_else(|| {
             SourceError::Internal("a snapshot mode needs a planned snapshot".into())
         })?;
-        // Where the schemas the chunks are read under are known to hold (they were read just
-        // before): a DDL between here and the first chunk's window would otherwise go unseen.
-        let planned_at = capture.position_now(&connect).await?;
+        // Where the schemas the chunks are read under are known to hold: a DDL between there
+        // and the first chunk's window would otherwise go unseen.
+        let planned_at = capture.schemas_hold_at(&connect, &options).await?;
         let settled = capture
             .read_chunks(&connect, &options, &run, &planned_at)
             .await?;

@@ -1,9 +1,10 @@
 //! A DDL during the snapshot: only the chunks it touched are read again.
 //!
 //! # The rule
-//! Every chunk is read under a schema known to hold from a position `S` on: the planning
-//! position for the first reads, the position read just before the server's schema for a
-//! re-read. A chunk of table `T` is *stale* when a statement changing `T` sits at a position
+//! Every chunk is read under a schema known to hold from a position `S` on: for the first
+//! reads, a position the planned schemas are checked at (read again between two positions
+//! with no DDL between them, [`Capture::schemas_hold_at`]), for a re-read the position read
+//! just before the server's schema. A chunk of table `T` is *stale* when a statement changing `T` sits at a position
 //! `P` with `S <= P < HIGH`: its `SELECT` may have named the old columns after the change (a
 //! dropped column fails the read, an added one is missing from it) or its window mixes rows of
 //! two schemas. A chunk whose HIGH is at or before `P` is `T` as it was before the statement:
@@ -300,6 +301,53 @@ impl Capture {
             table: self.tables[t].id.to_string(),
             at: at.clone(),
         }
+    }
+
+    /// A binlog position at which the captured tables' schemas are those the capture was
+    /// given. The caller read them some time before (and planned the snapshot with them), at
+    /// no known position, and the stream follows DDL from the position returned: a DDL in
+    /// between would be missing from the schemas and never followed. So they are read again
+    /// between two positions with no DDL on a captured table in between (tried again when
+    /// there was one), which gives a position they hold at; a table whose schema differs from
+    /// the one given has changed since, and the snapshot starts over under the new one.
+    pub(super) async fn schemas_hold_at(
+        &self,
+        connect: &ConnectOptions,
+        options: &CaptureOptions,
+    ) -> SourceResult<BinlogCoord> {
+        let mut from = self.position_now(connect).await?;
+        let mut storm = None;
+        for _ in 0..MAX_ROUNDS {
+            let mut now = Vec::with_capacity(self.tables.len());
+            let mut conn = connect.connect().await?;
+            for (t, table) in self.tables.iter().enumerate() {
+                match connect.table_schema(&mut conn, &table.id).await {
+                    Ok(schema) => now.push(schema),
+                    Err(SourceError::NoSuchTable(_)) => return Err(self.changed(t, &from)),
+                    Err(e) => return Err(e),
+                }
+            }
+            drop(conn);
+            let to = self.position_now(connect).await?;
+            // A DDL at `from` may or may not be in what was read; one at `to` is not.
+            if to != from {
+                if let Some(ddl) = self.ddl_between(connect, options, &from, &to).await?.pop() {
+                    storm = Some(ddl);
+                    from = to;
+                    continue;
+                }
+            }
+            let changed = self.tables.iter().zip(&now).position(|(given, read)| {
+                given.columns != read.columns || given.primary_key != read.primary_key
+            });
+            return match changed {
+                Some(t) => Err(self.changed(t, &to)),
+                None => Ok(to),
+            };
+        }
+        // DDL faster than the schemas can be read: start over, as a storm of re-reads does.
+        let (t, at) = storm.unwrap_or((0, from));
+        Err(self.changed(t, &at))
     }
 
     /// The server's current binlog position, on a connection of its own.
