@@ -72,7 +72,7 @@ use mysql_async::prelude::Queryable;
 
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
-use crate::change::SourceTransaction;
+use crate::change::{ChangeBatch, SourceTransaction};
 use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, DEFAULT_SERVER_ID};
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
@@ -523,25 +523,65 @@ impl Capture {
         for ddl in &tx.ddl {
             self.apply_ddl(ddl, tx, &mut out)?;
         }
-        for batch in &tx.changes {
-            let Some(&t) = self.index.get(&batch.table.id) else {
-                continue;
-            };
-            if self.is_stopped(t) || self.parked.contains(&t) {
-                continue;
+        out.extend(self.apply_batches(std::slice::from_ref(tx))?);
+        Ok(out)
+    }
+
+    /// The table of `batch` if its changes are to be applied: a captured table, not stopped or
+    /// parked, read under the columns captured; a batch of other columns stops its table at
+    /// `tx`.
+    fn admit(&mut self, tx: &SourceTransaction, batch: &ChangeBatch) -> Option<usize> {
+        let &t = self.index.get(&batch.table.id)?;
+        if self.is_stopped(t) || self.parked.contains(&t) {
+            return None;
+        }
+        self.progress.set_working_on(Some(&batch.table.id));
+        crate::failpoint::hit("capture.apply");
+        if !Arc::ptr_eq(&batch.table, &self.tables[t])
+            && batch.table.columns != self.tables[t].columns
+        {
+            let reason = schema::mismatch(&self.tables[t], &batch.table);
+            self.stop_table(t, reason, tx.start.clone());
+            return None;
+        }
+        Some(t)
+    }
+
+    /// Applies `txs` (read by [`Capture::next_received`], so none carries DDL), in order:
+    /// the state and changelog entries of applying each in turn, with each table's images
+    /// encoded once for the whole burst ([`TableState::apply_many`]). The entries come back in
+    /// position order, as one by one.
+    pub fn apply_burst(&mut self, txs: &[SourceTransaction]) -> SourceResult<Vec<TableChange>> {
+        let out = self.apply_batches(txs)?;
+        if let Some(last) = txs.last() {
+            self.progress.set_position(last.end.clone());
+        }
+        Ok(out)
+    }
+
+    /// The change batches of `txs` applied table by table ([`TableState::apply_many`]), the
+    /// entries in position order.
+    fn apply_batches(&mut self, txs: &[SourceTransaction]) -> SourceResult<Vec<TableChange>> {
+        let mut per_table: std::collections::BTreeMap<
+            usize,
+            Vec<(&SourceTransaction, &ChangeBatch)>,
+        > = std::collections::BTreeMap::new();
+        for tx in txs {
+            for batch in &tx.changes {
+                if let Some(t) = self.admit(tx, batch) {
+                    per_table.entry(t).or_default().push((tx, batch));
+                }
             }
-            self.progress.set_working_on(Some(&batch.table.id));
-            crate::failpoint::hit("capture.apply");
-            if batch.table.columns != self.tables[t].columns {
-                let reason = schema::mismatch(&self.tables[t], &batch.table);
-                self.stop_table(t, reason, tx.start.clone());
-                continue;
-            }
+        }
+        let tables = per_table.len();
+        let mut out = Vec::new();
+        for (t, items) in per_table {
+            self.progress.set_working_on(Some(&self.tables[t].id));
             let mut events = Vec::new();
             self.states[t]
-                .apply_changes(tx, batch, &mut events)
+                .apply_many(&items, &mut events)
                 .map_err(|e| {
-                    SourceError::arrow(format!("applying changes of {}", batch.table.id), e)
+                    SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
                 })?;
             out.extend(
                 events
@@ -550,6 +590,10 @@ impl Capture {
             );
         }
         self.progress.set_working_on(None);
+        if tables > 1 {
+            // `_tx` numbers are handed out in this order.
+            out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
+        }
         Ok(out)
     }
 
@@ -626,13 +670,13 @@ impl Capture {
         }
     }
 
-    /// The next transaction if the events already received complete one, applied; `None` as
-    /// soon as the received events run out. Never waits for the server between events, so a
-    /// caller can gather the transactions that have arrived together and publish them once.
-    /// Events of a transaction only partly received stay with the reader for [`Capture::next`].
-    pub async fn next_received(
-        &mut self,
-    ) -> SourceResult<Option<(SourceTransaction, Vec<TableChange>)>> {
+    /// The next transaction if the events already received complete one, not yet applied
+    /// (see [`Capture::apply_burst`]); `None` as soon as the received events run out, and
+    /// before a transaction that carries DDL. Never waits for the server between events, so a
+    /// caller can gather the transactions that have arrived together, apply them together and
+    /// publish them once. Events of a transaction only partly received stay with the reader
+    /// for [`Capture::next`]; transactions the checkpoint holds are dropped.
+    pub async fn next_received(&mut self) -> SourceResult<Option<SourceTransaction>> {
         loop {
             // A DDL starts a burst of its own: the changes gathered so far are encoded under
             // the schema it may change.
@@ -653,9 +697,11 @@ impl Capture {
                 self.pending = Some(tx);
                 return Ok(None);
             }
-            if let Some(changes) = self.take(&tx).await? {
-                return Ok(Some((tx, changes)));
+            if self.held_already(&tx) {
+                tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
+                continue;
             }
+            return Ok(Some(tx));
         }
     }
 

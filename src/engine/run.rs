@@ -260,18 +260,24 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     versions.send_modify(|v| *v += 1);
     read_again(&published_stops)?;
     while let Some((mut tx, mut changes)) = capture.next().await? {
-        // Transactions that arrived together are applied one by one but appended and published
-        // once, at the last one's end: a version still ends on a transaction boundary, and a
-        // burst of small transactions costs one changelog segment and one version.
+        // Transactions that arrived together are applied together (each table's images
+        // encoded once), appended and published once, at the last one's end: a version still
+        // ends on a transaction boundary, and a burst of small transactions costs one
+        // encoding, one changelog segment and one version.
         let started = std::time::Instant::now();
-        let mut count = 1u64;
-        while count < BURST_TRANSACTIONS && started.elapsed() < BURST_TIME {
-            let Some((next, more)) = capture.next_received().await? else {
+        let mut burst = Vec::new();
+        while (burst.len() as u64) + 1 < BURST_TRANSACTIONS && started.elapsed() < BURST_TIME {
+            let Some(next) = capture.next_received().await? else {
                 break;
             };
-            changes.extend(more);
-            tx = next;
-            count += 1;
+            burst.push(next);
+        }
+        let count = burst.len() as u64 + 1;
+        if !burst.is_empty() {
+            changes.extend(capture.apply_burst(&burst)?);
+        }
+        if let Some(last) = burst.pop() {
+            tx = last;
         }
         // A DDL is a burst of its own (`Capture::next_received`): the changelogs take the new
         // schemas before its entries (a TRUNCATE's) and any later ones are appended.

@@ -70,6 +70,9 @@ pub struct TableState {
     current: Option<CurrentTable>,
 }
 
+/// The most rows [`TableState::apply_many`] encodes in one go; more are applied batch by batch.
+const MAX_ENCODED_TOGETHER: usize = 16 * 1024;
+
 /// The position of snapshot rows read at `high`: before every change of the transaction that
 /// starts at `high` (binlog rows have event index ≥ 1).
 pub fn snapshot_position(high: &BinlogCoord) -> ChangePosition {
@@ -145,6 +148,63 @@ impl TableState {
             .add_chunk(&self.codec, snapshot_position(high), rows)
     }
 
+    /// Applies change batches of several transactions, in the order given: the same state and
+    /// entries as [`Self::apply_changes`] on each in turn. After the hand-off the images of all
+    /// of them are encoded together, so a burst of small transactions pays the row encoding
+    /// once instead of once per transaction.
+    pub fn apply_many(
+        &mut self,
+        items: &[(&SourceTransaction, &ChangeBatch)],
+        out: &mut Vec<ChangelogEvent>,
+    ) -> Result<(), ArrowError> {
+        let rows: usize = items.iter().map(|(_, b)| b.num_rows()).sum();
+        let befores: Vec<&RecordBatch> = items
+            .iter()
+            .filter_map(|(_, b)| b.before.as_ref())
+            .collect();
+        let afters: Vec<&RecordBatch> =
+            items.iter().filter_map(|(_, b)| b.after.as_ref()).collect();
+        let same_schema = |batches: &[&RecordBatch]| {
+            batches
+                .windows(2)
+                .all(|w| w[0].schema_ref() == w[1].schema_ref())
+        };
+        // One transaction gains nothing; many large ones would only copy their rows.
+        if self.current.is_none()
+            || items.len() < 2
+            || rows > MAX_ENCODED_TOGETHER
+            || !same_schema(&befores)
+            || !same_schema(&afters)
+        {
+            for (tx, batch) in items {
+                self.apply_changes(tx, batch, out)?;
+            }
+            return Ok(());
+        }
+        let encode = |batches: &[&RecordBatch]| -> Result<Option<(Rows, Rows)>, ArrowError> {
+            match batches.first() {
+                None => Ok(None),
+                Some(first) => {
+                    let all = concat_batches(first.schema_ref(), batches.iter().copied())?;
+                    self.codec.encode(&all).map(Some)
+                }
+            }
+        };
+        let before = encode(&befores)?;
+        let after = encode(&afters)?;
+        let keyless = self.codec.keyless();
+        let current = self.current.as_mut().expect("checked above");
+        apply_streaming(
+            current,
+            keyless,
+            items,
+            before.as_ref(),
+            after.as_ref(),
+            out,
+        );
+        Ok(())
+    }
+
     /// Applies the rows of one change batch of `tx`.
     pub fn apply_changes(
         &mut self,
@@ -164,11 +224,11 @@ impl TableState {
             .transpose()?;
         let keyless = self.codec.keyless();
         if let Some(current) = self.current.as_mut() {
+            let items = [(tx, batch)];
             apply_streaming(
                 current,
                 keyless,
-                tx,
-                batch,
+                &items,
                 before.as_ref(),
                 after.as_ref(),
                 out,
@@ -407,14 +467,35 @@ impl TableState {
 }
 
 /// Applies changes after the hand-off: every change is newer than anything stored, so no
-/// version is compared and the binlog's own images say everything.
+/// version is compared and the binlog's own images say everything. `before` and `after` hold
+/// the encoded images of every batch of `items`, in order.
 fn apply_streaming(
+    current: &mut CurrentTable,
+    keyless: bool,
+    items: &[(&SourceTransaction, &ChangeBatch)],
+    before: Option<&(Rows, Rows)>,
+    after: Option<&(Rows, Rows)>,
+    out: &mut Vec<ChangelogEvent>,
+) {
+    let mut offsets = (0, 0);
+    for (tx, batch) in items {
+        apply_streaming_batch(current, keyless, tx, batch, before, after, offsets, out);
+        offsets.0 += batch.before.as_ref().map_or(0, RecordBatch::num_rows);
+        offsets.1 += batch.after.as_ref().map_or(0, RecordBatch::num_rows);
+    }
+}
+
+/// [`apply_streaming`] of one batch, whose rows are those of `before` and `after` from
+/// `offsets` (before, after) on.
+#[allow(clippy::too_many_arguments)]
+fn apply_streaming_batch(
     current: &mut CurrentTable,
     keyless: bool,
     tx: &SourceTransaction,
     batch: &ChangeBatch,
-    before: Option<&(arrow::row::Rows, arrow::row::Rows)>,
-    after: Option<&(arrow::row::Rows, arrow::row::Rows)>,
+    before: Option<&(Rows, Rows)>,
+    after: Option<&(Rows, Rows)>,
+    offsets: (usize, usize),
     out: &mut Vec<ChangelogEvent>,
 ) {
     for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
@@ -434,8 +515,16 @@ fn apply_streaming(
                 after,
             }
         };
-        let old = before.map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
-        let new = after.map(|(k, r)| (k.row(i).owned(), r.row(i).owned()));
+        let old = batch
+            .before
+            .as_ref()
+            .and(before)
+            .map(|(k, r)| (k.row(offsets.0 + i).owned(), r.row(offsets.0 + i).owned()));
+        let new = batch
+            .after
+            .as_ref()
+            .and(after)
+            .map(|(k, r)| (k.row(offsets.1 + i).owned(), r.row(offsets.1 + i).owned()));
         match (old, new) {
             (Some((ok, orow)), Some((nk, nrow))) if ok == nk && !keyless => {
                 current.put(nk.as_ref(), Some((Arc::new(nrow.clone()), 1)));
@@ -576,6 +665,133 @@ mod tests {
                 ((3, "c".to_string()), 8)
             ]
         );
+    }
+
+    /// A random transaction of one to three batches over the rows `model` holds (keyed by
+    /// `id`, or keyless with `v` telling copies apart); `model` follows it.
+    fn random_transaction(
+        codec: &RowCodec,
+        model: &mut Vec<(i32, String)>,
+        rng: &mut rand::rngs::StdRng,
+        offset: u64,
+        next_id: &mut i32,
+    ) -> SourceTransaction {
+        use rand::Rng;
+        let keyed = !codec.keyless();
+        let table = Arc::clone(codec.schema());
+        let mut changes = Vec::new();
+        for event in 0..rng.random_range(1..=3u32) {
+            let pick = |rng: &mut rand::rngs::StdRng, model: &Vec<(i32, String)>| {
+                (!model.is_empty()).then(|| rng.random_range(0..model.len()))
+            };
+            let value = format!("v{}", rng.random_range(0..4));
+            let (op, before, after) = match (rng.random_range(0..5), pick(rng, model)) {
+                (0, _) | (_, None) => {
+                    // One or two new rows (keyless: possibly a copy of an existing one).
+                    let n = rng.random_range(1..=2);
+                    let rows: Vec<(i32, String)> = (0..n)
+                        .map(|_| {
+                            *next_id += 1;
+                            let id = if keyed { *next_id } else { *next_id % 3 };
+                            (id, value.clone())
+                        })
+                        .collect();
+                    model.extend(rows.iter().cloned());
+                    (Op::Insert, vec![], rows)
+                }
+                (1, Some(i)) => {
+                    let old = model.remove(i);
+                    (Op::Delete, vec![old], vec![])
+                }
+                (2, Some(i)) if keyed => {
+                    // The key changes.
+                    *next_id += 1;
+                    let old = model[i].clone();
+                    model[i] = (*next_id, old.1.clone());
+                    (Op::Update, vec![old], vec![model[i].clone()])
+                }
+                (_, Some(i)) => {
+                    let old = model[i].clone();
+                    model[i].1 = value;
+                    (Op::Update, vec![old], vec![model[i].clone()])
+                }
+            };
+            let image = |rows: &[(i32, String)]| {
+                let refs: Vec<(i32, &str)> = rows.iter().map(|(i, v)| (*i, v.as_str())).collect();
+                (!rows.is_empty()).then(|| batch(codec, &refs))
+            };
+            let n = before.len().max(after.len()) as u32;
+            changes.push(ChangeBatch {
+                table: Arc::clone(&table),
+                op,
+                before: image(&before),
+                after: image(&after),
+                index: (0..n).map(|r| (event + 1, r)).collect(),
+            });
+        }
+        SourceTransaction {
+            start: at(offset),
+            end: at(offset + 1),
+            gtid: None,
+            commit_ts_micros: offset as i64,
+            changes,
+            ddl: Vec::new(),
+        }
+    }
+
+    /// Bursts applied with `apply_many` give the state and entries of each transaction
+    /// applied by itself: repeated changes of a key, key changes, deletes and inserts of one
+    /// key within a burst, keyless copies.
+    #[test]
+    fn a_burst_applied_together_equals_its_transactions_one_by_one() {
+        use rand::{Rng, SeedableRng};
+        for keyed in [true, false] {
+            let c = codec(keyed);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(7 + u64::from(keyed));
+            let start: Vec<(i32, String)> = (1..=5).map(|i| (i, "s".to_string())).collect();
+            let mut model = start.clone();
+            let mut next_id = 100;
+            let txs: Vec<SourceTransaction> = (0..400)
+                .map(|i| random_transaction(&c, &mut model, &mut rng, 1000 + 10 * i, &mut next_id))
+                .collect();
+            let streaming = || {
+                let mut state = TableState::new(Arc::clone(c.schema())).unwrap();
+                let refs: Vec<(i32, &str)> = start.iter().map(|(i, v)| (*i, v.as_str())).collect();
+                state.apply_snapshot(&at(10), batch(&c, &refs)).unwrap();
+                state.finish_handoff().unwrap();
+                state
+            };
+            let mut one_by_one = streaming();
+            let mut expected = Vec::new();
+            for tx in &txs {
+                for b in &tx.changes {
+                    one_by_one.apply_changes(tx, b, &mut expected).unwrap();
+                }
+            }
+            let mut together = streaming();
+            let mut events = Vec::new();
+            let mut rest = &txs[..];
+            while !rest.is_empty() {
+                let n = rng.random_range(1..=rest.len().min(40));
+                let items: Vec<(&SourceTransaction, &ChangeBatch)> = rest[..n]
+                    .iter()
+                    .flat_map(|tx| tx.changes.iter().map(move |b| (tx, b)))
+                    .collect();
+                together.apply_many(&items, &mut events).unwrap();
+                rest = &rest[n..];
+            }
+            assert_eq!(events, expected, "keyed: {keyed}");
+            assert_eq!(
+                ids(&[together.to_batch().unwrap()]),
+                ids(&[one_by_one.to_batch().unwrap()])
+            );
+            model.sort();
+            assert_eq!(
+                ids(&[together.to_batch().unwrap()]),
+                model,
+                "keyed: {keyed}"
+            );
+        }
     }
 
     fn batch_w(schema: &Arc<TableSchema>, id: i32) -> RecordBatch {
