@@ -4,8 +4,8 @@
 //! Every chunk is read under a schema known to hold from a position `S` on: for the first
 //! reads, a position the planned schemas are checked at (read again between two positions
 //! with no DDL between them, [`Capture::schemas_hold_at`]), for a re-read the position read
-//! just before the server's schema. A chunk of table `T` is *stale* when a statement changing `T` sits at a position
-//! `P` with `S <= P < HIGH`: its `SELECT` may have named the old columns after the change (a
+//! just before the server's schema. A chunk of table `T` is *stale* when a statement changing
+//! `T` sits at a position `P` with `S <= P < HIGH`: its `SELECT` may have named the old columns after the change (a
 //! dropped column fails the read, an added one is missing from it) or its window mixes rows of
 //! two schemas. A chunk whose HIGH is at or before `P` is `T` as it was before the statement:
 //! it is applied before the hand-off like any chunk, and the stream converts it at `P` with the
@@ -315,11 +315,12 @@ impl Capture {
         connect: &ConnectOptions,
         options: &CaptureOptions,
     ) -> SourceResult<BinlogCoord> {
-        let mut from = self.position_now(connect).await?;
+        let mut conn = connect.connect().await?;
+        let flavor = self.info.flavor;
+        let mut from = connect.position(&mut conn, flavor).await?.0;
         let mut storm = None;
         for _ in 0..MAX_ROUNDS {
             let mut now = Vec::with_capacity(self.tables.len());
-            let mut conn = connect.connect().await?;
             for (t, table) in self.tables.iter().enumerate() {
                 match connect.table_schema(&mut conn, &table.id).await {
                     Ok(schema) => now.push(schema),
@@ -327,8 +328,7 @@ impl Capture {
                     Err(e) => return Err(e),
                 }
             }
-            drop(conn);
-            let to = self.position_now(connect).await?;
+            let to = connect.position(&mut conn, flavor).await?.0;
             // A DDL at `from` may or may not be in what was read; one at `to` is not.
             if to != from {
                 if let Some(ddl) = self.ddl_between(connect, options, &from, &to).await?.pop() {
