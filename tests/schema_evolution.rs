@@ -752,7 +752,8 @@ async fn a_ddl_during_the_snapshot_reads_again_only_the_chunks_it_touched() {
 /// engine reads them, then plans the chunks, then starts): the capture must not start under
 /// the schemas from before it, since the stream it follows starts after it. It either starts
 /// under the new schema or refuses with `SchemaChangedDuringSnapshot` (the engine then starts
-/// the snapshot over). An engine started the usual way under the same DDL storm keeps up.
+/// the snapshot over; the random tests below hit that). Then an engine captures the table and
+/// follows a later DDL.
 #[tokio::test]
 async fn a_ddl_before_the_snapshot_starts_is_not_lost() {
     use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
@@ -795,7 +796,6 @@ async fn a_ddl_before_the_snapshot_starts_is_not_lost() {
             assert_eq!(names, ["id", "v", "w"], "the capture's schema");
         }
     }
-    // The engine's start retries such a refusal with the schemas read again.
     let engine = Engine::new();
     started(&engine, "eb", db).await;
     exec(&format!(
