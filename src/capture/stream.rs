@@ -64,8 +64,10 @@ impl Capture {
 
     /// Applies `txs` (read by [`Capture::next_received`], so none carries DDL), in order:
     /// the state and changelog entries of applying each in turn, with each table's images
-    /// encoded once for the whole burst ([`TableState::apply_many`](crate::state::merge::TableState::apply_many)). The entries come back in
-    /// position order, as one by one.
+    /// encoded once for the whole burst ([`TableState::apply_many`]). The entries come back
+    /// in position order, as one by one.
+    ///
+    /// [`TableState::apply_many`]: crate::state::merge::TableState::apply_many
     pub fn apply_burst(&mut self, txs: &[SourceTransaction]) -> SourceResult<Vec<TableChange>> {
         let out = self.apply_batches(txs)?;
         if let Some(last) = txs.last() {
@@ -74,7 +76,7 @@ impl Capture {
         Ok(out)
     }
 
-    /// The change batches of `txs` applied table by table ([`TableState::apply_many`](crate::state::merge::TableState::apply_many)), the
+    /// The change batches of `txs` applied table by table (`TableState::apply_many`), the
     /// entries in position order.
     fn apply_batches(&mut self, txs: &[SourceTransaction]) -> SourceResult<Vec<TableChange>> {
         let mut per_table: std::collections::BTreeMap<
