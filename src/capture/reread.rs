@@ -5,13 +5,13 @@
 //! reads, a position the planned schemas are checked at (read again between two positions
 //! with no DDL between them, [`Capture::schemas_hold_at`]), for a re-read the position read
 //! just before the server's schema. A chunk of table `T` is *stale* when a statement changing
-//! `T` sits at a position `P` with `S <= P < HIGH`: its `SELECT` may have named the old columns after the change (a
-//! dropped column fails the read, an added one is missing from it) or its window mixes rows of
-//! two schemas. A chunk whose HIGH is at or before `P` is `T` as it was before the statement:
+//! `T` sits at a position `P` with `S <= P < HIGH`: its `SELECT` may have named the old
+//! columns after the change (a dropped column fails the read, an added one is missing from
+//! it) or its window mixes rows of two schemas. A chunk whose HIGH is at or before `P` is `T` as it was before the statement:
 //! it is applied before the hand-off like any chunk, and the stream converts it at `P` with the
 //! rest of the state (`TableState::evolve`), exactly as it converts a streaming table.
 //!
-//! Once the chunks are read, a statement-only scan of the binlog from the planning position
+//! Once the chunks are read, a statement-only scan of the binlog from that first `S`
 //! to the server's current position finds every DDL on a captured table. The stale chunks,
 //! and the chunks whose read a DDL broke, are read again under the server's schema, and the
 //! scan goes on to the new current position, until no chunk is stale. A table whose chunk key
