@@ -138,7 +138,7 @@ async fn apply(
     for round in 0..=rounds {
         let cpu = common::cpu_seconds(me);
         let (events, raw) = raw_read(&server.cdc_url(), from, to).await;
-        raw_cpu.push((common::cpu_seconds(me) - cpu) / changes as f64);
+        let raw_cpu_per_change = (common::cpu_seconds(me) - cpu) / changes as f64;
         assert_eq!(
             events, changes,
             "the raw read saw one rows event per change"
@@ -147,7 +147,7 @@ async fn apply(
         let cpu = common::cpu_seconds(me);
         let server_id = ENGINE_SERVER_ID + round as u32;
         let (applied, ours, versions) = engine_apply(server, server_id, from, to).await;
-        our_cpu.push((common::cpu_seconds(me) - cpu) / changes as f64);
+        let our_cpu_per_change = (common::cpu_seconds(me) - cpu) / changes as f64;
         assert_eq!(applied, changes, "the engine published every change");
 
         let (a, b) = (rate(changes, raw), rate(changes, ours));
@@ -159,10 +159,10 @@ async fn apply(
             changes as f64 / versions.max(1) as f64
         );
         if round == 0 {
-            raw_cpu.clear();
-            our_cpu.clear();
             continue;
         }
+        raw_cpu.push(raw_cpu_per_change);
+        our_cpu.push(our_cpu_per_change);
         raw_rates.push(a);
         our_rates.push(b);
         ratios.push(b / a);

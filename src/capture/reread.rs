@@ -7,9 +7,10 @@
 //! just before the server's schema. A chunk of table `T` is *stale* when a statement changing
 //! `T` sits at a position `P` with `S <= P < HIGH`: its `SELECT` may have named the old
 //! columns after the change (a dropped column fails the read, an added one is missing from
-//! it) or its window mixes rows of two schemas. A chunk whose HIGH is at or before `P` is `T` as it was before the statement:
-//! it is applied before the hand-off like any chunk, and the stream converts it at `P` with the
-//! rest of the state (`TableState::evolve`), exactly as it converts a streaming table.
+//! it) or its window mixes rows of two schemas. A chunk whose HIGH is at or before `P` is `T`
+//! as it was before the statement: it is applied before the hand-off like any chunk, and the
+//! stream converts it at `P` with the rest of the state (`TableState::evolve`), exactly as it
+//! converts a streaming table.
 //!
 //! Once the chunks are read, a statement-only scan of the binlog from that first `S`
 //! to the server's current position finds every DDL on a captured table. The stale chunks,
@@ -142,10 +143,10 @@ impl Capture {
                 return Err(self.changed(t, &scanned));
             }
             // The position first: the schema read after it holds from there on.
-            let since = self.position_now(connect).await?;
+            let mut conn = connect.connect().await?;
+            let since = connect.position(&mut conn, self.info.flavor).await?.0;
             let tables: BTreeSet<usize> = again.iter().map(|(t, _)| *t).collect();
             let mut schemas = Vec::with_capacity(tables.len());
-            let mut conn = connect.connect().await?;
             for t in tables {
                 match connect.table_schema(&mut conn, &self.tables[t].id).await {
                     Ok(schema) => schemas.push((t, Arc::new(schema))),
