@@ -112,7 +112,7 @@ use arrow::datatypes::{
 };
 use cdcfusion::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use cdcfusion::change::schema::{Charset, ColumnKind, TableId, TableSchema};
-use cdcfusion::change::{ChangeBatch, Op, SourceTransaction};
+use cdcfusion::change::{ChangeBatch, Op, SourceTransaction, TransactionRun};
 use cdcfusion::source::binlog::rows::builtin_collations;
 use cdcfusion::source::binlog::{Assembler, TableFilter, SYSTEM_DATABASES};
 use cdcfusion::source::SourceError;
@@ -496,6 +496,9 @@ async fn mysql_binlog_fixtures_decode_like_mysql_common() {
                 }
             }
         }
+        if matches!(case.outcome, Outcome::Clean) {
+            p.extend(check_runs(case.file, &data, &all.txs).await);
+        }
         json_unchecked += all.json_unchecked.len();
         for note in &all.json_unchecked {
             println!(
@@ -525,6 +528,104 @@ async fn mysql_binlog_fixtures_decode_like_mysql_common() {
         problems.len(),
         problems.join("\n")
     );
+}
+
+/// The file read again by an assembler gathering runs, cut after every third transaction:
+/// expanded per transaction, its runs must give exactly `txs`, the transactions read one by
+/// one (DDL ones stay outside the runs).
+async fn check_runs(name: &str, data: &[u8], txs: &[SourceTransaction]) -> Vec<String> {
+    let Ok(mut file) = BinlogFile::new(BinlogVersion::Version4, data) else {
+        return vec!["runs: the file does not open".into()];
+    };
+    let mut asm: Option<Assembler> = None;
+    let mut got: Vec<SourceTransaction> = Vec::new();
+    let expand = |run: TransactionRun, got: &mut Vec<SourceTransaction>| {
+        let first = got.len();
+        got.extend(run.txs);
+        for change in &run.changes {
+            for (t, row, len) in change.segments() {
+                got[first + t].changes.push(change.batch.slice(row, len));
+            }
+        }
+    };
+    while let Some(Ok(event)) = file.next() {
+        let asm = asm.get_or_insert_with(|| {
+            let checksums = matches!(
+                event.footer().get_checksum_alg(),
+                Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32))
+            );
+            let start = StartPosition::Coord(BinlogCoord::new(name, 4));
+            Assembler::new(start, checksums, accept_all(), builtin_collations())
+                .with_unnamed_columns()
+                .with_file(name)
+        });
+        // As mysql_async does: a transaction payload is followed by the events inside it.
+        let mut inner = Vec::new();
+        if let Ok(Some(EventData::TransactionPayloadEvent(tpe))) = event.read_data() {
+            let Ok(mut payload) = tpe.decompressed() else {
+                return vec!["runs: a payload does not decompress".into()];
+            };
+            while let Ok(Some(e)) = file.reader_mut().read_decompressed(&mut payload) {
+                inner.push(e);
+            }
+        }
+        for event in std::iter::once(event).chain(inner) {
+            asm.begin_run();
+            let ddl = match asm.handle_event(&event, None).await {
+                Ok(ddl) => ddl,
+                Err(e) => return vec![format!("runs: {e}")],
+            };
+            if ddl.is_some() || asm.run_len() == 3 {
+                match asm.end_run() {
+                    Ok(run) => run.into_iter().for_each(|run| expand(run, &mut got)),
+                    Err(e) => return vec![format!("runs: {e}")],
+                }
+            }
+            got.extend(ddl);
+        }
+    }
+    match asm.as_mut().map(Assembler::end_run).transpose() {
+        Ok(run) => run
+            .flatten()
+            .into_iter()
+            .for_each(|run| expand(run, &mut got)),
+        Err(e) => return vec![format!("runs: {e}")],
+    }
+    let spell = |txs: &[SourceTransaction]| -> Vec<String> {
+        txs.iter()
+            .map(|tx| {
+                let changes: Vec<String> = tx
+                    .changes
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{} {:?} {:?} {:?} {:?}",
+                            c.table.id, c.op, c.index, c.before, c.after
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{}..{} {:?} {} {changes:?} {:?}",
+                    tx.start, tx.end, tx.gtid, tx.commit_ts_micros, tx.ddl
+                )
+            })
+            .collect()
+    };
+    let (want, have) = (spell(txs), spell(&got));
+    if let Some(i) = want.iter().zip(&have).position(|(a, b)| a != b) {
+        return vec![format!(
+            "runs: transaction {i} differs:\n  one by one {}\n  from runs  {}",
+            want[i], have[i]
+        )];
+    }
+    if want.len() != have.len() {
+        return vec![format!(
+            "runs: {} transactions, one by one {}",
+            have.len(),
+            want.len()
+        )];
+    }
+    Vec::new()
 }
 
 /// The JSON oracle itself: mysql_common's reading of `json-opaque.binlog`, converted by

@@ -27,8 +27,9 @@
 //! A statement in the binlog that changes a captured table outside row events (`source::ddl`)
 //! is followed where its effect is exact (`source::evolve`, see [`schema`]): the table's state
 //! is converted to its new schema at the statement's position, or emptied by a `TRUNCATE` with
-//! a `d` entry per row. A transaction carrying DDL is always a burst of its own
-//! ([`Capture::next_received`]), so no changelog batch mixes entries of two schemas.
+//! a `d` entry per row. A transaction carrying DDL is never part of a run of transactions
+//! applied together ([`Capture::next_run`]), so no changelog batch mixes entries of two
+//! schemas.
 //!
 //! The schemas a snapshot starts under are read again between two binlog positions with no
 //! DDL on a captured table in between, and the stream follows DDL from there: a DDL after the

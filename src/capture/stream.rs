@@ -1,17 +1,17 @@
-//! The stream after the hand-off: reading transactions, one at a time or as a burst of those
+//! The stream after the hand-off: reading transactions, one at a time or as a run of those
 //! already received, and applying them to the tables' states.
 //!
 //! # Invariant
 //! Transactions are applied in binlog order, each exactly once: one the checkpoint already
-//! holds (starting before the resume position) is dropped, and a burst's entries come back in
+//! holds (starting before the resume position) is dropped, and a run's entries come back in
 //! position order, as if its transactions had been applied one by one. A transaction carrying
-//! DDL is never part of a burst, so a burst's batches of a table share one schema.
+//! DDL is never part of a run, so a run's batches of a table share one schema.
 
 use std::sync::Arc;
 
 use super::{schema, Capture, TableChange};
 use crate::change::position::BinlogCoord;
-use crate::change::{ChangeBatch, SourceTransaction};
+use crate::change::{ChangeBatch, RunBatch, SourceTransaction, TransactionRun};
 use crate::source::binlog::BinlogReader;
 use crate::source::error::{SourceError, SourceResult};
 
@@ -62,15 +62,45 @@ impl Capture {
         Some(t)
     }
 
-    /// Applies `txs` (read by [`Capture::next_received`], so none carries DDL), in order:
-    /// the state and changelog entries of applying each in turn, with each table's images
-    /// encoded once for the whole burst ([`TableState::apply_many`]). The entries come back
-    /// in position order, as one by one.
+    /// Applies a run read by [`Capture::next_run`] (so no transaction of it carries DDL): the
+    /// state and changelog entries of applying its transactions in turn, each table's batches
+    /// encoded once for the whole run ([`TableState::apply_run`]). The entries come back in
+    /// position order, as one by one.
     ///
-    /// [`TableState::apply_many`]: crate::state::merge::TableState::apply_many
-    pub fn apply_burst(&mut self, txs: &[SourceTransaction]) -> SourceResult<Vec<TableChange>> {
-        let out = self.apply_batches(txs)?;
-        if let Some(last) = txs.last() {
+    /// [`TableState::apply_run`]: crate::state::merge::TableState::apply_run
+    pub fn apply_run(&mut self, run: &TransactionRun) -> SourceResult<Vec<TableChange>> {
+        let mut per_table: std::collections::BTreeMap<usize, Vec<&RunBatch>> =
+            std::collections::BTreeMap::new();
+        for change in &run.changes {
+            let Some(tx) = change.tx.first().and_then(|&t| run.txs.get(t as usize)) else {
+                continue;
+            };
+            if let Some(t) = self.admit(tx, &change.batch) {
+                per_table.entry(t).or_default().push(change);
+            }
+        }
+        let tables = per_table.len();
+        let mut out = Vec::new();
+        for (t, batches) in per_table {
+            self.progress.set_working_on(Some(&self.tables[t].id));
+            let mut events = Vec::new();
+            self.states[t]
+                .apply_run(&run.txs, &batches, &mut events)
+                .map_err(|e| {
+                    SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
+                })?;
+            out.extend(
+                events
+                    .into_iter()
+                    .map(|event| TableChange { table: t, event }),
+            );
+        }
+        self.progress.set_working_on(None);
+        if tables > 1 {
+            // `_tx` numbers are handed out in this order.
+            out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
+        }
+        if let Some(last) = run.txs.last() {
             self.progress.set_position(last.end.clone());
         }
         Ok(out)
@@ -131,39 +161,38 @@ impl Capture {
         }
     }
 
-    /// The next transaction if the events already received complete one, not yet applied
-    /// (see [`Capture::apply_burst`]); `None` as soon as the received events run out, and
-    /// before a transaction that carries DDL. Never waits for the server between events, so a
-    /// caller can gather the transactions that have arrived together, apply them together and
-    /// publish them once. Events of a transaction only partly received stay with the reader
-    /// for [`Capture::next`]; transactions the checkpoint holds are dropped.
-    pub async fn next_received(&mut self) -> SourceResult<Option<SourceTransaction>> {
-        loop {
-            // A DDL starts a burst of its own: the changes gathered so far are encoded under
-            // the schema it may change.
-            if self.pending.as_ref().is_some_and(|tx| !tx.ddl.is_empty()) {
-                return Ok(None);
-            }
-            let tx = match self.pending.take() {
-                Some(tx) => tx,
-                None => match self.reader.as_mut() {
-                    Some(reader) if reader.has_buffered() => match reader.step().await? {
-                        Some(tx) => tx,
-                        None => continue,
-                    },
-                    _ => return Ok(None),
-                },
-            };
-            if !tx.ddl.is_empty() {
-                self.pending = Some(tx);
-                return Ok(None);
-            }
-            if self.held_already(&tx) {
-                tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
-                continue;
-            }
-            return Ok(Some(tx));
+    /// The transactions the events already received complete, as one run not yet applied (see
+    /// [`Capture::apply_run`]), at most `max` of them and gathered until `until`; `None` when
+    /// no events are at hand or a transaction is held for [`Capture::next`] (one carrying DDL
+    /// always is: DDL is never part of a run). Never waits for the server except for the rest
+    /// of a transaction already begun, so a caller can apply the transactions that have
+    /// arrived together and publish them once. Transactions the checkpoint holds are dropped.
+    pub async fn next_run(
+        &mut self,
+        max: usize,
+        until: std::time::Instant,
+    ) -> SourceResult<Option<TransactionRun>> {
+        if self.pending.is_some() {
+            return Ok(None);
         }
+        let Some(reader) = self.reader.as_mut().filter(|r| r.has_buffered()) else {
+            return Ok(None);
+        };
+        let (run, ddl) = reader.step_run(max, until).await?;
+        self.pending = ddl;
+        let Some(mut run) = run else {
+            return Ok(None);
+        };
+        let held = run
+            .txs
+            .iter()
+            .take_while(|tx| self.held_already(tx))
+            .count();
+        if held > 0 {
+            tracing::debug!(count = held, "dropping transactions the checkpoint holds");
+            run.skip_first(held);
+        }
+        Ok((!run.txs.is_empty()).then_some(run))
     }
 
     /// Applies a transaction read from the stream, unless the checkpoint already holds it.

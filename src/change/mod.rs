@@ -61,6 +61,17 @@ impl ChangeBatch {
     pub fn num_rows(&self) -> usize {
         self.index.len()
     }
+
+    /// Rows `offset..offset + len` of the batch, sharing its buffers.
+    pub fn slice(&self, offset: usize, len: usize) -> ChangeBatch {
+        ChangeBatch {
+            table: Arc::clone(&self.table),
+            op: self.op,
+            before: self.before.as_ref().map(|b| b.slice(offset, len)),
+            after: self.after.as_ref().map(|b| b.slice(offset, len)),
+            index: self.index[offset..offset + len].to_vec(),
+        }
+    }
 }
 
 /// One committed source transaction (or one DDL statement).
@@ -76,6 +87,69 @@ pub struct SourceTransaction {
     pub changes: Vec<ChangeBatch>,
     /// DDL statements the transaction carried (`ALTER TABLE ...`), as the server logged them.
     pub ddl: Vec<Ddl>,
+}
+
+/// Consecutive committed transactions read together, none carrying DDL, whose rows are decoded
+/// into shared batches: a run of small transactions costs one set of Arrow arrays per table
+/// and operation instead of one per transaction. Applying a run is applying its transactions
+/// one by one, in order; it is still whole transactions or none.
+#[derive(Debug, Clone, Default)]
+pub struct TransactionRun {
+    /// The transactions, in binlog order. Their rows are in `changes`, so their own `changes`
+    /// are empty; each says where it starts and ends, its GTID and commit time.
+    pub txs: Vec<SourceTransaction>,
+    /// Rows of one table and one operation, in position order: a batch may hold rows of
+    /// several transactions, and the batches in order hold every row of the run in order.
+    pub changes: Vec<RunBatch>,
+}
+
+/// A [`ChangeBatch`] of a [`TransactionRun`], with each row's transaction.
+#[derive(Debug, Clone)]
+pub struct RunBatch {
+    pub batch: ChangeBatch,
+    /// Per row, the index of its transaction in [`TransactionRun::txs`]; never decreasing.
+    pub tx: Vec<u32>,
+}
+
+impl RunBatch {
+    /// The batch's rows grouped by transaction: `(transaction, first row, row count)`.
+    pub fn segments(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let &t = self.tx.get(at)?;
+            let len = self.tx[at..].iter().take_while(|&&x| x == t).count();
+            let segment = (t as usize, at, len);
+            at += len;
+            Some(segment)
+        })
+    }
+}
+
+impl TransactionRun {
+    pub fn num_rows(&self) -> usize {
+        self.changes.iter().map(|c| c.batch.num_rows()).sum()
+    }
+
+    /// Drops the first `n` transactions and their rows (a resumed capture's transactions that
+    /// its checkpoint already holds).
+    pub fn skip_first(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let n = n.min(self.txs.len());
+        self.txs.drain(..n);
+        let cut = n as u32;
+        self.changes.retain_mut(|c| {
+            // Transactions only grow along a batch: the rows to drop are a prefix.
+            let drop = c.tx.iter().take_while(|&&t| t < cut).count();
+            if drop > 0 {
+                c.batch = c.batch.slice(drop, c.batch.num_rows() - drop);
+                c.tx.drain(..drop);
+            }
+            c.tx.iter_mut().for_each(|t| *t -= cut);
+            !c.tx.is_empty()
+        });
+    }
 }
 
 /// A schema change seen in the binlog.

@@ -172,7 +172,7 @@ pub(crate) async fn checkpoint_loop(
 }
 
 /// Transactions published as one version at most, when they arrive together.
-const BURST_TRANSACTIONS: u64 = 1024;
+const BURST_TRANSACTIONS: usize = 1024;
 /// Time a burst may take before its version is published.
 const BURST_TIME: std::time::Duration = std::time::Duration::from_millis(5);
 
@@ -260,26 +260,21 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     versions.send_modify(|v| *v += 1);
     read_again(&published_stops)?;
     while let Some((mut tx, mut changes)) = capture.next().await? {
-        // Transactions that arrived together are applied together (each table's images
-        // encoded once), appended and published once, at the last one's end: a version still
-        // ends on a transaction boundary, and a burst of small transactions costs one
-        // encoding, one changelog segment and one version.
-        let started = std::time::Instant::now();
-        let mut burst = Vec::new();
-        while (burst.len() as u64) + 1 < BURST_TRANSACTIONS && started.elapsed() < BURST_TIME {
-            let Some(next) = capture.next_received().await? else {
-                break;
-            };
-            burst.push(next);
+        // Transactions that arrived together are decoded into shared batches, applied
+        // together (each batch encoded once), appended and published once, at the last one's
+        // end: a version still ends on a transaction boundary, and a burst of small
+        // transactions costs one set of arrays, one encoding, one changelog segment and one
+        // version.
+        let until = std::time::Instant::now() + BURST_TIME;
+        let mut count = 1;
+        if let Some(run) = capture.next_run(BURST_TRANSACTIONS - 1, until).await? {
+            changes.extend(capture.apply_run(&run)?);
+            count += run.txs.len() as u64;
+            if let Some(last) = run.txs.into_iter().next_back() {
+                tx = last;
+            }
         }
-        let count = burst.len() as u64 + 1;
-        if !burst.is_empty() {
-            changes.extend(capture.apply_burst(&burst)?);
-        }
-        if let Some(last) = burst.pop() {
-            tx = last;
-        }
-        // A DDL is a burst of its own (`Capture::next_received`): the changelogs take the new
+        // A DDL is a burst of its own (`Capture::next_run`): the changelogs take the new
         // schemas before its entries (a TRUNCATE's) and any later ones are appended.
         let schema_changes = capture.take_schema_changes();
         let evolved: Vec<usize> = schema_changes.iter().map(|c| c.table).collect();

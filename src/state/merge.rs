@@ -40,7 +40,7 @@ use super::handoff::{ChunkEntries, Handoff};
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::TableSchema;
-use crate::change::{ChangeBatch, Op, SourceTransaction};
+use crate::change::{ChangeBatch, Op, RunBatch, SourceTransaction};
 use crate::source::evolve::ColumnOrigin;
 
 /// One changelog entry of one table.
@@ -202,6 +202,71 @@ impl TableState {
             after.as_ref(),
             out,
         );
+        Ok(())
+    }
+
+    /// Applies the batches of one table of a run of transactions `txs`, in order: the same
+    /// state and entries as [`Self::apply_changes`] on each transaction's rows in turn. After
+    /// the hand-off each batch, which may hold rows of many transactions, is encoded once.
+    pub fn apply_run(
+        &mut self,
+        txs: &[SourceTransaction],
+        batches: &[&RunBatch],
+        out: &mut Vec<ChangelogEvent>,
+    ) -> Result<(), ArrowError> {
+        let tx_of = |t: u32| {
+            txs.get(t as usize).ok_or_else(|| {
+                ArrowError::InvalidArgumentError(format!(
+                    "a row of transaction {t} in a run of {}",
+                    txs.len()
+                ))
+            })
+        };
+        for run in batches {
+            if run.tx.len() != run.batch.num_rows() {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "{} transactions for {} rows",
+                    run.tx.len(),
+                    run.batch.num_rows()
+                )));
+            }
+            if self.current.is_none() {
+                // Rows compare versions one transaction at a time.
+                for (t, first, len) in run.segments() {
+                    let tx = tx_of(t as u32)?;
+                    self.apply_changes(tx, &run.batch.slice(first, len), out)?;
+                }
+                continue;
+            }
+            let row_txs = run
+                .tx
+                .iter()
+                .map(|&t| tx_of(t))
+                .collect::<Result<Vec<_>, _>>()?;
+            let batch = &run.batch;
+            let before = batch
+                .before
+                .as_ref()
+                .map(|b| self.codec.encode(b))
+                .transpose()?;
+            let after = batch
+                .after
+                .as_ref()
+                .map(|b| self.codec.encode(b))
+                .transpose()?;
+            let keyless = self.codec.keyless();
+            let current = self.current.as_mut().expect("checked above");
+            apply_streaming_batch(
+                current,
+                keyless,
+                &|i| row_txs[i],
+                batch,
+                before.as_ref(),
+                after.as_ref(),
+                (0, 0),
+                out,
+            );
+        }
         Ok(())
     }
 
@@ -479,19 +544,28 @@ fn apply_streaming(
 ) {
     let mut offsets = (0, 0);
     for (tx, batch) in items {
-        apply_streaming_batch(current, keyless, tx, batch, before, after, offsets, out);
+        apply_streaming_batch(
+            current,
+            keyless,
+            &|_| tx,
+            batch,
+            before,
+            after,
+            offsets,
+            out,
+        );
         offsets.0 += batch.before.as_ref().map_or(0, RecordBatch::num_rows);
         offsets.1 += batch.after.as_ref().map_or(0, RecordBatch::num_rows);
     }
 }
 
 /// [`apply_streaming`] of one batch, whose rows are those of `before` and `after` from
-/// `offsets` (before, after) on.
+/// `offsets` (before, after) on; `tx_of(i)` is the transaction of the batch's row `i`.
 #[allow(clippy::too_many_arguments)]
-fn apply_streaming_batch(
+fn apply_streaming_batch<'t>(
     current: &mut CurrentTable,
     keyless: bool,
-    tx: &SourceTransaction,
+    tx_of: &dyn Fn(usize) -> &'t SourceTransaction,
     batch: &ChangeBatch,
     before: Option<&(Rows, Rows)>,
     after: Option<&(Rows, Rows)>,
@@ -499,6 +573,7 @@ fn apply_streaming_batch(
     out: &mut Vec<ChangelogEvent>,
 ) {
     for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
+        let tx = tx_of(i);
         let event = |op, key: OwnedRow, sub, before: Option<OwnedRow>, after: Option<OwnedRow>| {
             ChangelogEvent {
                 op,
@@ -567,6 +642,7 @@ fn owned_pair(encoded: Option<&(Rows, Rows)>, i: usize) -> Option<(OwnedRow, Own
 mod tests {
     use super::*;
     use crate::change::schema::{ColumnKind, ColumnSpec};
+    use crate::change::TransactionRun;
     use crate::state::fixtures::{batch, codec, ids};
     use arrow::array::{AsArray, Int32Array};
     use arrow::datatypes::Int32Type;
@@ -739,6 +815,64 @@ mod tests {
         }
     }
 
+    /// `txs` as one run: each batch appended to the run's last one when of the same operation.
+    fn as_run(txs: &[SourceTransaction]) -> TransactionRun {
+        let mut run = TransactionRun::default();
+        for (t, tx) in txs.iter().enumerate() {
+            for b in &tx.changes {
+                let tx_of = vec![t as u32; b.num_rows()];
+                match run.changes.last_mut() {
+                    Some(last) if last.batch.op == b.op => {
+                        let join = |a: &Option<RecordBatch>, b: &Option<RecordBatch>| {
+                            a.as_ref()
+                                .zip(b.as_ref())
+                                .map(|(a, b)| concat_batches(a.schema_ref(), [a, b]).unwrap())
+                        };
+                        last.batch.before = join(&last.batch.before, &b.before);
+                        last.batch.after = join(&last.batch.after, &b.after);
+                        last.batch.index.extend(&b.index);
+                        last.tx.extend(tx_of);
+                    }
+                    _ => run.changes.push(RunBatch {
+                        batch: b.clone(),
+                        tx: tx_of,
+                    }),
+                }
+            }
+            run.txs.push(SourceTransaction {
+                changes: Vec::new(),
+                ..tx.clone()
+            });
+        }
+        run
+    }
+
+    /// A run's first transactions dropped leave the rest of the run as it was.
+    #[test]
+    fn skipping_the_first_transactions_of_a_run_keeps_the_others_rows() {
+        use rand::SeedableRng;
+        let c = codec(true);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut model: Vec<(i32, String)> = (1..=5).map(|i| (i, "s".to_string())).collect();
+        let mut next_id = 100;
+        let txs: Vec<SourceTransaction> = (0..30)
+            .map(|i| random_transaction(&c, &mut model, &mut rng, 1000 + 10 * i, &mut next_id))
+            .collect();
+        for skip in [0, 1, 7, 29, 30] {
+            let mut run = as_run(&txs);
+            run.skip_first(skip);
+            let expected = as_run(&txs[skip..]);
+            assert_eq!(run.txs.len(), expected.txs.len());
+            assert_eq!(run.changes.len(), expected.changes.len(), "skip {skip}");
+            for (a, b) in run.changes.iter().zip(&expected.changes) {
+                assert_eq!(a.tx, b.tx);
+                assert_eq!(a.batch.index, b.batch.index);
+                assert_eq!(a.batch.before, b.batch.before);
+                assert_eq!(a.batch.after, b.batch.after);
+            }
+        }
+    }
+
     /// Bursts applied with `apply_many` give the state and entries of each transaction
     /// applied by itself: repeated changes of a key, key changes, deletes and inserts of one
     /// key within a burst, keyless copies.
@@ -767,6 +901,46 @@ mod tests {
                 for b in &tx.changes {
                     one_by_one.apply_changes(tx, b, &mut expected).unwrap();
                 }
+            }
+            // Runs, as the reader gathers them: a batch takes the next transaction's rows of
+            // the same operation.
+            for handed_off in [true, false] {
+                let fresh = || {
+                    if handed_off {
+                        return streaming();
+                    }
+                    let mut state = TableState::new(Arc::clone(c.schema())).unwrap();
+                    let refs: Vec<(i32, &str)> =
+                        start.iter().map(|(i, v)| (*i, v.as_str())).collect();
+                    state.apply_snapshot(&at(10), batch(&c, &refs)).unwrap();
+                    state
+                };
+                let mut one = fresh();
+                let mut expected = Vec::new();
+                for tx in &txs {
+                    for b in &tx.changes {
+                        one.apply_changes(tx, b, &mut expected).unwrap();
+                    }
+                }
+                let mut runs = fresh();
+                let mut events = Vec::new();
+                let mut rest = &txs[..];
+                while !rest.is_empty() {
+                    let n = rng.random_range(1..=rest.len().min(40));
+                    let run = as_run(&rest[..n]);
+                    let batches: Vec<&RunBatch> = run.changes.iter().collect();
+                    runs.apply_run(&run.txs, &batches, &mut events).unwrap();
+                    rest = &rest[n..];
+                }
+                assert_eq!(events, expected, "keyed: {keyed}, handed off: {handed_off}");
+                if !handed_off {
+                    one.finish_handoff().unwrap();
+                    runs.finish_handoff().unwrap();
+                }
+                assert_eq!(
+                    ids(&[runs.to_batch().unwrap()]),
+                    ids(&[one.to_batch().unwrap()])
+                );
             }
             let mut together = streaming();
             let mut events = Vec::new();

@@ -33,17 +33,16 @@ use mysql_async::binlog::events::{Event, EventData, RowsEventData, TableMapEvent
 use mysql_async::binlog::{EventType, RowsEventFlags};
 use mysql_async::Conn;
 
+use super::batch::{decode_err, ImagePool, OpenBatch, RunBuilder, MAX_BATCH_ROWS};
 use super::cursor::RowsError;
 use super::filter::TableFilter;
-use super::rows::{CollationMap, ImageColumns, ImageError, TableDecoder};
+use super::rows::{CollationMap, TableDecoder};
 use crate::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
-use crate::change::{ChangeBatch, Ddl, Op, SourceTransaction};
+use crate::change::{Ddl, Op, SourceTransaction, TransactionRun};
 use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::load_table_schema;
-/// Rows per change batch before a large transaction's batch is cut.
-const MAX_BATCH_ROWS: usize = 65_536;
 
 /// Heartbeat event types (MySQL/MariaDB, and MySQL 8's v2).
 const HEARTBEAT: u8 = 27;
@@ -63,51 +62,6 @@ mod mariadb {
     pub const FL_STANDALONE: u8 = 1;
 }
 
-/// Rows of one table and operation being accumulated. The images' buffers start empty and grow
-/// per rows event by the event's row count, so a one-row transaction allocates one row.
-struct OpenBatch {
-    table_id: u64,
-    decoder: Arc<TableDecoder>,
-    op: Op,
-    before: Option<ImageColumns>,
-    after: Option<ImageColumns>,
-    index: Vec<(u32, u32)>,
-}
-
-impl OpenBatch {
-    /// The batch of the rows decoded so far; `at` is the transaction's start, for errors.
-    fn finish(self, at: &BinlogCoord) -> SourceResult<ChangeBatch> {
-        let decoder = &self.decoder;
-        let index = &self.index;
-        let finish = |image: ImageColumns| {
-            decoder.finish(image).map_err(|e: ImageError| {
-                // Name the row by its event in the transaction, as positions do.
-                let detail = match e.row.and_then(|r| index.get(r)) {
-                    Some((event, row)) => format!(
-                        "column {}, row {row} of event {event} of the transaction: {}",
-                        e.column, e.detail
-                    ),
-                    None => e.to_string(),
-                };
-                decode_err(
-                    &format!("rows of {} in the transaction", decoder.schema.id),
-                    at,
-                    &detail,
-                )
-            })
-        };
-        let before = self.before.map(finish).transpose()?;
-        let after = self.after.map(finish).transpose()?;
-        Ok(ChangeBatch {
-            table: Arc::clone(&self.decoder.schema),
-            op: self.op,
-            before,
-            after,
-            index: self.index,
-        })
-    }
-}
-
 /// A transaction being read.
 struct TxBuilder {
     start: BinlogCoord,
@@ -117,7 +71,8 @@ struct TxBuilder {
     standalone: bool,
     in_begin: bool,
     event_index: u32,
-    batches: Vec<ChangeBatch>,
+    /// Rows decoded, finished into Arrow when the transaction is handed out (or its run is).
+    batches: Vec<OpenBatch>,
     open: Option<OpenBatch>,
     ddl: Vec<Ddl>,
 }
@@ -137,11 +92,10 @@ impl TxBuilder {
         }
     }
 
-    fn flush(&mut self) -> SourceResult<()> {
+    fn flush(&mut self) {
         if let Some(open) = self.open.take() {
-            self.batches.push(open.finish(&self.start)?);
+            self.batches.push(open);
         }
-        Ok(())
     }
 }
 
@@ -165,6 +119,10 @@ pub struct Assembler {
     schemas: HashMap<TableId, Arc<TableSchema>>,
     decoders: HashMap<u64, Option<Arc<TableDecoder>>>,
     tx: Option<TxBuilder>,
+    /// The run being gathered, when the reader gathers one: completed transactions without
+    /// DDL go into it instead of being handed out.
+    run: Option<RunBuilder>,
+    images: ImagePool,
     executed: GtidSet,
     warned: HashSet<u8>,
     /// The longest wait for a schema read on the `meta` connection.
@@ -204,6 +162,8 @@ impl Assembler {
             schemas: HashMap::new(),
             decoders: HashMap::new(),
             tx: None,
+            run: None,
+            images: ImagePool::default(),
             executed,
             warned: HashSet::new(),
             read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
@@ -225,10 +185,41 @@ impl Assembler {
     }
 
     /// Forgets the partial transaction and table maps, before reading from `resume` again.
+    /// A run being gathered keeps the whole transactions it holds.
     pub fn reset(&mut self) {
         self.tx = None;
-        self.decoders.clear();
+        self.clear_decoders();
         self.seen_fde = false;
+    }
+
+    fn clear_decoders(&mut self) {
+        self.decoders.clear();
+        self.images.clear();
+    }
+
+    /// Starts gathering a run: from now on a completed transaction without DDL goes into it
+    /// rather than being handed out, until [`Assembler::end_run`].
+    pub fn begin_run(&mut self) {
+        self.run.get_or_insert_with(RunBuilder::default);
+    }
+
+    /// Transactions in the run being gathered.
+    pub fn run_len(&self) -> usize {
+        self.run.as_ref().map_or(0, RunBuilder::len)
+    }
+
+    /// Whether a transaction has begun and not completed.
+    pub fn in_transaction(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Ends the run: its transactions, their rows finished into Arrow; `None` when it has
+    /// none.
+    pub fn end_run(&mut self) -> SourceResult<Option<TransactionRun>> {
+        match self.run.take() {
+            Some(run) if run.len() > 0 => run.finish().map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// GTIDs of the transactions read so far (plus the start set, when started by GTID).
@@ -380,7 +371,7 @@ impl Assembler {
                     // `CREATE TABLE ... SELECT`: one transaction with the rows it writes, ended
                     // by its XID, so the table and its rows are published together.
                     self.schemas.clear();
-                    self.decoders.clear();
+                    self.clear_decoders();
                     let tx = self.tx.get_or_insert_with(|| TxBuilder::new(at, None));
                     tx.in_begin = true;
                     tx.ddl.push(Ddl {
@@ -395,7 +386,7 @@ impl Assembler {
                 }
                 // A DDL (or other standalone statement): its own transaction.
                 self.schemas.clear();
-                self.decoders.clear();
+                self.clear_decoders();
                 let tx = self.tx.get_or_insert_with(|| TxBuilder::new(at, None));
                 tx.ddl.push(Ddl {
                     db: q.schema().into_owned(),
@@ -497,20 +488,31 @@ impl Assembler {
         let Some(mut tx) = self.tx.take() else {
             return Ok(None);
         };
-        tx.flush()?;
+        tx.flush();
         let end = BinlogCoord::new(Arc::clone(&self.file), self.next_offset);
         self.resume = StartPosition::Coord(end.clone());
         if let Some(g) = &tx.gtid {
             self.executed.add(g);
         }
-        Ok(Some(SourceTransaction {
+        let mut done = SourceTransaction {
             start: tx.start,
             end,
             gtid: tx.gtid,
             commit_ts_micros: tx.commit_ts_micros.unwrap_or(header_ts as i64 * 1_000_000),
-            changes: tx.batches,
+            changes: Vec::new(),
             ddl: tx.ddl,
-        }))
+        };
+        if done.ddl.is_empty() {
+            if let Some(run) = self.run.as_mut() {
+                run.push(done, tx.batches, &mut self.images);
+                return Ok(None);
+            }
+        }
+        let start = done.start.clone();
+        for batch in tx.batches {
+            done.changes.push(batch.finish(&|_| start.clone())?);
+        }
+        Ok(Some(done))
     }
 
     async fn table_map(
@@ -620,16 +622,17 @@ impl Assembler {
             o.table_id == table_id && o.op == op && o.index.len() < MAX_BATCH_ROWS
         });
         if !reuse {
-            tx.flush()?;
+            tx.flush();
         }
+        let images = &mut self.images;
         let open = tx.open.get_or_insert_with(|| {
-            let make = || decoder.image();
+            let mut make = || images.image(&decoder);
             OpenBatch {
                 table_id,
                 decoder: Arc::clone(&decoder),
                 op,
-                before: matches!(op, Op::Update | Op::Delete).then(make),
-                after: matches!(op, Op::Update | Op::Insert).then(make),
+                before: matches!(op, Op::Update | Op::Delete).then(&mut make),
+                after: matches!(op, Op::Update | Op::Insert).then(&mut make),
                 index: Vec::new(),
             }
         });
@@ -716,14 +719,6 @@ pub(super) fn checksum_mismatch(event: &Event) -> Option<(u32, u32)> {
     let alg = event.footer().get_checksum_alg().ok()??;
     let computed = event.calc_checksum(alg);
     (expected != computed).then_some((expected, computed))
-}
-
-fn decode_err(what: &str, at: &BinlogCoord, detail: &str) -> SourceError {
-    SourceError::Decode {
-        what: what.to_string(),
-        at: at.clone(),
-        detail: detail.to_string(),
-    }
 }
 
 #[cfg(test)]

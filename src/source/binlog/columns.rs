@@ -163,6 +163,22 @@ impl Bytes {
         self.offsets.push(last);
     }
 
+    /// Whether `other`'s values fit after these under 32-bit offsets.
+    fn fits(&self, other: &Bytes) -> bool {
+        self.data.len() + other.data.len() <= i32::MAX as usize
+    }
+
+    /// Moves `other`'s values after these (the caller checked [`Bytes::fits`]); `other` is
+    /// left empty, its capacity kept.
+    fn append(&mut self, other: &mut Bytes) {
+        let base = self.data.len() as i32;
+        self.data.extend_from_slice(&other.data);
+        self.offsets
+            .extend(other.offsets.iter().skip(1).map(|&end| end + base));
+        other.data.clear();
+        other.offsets.truncate(1);
+    }
+
     fn offsets(&mut self) -> OffsetBuffer<i32> {
         // Offsets start at 0 and only ever repeat or grow with `data`.
         OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut self.offsets)))
@@ -179,6 +195,18 @@ struct Validity {
 }
 
 impl Validity {
+    /// Moves `other`'s validity after this one's, leaving `other` empty.
+    fn append(&mut self, other: &mut Validity) {
+        match (other.bits.take(), self.bits.is_some()) {
+            (None, false) => self.len += other.len,
+            (None, true) => (0..other.len).for_each(|_| self.push(true)),
+            (Some(bits), _) => {
+                (0..other.len).for_each(|i| self.push(bits[i / 8] & (1 << (i % 8)) != 0))
+            }
+        }
+        other.len = 0;
+    }
+
     #[inline]
     fn push(&mut self, valid: bool) {
         if let Some(bits) = &mut self.bits {
@@ -395,6 +423,71 @@ impl Column {
         if let Some(bits) = &mut self.nulls.bits {
             bits.reserve(rows.div_ceil(8));
         }
+    }
+
+    /// Whether [`Column::append`] can move `other`'s values after these: the same operation
+    /// (columns of one table map) and text that still fits 32-bit offsets.
+    pub(super) fn can_take(&self, other: &Column) -> bool {
+        use Values as V;
+        if std::mem::discriminant(&self.values) != std::mem::discriminant(&other.values) {
+            return false;
+        }
+        match (&self.values, &other.values) {
+            (V::Utf8 { text: a, .. }, V::Utf8 { text: b, .. })
+            | (V::Latin1 { text: a, .. }, V::Latin1 { text: b, .. })
+            | (V::Binary { bytes: a, .. }, V::Binary { bytes: b, .. })
+            | (V::Enum { text: a, .. }, V::Enum { text: b, .. })
+            | (V::Set { text: a, .. }, V::Set { text: b, .. })
+            | (V::Json { text: a, .. }, V::Json { text: b, .. }) => a.fits(b),
+            _ => true,
+        }
+    }
+
+    /// Moves `other`'s values after these, leaving `other` empty with its buffers' capacity
+    /// kept, to decode the next rows into. The caller checked [`Column::can_take`]; a pairing
+    /// it refuses moves nothing.
+    pub(super) fn append(&mut self, other: &mut Column) {
+        use Values as V;
+        fn take<T: Copy>(to: &mut Vec<T>, from: &mut Vec<T>) {
+            to.extend_from_slice(from);
+            from.clear();
+        }
+        if !self.can_take(other) {
+            return;
+        }
+        match (&mut self.values, &mut other.values) {
+            (V::Int8(a), V::Int8(b)) => take(a, b),
+            (V::UInt8(a), V::UInt8(b)) => take(a, b),
+            (V::Int16(a), V::Int16(b)) | (V::Year(a), V::Year(b)) => take(a, b),
+            (V::UInt16(a), V::UInt16(b)) => take(a, b),
+            (V::Int24(a), V::Int24(b)) | (V::Int32(a), V::Int32(b)) | (V::Date(a), V::Date(b)) => {
+                take(a, b)
+            }
+            (V::UInt24(a), V::UInt24(b)) | (V::UInt32(a), V::UInt32(b)) => take(a, b),
+            (V::Int64(a), V::Int64(b))
+            | (V::TimeOld(a), V::TimeOld(b))
+            | (V::Time2 { values: a, .. }, V::Time2 { values: b, .. })
+            | (V::DateTimeOld(a), V::DateTimeOld(b))
+            | (V::DateTime2 { values: a, .. }, V::DateTime2 { values: b, .. })
+            | (V::TimestampOld(a), V::TimestampOld(b))
+            | (V::Timestamp2 { values: a, .. }, V::Timestamp2 { values: b, .. }) => take(a, b),
+            (V::UInt64(a), V::UInt64(b)) | (V::Bit { values: a, .. }, V::Bit { values: b, .. }) => {
+                take(a, b)
+            }
+            (V::Float32(a), V::Float32(b)) => take(a, b),
+            (V::Float64(a), V::Float64(b)) => take(a, b),
+            (V::Decimal128 { values: a, .. }, V::Decimal128 { values: b, .. }) => take(a, b),
+            (V::Decimal256 { values: a, .. }, V::Decimal256 { values: b, .. }) => take(a, b),
+            (V::Utf8 { text: a, .. }, V::Utf8 { text: b, .. })
+            | (V::Latin1 { text: a, .. }, V::Latin1 { text: b, .. })
+            | (V::Binary { bytes: a, .. }, V::Binary { bytes: b, .. })
+            | (V::Enum { text: a, .. }, V::Enum { text: b, .. })
+            | (V::Set { text: a, .. }, V::Set { text: b, .. })
+            | (V::Json { text: a, .. }, V::Json { text: b, .. }) => a.append(b),
+            // Refused by `can_take` above.
+            _ => return,
+        }
+        self.nulls.append(&mut other.nulls);
     }
 
     /// Appends a NULL (the caller checked that the column takes it).
@@ -711,6 +804,11 @@ mod tests {
     /// Decodes length-prefixed `values` (`None` for NULL) into a text column.
     fn texts(values: &[Option<&[u8]>]) -> Result<ArrayRef, ColumnError> {
         let (mut column, field) = text_column();
+        push_texts(&mut column, values);
+        column.finish(&field)
+    }
+
+    fn push_texts(column: &mut Column, values: &[Option<&[u8]>]) {
         let mut scratch = String::new();
         for v in values {
             match v {
@@ -724,7 +822,40 @@ mod tests {
                 }
             }
         }
-        column.finish(&field)
+    }
+
+    /// Appending columns decoded apart gives the column of all their values decoded together,
+    /// whichever part holds the NULLs, and leaves the appended one empty for reuse.
+    #[test]
+    fn appended_columns_equal_one_decoded_whole() {
+        let x: &[u8] = b"x";
+        let parts: [&[Option<&[u8]>]; 4] = [
+            &[Some(b"a"), Some(b"bc")],
+            &[Some(b""), None, Some(b"d")],
+            &[Some(x); 9],
+            &[None],
+        ];
+        for order in [[0, 1, 2, 3], [2, 0, 3, 1], [0, 2, 1, 3]] {
+            let (mut whole, field) = text_column();
+            let (mut run, _) = text_column();
+            let (mut part, _) = text_column();
+            for &p in &order {
+                push_texts(&mut whole, parts[p]);
+                push_texts(&mut part, parts[p]);
+                assert!(run.can_take(&part));
+                run.append(&mut part);
+                assert_eq!(part.clone().finish(&field).unwrap().len(), 0);
+            }
+            let whole = whole.finish(&field).unwrap();
+            let run = run.finish(&field).unwrap();
+            assert_eq!(whole.to_data(), run.to_data(), "order {order:?}");
+        }
+        let int = ColumnKind::Int {
+            bits: 8,
+            unsigned: false,
+        };
+        let tiny = Column::compile(Wire::Tiny, &int, false).unwrap();
+        assert!(!text_column().0.can_take(&tiny));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //!
 //! * [`reader`]: the replica connection, its start position and reconnects;
 //! * [`assemble`]: events into transactions with positions, DDL and skipped events;
+//! * `batch`: rows kept as column buffers until their transaction, or a run of transactions
+//!   gathered together, is handed out;
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
 //! * `columns`: each column's compiled operation and the typed Arrow buffer it fills;
 //! * [`wire`]: each column's layout in a row image and the readers of its values;
@@ -15,6 +17,7 @@
 //! maps and rows-event headers; the row bytes are ours (see `rows` for why).
 
 pub mod assemble;
+mod batch;
 mod columns;
 mod cursor;
 mod decimal;

@@ -21,7 +21,7 @@ use super::assemble::{checksum_mismatch, Assembler};
 use super::filter::{TableFilter, SYSTEM_DATABASES};
 use crate::change::position::{GtidSet, StartPosition};
 use crate::change::schema::{Flavor, TableId};
-use crate::change::SourceTransaction;
+use crate::change::{SourceTransaction, TransactionRun};
 use crate::source::connect::{collations, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 
@@ -343,6 +343,36 @@ impl BinlogReader {
                 }
             }
         }
+    }
+
+    /// The transactions the events already received complete, gathered as one run (see
+    /// [`TransactionRun`]) of at most `max` transactions, stopping once `until` has passed;
+    /// then the transaction carrying DDL that ended the run, if one did (DDL is never part of
+    /// a run). A transaction begun when the received events run out is read to its end, so
+    /// the run ends on a transaction boundary. Transient failures reconnect as
+    /// [`BinlogReader::step`] does, keeping the transactions already gathered.
+    pub async fn step_run(
+        &mut self,
+        max: usize,
+        until: std::time::Instant,
+    ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
+        self.asm.begin_run();
+        let ended = loop {
+            if !self.asm.in_transaction()
+                && (self.asm.run_len() >= max
+                    || !self.has_buffered()
+                    || std::time::Instant::now() >= until)
+            {
+                break Ok(None);
+            }
+            match self.step().await {
+                Ok(Some(tx)) => break Ok(Some(tx)),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+        };
+        let run = self.asm.end_run();
+        Ok((run?, ended?))
     }
 
     /// Whether events have been received that the reader has not processed yet: a

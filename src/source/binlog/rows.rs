@@ -135,6 +135,25 @@ impl ImageColumns {
             c.reserve(rows);
         }
     }
+
+    /// Whether [`ImageColumns::append`] can move `other`'s rows after these: an image of the
+    /// same table map whose text still fits 32-bit offsets.
+    pub fn can_take(&self, other: &ImageColumns) -> bool {
+        self.columns.len() == other.columns.len()
+            && self
+                .columns
+                .iter()
+                .zip(&other.columns)
+                .all(|(a, b)| a.can_take(b))
+    }
+
+    /// Moves `other`'s rows after these, leaving `other` empty with its buffers' capacity kept
+    /// for the next rows decoded into it. The caller checked [`ImageColumns::can_take`].
+    pub fn append(&mut self, other: &mut ImageColumns) {
+        for (a, b) in self.columns.iter_mut().zip(&mut other.columns) {
+            a.append(b);
+        }
+    }
 }
 
 /// Why decoded rows did not make a batch: the column, the row of the batch when one row is at
