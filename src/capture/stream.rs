@@ -14,6 +14,7 @@ use crate::change::position::BinlogCoord;
 use crate::change::{ChangeBatch, RunBatch, SourceTransaction, TransactionRun};
 use crate::source::binlog::BinlogReader;
 use crate::source::error::{SourceError, SourceResult};
+use crate::state::merge::{ChangelogEvent, TableState};
 
 impl Capture {
     /// Whether `tx` is one a resumed capture must drop: its checkpoint already holds it.
@@ -79,27 +80,9 @@ impl Capture {
                 per_table.entry(t).or_default().push(change);
             }
         }
-        let tables = per_table.len();
-        let mut out = Vec::new();
-        for (t, batches) in per_table {
-            self.progress.set_working_on(Some(&self.tables[t].id));
-            let mut events = Vec::new();
-            self.states[t]
-                .apply_run(&run.txs, &batches, &mut events)
-                .map_err(|e| {
-                    SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
-                })?;
-            out.extend(
-                events
-                    .into_iter()
-                    .map(|event| TableChange { table: t, event }),
-            );
-        }
-        self.progress.set_working_on(None);
-        if tables > 1 {
-            // `_tx` numbers are handed out in this order.
-            out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
-        }
+        let out = self.apply_per_table(per_table, |state, batches, events| {
+            state.apply_run(&run.txs, &batches, events)
+        })?;
         if let Some(last) = run.txs.last() {
             self.progress.set_position(last.end.clone());
         }
@@ -120,16 +103,30 @@ impl Capture {
                 }
             }
         }
+        self.apply_per_table(per_table, |state, items, events| {
+            state.apply_many(&items, events)
+        })
+    }
+
+    /// Applies each table's admitted changes with `apply`, table by table; the entries of all
+    /// tables come back in position order.
+    fn apply_per_table<I>(
+        &mut self,
+        per_table: std::collections::BTreeMap<usize, I>,
+        mut apply: impl FnMut(
+            &mut TableState,
+            I,
+            &mut Vec<ChangelogEvent>,
+        ) -> Result<(), arrow::error::ArrowError>,
+    ) -> SourceResult<Vec<TableChange>> {
         let tables = per_table.len();
         let mut out = Vec::new();
         for (t, items) in per_table {
             self.progress.set_working_on(Some(&self.tables[t].id));
             let mut events = Vec::new();
-            self.states[t]
-                .apply_many(&items, &mut events)
-                .map_err(|e| {
-                    SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
-                })?;
+            apply(&mut self.states[t], items, &mut events).map_err(|e| {
+                SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
+            })?;
             out.extend(
                 events
                     .into_iter()

@@ -244,16 +244,7 @@ impl TableState {
                 .map(|&t| tx_of(t))
                 .collect::<Result<Vec<_>, _>>()?;
             let batch = &run.batch;
-            let before = batch
-                .before
-                .as_ref()
-                .map(|b| self.codec.encode(b))
-                .transpose()?;
-            let after = batch
-                .after
-                .as_ref()
-                .map(|b| self.codec.encode(b))
-                .transpose()?;
+            let (before, after) = self.encode_images(batch)?;
             let keyless = self.codec.keyless();
             let current = self.current.as_mut().expect("checked above");
             apply_streaming_batch(
@@ -270,6 +261,19 @@ impl TableState {
         Ok(())
     }
 
+    /// `batch`'s before and after images encoded as (key, row) rows.
+    #[allow(clippy::type_complexity)]
+    fn encode_images(
+        &self,
+        batch: &ChangeBatch,
+    ) -> Result<(Option<(Rows, Rows)>, Option<(Rows, Rows)>), ArrowError> {
+        let encode = |image: &Option<RecordBatch>| image.as_ref().map(|b| self.codec.encode(b));
+        Ok((
+            encode(&batch.before).transpose()?,
+            encode(&batch.after).transpose()?,
+        ))
+    }
+
     /// Applies the rows of one change batch of `tx`.
     pub fn apply_changes(
         &mut self,
@@ -277,16 +281,7 @@ impl TableState {
         batch: &ChangeBatch,
         out: &mut Vec<ChangelogEvent>,
     ) -> Result<(), ArrowError> {
-        let before = batch
-            .before
-            .as_ref()
-            .map(|b| self.codec.encode(b))
-            .transpose()?;
-        let after = batch
-            .after
-            .as_ref()
-            .map(|b| self.codec.encode(b))
-            .transpose()?;
+        let (before, after) = self.encode_images(batch)?;
         let keyless = self.codec.keyless();
         if let Some(current) = self.current.as_mut() {
             let items = [(tx, batch)];
