@@ -350,7 +350,9 @@ impl BinlogReader {
     /// then the transaction carrying DDL that ended the run, if one did (DDL is never part of
     /// a run). A transaction begun when the received events run out is read to its end, so
     /// the run ends on a transaction boundary. Transient failures reconnect as
-    /// [`BinlogReader::step`] does, keeping the transactions already gathered.
+    /// [`BinlogReader::step`] does, keeping the transactions already gathered. On an error
+    /// the gathered run is dropped with it: the capture then starts again from its last
+    /// published position, so none of the run's transactions is lost.
     pub async fn step_run(
         &mut self,
         max: usize,
