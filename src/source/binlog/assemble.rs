@@ -8,7 +8,8 @@
 //! writes, up to its `XID`. Its
 //! changes are positioned by `(file, offset of the first event, event index, row index)`, and
 //! the transaction is only handed out once it is complete, with `end` = where the next one
-//! starts. Resuming at `end` therefore neither repeats nor skips a change.
+//! starts (or, while the reader gathers a run, moved into the run whole: see `batch`).
+//! Resuming at `end` therefore neither repeats nor skips a change.
 //!
 //! # Events we skip
 //! Format description, previous-GTIDs, rows-query, heartbeat, MariaDB annotate-rows,

@@ -185,6 +185,33 @@ impl Bytes {
     }
 }
 
+impl Values {
+    /// The bytes of a text or binary column.
+    fn bytes(&self) -> Option<&Bytes> {
+        match self {
+            Values::Utf8 { text, .. }
+            | Values::Latin1 { text, .. }
+            | Values::Enum { text, .. }
+            | Values::Set { text, .. }
+            | Values::Json { text, .. } => Some(text),
+            Values::Binary { bytes, .. } => Some(bytes),
+            _ => None,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> Option<&mut Bytes> {
+        match self {
+            Values::Utf8 { text, .. }
+            | Values::Latin1 { text, .. }
+            | Values::Enum { text, .. }
+            | Values::Set { text, .. }
+            | Values::Json { text, .. } => Some(text),
+            Values::Binary { bytes, .. } => Some(bytes),
+            _ => None,
+        }
+    }
+}
+
 /// A column's validity, materialised only at its first NULL: until then every value is valid
 /// and only the count is kept.
 #[derive(Debug, Clone, Default)]
@@ -428,17 +455,11 @@ impl Column {
     /// Whether [`Column::append`] can move `other`'s values after these: the same operation
     /// (columns of one table map) and text that still fits 32-bit offsets.
     pub(super) fn can_take(&self, other: &Column) -> bool {
-        use Values as V;
         if std::mem::discriminant(&self.values) != std::mem::discriminant(&other.values) {
             return false;
         }
-        match (&self.values, &other.values) {
-            (V::Utf8 { text: a, .. }, V::Utf8 { text: b, .. })
-            | (V::Latin1 { text: a, .. }, V::Latin1 { text: b, .. })
-            | (V::Binary { bytes: a, .. }, V::Binary { bytes: b, .. })
-            | (V::Enum { text: a, .. }, V::Enum { text: b, .. })
-            | (V::Set { text: a, .. }, V::Set { text: b, .. })
-            | (V::Json { text: a, .. }, V::Json { text: b, .. }) => a.fits(b),
+        match (self.values.bytes(), other.values.bytes()) {
+            (Some(a), Some(b)) => a.fits(b),
             _ => true,
         }
     }
@@ -453,6 +474,11 @@ impl Column {
             from.clear();
         }
         if !self.can_take(other) {
+            return;
+        }
+        if let (Some(a), Some(b)) = (self.values.bytes_mut(), other.values.bytes_mut()) {
+            a.append(b);
+            self.nulls.append(&mut other.nulls);
             return;
         }
         match (&mut self.values, &mut other.values) {
@@ -478,13 +504,7 @@ impl Column {
             (V::Float64(a), V::Float64(b)) => take(a, b),
             (V::Decimal128 { values: a, .. }, V::Decimal128 { values: b, .. }) => take(a, b),
             (V::Decimal256 { values: a, .. }, V::Decimal256 { values: b, .. }) => take(a, b),
-            (V::Utf8 { text: a, .. }, V::Utf8 { text: b, .. })
-            | (V::Latin1 { text: a, .. }, V::Latin1 { text: b, .. })
-            | (V::Binary { bytes: a, .. }, V::Binary { bytes: b, .. })
-            | (V::Enum { text: a, .. }, V::Enum { text: b, .. })
-            | (V::Set { text: a, .. }, V::Set { text: b, .. })
-            | (V::Json { text: a, .. }, V::Json { text: b, .. }) => a.append(b),
-            // Refused by `can_take` above.
+            // Byte columns were moved above; any other pairing `can_take` refused.
             _ => return,
         }
         self.nulls.append(&mut other.nulls);
