@@ -11,6 +11,7 @@
 //!
 //! [`TableSchema::version`]: crate::change::schema::TableSchema::version
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow::array::BooleanArray;
@@ -89,7 +90,7 @@ pub fn changelog_batch(
             .expect("an event has an image")
     });
     let image = codec.decode_columns(rows)?;
-    let positions: Vec<String> = events.iter().map(|e| e.position.to_string()).collect();
+    let (positions, gtids) = position_and_gtid_columns(events)?;
     let ts: Vec<Option<i64>> = events
         .iter()
         .map(|e| (e.commit_ts_micros > 0).then_some(e.commit_ts_micros))
@@ -108,26 +109,67 @@ pub fn changelog_batch(
     let before_image = codec.decode_columns(before_rows)?;
     let before_fields = before_fields(schema);
     // Children are NULL where the struct is, so `_before['col']` is NULL for non-updates.
-    let absent = BooleanArray::from(has_before.iter().map(|b| !b).collect::<Vec<_>>());
-    let children = before_image
-        .iter()
-        .map(|c| nullif(c, &absent))
-        .collect::<Result<Vec<_>, _>>()?;
+    let children = if has_before.iter().all(|b| *b) {
+        before_image
+    } else {
+        let absent = BooleanArray::from(has_before.iter().map(|b| !b).collect::<Vec<_>>());
+        before_image
+            .iter()
+            .map(|c| nullif(c, &absent))
+            .collect::<Result<Vec<_>, _>>()?
+    };
     let before = StructArray::try_new(before_fields, children, Some(NullBuffer::from(has_before)))?;
     let meta: [ArrayRef; 5] = [
         Arc::new(StringArray::from_iter_values(
             events.iter().map(|e| e.op.code()),
         )),
-        Arc::new(StringArray::from(positions)),
-        Arc::new(StringArray::from_iter(
-            events
-                .iter()
-                .map(|e| e.gtid.as_ref().map(ToString::to_string)),
-        )),
+        Arc::new(positions),
+        Arc::new(gtids),
         Arc::new(UInt64Array::from(tx.to_vec())),
         Arc::new(TimestampMicrosecondArray::from(ts).with_timezone("UTC")),
     ];
     assemble(schema, table, meta, &image, Arc::new(before))
+}
+
+/// The `_position` and `_gtid` columns of `events`. Consecutive entries mostly share their
+/// transaction, so its coordinate and GTID are written once per transaction and each entry
+/// only adds its indexes (the same text [`ChangePosition`]'s `Display` writes).
+fn position_and_gtid_columns(
+    events: &[&ChangelogEvent],
+) -> Result<(StringArray, StringArray), ArrowError> {
+    let failed = |e: std::fmt::Error| ArrowError::ComputeError(e.to_string());
+    let n = events.len();
+    let mut positions = StringBuilder::with_capacity(n, n * 48);
+    let mut gtids = StringBuilder::with_capacity(n, n * 16);
+    let (mut text, mut tx_len, mut last_tx) = (String::new(), 0, None);
+    let (mut gtid_text, mut last_gtid) = (String::new(), None);
+    for e in events {
+        let p = &e.position;
+        if last_tx != Some(&p.tx) {
+            text.clear();
+            write!(text, "{}:{:012}:", p.tx.file, p.tx.offset).map_err(failed)?;
+            tx_len = text.len();
+            last_tx = Some(&p.tx);
+        }
+        text.truncate(tx_len);
+        push_padded(&mut text, p.event_index);
+        text.push(':');
+        push_padded(&mut text, p.row_index);
+        write!(text, ":{}", p.sub).map_err(failed)?;
+        positions.append_value(&text);
+        match &e.gtid {
+            None => gtids.append_null(),
+            Some(gtid) => {
+                if last_gtid != Some(gtid) {
+                    gtid_text.clear();
+                    write!(gtid_text, "{gtid}").map_err(failed)?;
+                    last_gtid = Some(gtid);
+                }
+                gtids.append_value(&gtid_text);
+            }
+        }
+    }
+    Ok((positions.finish(), gtids.finish()))
 }
 
 /// The changelog batch of one applied snapshot chunk: the chunk's own rows (shared, not
@@ -196,7 +238,7 @@ pub fn chunk_batch(
 }
 
 /// Appends `value` in decimal, zero-padded to the ten digits a `u32` can take (as
-/// [`ChangePosition`]'s text writes a row index).
+/// [`ChangePosition`]'s text writes an event or row index).
 fn push_padded(out: &mut String, mut value: u32) {
     let mut digits = ['0'; 10];
     for d in digits.iter_mut().rev() {
@@ -299,6 +341,55 @@ mod tests {
             push_padded(&mut text, row);
             text.push_str(":0");
             assert_eq!(text, expected);
+        }
+    }
+
+    #[test]
+    fn positions_and_gtids_are_written_as_their_display_writes_them() {
+        use crate::change::position::Gtid;
+        use arrow::array::{Array, Int64Array};
+        use arrow::row::{RowConverter, SortField};
+        let converter = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
+        let keys = converter
+            .convert_columns(&[Arc::new(Int64Array::from(vec![1])) as ArrayRef])
+            .unwrap();
+        let gtid = |seq| Gtid::MariaDb {
+            domain: 0,
+            server: 1,
+            seq,
+        };
+        let event = |file: &str, offset, event_index, row_index, sub, gtid| ChangelogEvent {
+            op: crate::change::Op::Insert,
+            key: keys.row(0).owned(),
+            position: ChangePosition {
+                tx: BinlogCoord::new(file, offset),
+                event_index,
+                row_index,
+                sub,
+            },
+            gtid,
+            commit_ts_micros: 0,
+            before: None,
+            after: Some(keys.row(0).owned()),
+        };
+        // Entries of one transaction, then others, with and without GTIDs and a split update.
+        let events = [
+            event("binlog.000001", 4, 1, 0, 0, Some(gtid(7))),
+            event("binlog.000001", 4, 1, 1, 0, Some(gtid(7))),
+            event("binlog.000001", 4, 2, 4_000_000_000, 1, Some(gtid(7))),
+            event("binlog.000001", 900, 1, 0, 0, None),
+            event("binlog.000002", 900, u32::MAX, 3, 0, Some(gtid(8))),
+            event("binlog.000002", 900, u32::MAX, 4, 0, Some(gtid(8))),
+            event("binlog.000002", 1200, 1, 0, 0, Some(gtid(9))),
+        ];
+        let refs: Vec<&ChangelogEvent> = events.iter().collect();
+        let (positions, gtids) = position_and_gtid_columns(&refs).unwrap();
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(positions.value(i), e.position.to_string(), "entry {i}");
+            match &e.gtid {
+                Some(g) => assert_eq!(gtids.value(i), g.to_string(), "entry {i}"),
+                None => assert!(gtids.is_null(i), "entry {i}"),
+            }
         }
     }
 }
