@@ -115,11 +115,14 @@ impl ChangePosition {
         row_index: u32,
         sub: u8,
     ) -> fmt::Result {
-        write!(
-            w,
-            "{}:{:012}:{:010}:{:010}:{}",
-            tx.file, tx.offset, event_index, row_index, sub
-        )
+        Self::write_tx_text(w, tx)?;
+        write!(w, "{event_index:010}:{row_index:010}:{sub}")
+    }
+
+    /// The part of [`ChangePosition::write_text`] that every change of the transaction
+    /// starting at `tx` shares: `file:offset:`.
+    pub fn write_tx_text(w: &mut impl fmt::Write, tx: &BinlogCoord) -> fmt::Result {
+        write!(w, "{}:{:012}:", tx.file, tx.offset)
     }
 }
 

@@ -147,7 +147,7 @@ fn position_and_gtid_columns(
         let p = &e.position;
         if last_tx != Some(&p.tx) {
             text.clear();
-            write!(text, "{}:{:012}:", p.tx.file, p.tx.offset).map_err(failed)?;
+            ChangePosition::write_tx_text(&mut text, &p.tx).map_err(failed)?;
             tx_len = text.len();
             last_tx = Some(&p.tx);
         }
