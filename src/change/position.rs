@@ -131,7 +131,12 @@ impl ChangePosition {
     /// after `tx`, and after every change of earlier transactions (of the same binlog file
     /// name length): where "after this point" starts for a text comparison of `_position`.
     pub fn text_before(tx: &BinlogCoord) -> String {
-        format!("{}:{:012}", tx.file, tx.offset)
+        let mut s = String::new();
+        // Writing to a String cannot fail. Without its last `:`, the transaction's part is a
+        // proper prefix of each of its changes' text, so it sorts before all of them.
+        let _ = Self::write_tx_text(&mut s, tx);
+        s.pop();
+        s
     }
 
     /// Text of the last position a version published at `tx` can hold: after every entry of

@@ -190,13 +190,13 @@ pub fn chunk_batch(
         ops[*i as usize] = Op::Update.code();
     }
     // `(high, 0, first + i, 0)`: the text up to the row index is the same for every entry.
-    let mut prefix = String::new();
-    ChangePosition::write_text(&mut prefix, high, 0, 0, 0)
+    let mut text = String::new();
+    ChangePosition::write_tx_text(&mut text, high)
         .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
-    let row_at = prefix.len() - "0000000000:0".len();
-    prefix.truncate(row_at);
-    let mut positions = StringBuilder::with_capacity(n, n * (prefix.len() + 12));
-    let mut text = prefix;
+    push_padded(&mut text, 0);
+    text.push(':');
+    let row_at = text.len();
+    let mut positions = StringBuilder::with_capacity(n, n * (row_at + 12));
     for i in 0..n as u32 {
         text.truncate(row_at);
         push_padded(&mut text, first + i);
