@@ -22,12 +22,24 @@ use crate::change::Op;
 use crate::source::error::{SourceError, SourceResult};
 use crate::state::handoff::ChunkEntries;
 use crate::state::merge::ChangelogEvent;
+use crate::state::streamed::StreamedBatch;
 
 /// One changelog entry of one captured table (an index into the capture's tables).
 #[derive(Debug, Clone)]
 pub struct TableChange {
     pub table: usize,
     pub event: ChangelogEvent,
+}
+
+/// The changelog entries of an applied run (see
+/// [`Capture::apply_run`](super::Capture::apply_run)).
+#[derive(Debug)]
+pub enum RunChanges {
+    /// As events, in position order.
+    Events(Vec<TableChange>),
+    /// Per table (an index into the capture's tables, each once, in table order), the
+    /// entries of its batches of the run, in order; their transactions are the run's.
+    Streamed(Vec<(usize, Vec<StreamedBatch>)>),
 }
 
 /// One applied snapshot chunk of table `table` (an index into the capture's tables): its

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{schema, Capture, TableChange};
+use super::{schema, Capture, RunChanges, TableChange};
 use crate::change::position::BinlogCoord;
 use crate::change::{ChangeBatch, RunBatch, SourceTransaction, TransactionRun};
 use crate::source::binlog::BinlogReader;
@@ -65,11 +65,10 @@ impl Capture {
 
     /// Applies a run read by [`Capture::next_run`] (so no transaction of it carries DDL): the
     /// state and changelog entries of applying its transactions in turn, each table's batches
-    /// encoded once for the whole run ([`TableState::apply_run`]). The entries come back in
-    /// position order, as one by one.
-    ///
-    /// [`TableState::apply_run`]: crate::state::merge::TableState::apply_run
-    pub fn apply_run(&mut self, run: &TransactionRun) -> SourceResult<Vec<TableChange>> {
+    /// encoded once for the whole run. When every table the run touches is past its
+    /// hand-off, the entries stay rows of the run's own images ([`RunChanges::Streamed`]);
+    /// otherwise they come back as events, in position order, as one by one.
+    pub fn apply_run(&mut self, run: &TransactionRun) -> SourceResult<RunChanges> {
         let mut per_table: std::collections::BTreeMap<usize, Vec<&RunBatch>> =
             std::collections::BTreeMap::new();
         for change in &run.changes {
@@ -80,9 +79,22 @@ impl Capture {
                 per_table.entry(t).or_default().push(change);
             }
         }
-        let out = self.apply_per_table(per_table, |state, batches, events| {
-            state.apply_run(&run.txs, &batches, events)
-        })?;
+        let out = if per_table.keys().all(|&t| self.states[t].is_streaming()) {
+            let mut tables = Vec::with_capacity(per_table.len());
+            for (t, batches) in per_table {
+                self.progress.set_working_on(Some(&self.tables[t].id));
+                let streamed = self.states[t]
+                    .apply_run_streamed(&batches)
+                    .map_err(|e| self.apply_error(t, e))?;
+                tables.push((t, streamed));
+            }
+            self.progress.set_working_on(None);
+            RunChanges::Streamed(tables)
+        } else {
+            RunChanges::Events(self.apply_per_table(per_table, |state, batches, events| {
+                state.apply_run(&run.txs, &batches, events)
+            })?)
+        };
         if let Some(last) = run.txs.last() {
             self.progress.set_position(last.end.clone());
         }
@@ -124,9 +136,7 @@ impl Capture {
         for (t, items) in per_table {
             self.progress.set_working_on(Some(&self.tables[t].id));
             let mut events = Vec::new();
-            apply(&mut self.states[t], items, &mut events).map_err(|e| {
-                SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
-            })?;
+            apply(&mut self.states[t], items, &mut events).map_err(|e| self.apply_error(t, e))?;
             out.extend(
                 events
                     .into_iter()
@@ -139,6 +149,10 @@ impl Capture {
             out.sort_by(|a, b| a.event.position.cmp(&b.event.position));
         }
         Ok(out)
+    }
+
+    fn apply_error(&self, t: usize, e: arrow::error::ArrowError) -> SourceError {
+        SourceError::arrow(format!("applying changes of {}", self.tables[t].id), e)
     }
 
     /// The changelog of the next transaction, with the transaction; `None` once a

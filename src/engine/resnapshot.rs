@@ -140,7 +140,7 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
                 .map(|event| TableChange { table: t, event }),
         );
     }
-    append(&capture, &mut changelogs, &changes, &mut numbers)?;
+    append(&capture, &mut changelogs, &changes, None, &mut numbers)?;
     if let Some(c) = &task.checkpointer {
         c.set_consistent_from(end.clone()).await;
     }
@@ -282,7 +282,7 @@ pub(super) async fn resnapshot_table(
     let mut changelogs = previous.changelogs.clone();
     let mut numbers = TxNumbers::after(&changelogs);
     let caught_up = capture.catch_up_to(&at).await?;
-    append(&capture, &mut changelogs, &caught_up, &mut numbers)?;
+    append(&capture, &mut changelogs, &caught_up, None, &mut numbers)?;
     let mut schema_history = previous.schema_history.to_vec();
     if changed {
         // The diff deletes rows of the old schema, which lack the columns added since: its
@@ -326,7 +326,7 @@ pub(super) async fn resnapshot_table(
         .into_iter()
         .map(|event| TableChange { table: t, event })
         .collect();
-    append(&capture, &mut changelogs, &changes, &mut numbers)?;
+    append(&capture, &mut changelogs, &changes, None, &mut numbers)?;
     // Every table now reflects exactly the transactions before `at`.
     task.progress.set_position(at);
     task.status

@@ -17,9 +17,9 @@ use super::resnapshot::{resnapshot, resnapshot_table};
 use super::retry;
 use super::source_status::{now_micros, SourceStatus};
 use super::stop::{fail, panicked, Stop};
-use super::task::{append, fresh, recover, resume_published, Mode, Started, Task};
+use super::task::{append, fresh, recover, resume_published, Mode, Started, StreamedRun, Task};
 use crate::capture::version::{Published, SourceVersion};
-use crate::capture::TableStop;
+use crate::capture::{RunChanges, TableStop};
 use crate::durable::Checkpointer;
 use crate::provider::health::{Fault, SharedHealth};
 use crate::source::error::SourceError;
@@ -267,12 +267,17 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         // version.
         let until = std::time::Instant::now() + BURST_TIME;
         let mut count = 1;
+        let (mut streamed, mut run_txs) = (None, Vec::new());
         if let Some(run) = capture.next_run(BURST_TRANSACTIONS - 1, until).await? {
-            changes.extend(capture.apply_run(&run)?);
-            count += run.txs.len() as u64;
-            if let Some(last) = run.txs.into_iter().next_back() {
-                tx = last;
+            match capture.apply_run(&run)? {
+                RunChanges::Events(events) => changes.extend(events),
+                RunChanges::Streamed(tables) => streamed = Some(tables),
             }
+            count += run.txs.len() as u64;
+            if let Some(last) = run.txs.last() {
+                tx = last.clone();
+            }
+            run_txs = run.txs;
         }
         // A DDL is a burst of its own (`Capture::next_run`): the changelogs take the new
         // schemas before its entries (a TRUNCATE's) and any later ones are appended.
@@ -290,7 +295,11 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             history.extend(schema_changes);
             schema_history = Arc::new(history);
         }
-        append(&capture, &mut changelogs, &changes, &mut numbers)?;
+        let run = streamed.as_deref().map(|tables| StreamedRun {
+            txs: &run_txs,
+            tables,
+        });
+        append(&capture, &mut changelogs, &changes, run, &mut numbers)?;
         let trimmed = task
             .retention
             .trim(&mut changelogs, checkpointer.as_deref());
@@ -301,9 +310,11 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             }
             published_stops = Arc::new(stopped.clone());
         }
+        let streamed_tables = streamed.iter().flatten().map(|(t, _)| *t);
         let touched: std::collections::BTreeSet<usize> = changes
             .iter()
             .map(|c| c.table)
+            .chain(streamed_tables)
             .chain(evolved.iter().copied())
             .collect();
         let previous = published.load_full();
@@ -345,7 +356,13 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
                 s.set_tables(capture.tables().to_vec());
             }
             s.transactions += count;
-            s.changes += changes.len() as u64;
+            let streamed_entries: usize = streamed
+                .iter()
+                .flatten()
+                .flat_map(|(_, batches)| batches)
+                .map(|b| b.entries.len())
+                .sum();
+            s.changes += (changes.len() + streamed_entries) as u64;
             s.last_commit_ts_micros = Some(tx.commit_ts_micros);
         }
     }

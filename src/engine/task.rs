@@ -16,6 +16,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use arrow::array::RecordBatch;
+use arrow::compute::concat_batches;
 use tokio::sync::watch;
 
 use super::partial::PartialView;
@@ -29,6 +31,7 @@ use crate::capture::{
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::{TableId, TableSchema};
+use crate::change::SourceTransaction;
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
 use crate::provider::health::SharedHealth;
@@ -36,9 +39,12 @@ use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
 use crate::source::snapshot::journal::SnapshotJournal;
-use crate::state::changelog::{changelog_batch, Changelog, ChangelogSegment, ChunkSegment};
+use crate::state::changelog::{
+    changelog_batch, streamed_batch, Changelog, ChangelogSegment, ChunkSegment,
+};
 use crate::state::current::CurrentTable;
-use crate::state::merge::TableState;
+use crate::state::merge::{ChangelogEvent, TableState};
+use crate::state::streamed::StreamedBatch;
 
 /// How a capture task begins; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -444,18 +450,76 @@ pub(super) fn append_handoff(
     Ok(())
 }
 
-/// Appends changes to the changelogs, one segment per table.
+/// The streamed entries of a run (`RunChanges::Streamed`), with the run's transactions.
+pub(super) struct StreamedRun<'a> {
+    pub txs: &'a [SourceTransaction],
+    pub tables: &'a [(usize, Vec<StreamedBatch>)],
+}
+
+/// Appends changes to the changelogs, one segment per table: `changes` (events), then the
+/// streamed entries of a run of transactions after them, if any.
 pub(super) fn append(
     capture: &Capture,
     changelogs: &mut [Changelog],
     changes: &[TableChange],
+    run: Option<StreamedRun<'_>>,
     numbers: &mut TxNumbers,
 ) -> SourceResult<()> {
     let codec = |t: usize| Arc::clone(capture.state(t).codec());
-    append_with(capture, &codec, changelogs, changes, numbers)
+    let mut batches = event_batches(capture, &codec, changelogs, changes, numbers)?;
+    if let Some(StreamedRun { txs, tables }) = run {
+        // `_tx` numbers go to the run's transactions with entries, in order, after the
+        // events' (which come before the run).
+        let mut used = vec![false; txs.len()];
+        for (_, streamed) in tables {
+            for b in streamed {
+                for e in &b.entries {
+                    if let Some(u) =
+                        b.tx.get(e.row as usize)
+                            .and_then(|&j| used.get_mut(j as usize))
+                    {
+                        *u = true;
+                    }
+                }
+            }
+        }
+        let tx_numbers: Vec<u64> = txs
+            .iter()
+            .zip(&used)
+            .map(|(tx, &used)| {
+                if used {
+                    numbers.number(&tx.start, false)
+                } else {
+                    0
+                }
+            })
+            .collect();
+        for (t, streamed) in tables {
+            let batch = streamed_batch(
+                &codec(*t),
+                &changelogs[*t].written,
+                txs,
+                &tx_numbers,
+                streamed,
+            )
+            .map_err(changelog_error(capture, *t))?;
+            batches.entry(*t).or_default().push(batch);
+        }
+    }
+    for (t, parts) in batches {
+        let batch = match parts.as_slice() {
+            [one] => one.clone(),
+            _ => concat_batches(&changelogs[t].written, &parts)
+                .map_err(changelog_error(capture, t))?,
+        };
+        changelogs[t]
+            .append(ChangelogSegment::of_batch(batch))
+            .map_err(changelog_error(capture, t))?;
+    }
+    Ok(())
 }
 
-/// [`append`], reading table `t`'s rows with `codec(t)`.
+/// [`append`] of events only, reading table `t`'s rows with `codec(t)`.
 fn append_with(
     capture: &Capture,
     codec: &dyn Fn(usize) -> Arc<RowCodec>,
@@ -463,22 +527,38 @@ fn append_with(
     changes: &[TableChange],
     numbers: &mut TxNumbers,
 ) -> SourceResult<()> {
-    let mut per_table: BTreeMap<usize, (Vec<&crate::state::merge::ChangelogEvent>, Vec<u64>)> =
-        BTreeMap::new();
+    for (t, parts) in event_batches(capture, codec, changelogs, changes, numbers)? {
+        for batch in parts {
+            changelogs[t]
+                .append(ChangelogSegment::of_batch(batch))
+                .map_err(changelog_error(capture, t))?;
+        }
+    }
+    Ok(())
+}
+
+/// The changelog batch of each table's events among `changes`, numbering their transactions.
+fn event_batches(
+    capture: &Capture,
+    codec: &dyn Fn(usize) -> Arc<RowCodec>,
+    changelogs: &[Changelog],
+    changes: &[TableChange],
+    numbers: &mut TxNumbers,
+) -> SourceResult<BTreeMap<usize, Vec<RecordBatch>>> {
+    let mut per_table: BTreeMap<usize, (Vec<&ChangelogEvent>, Vec<u64>)> = BTreeMap::new();
     for c in changes {
         let n = numbers.number(&c.event.position.tx, c.event.position.event_index == 0);
         let entry = per_table.entry(c.table).or_default();
         entry.0.push(&c.event);
         entry.1.push(n);
     }
+    let mut out = BTreeMap::new();
     for (t, (events, tx)) in per_table {
         let batch = changelog_batch(&codec(t), &changelogs[t].written, &events, &tx)
             .map_err(changelog_error(capture, t))?;
-        changelogs[t]
-            .append(ChangelogSegment::of_batch(batch))
-            .map_err(changelog_error(capture, t))?;
+        out.insert(t, vec![batch]);
     }
-    Ok(())
+    Ok(out)
 }
 
 /// The error of a changelog batch of table `t` that could not be built.

@@ -169,12 +169,16 @@ impl CurrentTable {
         }
     }
 
-    /// Stores `row` under `key` with `count` copies (keyed tables: 1), or deletes the key.
-    pub fn put(&mut self, key: &[u8], value: OverlayValue) {
-        let old = self.count(key) as usize;
-        let new = value.as_ref().map_or(0, |(_, n)| *n as usize);
-        self.len = self.len + new - old;
-        self.overlay.insert(key.into(), value);
+    /// Stores `row` under `key` with `count` copies (keyed tables: 1), or deletes the key;
+    /// returns the copies stored before. One overlay lookup: the value it replaces says it.
+    pub fn put(&mut self, key: &[u8], value: OverlayValue) -> u32 {
+        let new = value.as_ref().map_or(0, |(_, n)| *n);
+        let old = match self.overlay.insert(key.into(), value) {
+            Some(previous) => previous.map_or(0, |(_, n)| n),
+            None => self.base.find(key).map_or(0, |(_, _, n)| n),
+        };
+        self.len = self.len + new as usize - old as usize;
+        old
     }
 
     /// An immutable version at `position`; merges the overlay into a new base first when it has

@@ -37,6 +37,7 @@ use arrow::row::{OwnedRow, Rows};
 
 use super::current::{CurrentTable, TableSnapshot};
 use super::handoff::{ChunkEntries, Handoff};
+use super::streamed::{self, EntryImage, StreamedBatch, StreamedEntry};
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::TableSchema;
@@ -247,18 +248,53 @@ impl TableState {
             let (before, after) = self.encode_images(batch)?;
             let keyless = self.codec.keyless();
             let current = self.current.as_mut().expect("checked above");
-            apply_streaming_batch(
+            let mut entries = Vec::with_capacity(batch.num_rows());
+            let (before, after) = (before.as_ref(), after.as_ref());
+            streamed::apply(current, keyless, batch, before, after, (0, 0), &mut entries);
+            push_events(&entries, &|i| row_txs[i], batch, before, after, (0, 0), out);
+        }
+        Ok(())
+    }
+
+    /// [`Self::apply_run`] after the hand-off, the entries kept as rows of the batches' own
+    /// images (see [`streamed`]), one [`StreamedBatch`] per batch, in order.
+    pub fn apply_run_streamed(
+        &mut self,
+        batches: &[&RunBatch],
+    ) -> Result<Vec<StreamedBatch>, ArrowError> {
+        let mut out = Vec::with_capacity(batches.len());
+        for run in batches {
+            if run.tx.len() != run.batch.num_rows() {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "{} transactions for {} rows",
+                    run.tx.len(),
+                    run.batch.num_rows()
+                )));
+            }
+            let (before, after) = self.encode_images(&run.batch)?;
+            let keyless = self.codec.keyless();
+            let current = self.current.as_mut().ok_or_else(|| {
+                ArrowError::InvalidArgumentError(
+                    "streamed entries of a table still in its hand-off".into(),
+                )
+            })?;
+            let mut entries = Vec::with_capacity(run.batch.num_rows());
+            streamed::apply(
                 current,
                 keyless,
-                &|i| row_txs[i],
-                batch,
+                &run.batch,
                 before.as_ref(),
                 after.as_ref(),
                 (0, 0),
-                out,
+                &mut entries,
             );
+            out.push(StreamedBatch {
+                batch: run.batch.clone(),
+                tx: run.tx.clone(),
+                entries,
+            });
         }
-        Ok(())
+        Ok(out)
     }
 
     /// `batch`'s before and after images encoded as (key, row) rows.
@@ -526,9 +562,8 @@ impl TableState {
     }
 }
 
-/// Applies changes after the hand-off: every change is newer than anything stored, so no
-/// version is compared and the binlog's own images say everything. `before` and `after` hold
-/// the encoded images of every batch of `items`, in order.
+/// Applies changes after the hand-off (see [`streamed`]): `before` and `after` hold the
+/// encoded images of every batch of `items`, in order.
 fn apply_streaming(
     current: &mut CurrentTable,
     keyless: bool,
@@ -538,28 +573,29 @@ fn apply_streaming(
     out: &mut Vec<ChangelogEvent>,
 ) {
     let mut offsets = (0, 0);
+    let mut entries = Vec::new();
     for (tx, batch) in items {
-        apply_streaming_batch(
+        entries.clear();
+        streamed::apply(
             current,
             keyless,
-            &|_| tx,
             batch,
             before,
             after,
             offsets,
-            out,
+            &mut entries,
         );
+        push_events(&entries, &|_| tx, batch, before, after, offsets, out);
         offsets.0 += batch.before.as_ref().map_or(0, RecordBatch::num_rows);
         offsets.1 += batch.after.as_ref().map_or(0, RecordBatch::num_rows);
     }
 }
 
-/// [`apply_streaming`] of one batch, whose rows are those of `before` and `after` from
-/// `offsets` (before, after) on; `tx_of(i)` is the transaction of the batch's row `i`.
-#[allow(clippy::too_many_arguments)]
-fn apply_streaming_batch<'t>(
-    current: &mut CurrentTable,
-    keyless: bool,
+/// The entries [`streamed::apply`] recorded for `batch`, as events; `tx_of(i)` is the
+/// transaction of the batch's row `i`, and `before`, `after` and `offsets` are what
+/// [`streamed::apply`] was given.
+fn push_events<'t>(
+    entries: &[StreamedEntry],
     tx_of: &dyn Fn(usize) -> &'t SourceTransaction,
     batch: &ChangeBatch,
     before: Option<&(Rows, Rows)>,
@@ -567,64 +603,43 @@ fn apply_streaming_batch<'t>(
     offsets: (usize, usize),
     out: &mut Vec<ChangelogEvent>,
 ) {
-    for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
+    let image = |encoded: Option<&(Rows, Rows)>, at: usize| {
+        let (k, r) = encoded.expect("an entry's image was encoded");
+        (k.row(at).owned(), r.row(at).owned())
+    };
+    for e in entries {
+        let i = e.row as usize;
         let tx = tx_of(i);
-        let event = |op, key: OwnedRow, sub, before: Option<OwnedRow>, after: Option<OwnedRow>| {
-            ChangelogEvent {
-                op,
-                key,
-                position: ChangePosition {
-                    tx: tx.start.clone(),
-                    event_index: *event_index,
-                    row_index: *row_index,
-                    sub,
-                },
-                gtid: tx.gtid.clone(),
-                commit_ts_micros: tx.commit_ts_micros,
-                before,
-                after,
+        let (event_index, row_index) = batch.index[i];
+        let (key, before, after) = match e.image {
+            EntryImage::Update => {
+                let (_, old) = image(before, offsets.0 + i);
+                let (key, new) = image(after, offsets.1 + i);
+                (key, Some(old), Some(new))
+            }
+            EntryImage::Before => {
+                let (key, old) = image(before, offsets.0 + i);
+                (key, Some(old), None)
+            }
+            EntryImage::After => {
+                let (key, new) = image(after, offsets.1 + i);
+                (key, None, Some(new))
             }
         };
-        let old = batch
-            .before
-            .as_ref()
-            .and(before)
-            .map(|(k, r)| (k.row(offsets.0 + i).owned(), r.row(offsets.0 + i).owned()));
-        let new = batch
-            .after
-            .as_ref()
-            .and(after)
-            .map(|(k, r)| (k.row(offsets.1 + i).owned(), r.row(offsets.1 + i).owned()));
-        match (old, new) {
-            (Some((ok, orow)), Some((nk, nrow))) if ok == nk && !keyless => {
-                current.put(nk.as_ref(), Some((Arc::new(nrow.clone()), 1)));
-                out.push(event(Op::Update, nk, 0, Some(orow), Some(nrow)));
-            }
-            (old, new) => {
-                if let Some((ok, orow)) = old {
-                    let left = if keyless {
-                        current.count(ok.as_ref()).saturating_sub(1)
-                    } else {
-                        0
-                    };
-                    let value = (left > 0).then(|| (Arc::new(orow.clone()), left));
-                    current.put(ok.as_ref(), value);
-                    out.push(event(Op::Delete, ok, 0, Some(orow), None));
-                }
-                if let Some((nk, nrow)) = new {
-                    let existing = current.count(nk.as_ref());
-                    let count = if keyless { existing + 1 } else { 1 };
-                    let op = if existing > 0 && !keyless {
-                        Op::Update
-                    } else {
-                        Op::Insert
-                    };
-                    let sub = if batch.op == Op::Update { 1 } else { 0 };
-                    current.put(nk.as_ref(), Some((Arc::new(nrow.clone()), count)));
-                    out.push(event(op, nk, sub, None, Some(nrow)));
-                }
-            }
-        }
+        out.push(ChangelogEvent {
+            op: e.op,
+            key,
+            position: ChangePosition {
+                tx: tx.start.clone(),
+                event_index,
+                row_index,
+                sub: e.sub,
+            },
+            gtid: tx.gtid.clone(),
+            commit_ts_micros: tx.commit_ts_micros,
+            before,
+            after,
+        });
     }
 }
 
@@ -959,6 +974,89 @@ mod tests {
                 ids(&[together.to_batch().unwrap()]),
                 model,
                 "keyed: {keyed}"
+            );
+        }
+    }
+
+    /// A run's entries kept as rows of its images build the same changelog batch as the same
+    /// run's entries as events, and leave the same state: updates in place, key changes,
+    /// deletes, keyless copies, GTIDs on some transactions and not others, transactions
+    /// without entries for the table skipped in `_tx`.
+    #[test]
+    fn streamed_entries_build_the_changelog_the_events_build() {
+        use crate::state::changelog::{changelog_batch, changelog_schema, streamed_batch};
+        use rand::{Rng, SeedableRng};
+        for keyed in [true, false] {
+            let c = codec(keyed);
+            let schema = changelog_schema(&c.schema().arrow);
+            let mut rng = rand::rngs::StdRng::seed_from_u64(11 + u64::from(keyed));
+            let start: Vec<(i32, String)> = (1..=5).map(|i| (i, "s".to_string())).collect();
+            let mut model = start.clone();
+            let mut next_id = 100;
+            let txs: Vec<SourceTransaction> = (0..300)
+                .map(|i| {
+                    let mut tx =
+                        random_transaction(&c, &mut model, &mut rng, 1000 + 10 * i, &mut next_id);
+                    if rng.random_range(0..3) > 0 {
+                        tx.gtid = Some(Gtid::MariaDb {
+                            domain: 0,
+                            server: 1,
+                            seq: i,
+                        });
+                    }
+                    if rng.random_range(0..5) == 0 {
+                        // A transaction of other tables only: no rows here.
+                        tx.changes.clear();
+                    }
+                    tx
+                })
+                .collect();
+            let handed_off = || {
+                let mut state = TableState::new(Arc::clone(c.schema())).unwrap();
+                let refs: Vec<(i32, &str)> = start.iter().map(|(i, v)| (*i, v.as_str())).collect();
+                state.apply_snapshot(&at(10), batch(&c, &refs)).unwrap();
+                state.finish_handoff().unwrap();
+                state
+            };
+            let (mut as_events, mut as_rows) = (handed_off(), handed_off());
+            let mut rest = &txs[..];
+            let mut number = 0;
+            while !rest.is_empty() {
+                let n = rng.random_range(1..=rest.len().min(40));
+                let run = as_run(&rest[..n]);
+                rest = &rest[n..];
+                let batches: Vec<&RunBatch> = run.changes.iter().collect();
+                let mut events = Vec::new();
+                as_events
+                    .apply_run(&run.txs, &batches, &mut events)
+                    .unwrap();
+                let streamed = as_rows.apply_run_streamed(&batches).unwrap();
+                // `_tx` as the engine numbers it: the run's transactions with entries, in order.
+                let mut tx_numbers = vec![0; run.txs.len()];
+                for (j, tx) in run.txs.iter().enumerate() {
+                    if events.iter().any(|e| e.position.tx == tx.start) {
+                        number += 1;
+                        tx_numbers[j] = number;
+                    }
+                }
+                let event_tx: Vec<u64> = events
+                    .iter()
+                    .map(|e| {
+                        let j = run.txs.iter().position(|t| t.start == e.position.tx);
+                        tx_numbers[j.unwrap()]
+                    })
+                    .collect();
+                let refs: Vec<&ChangelogEvent> = events.iter().collect();
+                // Events hold rows of the state's own codec.
+                let codec = as_events.codec();
+                let expected = changelog_batch(codec, &schema, &refs, &event_tx).unwrap();
+                let built =
+                    streamed_batch(codec, &schema, &run.txs, &tx_numbers, &streamed).unwrap();
+                assert_eq!(built, expected, "keyed: {keyed}");
+            }
+            assert_eq!(
+                ids(&[as_rows.to_batch().unwrap()]),
+                ids(&[as_events.to_batch().unwrap()])
             );
         }
     }

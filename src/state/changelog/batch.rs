@@ -25,7 +25,7 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
-use crate::change::position::{BinlogCoord, ChangePosition};
+use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Op, SourceTransaction};
 use crate::state::handoff::ChunkEntries;
@@ -90,7 +90,8 @@ pub fn changelog_batch(
             .expect("an event has an image")
     });
     let image = codec.decode_columns(rows)?;
-    let (positions, gtids) = position_and_gtid_columns(events)?;
+    let (positions, gtids) =
+        position_and_gtid_columns(events.len(), events.iter().map(|e| EntryAt::of(e)))?;
     let ts: Vec<Option<i64>> = events
         .iter()
         .map(|e| (e.commit_ts_micros > 0).then_some(e.commit_ts_micros))
@@ -131,33 +132,53 @@ pub fn changelog_batch(
     assemble(schema, table, meta, &image, Arc::new(before))
 }
 
-/// The `_position` and `_gtid` columns of `events`. Consecutive entries mostly share their
+/// What `_position` and `_gtid` are made of: an entry's position, its parts borrowed.
+pub(super) struct EntryAt<'a> {
+    pub tx: &'a BinlogCoord,
+    pub event_index: u32,
+    pub row_index: u32,
+    pub sub: u8,
+    pub gtid: Option<&'a Gtid>,
+}
+
+impl<'a> EntryAt<'a> {
+    fn of(e: &'a ChangelogEvent) -> Self {
+        Self {
+            tx: &e.position.tx,
+            event_index: e.position.event_index,
+            row_index: e.position.row_index,
+            sub: e.position.sub,
+            gtid: e.gtid.as_ref(),
+        }
+    }
+}
+
+/// The `_position` and `_gtid` columns of `n` entries. Consecutive entries mostly share their
 /// transaction, so its coordinate and GTID are written once per transaction and each entry
 /// only adds its indexes (the same text [`ChangePosition`]'s `Display` writes).
-fn position_and_gtid_columns(
-    events: &[&ChangelogEvent],
+pub(super) fn position_and_gtid_columns<'a>(
+    n: usize,
+    entries: impl IntoIterator<Item = EntryAt<'a>>,
 ) -> Result<(StringArray, StringArray), ArrowError> {
     let failed = |e: std::fmt::Error| ArrowError::ComputeError(e.to_string());
-    let n = events.len();
     let mut positions = StringBuilder::with_capacity(n, n * 48);
     let mut gtids = StringBuilder::with_capacity(n, n * 16);
     let (mut text, mut tx_len, mut last_tx) = (String::new(), 0, None);
     let (mut gtid_text, mut last_gtid) = (String::new(), None);
-    for e in events {
-        let p = &e.position;
-        if last_tx != Some(&p.tx) {
+    for e in entries {
+        if last_tx != Some(e.tx) {
             text.clear();
-            ChangePosition::write_tx_text(&mut text, &p.tx).map_err(failed)?;
+            ChangePosition::write_tx_text(&mut text, e.tx).map_err(failed)?;
             tx_len = text.len();
-            last_tx = Some(&p.tx);
+            last_tx = Some(e.tx);
         }
         text.truncate(tx_len);
-        push_padded(&mut text, p.event_index);
+        push_padded(&mut text, e.event_index);
         text.push(':');
-        push_padded(&mut text, p.row_index);
-        write!(text, ":{}", p.sub).map_err(failed)?;
+        push_padded(&mut text, e.row_index);
+        write!(text, ":{}", e.sub).map_err(failed)?;
         positions.append_value(&text);
-        match &e.gtid {
+        match e.gtid {
             None => gtids.append_null(),
             Some(gtid) => {
                 if last_gtid != Some(gtid) {
@@ -249,7 +270,7 @@ fn push_padded(out: &mut String, mut value: u32) {
 }
 
 /// The fields of the `_before` struct, the last column of a changelog schema.
-fn before_fields(schema: &SchemaRef) -> Fields {
+pub(super) fn before_fields(schema: &SchemaRef) -> Fields {
     match schema.field(schema.fields().len() - 1).data_type() {
         DataType::Struct(fields) => fields.clone(),
         _ => unreachable!("the last changelog column is the _before struct"),
@@ -259,7 +280,7 @@ fn before_fields(schema: &SchemaRef) -> Fields {
 /// A changelog batch from its metadata columns before `_table` (`_op`, `_position`, `_gtid`,
 /// `_tx`, `_commit_ts`), the image columns and `_before`; `_table` and `_schema_version` come
 /// from `table`.
-fn assemble(
+pub(super) fn assemble(
     schema: &SchemaRef,
     table: &TableSchema,
     meta: [ArrayRef; 5],
@@ -382,8 +403,8 @@ mod tests {
             event("binlog.000002", 900, u32::MAX, 4, 0, Some(gtid(8))),
             event("binlog.000002", 1200, 1, 0, 0, Some(gtid(9))),
         ];
-        let refs: Vec<&ChangelogEvent> = events.iter().collect();
-        let (positions, gtids) = position_and_gtid_columns(&refs).unwrap();
+        let (positions, gtids) =
+            position_and_gtid_columns(events.len(), events.iter().map(EntryAt::of)).unwrap();
         for (i, e) in events.iter().enumerate() {
             assert_eq!(positions.value(i), e.position.to_string(), "entry {i}");
             match &e.gtid {

@@ -9,13 +9,15 @@
 //! * Entries are immutable once appended; readers take a prefix (the segments published at a
 //!   position) and never see a later append or half a transaction.
 //!
-//! [`batch`] builds the entries' Arrow batches (the columns are described there);
+//! [`batch`] builds the entries' Arrow batches (the columns are described there), [`streamed`]
+//! those of changes applied after the hand-off straight from their images;
 //! [`segments`] holds them; [`adapt`] reads entries written under several schemas of the table
 //! as one table.
 
 mod adapt;
 mod batch;
 mod segments;
+mod streamed;
 
 pub use adapt::{adapt, union_schema};
 pub use batch::{
@@ -26,3 +28,4 @@ pub use segments::{
     adapted, read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore,
     StoredSegmentError, Trimmed, MERGE_FANOUT,
 };
+pub use streamed::streamed_batch;
