@@ -31,6 +31,15 @@ pub struct TableChange {
     pub event: ChangelogEvent,
 }
 
+/// What [`Capture::next_burst`](super::Capture::next_burst) read: a run of transactions not
+/// yet applied, or one transaction applied by itself with its entries (one carrying DDL, or
+/// one held back before).
+#[derive(Debug)]
+pub enum Burst {
+    Run(crate::change::TransactionRun),
+    One(crate::change::SourceTransaction, Vec<TableChange>),
+}
+
 /// The changelog entries of an applied run (see
 /// [`Capture::apply_run`](super::Capture::apply_run)).
 #[derive(Debug)]

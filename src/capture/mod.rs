@@ -87,7 +87,9 @@ use crate::state::merge::TableState;
 
 use filter::{live_tables, Patterns, Stopped};
 use handoff::Ordinals;
-pub use handoff::{ChunkChange, CodecChange, HandoffLog, HandoffPart, RunChanges, TableChange};
+pub use handoff::{
+    Burst, ChunkChange, CodecChange, HandoffLog, HandoffPart, RunChanges, TableChange,
+};
 pub use schema::{describe_columns, SchemaChange};
 
 /// How a capture begins.

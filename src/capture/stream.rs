@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{schema, Capture, RunChanges, TableChange};
+use super::{schema, Burst, Capture, RunChanges, TableChange};
 use crate::change::position::BinlogCoord;
 use crate::change::{ChangeBatch, RunBatch, SourceTransaction, TransactionRun};
 use crate::source::binlog::BinlogReader;
@@ -172,6 +172,47 @@ impl Capture {
         }
     }
 
+    /// The next burst: the transactions that arrive together, waiting for the server until
+    /// the first one completes, as one run not yet applied (see [`Capture::apply_run`]) of at
+    /// most `max` transactions gathered until `burst` after the first; or, for a transaction
+    /// that is never part of a run (one carrying DDL, or one held back by
+    /// [`Capture::next_run`]), that transaction applied by itself. `None` once a
+    /// `SnapshotOnly` capture has finished. Transactions the checkpoint holds are dropped.
+    pub async fn next_burst(
+        &mut self,
+        max: usize,
+        burst: std::time::Duration,
+    ) -> SourceResult<Option<Burst>> {
+        loop {
+            let Some(reader) = self.reader.as_mut().filter(|_| self.pending.is_none()) else {
+                return Ok(self
+                    .next()
+                    .await?
+                    .map(|(tx, changes)| Burst::One(tx, changes)));
+            };
+            let (run, ddl) = reader.wait_run(max, burst).await?;
+            self.pending = ddl;
+            if let Some(run) = run.and_then(|run| self.unheld(run)) {
+                return Ok(Some(Burst::Run(run)));
+            }
+        }
+    }
+
+    /// `run` without the transactions the checkpoint already holds; `None` when that is all
+    /// of them.
+    fn unheld(&self, mut run: TransactionRun) -> Option<TransactionRun> {
+        let held = run
+            .txs
+            .iter()
+            .take_while(|tx| self.held_already(tx))
+            .count();
+        if held > 0 {
+            tracing::debug!(count = held, "dropping transactions the checkpoint holds");
+            run.skip_first(held);
+        }
+        (!run.txs.is_empty()).then_some(run)
+    }
+
     /// The transactions the events already received complete, as one run not yet applied (see
     /// [`Capture::apply_run`]), at most `max` of them and gathered until `until`; `None` when
     /// no events are at hand or a transaction is held for [`Capture::next`] (one carrying DDL
@@ -191,19 +232,7 @@ impl Capture {
         };
         let (run, ddl) = reader.step_run(max, until).await?;
         self.pending = ddl;
-        let Some(mut run) = run else {
-            return Ok(None);
-        };
-        let held = run
-            .txs
-            .iter()
-            .take_while(|tx| self.held_already(tx))
-            .count();
-        if held > 0 {
-            tracing::debug!(count = held, "dropping transactions the checkpoint holds");
-            run.skip_first(held);
-        }
-        Ok((!run.txs.is_empty()).then_some(run))
+        Ok(run.and_then(|run| self.unheld(run)))
     }
 
     /// Applies a transaction read from the stream, unless the checkpoint already holds it.

@@ -15,6 +15,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fmt::Write as _;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -116,14 +117,53 @@ impl ChangePosition {
         sub: u8,
     ) -> fmt::Result {
         Self::write_tx_text(w, tx)?;
-        write!(w, "{event_index:010}:{row_index:010}:{sub}")
+        Self::write_indexes_text(w, event_index, row_index, sub)
     }
 
     /// The part of [`ChangePosition::write_text`] that every change of the transaction
     /// starting at `tx` shares: `file:offset:`.
     pub fn write_tx_text(w: &mut impl fmt::Write, tx: &BinlogCoord) -> fmt::Result {
-        write!(w, "{}:{:012}:", tx.file, tx.offset)
+        w.write_str(&tx.file)?;
+        w.write_char(':')?;
+        write_zero_padded(w, tx.offset, 12)?;
+        w.write_char(':')
     }
+
+    /// The rest of [`ChangePosition::write_text`] after [`ChangePosition::write_tx_text`]:
+    /// `event_index:row_index:sub`, the indexes zero-padded to the ten digits a `u32` takes.
+    pub fn write_indexes_text(
+        w: &mut impl fmt::Write,
+        event_index: u32,
+        row_index: u32,
+        sub: u8,
+    ) -> fmt::Result {
+        write_zero_padded(w, event_index.into(), 10)?;
+        w.write_char(':')?;
+        write_zero_padded(w, row_index.into(), 10)?;
+        w.write_char(':')?;
+        write_zero_padded(w, sub.into(), 1)
+    }
+}
+
+/// Writes `value` in decimal, zero-padded to at least `width` digits (what `{value:0width$}`
+/// writes, up to 20 digits of padding). Positions are written once per changelog entry, where
+/// the formatter's padding machinery was a visible part of building a segment.
+pub fn write_zero_padded(w: &mut impl fmt::Write, mut value: u64, width: usize) -> fmt::Result {
+    let mut digits = [b'0'; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    let start = start.min(digits.len().saturating_sub(width));
+    for &d in &digits[start..] {
+        w.write_char(char::from(d))?;
+    }
+    Ok(())
 }
 
 impl ChangePosition {
@@ -206,32 +246,47 @@ impl fmt::Display for Gtid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Gtid::MySql { sid, tag, gno } => {
-                write!(f, "{}", format_uuid(sid))?;
+                write_uuid(f, sid)?;
                 if let Some(tag) = tag {
                     write!(f, ":{tag}")?;
                 }
-                write!(f, ":{gno}")
+                f.write_char(':')?;
+                write_zero_padded(f, *gno, 1)
             }
             Gtid::MariaDb {
                 domain,
                 server,
                 seq,
-            } => write!(f, "{domain}-{server}-{seq}"),
+            } => {
+                write_zero_padded(f, (*domain).into(), 1)?;
+                f.write_char('-')?;
+                write_zero_padded(f, (*server).into(), 1)?;
+                f.write_char('-')?;
+                write_zero_padded(f, *seq, 1)
+            }
         }
     }
 }
 
 /// Formats 16 bytes as a lowercase hyphenated UUID.
 pub fn format_uuid(sid: &[u8; 16]) -> String {
-    let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    let mut s = String::with_capacity(36);
+    // Writing to a String cannot fail.
+    let _ = write_uuid(&mut s, sid);
+    s
+}
+
+/// Writes 16 bytes as a lowercase hyphenated UUID (a GTID's source id, once per transaction).
+fn write_uuid(w: &mut impl fmt::Write, sid: &[u8; 16]) -> fmt::Result {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in sid.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            w.write_char('-')?;
+        }
+        w.write_char(char::from(HEX[usize::from(b >> 4)]))?;
+        w.write_char(char::from(HEX[usize::from(b & 0xf)]))?;
+    }
+    Ok(())
 }
 
 fn parse_uuid(s: &str) -> Option<[u8; 16]> {
@@ -471,6 +526,49 @@ mod tests {
             row_index: row,
             sub: 0,
         }
+    }
+
+    /// The hand-written digits are what the formatter writes, padding and all.
+    #[test]
+    fn positions_and_gtids_write_the_formatters_text() {
+        for value in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            4_000_000_000,
+            u64::from(u32::MAX),
+            u64::MAX,
+        ] {
+            for width in [0, 1, 10, 12, 20] {
+                let mut s = String::new();
+                write_zero_padded(&mut s, value, width).unwrap();
+                assert_eq!(s, format!("{value:0width$}"));
+            }
+        }
+        let p = pos("mysql-bin.000012", 4_567, 3, 4_000_000_000);
+        assert_eq!(
+            p.to_string(),
+            "mysql-bin.000012:000000004567:0000000003:4000000000:0"
+        );
+        let sid = [
+            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+            0x95, 0x62,
+        ];
+        assert_eq!(format_uuid(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
+        let mysql = Gtid::MySql {
+            sid,
+            tag: None,
+            gno: 17,
+        };
+        assert_eq!(mysql.to_string(), "3e11fa47-71ca-11e1-9e33-c80aa9429562:17");
+        let mariadb = Gtid::MariaDb {
+            domain: 0,
+            server: 4_000_000_000,
+            seq: u64::MAX,
+        };
+        assert_eq!(mariadb.to_string(), "0-4000000000-18446744073709551615");
     }
 
     #[test]

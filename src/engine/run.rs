@@ -19,7 +19,7 @@ use super::source_status::{now_micros, SourceStatus};
 use super::stop::{fail, panicked, Stop};
 use super::task::{append, fresh, recover, resume_published, Mode, Started, StreamedRun, Task};
 use crate::capture::version::{Published, SourceVersion};
-use crate::capture::{RunChanges, TableStop};
+use crate::capture::{Burst, RunChanges, TableStop};
 use crate::durable::Checkpointer;
 use crate::provider::health::{Fault, SharedHealth};
 use crate::source::error::SourceError;
@@ -259,16 +259,28 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     let _ = ready.send(true);
     versions.send_modify(|v| *v += 1);
     read_again(&published_stops)?;
-    while let Some((mut tx, mut changes)) = capture.next().await? {
+    while let Some(burst) = capture.next_burst(BURST_TRANSACTIONS, BURST_TIME).await? {
         // Transactions that arrived together are decoded into shared batches, applied
         // together (each batch encoded once), appended and published once, at the last one's
         // end: a version still ends on a transaction boundary, and a burst of small
         // transactions costs one set of arrays, one encoding, one changelog segment and one
         // version.
-        let until = std::time::Instant::now() + BURST_TIME;
-        let mut count = 1;
+        let (mut tx, mut changes, mut count, run) = match burst {
+            Burst::Run(run) => {
+                let Some(last) = run.txs.last().cloned() else {
+                    continue;
+                };
+                (last, Vec::new(), 0, Some(run))
+            }
+            // A transaction applied by itself (DDL): those that arrived with it follow it.
+            Burst::One(tx, changes) => {
+                let until = std::time::Instant::now() + BURST_TIME;
+                let run = capture.next_run(BURST_TRANSACTIONS - 1, until).await?;
+                (tx, changes, 1, run)
+            }
+        };
         let (mut streamed, mut run_txs) = (None, Vec::new());
-        if let Some(run) = capture.next_run(BURST_TRANSACTIONS - 1, until).await? {
+        if let Some(run) = run {
             match capture.apply_run(&run)? {
                 RunChanges::Events(events) => changes.extend(events),
                 RunChanges::Streamed(tables) => streamed = Some(tables),

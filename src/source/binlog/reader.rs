@@ -377,6 +377,30 @@ impl BinlogReader {
         Ok((run?, ended?))
     }
 
+    /// [`BinlogReader::step_run`] that first waits for the server as long as it takes until a
+    /// transaction completes, so a run is never empty; the run then gathers what has arrived
+    /// until `burst` after that. A capture that reads every transaction this way decodes each
+    /// burst into one set of arrays, the first transaction included.
+    pub async fn wait_run(
+        &mut self,
+        max: usize,
+        burst: std::time::Duration,
+    ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
+        self.asm.begin_run();
+        while self.asm.run_len() == 0 {
+            match self.step().await {
+                Ok(None) => {}
+                Ok(Some(ddl)) => return Ok((self.asm.end_run()?, Some(ddl))),
+                Err(e) => {
+                    // The run is dropped with the error, as `step_run` drops it.
+                    let _ = self.asm.end_run();
+                    return Err(e);
+                }
+            }
+        }
+        self.step_run(max, std::time::Instant::now() + burst).await
+    }
+
     /// Whether events have been received that the reader has not processed yet: a
     /// [`BinlogReader::step`] then does not wait for the server (unless it must look a table
     /// up).

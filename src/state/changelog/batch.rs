@@ -25,7 +25,7 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
-use crate::change::position::{BinlogCoord, ChangePosition, Gtid};
+use crate::change::position::{write_zero_padded, BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Op, SourceTransaction};
 use crate::state::handoff::ChunkEntries;
@@ -173,10 +173,8 @@ pub(super) fn position_and_gtid_columns<'a>(
             last_tx = Some(e.tx);
         }
         text.truncate(tx_len);
-        push_padded(&mut text, e.event_index);
-        text.push(':');
-        push_padded(&mut text, e.row_index);
-        write!(text, ":{}", e.sub).map_err(failed)?;
+        ChangePosition::write_indexes_text(&mut text, e.event_index, e.row_index, e.sub)
+            .map_err(failed)?;
         positions.append_value(&text);
         match e.gtid {
             None => gtids.append_null(),
@@ -260,13 +258,9 @@ pub fn chunk_batch(
 
 /// Appends `value` in decimal, zero-padded to the ten digits a `u32` can take (as
 /// [`ChangePosition`]'s text writes an event or row index).
-fn push_padded(out: &mut String, mut value: u32) {
-    let mut digits = ['0'; 10];
-    for d in digits.iter_mut().rev() {
-        *d = char::from(b'0' + (value % 10) as u8);
-        value /= 10;
-    }
-    out.extend(digits);
+fn push_padded(out: &mut String, value: u32) {
+    // Writing to a String cannot fail.
+    let _ = write_zero_padded(out, value.into(), 10);
 }
 
 /// The fields of the `_before` struct, the last column of a changelog schema.
