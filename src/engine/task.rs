@@ -468,32 +468,7 @@ pub(super) fn append(
     let codec = |t: usize| Arc::clone(capture.state(t).codec());
     let mut batches = event_batches(capture, &codec, changelogs, changes, numbers)?;
     if let Some(StreamedRun { txs, tables }) = run {
-        // `_tx` numbers go to the run's transactions with entries, in order, after the
-        // events' (which come before the run).
-        let mut used = vec![false; txs.len()];
-        for (_, streamed) in tables {
-            for b in streamed {
-                for e in &b.entries {
-                    if let Some(u) =
-                        b.tx.get(e.row as usize)
-                            .and_then(|&j| used.get_mut(j as usize))
-                    {
-                        *u = true;
-                    }
-                }
-            }
-        }
-        let tx_numbers: Vec<u64> = txs
-            .iter()
-            .zip(&used)
-            .map(|(tx, &used)| {
-                if used {
-                    numbers.number(&tx.start, false)
-                } else {
-                    0
-                }
-            })
-            .collect();
+        let tx_numbers = number_run(txs, tables, numbers);
         for (t, streamed) in tables {
             let batch = streamed_batch(
                 &codec(*t),
@@ -507,16 +482,58 @@ pub(super) fn append(
         }
     }
     for (t, parts) in batches {
+        // Events come only with a transaction applied by itself (DDL) and those after it.
         let batch = match parts.as_slice() {
             [one] => one.clone(),
             _ => concat_batches(&changelogs[t].written, &parts)
                 .map_err(changelog_error(capture, t))?,
         };
-        changelogs[t]
-            .append(ChangelogSegment::of_batch(batch))
-            .map_err(changelog_error(capture, t))?;
+        append_segment(capture, changelogs, t, batch)?;
     }
     Ok(())
+}
+
+/// The `_tx` of each of a run's transactions `txs`: the next numbers, in order, for those
+/// with entries in `tables` (after every number handed out before, so after the events of a
+/// transaction applied before the run); 0 for the others, which have no entry to carry it.
+fn number_run(
+    txs: &[SourceTransaction],
+    tables: &[(usize, Vec<StreamedBatch>)],
+    numbers: &mut TxNumbers,
+) -> Vec<u64> {
+    let mut used = vec![false; txs.len()];
+    for b in tables.iter().flat_map(|(_, batches)| batches) {
+        for e in &b.entries {
+            if let Some(u) =
+                b.tx.get(e.row as usize)
+                    .and_then(|&j| used.get_mut(j as usize))
+            {
+                *u = true;
+            }
+        }
+    }
+    txs.iter()
+        .zip(used)
+        .map(|(tx, used)| {
+            if used {
+                numbers.number(&tx.start, false)
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// Appends `batch` to table `t`'s changelog as a segment.
+fn append_segment(
+    capture: &Capture,
+    changelogs: &mut [Changelog],
+    t: usize,
+    batch: RecordBatch,
+) -> SourceResult<()> {
+    changelogs[t]
+        .append(ChangelogSegment::of_batch(batch))
+        .map_err(changelog_error(capture, t))
 }
 
 /// [`append`] of events only, reading table `t`'s rows with `codec(t)`.
@@ -529,9 +546,7 @@ fn append_with(
 ) -> SourceResult<()> {
     for (t, parts) in event_batches(capture, codec, changelogs, changes, numbers)? {
         for batch in parts {
-            changelogs[t]
-                .append(ChangelogSegment::of_batch(batch))
-                .map_err(changelog_error(capture, t))?;
+            append_segment(capture, changelogs, t, batch)?;
         }
     }
     Ok(())

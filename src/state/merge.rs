@@ -825,6 +825,15 @@ mod tests {
         }
     }
 
+    /// A state past its hand-off whose snapshot read `rows`.
+    fn handed_off(c: &RowCodec, rows: &[(i32, String)]) -> TableState {
+        let mut state = TableState::new(Arc::clone(c.schema())).unwrap();
+        let refs: Vec<(i32, &str)> = rows.iter().map(|(i, v)| (*i, v.as_str())).collect();
+        state.apply_snapshot(&at(10), batch(c, &refs)).unwrap();
+        state.finish_handoff().unwrap();
+        state
+    }
+
     /// `txs` as one run: each batch appended to the run's last one when of the same operation.
     fn as_run(txs: &[SourceTransaction]) -> TransactionRun {
         let mut run = TransactionRun::default();
@@ -898,13 +907,7 @@ mod tests {
             let txs: Vec<SourceTransaction> = (0..400)
                 .map(|i| random_transaction(&c, &mut model, &mut rng, 1000 + 10 * i, &mut next_id))
                 .collect();
-            let streaming = || {
-                let mut state = TableState::new(Arc::clone(c.schema())).unwrap();
-                let refs: Vec<(i32, &str)> = start.iter().map(|(i, v)| (*i, v.as_str())).collect();
-                state.apply_snapshot(&at(10), batch(&c, &refs)).unwrap();
-                state.finish_handoff().unwrap();
-                state
-            };
+            let streaming = || handed_off(&c, &start);
             let mut one_by_one = streaming();
             let mut expected = Vec::new();
             for tx in &txs {
@@ -1011,14 +1014,7 @@ mod tests {
                     tx
                 })
                 .collect();
-            let handed_off = || {
-                let mut state = TableState::new(Arc::clone(c.schema())).unwrap();
-                let refs: Vec<(i32, &str)> = start.iter().map(|(i, v)| (*i, v.as_str())).collect();
-                state.apply_snapshot(&at(10), batch(&c, &refs)).unwrap();
-                state.finish_handoff().unwrap();
-                state
-            };
-            let (mut as_events, mut as_rows) = (handed_off(), handed_off());
+            let (mut as_events, mut as_rows) = (handed_off(&c, &start), handed_off(&c, &start));
             let mut rest = &txs[..];
             let mut number = 0;
             while !rest.is_empty() {
