@@ -224,13 +224,7 @@ impl TableState {
             })
         };
         for run in batches {
-            if run.tx.len() != run.batch.num_rows() {
-                return Err(ArrowError::InvalidArgumentError(format!(
-                    "{} transactions for {} rows",
-                    run.tx.len(),
-                    run.batch.num_rows()
-                )));
-            }
+            each_row_has_a_tx(run)?;
             if self.current.is_none() {
                 // Rows compare versions one transaction at a time.
                 for (t, first, len) in run.segments() {
@@ -264,13 +258,7 @@ impl TableState {
     ) -> Result<Vec<StreamedBatch>, ArrowError> {
         let mut out = Vec::with_capacity(batches.len());
         for run in batches {
-            if run.tx.len() != run.batch.num_rows() {
-                return Err(ArrowError::InvalidArgumentError(format!(
-                    "{} transactions for {} rows",
-                    run.tx.len(),
-                    run.batch.num_rows()
-                )));
-            }
+            each_row_has_a_tx(run)?;
             let (before, after) = self.encode_images(&run.batch)?;
             let keyless = self.codec.keyless();
             let current = self.current.as_mut().ok_or_else(|| {
@@ -560,6 +548,18 @@ impl TableState {
             None => self.handoff.to_batch(&self.codec),
         }
     }
+}
+
+/// An error unless `run` names a transaction for each of its rows.
+fn each_row_has_a_tx(run: &RunBatch) -> Result<(), ArrowError> {
+    if run.tx.len() == run.batch.num_rows() {
+        return Ok(());
+    }
+    Err(ArrowError::InvalidArgumentError(format!(
+        "{} transactions for {} rows",
+        run.tx.len(),
+        run.batch.num_rows()
+    )))
 }
 
 /// Applies changes after the hand-off (see [`streamed`]): `before` and `after` hold the
