@@ -378,8 +378,8 @@ impl BinlogReader {
     }
 
     /// [`BinlogReader::step_run`] that first waits for the server as long as it takes until a
-    /// transaction completes, so a run is never empty; the run then gathers what has arrived
-    /// until `burst` after that. A capture that reads every transaction this way decodes each
+    /// transaction completes, so it returns a run or a transaction carrying DDL, never
+    /// nothing; the run then gathers what has arrived until `burst` after that. A capture that reads every transaction this way decodes each
     /// burst into one set of arrays, the first transaction included.
     pub async fn wait_run(
         &mut self,
