@@ -119,6 +119,13 @@ impl Drop for EventFeed {
     }
 }
 
+/// When a run being gathered stops taking transactions that have already arrived.
+enum RunEnd {
+    At(std::time::Instant),
+    /// This long after its first transaction completes.
+    AfterFirst(std::time::Duration),
+}
+
 /// Options of one binlog reader.
 #[derive(Clone)]
 pub struct BinlogReaderOptions {
@@ -358,14 +365,50 @@ impl BinlogReader {
         max: usize,
         until: std::time::Instant,
     ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
+        self.gather_run(max, RunEnd::At(until)).await
+    }
+
+    /// [`BinlogReader::step_run`] that first waits for the server as long as it takes until a
+    /// transaction completes, so it returns a run or a transaction carrying DDL, never
+    /// nothing; the run then gathers what has arrived until `burst` after that. A capture
+    /// that reads every transaction this way decodes each burst into one set of arrays, the
+    /// first transaction included.
+    pub async fn wait_run(
+        &mut self,
+        max: usize,
+        burst: std::time::Duration,
+    ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
+        self.gather_run(max, RunEnd::AfterFirst(burst)).await
+    }
+
+    /// The loop of [`BinlogReader::step_run`] and [`BinlogReader::wait_run`]: between
+    /// transactions, the run ends once it has `max`, the received events run out or its time
+    /// is up; before its first transaction a run that ends `AfterFirst` has no end yet.
+    async fn gather_run(
+        &mut self,
+        max: usize,
+        end: RunEnd,
+    ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
         self.asm.begin_run();
+        let mut until = match end {
+            RunEnd::At(until) => Some(until),
+            RunEnd::AfterFirst(_) => None,
+        };
         let ended = loop {
-            if !self.asm.in_transaction()
-                && (self.asm.run_len() >= max
-                    || !self.has_buffered()
-                    || std::time::Instant::now() >= until)
-            {
-                break Ok(None);
+            if !self.asm.in_transaction() {
+                if let (RunEnd::AfterFirst(burst), None) = (&end, until) {
+                    if self.asm.run_len() > 0 {
+                        until = Some(std::time::Instant::now() + *burst);
+                    }
+                }
+                let done = |until| {
+                    self.asm.run_len() >= max
+                        || !self.has_buffered()
+                        || std::time::Instant::now() >= until
+                };
+                if until.is_some_and(done) {
+                    break Ok(None);
+                }
             }
             match self.step().await {
                 Ok(Some(tx)) => break Ok(Some(tx)),
@@ -375,30 +418,6 @@ impl BinlogReader {
         };
         let run = self.asm.end_run();
         Ok((run?, ended?))
-    }
-
-    /// [`BinlogReader::step_run`] that first waits for the server as long as it takes until a
-    /// transaction completes, so it returns a run or a transaction carrying DDL, never
-    /// nothing; the run then gathers what has arrived until `burst` after that. A capture that reads every transaction this way decodes each
-    /// burst into one set of arrays, the first transaction included.
-    pub async fn wait_run(
-        &mut self,
-        max: usize,
-        burst: std::time::Duration,
-    ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
-        self.asm.begin_run();
-        while self.asm.run_len() == 0 {
-            match self.step().await {
-                Ok(None) => {}
-                Ok(Some(ddl)) => return Ok((self.asm.end_run()?, Some(ddl))),
-                Err(e) => {
-                    // The run is dropped with the error, as `step_run` drops it.
-                    let _ = self.asm.end_run();
-                    return Err(e);
-                }
-            }
-        }
-        self.step_run(max, std::time::Instant::now() + burst).await
     }
 
     /// Whether events have been received that the reader has not processed yet: a

@@ -57,12 +57,10 @@ pub fn streamed_batch(
             )))
         }
     };
-    let mut entry_tx = Vec::with_capacity(n);
-    for b in batches {
-        for e in &b.entries {
-            entry_tx.push(tx_of(b, e.row)?);
-        }
-    }
+    let entry_tx = batches
+        .iter()
+        .flat_map(|b| b.entries.iter().map(move |e| tx_of(b, e.row)))
+        .collect::<Result<Vec<_>, _>>()?;
     // The images, numbered: batch `b`'s before image is `sources[b].0`, its after image
     // `sources[b].1`.
     let mut images: Vec<&[ArrayRef]> = Vec::with_capacity(2 * batches.len());
@@ -134,24 +132,25 @@ pub fn streamed_batch(
             Some(present),
         )?)
     };
-    let entry_at = batches.iter().flat_map(|b| {
-        b.entries.iter().map(move |e| {
-            let tx = &txs[b.tx[e.row as usize] as usize];
-            let (event_index, row_index) = b.batch.index[e.row as usize];
-            EntryAt {
-                tx: &tx.start,
-                event_index,
-                row_index,
-                sub: e.sub,
-                gtid: tx.gtid.as_ref(),
-            }
-        })
+    // Every entry with its batch, in order.
+    let entries = || {
+        batches
+            .iter()
+            .flat_map(|b| b.entries.iter().map(move |e| (b, e)))
+    };
+    let entry_at = entries().zip(&entry_tx).map(|((b, e), &t)| {
+        let tx = &txs[t];
+        let (event_index, row_index) = b.batch.index[e.row as usize];
+        EntryAt {
+            tx: &tx.start,
+            event_index,
+            row_index,
+            sub: e.sub,
+            gtid: tx.gtid.as_ref(),
+        }
     });
     let (positions, gtids) = position_and_gtid_columns(n, entry_at)?;
-    let ops: Vec<&str> = batches
-        .iter()
-        .flat_map(|b| b.entries.iter().map(|e| e.op.code()))
-        .collect();
+    let ops: Vec<&str> = entries().map(|(_, e)| e.op.code()).collect();
     let ts = entry_tx.iter().map(|&t| {
         let micros = txs[t].commit_ts_micros;
         (micros > 0).then_some(micros)
