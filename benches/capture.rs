@@ -144,6 +144,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
+    cdcfusion::allocator::tune();
     let args: Vec<String> = std::env::args().collect();
     let total = common::rows_arg(1_000_000);
     let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");

@@ -196,6 +196,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    cdcfusion::allocator::tune();
     let total = common::rows_arg(1_000_000).div_ceil(ROWS_PER_TX) * ROWS_PER_TX;
     let event = table_map();
     let tme = event

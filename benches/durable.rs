@@ -91,6 +91,7 @@ fn create(server: &DevServer, name: &str, server_id: u32, with: &str) -> String 
 
 #[tokio::main]
 async fn main() {
+    cdcfusion::allocator::tune();
     let total = common::rows_arg(1_000_000);
     let changes = changes_arg(200_000);
     let (server, mut conn) = common::server_with_rows(total).await;

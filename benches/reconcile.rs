@@ -25,6 +25,7 @@ async fn rows(engine: &Engine, sql: &str) -> Vec<arrow::array::RecordBatch> {
 
 #[tokio::main]
 async fn main() {
+    cdcfusion::allocator::tune();
     common::init_logs();
     let total = common::rows_arg(1_000_000);
     let rounds = common::u64_arg("--rounds", 3);

@@ -387,6 +387,7 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() {
+    cdcfusion::allocator::tune();
     common::init_logs();
     let total = common::rows_arg(1_000_000);
     let rounds = common::arg("--rounds", 3usize);

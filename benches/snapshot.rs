@@ -46,6 +46,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() {
+    // Not `allocator::tune()`: peak memory is read from `VmHWM`, which counts pages given back
+    // with `MADV_FREE` as resident and their reuse as no growth, so the bench keeps mimalloc's
+    // default (pages handed back at once) to measure the snapshot's own peak.
     common::init_logs();
     let total = common::rows_arg(1_000_000);
     let server = DevServer::start(DevServerOptions::default()).expect("private MariaDB");

@@ -59,6 +59,7 @@ const SEQ_COLUMN: usize = 1;
 
 #[tokio::main]
 async fn main() {
+    cdcfusion::allocator::tune();
     common::init_logs();
     let changes: u64 = common::arg("--changes", 1_000_000);
     let rows: u64 = common::rows_arg(100_000);

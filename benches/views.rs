@@ -46,6 +46,7 @@ async fn lookups(
 
 #[tokio::main]
 async fn main() {
+    cdcfusion::allocator::tune();
     let total = common::rows_arg(1_000_000);
     let (server, _conn) = common::server_with_rows(total).await;
     let engine = Arc::new(Engine::new());

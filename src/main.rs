@@ -134,6 +134,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    cdcfusion::allocator::tune();
     // Progress bars (drawn on a terminal only) share stderr with the log: each log line is
     // written with the bars lifted, so neither tears the other.
     let bars = indicatif::MultiProgress::new();

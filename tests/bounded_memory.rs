@@ -25,14 +25,19 @@ const ROUNDS: usize = 150;
 const PAD: usize = 2000;
 
 fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc status");
-    kib / 1024
+    // The engine has its allocator give freed memory back with `MADV_FREE` (`allocator::tune`):
+    // such pages stay counted in the resident set until the kernel needs them, but they are
+    // no longer the process's memory (`LazyFree`), so they are not counted here.
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+    let kib = |field: &str| -> u64 {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{field} in /proc smaps_rollup"))
+    };
+    kib("Rss:").saturating_sub(kib("LazyFree:")) / 1024
 }
 
 /// A log line without its terminal colours.

@@ -13,11 +13,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The stages, bottom first. `failpoint` and `devserver` are support code that imports
-/// nothing of the crate, so every stage (and the tests) may use them.
+/// The stages, bottom first. `failpoint`, `devserver` and `allocator` are support code that
+/// imports nothing of the crate, so every stage (and the tests) may use them.
 const LAYERS: &[&str] = &[
     "failpoint",
     "devserver",
+    "allocator",
     "change",
     "source",
     "state",

@@ -43,8 +43,10 @@ const COMPACT_FRACTION: usize = 8;
 /// Overlays smaller than this are never merged (small tables would rebuild too often).
 const COMPACT_MIN: usize = 4096;
 
-/// Key bytes in Arrow's row format.
-pub type KeyBytes = Box<[u8]>;
+/// Key bytes in Arrow's row format, held inline up to 16 bytes (one or two integer columns).
+/// The overlay's nodes are copied on the first change after each published version, every
+/// key in the node with them: an inline key makes that a plain copy, not an allocation.
+pub type KeyBytes = smallvec::SmallVec<[u8; 16]>;
 
 /// The immutable rows of a table: distinct rows in batches, with their keys and index.
 #[derive(Debug)]

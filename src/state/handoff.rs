@@ -421,7 +421,7 @@ mod tests {
             vec![(1, "a3".into()), (2, "back".into()), (3, "c".into())]
         );
         let found = snapshot
-            .lookup(&[k1.into_boxed_slice(), k2.into_boxed_slice()])
+            .lookup(&[k1.as_slice().into(), k2.as_slice().into()])
             .unwrap();
         assert_eq!(rows(&[found]), vec![(1, "a3".into()), (2, "back".into())]);
     }

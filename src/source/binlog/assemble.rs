@@ -128,6 +128,8 @@ pub struct Assembler {
     warned: HashSet<u8>,
     /// The longest wait for a schema read on the `meta` connection.
     read_timeout: std::time::Duration,
+    /// Where the table map [`Assembler::handle_now`] could not resolve starts.
+    unresolved_map: Option<BinlogCoord>,
 }
 
 impl std::fmt::Debug for Assembler {
@@ -168,6 +170,7 @@ impl Assembler {
             executed,
             warned: HashSet::new(),
             read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
+            unresolved_map: None,
         }
     }
 
@@ -189,6 +192,7 @@ impl Assembler {
     /// A run being gathered keeps the whole transactions it holds.
     pub fn reset(&mut self) {
         self.tx = None;
+        self.unresolved_map = None;
         self.clear_decoders();
         self.seen_fde = false;
     }
@@ -243,6 +247,16 @@ impl Assembler {
         event: &Event,
         meta: Option<&mut Conn>,
     ) -> SourceResult<Option<SourceTransaction>> {
+        let done = self.handle_now(event)?;
+        self.resolve_table_map(event, meta).await?;
+        Ok(done)
+    }
+
+    /// [`Assembler::handle_event`] without waiting for anything: a table map of a table whose
+    /// decoder is not known yet is left to [`Assembler::resolve_table_map`], which must follow
+    /// before the next event ([`Assembler::needs_table_map`] says so). Events are handled
+    /// this way while they are at hand, with no future made per event.
+    pub fn handle_now(&mut self, event: &Event) -> SourceResult<Option<SourceTransaction>> {
         let header = event.header();
         let type_raw = header.event_type_raw();
         let log_pos = header.log_pos() as u64;
@@ -397,7 +411,9 @@ impl Assembler {
             }
             EventData::XidEvent(_) => self.finish_tx(header.timestamp()),
             EventData::TableMapEvent(tme) => {
-                self.table_map(&tme, &at, meta).await?;
+                if !self.table_map_known(&tme) {
+                    self.unresolved_map = Some(at);
+                }
                 Ok(None)
             }
             EventData::RowsEvent(rows) => {
@@ -516,23 +532,44 @@ impl Assembler {
         Ok(Some(done))
     }
 
-    async fn table_map(
-        &mut self,
-        tme: &TableMapEvent<'_>,
-        at: &BinlogCoord,
-        meta: Option<&mut Conn>,
-    ) -> SourceResult<()> {
+    /// Whether the table map's decoder is known (or its table is not captured), so that its
+    /// rows can be decoded without reading a schema.
+    fn table_map_known(&mut self, tme: &TableMapEvent<'_>) -> bool {
         let table_id = tme.table_id();
         if self.decoders.contains_key(&table_id) {
-            return Ok(());
+            return true;
         }
         let id = TableId::new(tme.database_name(), tme.table_name());
         if !(self.filter)(&id) {
             self.decoders.insert(table_id, None);
-            return Ok(());
+            return true;
         }
-        let decoder = self.resolve_decoder(tme, &id, at, meta).await?;
-        self.decoders.insert(table_id, Some(Arc::new(decoder)));
+        false
+    }
+
+    /// Whether the last event handled by [`Assembler::handle_now`] was a table map whose
+    /// decoder [`Assembler::resolve_table_map`] must find.
+    pub fn needs_table_map(&self) -> bool {
+        self.unresolved_map.is_some()
+    }
+
+    /// Finds the decoder of the table map `event` that [`Assembler::handle_now`] left
+    /// unresolved, reading the table's schema on `meta`; nothing to do otherwise.
+    pub async fn resolve_table_map(
+        &mut self,
+        event: &Event,
+        meta: Option<&mut Conn>,
+    ) -> SourceResult<()> {
+        let Some(at) = self.unresolved_map.take() else {
+            return Ok(());
+        };
+        let tme = event
+            .read_event::<TableMapEvent<'_>>()
+            .map_err(|e| decode_err("table map event", &at, &e.to_string()))?;
+        let id = TableId::new(tme.database_name(), tme.table_name());
+        let decoder = self.resolve_decoder(&tme, &id, &at, meta).await?;
+        self.decoders
+            .insert(tme.table_id(), Some(Arc::new(decoder)));
         Ok(())
     }
 
