@@ -43,7 +43,8 @@ const COMPACT_FRACTION: usize = 8;
 /// Overlays smaller than this are never merged (small tables would rebuild too often).
 const COMPACT_MIN: usize = 4096;
 
-/// Key bytes in Arrow's row format, held inline up to 16 bytes (one or two integer columns).
+/// Key bytes in Arrow's row format, held inline up to 16 bytes (a `BIGINT` key takes 9, two
+/// `INT` columns 10).
 /// The overlay's nodes are copied on the first change after each published version, every
 /// key in the node with them: an inline key makes that a plain copy, not an allocation.
 pub type KeyBytes = smallvec::SmallVec<[u8; 16]>;
