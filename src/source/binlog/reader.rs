@@ -492,6 +492,14 @@ impl BinlogReader {
         self.asm.idle_position()
     }
 
+    /// Hands a handled event back to the feed (see `EventFeed::spent`); without a feed (it
+    /// was reset meanwhile) the event is freed here.
+    fn retire(&mut self, event: Event) {
+        if let Some(stream) = self.stream.as_mut() {
+            stream.retire(event);
+        }
+    }
+
     fn reset_stream(&mut self) {
         self.stream = None;
         self.unresolved = None;
@@ -532,9 +540,7 @@ impl BinlogReader {
             self.asm
                 .resolve_table_map(&event, self.meta.as_mut())
                 .await?;
-            if let Some(stream) = self.stream.as_mut() {
-                stream.retire(event);
-            }
+            self.retire(event);
             return Ok(None);
         }
         {
@@ -588,9 +594,7 @@ impl BinlogReader {
                 self.meta = Some(self.connect.connect().await?);
             }
             let handled = self.asm.handle_event(&event, self.meta.as_mut()).await;
-            if let Some(stream) = self.stream.as_mut() {
-                stream.retire(event);
-            }
+            self.retire(event);
             handled
         }
     }
