@@ -222,6 +222,69 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     check(&srv, &engine, "p", db).await;
 }
 
+/// A quiet server's binlog moves on with no transaction: `FLUSH BINARY LOGS` rotates it to a
+/// new file, and so does a restart. The source reaches that position (a reader waiting for it
+/// does not hang), checkpoints it, and a restarted engine resumes from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_with_no_transaction_after_it_is_reached_and_resumed_from() {
+    let mut srv = own_server().await;
+    let db = "rotate_db";
+    setup(&srv, db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().to_str().unwrap();
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine.sql(&create(&srv, "r", db)).await.unwrap();
+    engine.wait_ready("r").await.unwrap();
+    let mut conn = root_conn(&srv).await;
+    conn.query_drop(format!("UPDATE {db}.t SET n = n + 1 WHERE id <= 10"))
+        .await
+        .unwrap();
+    caught_up(&srv, &engine, "r").await;
+    let before = end_position(&srv).await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let rotated = end_position(&srv).await;
+    assert_ne!(
+        rotated.file, before.file,
+        "FLUSH BINARY LOGS starts a new file"
+    );
+    caught_up(&srv, &engine, "r").await;
+    drop(conn);
+    srv = tokio::task::spawn_blocking(move || {
+        srv.restart().expect("the server restarts");
+        srv
+    })
+    .await
+    .unwrap();
+    let restarted = end_position(&srv).await;
+    assert_ne!(restarted.file, rotated.file, "a restart starts a new file");
+    caught_up(&srv, &engine, "r").await;
+    // The checkpoint holds the new file's position, with no transaction in that file.
+    let durable = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            let status = engine.source("r").unwrap().status();
+            if let Some(d) = status.durable_position.filter(|d| *d >= restarted) {
+                return d;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the reached position is checkpointed");
+    assert_eq!(durable.file, restarted.file);
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine.wait_ready("r").await.unwrap();
+    let mut conn = root_conn(&srv).await;
+    conn.query_drop(format!(
+        "UPDATE {db}.t SET v = 'after' WHERE id = 3; DELETE FROM {db}.t WHERE id = 4"
+    ))
+    .await
+    .unwrap();
+    caught_up(&srv, &engine, "r").await;
+    check(&srv, &engine, "r", db).await;
+}
+
 /// Random single-row transactions until `stop`, reconnecting when the server goes away; counts
 /// the commits the server acknowledged.
 async fn tolerant_writer(

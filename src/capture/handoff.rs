@@ -32,12 +32,14 @@ pub struct TableChange {
 }
 
 /// What [`Capture::next_burst`](super::Capture::next_burst) read: a run of transactions not
-/// yet applied, or one transaction applied by itself with its entries (one carrying DDL, or
-/// one held back before).
+/// yet applied, one transaction applied by itself with its entries (one carrying DDL, or one
+/// held back before), or a position the stream reached with no transaction: the state is
+/// unchanged and reflects it.
 #[derive(Debug)]
 pub enum Burst {
     Run(crate::change::TransactionRun),
     One(crate::change::SourceTransaction, Vec<TableChange>),
+    Idle(BinlogCoord),
 }
 
 /// The changelog entries of an applied run (see

@@ -176,24 +176,41 @@ impl Capture {
     /// the first one completes, as one run not yet applied (see [`Capture::apply_run`]) of at
     /// most `max` transactions gathered until `burst` after the first; or, for a transaction
     /// that is never part of a run (one carrying DDL, or one held back by
-    /// [`Capture::next_run`]), that transaction applied by itself. `None` once a
-    /// `SnapshotOnly` capture has finished. Transactions the checkpoint holds are dropped.
+    /// [`Capture::next_run`]), that transaction applied by itself; or, when events of no
+    /// transaction (a rotation) moved the stream past the position the state reflects and
+    /// none follows yet, that the state now reflects the position read to
+    /// ([`Burst::Idle`]). `None` once a `SnapshotOnly` capture has finished. Transactions the
+    /// checkpoint holds are dropped.
     pub async fn next_burst(
         &mut self,
         max: usize,
         burst: std::time::Duration,
     ) -> SourceResult<Option<Burst>> {
         loop {
+            let past = self.progress.position();
             let Some(reader) = self.reader.as_mut().filter(|_| self.pending.is_none()) else {
                 return Ok(self
                     .next()
                     .await?
                     .map(|(tx, changes)| Burst::One(tx, changes)));
             };
-            let (run, ddl) = reader.wait_run(max, burst).await?;
+            let (run, ddl) = reader.wait_run(max, burst, past.as_ref()).await?;
+            let idle = reader.idle_position();
             self.pending = ddl;
-            if let Some(run) = run.and_then(|run| self.unheld(run)) {
-                return Ok(Some(Burst::Run(run)));
+            match run {
+                Some(run) => {
+                    if let Some(run) = self.unheld(run) {
+                        return Ok(Some(Burst::Run(run)));
+                    }
+                }
+                None if self.pending.is_none() => {
+                    // `wait_run` returns nothing only once idle past `past`.
+                    if let Some(at) = idle.filter(|at| past.as_ref().is_none_or(|p| at > p)) {
+                        self.progress.set_position(at.clone());
+                        return Ok(Some(Burst::Idle(at)));
+                    }
+                }
+                None => {}
             }
         }
     }

@@ -272,6 +272,19 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
                 };
                 (last, Vec::new(), 0, Some(run))
             }
+            Burst::Idle(at) => {
+                // The stream moved on with no transaction (a rotation): the same state, now
+                // known to hold at `at`, so readers and checkpoints can reach the server's
+                // position.
+                let mut version = (*published.load_full()).clone();
+                for snap in &mut version.tables {
+                    snap.position = Some(at.clone());
+                }
+                version.position = Some(at);
+                published.store(Arc::new(version));
+                versions.send_modify(|v| *v += 1);
+                continue;
+            }
             // A transaction applied by itself (DDL): those that arrived with it follow it.
             Burst::One(tx, changes) => {
                 let until = std::time::Instant::now() + BURST_TIME;

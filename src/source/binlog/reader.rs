@@ -19,7 +19,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Sid};
 
 use super::assemble::{checksum_mismatch, Assembler};
 use super::filter::{TableFilter, SYSTEM_DATABASES};
-use crate::change::position::{GtidSet, StartPosition};
+use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::{Flavor, TableId};
 use crate::change::{SourceTransaction, TransactionRun};
 use crate::source::connect::{collations, ConnectOptions, ServerInfo};
@@ -160,10 +160,14 @@ impl Drop for EventFeed {
 }
 
 /// When a run being gathered stops taking transactions that have already arrived.
-enum RunEnd {
+enum RunEnd<'a> {
     At(std::time::Instant),
-    /// This long after its first transaction completes.
-    AfterFirst(std::time::Duration),
+    /// `burst` after its first transaction completes; before that, as soon as the stream is
+    /// idle past `past` (see [`BinlogReader::wait_run`]).
+    AfterFirst {
+        burst: std::time::Duration,
+        past: Option<&'a BinlogCoord>,
+    },
 }
 
 /// Options of one binlog reader.
@@ -423,17 +427,32 @@ impl BinlogReader {
         self.gather_run(max, RunEnd::At(until)).await
     }
 
-    /// [`BinlogReader::step_run`] that first waits for the server as long as it takes until a
-    /// transaction completes, so it returns a run or a transaction carrying DDL, never
-    /// nothing; the run then gathers what has arrived until `burst` after that. A capture
+    /// [`BinlogReader::step_run`] that first waits for the server until a transaction
+    /// completes; the run then gathers what has arrived until `burst` after that. A capture
     /// that reads every transaction this way decodes each burst into one set of arrays, the
-    /// first transaction included.
+    /// first transaction included. It returns nothing only when, before any transaction, the
+    /// received events run out between transactions with the stream read past `past`
+    /// ([`BinlogReader::idle_position`]): events of no transaction moved it on, such as a
+    /// rotation to the new binlog file of a restarted server. Without that, a capture that
+    /// moves its position only with transactions would never reach the server's position.
     pub async fn wait_run(
         &mut self,
         max: usize,
         burst: std::time::Duration,
+        past: Option<&BinlogCoord>,
     ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
-        self.gather_run(max, RunEnd::AfterFirst(burst)).await
+        self.gather_run(max, RunEnd::AfterFirst { burst, past })
+            .await
+    }
+
+    /// Whether the stream has been read past `past` (anywhere, without it) with no
+    /// transaction open and no received event left to handle.
+    fn idle_past(&self, past: Option<&BinlogCoord>) -> bool {
+        !self.asm.in_transaction()
+            && !self.has_buffered()
+            && self
+                .idle_position()
+                .is_some_and(|at| past.is_none_or(|past| at > *past))
     }
 
     /// The loop of [`BinlogReader::step_run`] and [`BinlogReader::wait_run`]: between
@@ -442,18 +461,20 @@ impl BinlogReader {
     async fn gather_run(
         &mut self,
         max: usize,
-        end: RunEnd,
+        end: RunEnd<'_>,
     ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
         self.asm.begin_run();
         let mut until = match end {
             RunEnd::At(until) => Some(until),
-            RunEnd::AfterFirst(_) => None,
+            RunEnd::AfterFirst { .. } => None,
         };
         let ended = loop {
             if !self.asm.in_transaction() {
-                if let (RunEnd::AfterFirst(burst), None) = (&end, until) {
+                if let (RunEnd::AfterFirst { burst, past }, None) = (&end, until) {
                     if self.asm.run_len() > 0 {
                         until = Some(std::time::Instant::now() + *burst);
+                    } else if self.idle_past(*past) {
+                        break Ok(None);
                     }
                 }
                 let done = |until| {
@@ -488,7 +509,7 @@ impl BinlogReader {
     }
 
     /// See [`Assembler::idle_position`].
-    pub fn idle_position(&self) -> Option<crate::change::position::BinlogCoord> {
+    pub fn idle_position(&self) -> Option<BinlogCoord> {
         self.asm.idle_position()
     }
 
@@ -573,7 +594,7 @@ impl BinlogReader {
                     computed,
                 })) => {
                     return Err(SourceError::Checksum {
-                        at: crate::change::position::BinlogCoord::new(self.asm.current_file(), end),
+                        at: BinlogCoord::new(self.asm.current_file(), end),
                         expected,
                         computed,
                     })

@@ -112,6 +112,16 @@ impl Progress {
             .phase = phase;
     }
 
+    /// The position the state reflects (see [`ProgressReport::position`]), without copying
+    /// the rest of the report.
+    pub fn position(&self) -> Option<BinlogCoord> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .position
+            .clone()
+    }
+
     pub fn set_position(&self, position: BinlogCoord) {
         self.state
             .lock()
