@@ -22,7 +22,8 @@ use arrow::compute::{concat_batches, filter_record_batch, take_record_batch};
 use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
-use super::current::{Base, CurrentTable, KeyBytes};
+use super::base::Base;
+use super::current::{CurrentTable, KeyBytes};
 use super::index::{BatchKeys, KeyIndex, Keys};
 use crate::change::keys::RowCodec;
 use crate::change::position::ChangePosition;

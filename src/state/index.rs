@@ -15,6 +15,7 @@
 //! identical rows (keyless tables) has its count in a side map; every other row counts once.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
@@ -72,18 +73,20 @@ impl std::ops::Deref for Key<'_> {
     }
 }
 
-/// The keys of a sequence of batches, with rows numbered across them in order.
-#[derive(Debug, Default)]
+/// The keys of a sequence of batches, with rows numbered across them in order. A clone
+/// shares each batch's keys.
+#[derive(Debug, Default, Clone)]
 pub struct BatchKeys {
     /// The row id of the first row of each batch (ids are below `u32::MAX`).
     starts: Vec<u32>,
-    batches: Vec<Keys>,
+    batches: Vec<Arc<Keys>>,
     rows: u32,
 }
 
 impl BatchKeys {
     /// Appends the keys of the next batch; returns the row id of its first row.
-    pub fn push(&mut self, keys: Keys) -> Result<u32, ArrowError> {
+    pub fn push(&mut self, keys: impl Into<Arc<Keys>>) -> Result<u32, ArrowError> {
+        let keys = keys.into();
         let first = self.rows;
         self.rows = u32::try_from(keys.num_rows())
             .ok()
@@ -114,7 +117,7 @@ impl BatchKeys {
     /// The key bytes of row id `id`.
     pub fn key(&self, id: u32) -> Key<'_> {
         let (batch, row) = self.locate(id);
-        match &self.batches[batch] {
+        match &*self.batches[batch] {
             Keys::Rows(rows) => Key::Borrowed(rows.row(row).data()),
             Keys::Int(key, values) => Key::Inline(key.write(values, row)),
         }
@@ -130,7 +133,7 @@ impl BatchKeys {
     }
 
     /// The per-batch keys, in batch order.
-    pub fn into_batches(self) -> Vec<Keys> {
+    pub fn into_batches(self) -> Vec<Arc<Keys>> {
         self.batches
     }
 
@@ -139,7 +142,7 @@ impl BatchKeys {
         let stored: usize = self
             .batches
             .iter()
-            .map(|k| match k {
+            .map(|k| match &**k {
                 Keys::Rows(rows) => rows.size(),
                 Keys::Int(..) => 0,
             })

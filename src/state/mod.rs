@@ -3,12 +3,14 @@
 //! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
 //! changelog entries that replay to them, holding the hand-off's chunks column-wise
 //! ([`handoff`]) with one compact key index ([`index`]); after the hand-off, [`current`] keeps
-//! them compactly and publishes immutable snapshots for queries, and [`streamed`] applies each
-//! change to them, keeping its entry as a row of the change's own images; [`changelog`] keeps
+//! them compactly (an immutable [`base`] and an overlay of the keys changed since) and
+//! publishes immutable snapshots for queries, and [`streamed`] applies each change to them,
+//! keeping its entry as a row of the change's own images; [`changelog`] keeps
 //! every change as append-only Arrow batches; [`diff`] gives the entries between two states
 //! (re-snapshots); [`history`] rebuilds a past state from a later one and the entries between
 //! them (`AS OF`); [`retention`] decides how much of a changelog's front may go.
 
+pub mod base;
 pub mod changelog;
 pub mod current;
 pub mod diff;
