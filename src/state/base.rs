@@ -21,8 +21,8 @@ use arrow::array::{BooleanBufferBuilder, RecordBatch, UInt32Array};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::take_record_batch;
 use arrow::error::ArrowError;
+use arrow::row::OwnedRow;
 
-use super::current::{KeyBytes, OverlayValue};
 use super::index::{BatchKeys, KeyIndex, Keys};
 use crate::change::keys::RowCodec;
 
@@ -106,16 +106,17 @@ impl Base {
     }
 
     /// This base with `overlay` merged by appending (the caller checked
-    /// [`Base::can_append`]): its upserts as one new batch, the rows they replace and those
-    /// it deletes dead. `len` is the table's row count after the merge.
+    /// [`Base::can_append`]): each entry is a key and its row with its copy count, or `None`
+    /// for a delete. The upserts become one new batch; the rows they replace and those the
+    /// deletes name become dead. `len` is the table's row count after the merge.
     pub fn append(
         &self,
         codec: &RowCodec,
-        overlay: &[(&KeyBytes, &OverlayValue)],
+        overlay: &[(&[u8], Option<(&OwnedRow, u32)>)],
         len: usize,
     ) -> Result<Self, ArrowError> {
         let upserts = overlay.iter().filter_map(|(_, v)| v.as_ref());
-        let rows = codec.decode(upserts.map(|(row, _)| row.as_ref()))?;
+        let rows = codec.decode(upserts.map(|(row, _)| *row))?;
         let mut keys = self.keys.clone();
         let mut batches = self.batches.clone();
         let mut live = self.live.clone();

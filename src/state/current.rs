@@ -170,7 +170,14 @@ impl CurrentTable {
     /// rebuilds) and empties it.
     fn compact(&mut self) -> Result<(), ArrowError> {
         let base = if self.base.can_append(self.overlay.len()) {
-            let entries: Vec<_> = self.overlay.iter().collect();
+            let entries: Vec<_> = self
+                .overlay
+                .iter()
+                .map(|(key, value)| {
+                    let row = value.as_ref().map(|(row, n)| (row.as_ref(), *n));
+                    (key.as_slice(), row)
+                })
+                .collect();
             self.base.append(&self.codec, &entries, self.len)?
         } else {
             let rows = self.snapshot_without_compaction().scan_all()?;
