@@ -41,6 +41,16 @@ impl BinlogCoord {
         }
     }
 
+    /// Offset `offset` of the same file, without parsing its name again (a reader makes one
+    /// per event).
+    pub fn at(&self, offset: u64) -> Self {
+        Self {
+            file: Arc::clone(&self.file),
+            offset,
+            seq: self.seq,
+        }
+    }
+
     /// The numeric suffix of the file name, which the server increments on every rotation.
     pub fn file_seq(&self) -> u64 {
         self.seq

@@ -113,7 +113,8 @@ pub struct Assembler {
     unnamed_columns: bool,
     /// Where to (re)start: the end of the last complete transaction.
     pub(super) resume: StartPosition,
-    file: Arc<str>,
+    /// The binlog file being read, at offset 0: positions in it are made from it.
+    file: BinlogCoord,
     /// Start offset of the next event, for events whose header has no position.
     next_offset: u64,
     seen_fde: bool,
@@ -130,6 +131,23 @@ pub struct Assembler {
     read_timeout: std::time::Duration,
     /// Where the table map [`Assembler::handle_now`] could not resolve starts.
     unresolved_map: Option<BinlogCoord>,
+}
+
+/// The table id of a table map event, read from its post-header without parsing the rest:
+/// 4 bytes when the format description gives the event a 6-byte post-header (old servers),
+/// else 6.
+fn table_map_id(event: &Event) -> Option<u64> {
+    let data = event.data();
+    let width = match event
+        .fde()
+        .get_event_type_header_length(EventType::TABLE_MAP_EVENT)
+    {
+        6 => 4,
+        _ => 6,
+    };
+    let mut id = [0u8; 8];
+    id[..width].copy_from_slice(data.get(..width)?);
+    Some(u64::from_le_bytes(id))
 }
 
 impl std::fmt::Debug for Assembler {
@@ -159,7 +177,7 @@ impl Assembler {
             collations,
             unnamed_columns: false,
             resume: start,
-            file: Arc::from(""),
+            file: BinlogCoord::new("", 0),
             next_offset: 0,
             seen_fde: false,
             schemas: HashMap::new(),
@@ -182,7 +200,7 @@ impl Assembler {
 
     /// Starts reading a binlog file directly (its events start after the 4-byte magic).
     pub fn with_file(mut self, name: &str) -> Self {
-        self.file = Arc::from(name);
+        self.file = BinlogCoord::new(name, 0);
         self.next_offset = 4;
         self.seen_fde = true;
         self
@@ -202,10 +220,11 @@ impl Assembler {
         self.images.clear();
     }
 
-    /// Starts gathering a run: from now on a completed transaction without DDL goes into it
-    /// rather than being handed out, until [`Assembler::end_run`].
-    pub fn begin_run(&mut self) {
-        self.run.get_or_insert_with(RunBuilder::default);
+    /// Starts gathering a run of up to `max` transactions: from now on a completed transaction
+    /// without DDL goes into it rather than being handed out, until [`Assembler::end_run`].
+    pub fn begin_run(&mut self, max: usize) {
+        self.run
+            .get_or_insert_with(|| RunBuilder::with_capacity(max));
     }
 
     /// Transactions in the run being gathered.
@@ -235,8 +254,7 @@ impl Assembler {
     /// Where the stream is when it is between transactions: every event before this point has
     /// been processed. `None` inside a transaction or before the first event.
     pub fn idle_position(&self) -> Option<BinlogCoord> {
-        (self.tx.is_none() && !self.file.is_empty())
-            .then(|| BinlogCoord::new(Arc::clone(&self.file), self.next_offset))
+        (self.tx.is_none() && !self.file.file.is_empty()).then(|| self.file.at(self.next_offset))
     }
 
     /// Processes one event; returns a transaction when this event completed one.
@@ -270,7 +288,7 @@ impl Assembler {
         } else {
             log_pos.saturating_sub(header.event_size() as u64)
         };
-        let at = BinlogCoord::new(Arc::clone(&self.file), start);
+        let at = self.file.at(start);
         if log_pos != 0 {
             self.next_offset = log_pos;
         }
@@ -318,6 +336,12 @@ impl Assembler {
             _ => {}
         }
 
+        if type_raw == EventType::TABLE_MAP_EVENT as u8
+            && table_map_id(event).is_some_and(|id| self.decoders.contains_key(&id))
+        {
+            // A table map repeated before every rows event: nothing to learn from it.
+            return Ok(None);
+        }
         let data = match event.read_data() {
             Ok(Some(data)) => data,
             Ok(None) => {
@@ -334,10 +358,10 @@ impl Assembler {
                     // told mysql_common about checksums, so its name ends with the CRC.
                     name.truncate(name.len() - 4);
                 }
-                self.file = Arc::from(String::from_utf8_lossy(&name).as_ref());
+                self.file = BinlogCoord::new(String::from_utf8_lossy(&name).as_ref(), 0);
                 self.next_offset = rotate.position();
                 if self.tx.is_none() {
-                    self.resume = StartPosition::Coord(BinlogCoord::new(Arc::clone(&self.file), rotate.position()));
+                    self.resume = StartPosition::Coord(self.file.at(rotate.position()));
                 }
                 Ok(None)
             }
@@ -498,7 +522,7 @@ impl Assembler {
 
     /// The binlog file being read.
     pub(super) fn current_file(&self) -> Arc<str> {
-        Arc::clone(&self.file)
+        Arc::clone(&self.file.file)
     }
 
     fn finish_tx(&mut self, header_ts: u32) -> SourceResult<Option<SourceTransaction>> {
@@ -506,7 +530,7 @@ impl Assembler {
             return Ok(None);
         };
         tx.flush();
-        let end = BinlogCoord::new(Arc::clone(&self.file), self.next_offset);
+        let end = self.file.at(self.next_offset);
         self.resume = StartPosition::Coord(end.clone());
         if let Some(g) = &tx.gtid {
             self.executed.add(g);
@@ -674,9 +698,10 @@ impl Assembler {
                 index: Vec::new(),
             }
         });
-        // Column bitmaps as LSB-first bytes, as they are on the wire.
-        let bitmap = |bits: &bitvec::slice::BitSlice<u8>| -> Vec<u8> {
-            let mut out = vec![0u8; bits.len().div_ceil(8)];
+        // Column bitmaps as LSB-first bytes, as they are on the wire; inline up to 128
+        // columns, so a rows event allocates none.
+        let bitmap = |bits: &bitvec::slice::BitSlice<u8>| -> smallvec::SmallVec<[u8; 16]> {
+            let mut out = smallvec::smallvec![0u8; bits.len().div_ceil(8)];
             for i in bits.iter_ones() {
                 out[i / 8] |= 1 << (i % 8);
             }

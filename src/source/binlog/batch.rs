@@ -132,7 +132,19 @@ pub(super) struct RunBuilder {
     batches: Vec<(OpenBatch, Vec<u32>)>,
 }
 
+/// Transactions a run reserves room for at most: a larger run grows as it fills.
+const RUN_RESERVE: usize = 1024;
+
 impl RunBuilder {
+    /// A run with room for `max` transactions (up to [`RUN_RESERVE`]), so that gathering one
+    /// does not copy its transactions each time it doubles.
+    pub(super) fn with_capacity(max: usize) -> Self {
+        Self {
+            txs: Vec::with_capacity(max.min(RUN_RESERVE)),
+            batches: Vec::new(),
+        }
+    }
+
     pub(super) fn len(&self) -> usize {
         self.txs.len()
     }

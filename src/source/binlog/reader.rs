@@ -463,7 +463,7 @@ impl BinlogReader {
         max: usize,
         end: RunEnd<'_>,
     ) -> SourceResult<(Option<TransactionRun>, Option<SourceTransaction>)> {
-        self.asm.begin_run();
+        self.asm.begin_run(max);
         let mut until = match end {
             RunEnd::At(until) => Some(until),
             RunEnd::AfterFirst { .. } => None,
