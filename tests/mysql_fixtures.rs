@@ -570,7 +570,7 @@ async fn check_runs(name: &str, data: &[u8], txs: &[SourceTransaction]) -> Vec<S
             }
         }
         for event in std::iter::once(event).chain(inner) {
-            asm.begin_run();
+            asm.begin_run(3);
             let ddl = match asm.handle_event(&event, None).await {
                 Ok(ddl) => ddl,
                 Err(e) => return vec![format!("runs: {e}")],

@@ -31,6 +31,10 @@ pub const MAX_APPENDED: usize = 8;
 /// A merge rebuilds once the dead rows would exceed this fraction (1 / n) of the rows held.
 const DEAD_FRACTION: usize = 3;
 
+/// One entry of an overlay being merged: a key, and its row with its copy count or `None` for
+/// a delete.
+pub type MergeEntry<'a> = (&'a [u8], Option<(&'a OwnedRow, u32)>);
+
 /// See the module docs.
 #[derive(Debug)]
 pub struct Base {
@@ -106,13 +110,12 @@ impl Base {
     }
 
     /// This base with `overlay` merged by appending (the caller checked
-    /// [`Base::can_append`]): each entry is a key and its row with its copy count, or `None`
-    /// for a delete. The upserts become one new batch; the rows they replace and those the
-    /// deletes name become dead. `len` is the table's row count after the merge.
+    /// [`Base::can_append`]). The upserts become one new batch; the rows they replace and
+    /// those the deletes name become dead. `len` is the table's row count after the merge.
     pub fn append(
         &self,
         codec: &RowCodec,
-        overlay: &[(&[u8], Option<(&OwnedRow, u32)>)],
+        overlay: &[MergeEntry<'_>],
         len: usize,
     ) -> Result<Self, ArrowError> {
         let upserts = overlay.iter().filter_map(|(_, v)| v.as_ref());
