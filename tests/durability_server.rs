@@ -64,6 +64,35 @@ fn create(srv: &DevServer, source: &str, db: &str) -> String {
     )
 }
 
+/// An engine at `location` with source `source` over `db` (see [`create`]), ready and caught
+/// up after an update of rows 1 to 10; with the root connection that made it.
+async fn streaming(
+    srv: &DevServer,
+    location: &str,
+    source: &str,
+    db: &str,
+) -> (Engine, mysql_async::Conn) {
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine.sql(&create(srv, source, db)).await.unwrap();
+    engine.wait_ready(source).await.unwrap();
+    let mut conn = root_conn(srv).await;
+    conn.query_drop(format!("UPDATE {db}.t SET n = n + 1 WHERE id <= 10"))
+        .await
+        .unwrap();
+    caught_up(srv, &engine, source).await;
+    (engine, conn)
+}
+
+/// `engine` shut down and opened again from `location`, with `source` ready and caught up.
+async fn reopened(srv: &DevServer, engine: Engine, location: &str, source: &str) -> Engine {
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = Engine::open(location, options()).await.unwrap();
+    engine.wait_ready(source).await.unwrap();
+    caught_up(srv, &engine, source).await;
+    engine
+}
+
 async fn caught_up(srv: &DevServer, engine: &Engine, source: &str) {
     let end = end_position(srv).await;
     tokio::time::timeout(HANG_GUARD, engine.source(source).unwrap().wait_for(&end))
@@ -90,14 +119,7 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     setup(&srv, db).await;
     let dir = tempfile::tempdir().unwrap();
     let location = dir.path().to_str().unwrap();
-    let engine = Engine::open(location, options()).await.unwrap();
-    engine.sql(&create(&srv, "p", db)).await.unwrap();
-    engine.wait_ready("p").await.unwrap();
-    let mut conn = root_conn(&srv).await;
-    conn.query_drop(format!("UPDATE {db}.t SET n = n + 1 WHERE id <= 10"))
-        .await
-        .unwrap();
-    caught_up(&srv, &engine, "p").await;
+    let (engine, mut conn) = streaming(&srv, location, "p", db).await;
     engine.shutdown().await.unwrap();
     let durable = engine
         .source("p")
@@ -214,11 +236,7 @@ async fn a_purged_binlog_stops_the_source_until_resnapshot_repairs_it() {
     .await
     .unwrap();
     caught_up(&srv, &engine, "p").await;
-    engine.shutdown().await.unwrap();
-    drop(engine);
-    let engine = Engine::open(location, options()).await.unwrap();
-    engine.wait_ready("p").await.unwrap();
-    caught_up(&srv, &engine, "p").await;
+    let engine = reopened(&srv, engine, location, "p").await;
     check(&srv, &engine, "p", db).await;
 }
 
@@ -232,14 +250,7 @@ async fn a_rotation_with_no_transaction_after_it_is_reached_and_resumed_from() {
     setup(&srv, db).await;
     let dir = tempfile::tempdir().unwrap();
     let location = dir.path().to_str().unwrap();
-    let engine = Engine::open(location, options()).await.unwrap();
-    engine.sql(&create(&srv, "r", db)).await.unwrap();
-    engine.wait_ready("r").await.unwrap();
-    let mut conn = root_conn(&srv).await;
-    conn.query_drop(format!("UPDATE {db}.t SET n = n + 1 WHERE id <= 10"))
-        .await
-        .unwrap();
-    caught_up(&srv, &engine, "r").await;
+    let (engine, mut conn) = streaming(&srv, location, "r", db).await;
     let before = end_position(&srv).await;
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
     let rotated = end_position(&srv).await;
@@ -271,10 +282,7 @@ async fn a_rotation_with_no_transaction_after_it_is_reached_and_resumed_from() {
     .await
     .expect("the reached position is checkpointed");
     assert_eq!(durable.file, restarted.file);
-    engine.shutdown().await.unwrap();
-    drop(engine);
-    let engine = Engine::open(location, options()).await.unwrap();
-    engine.wait_ready("r").await.unwrap();
+    let engine = reopened(&srv, engine, location, "r").await;
     let mut conn = root_conn(&srv).await;
     conn.query_drop(format!(
         "UPDATE {db}.t SET v = 'after' WHERE id = 3; DELETE FROM {db}.t WHERE id = 4"
@@ -568,11 +576,7 @@ async fn resnapshot_table_repairs_one_table_and_leaves_the_others_alone() {
         }
         v
     };
-    engine.shutdown().await.unwrap();
-    drop(engine);
-    let engine = Engine::open(location, options()).await.unwrap();
-    engine.wait_ready("s").await.unwrap();
-    caught_up(&srv, &engine, "s").await;
+    let engine = reopened(&srv, engine, location, "s").await;
     for (table, before) in ["t", "u"].iter().zip(&logs_before) {
         let mut after = engine_changelog(&engine, "s", db, table, "id, v, n").await;
         let mut before = before.clone();

@@ -195,22 +195,17 @@ impl Capture {
                     .map(|(tx, changes)| Burst::One(tx, changes)));
             };
             let (run, ddl) = reader.wait_run(max, burst, past.as_ref()).await?;
-            let idle = reader.idle_position();
+            // `wait_run` returns nothing only once idle past `past`.
+            let idle = reader
+                .idle_position()
+                .filter(|_| run.is_none() && ddl.is_none());
             self.pending = ddl;
-            match run {
-                Some(run) => {
-                    if let Some(run) = self.unheld(run) {
-                        return Ok(Some(Burst::Run(run)));
-                    }
-                }
-                None if self.pending.is_none() => {
-                    // `wait_run` returns nothing only once idle past `past`.
-                    if let Some(at) = idle.filter(|at| past.as_ref().is_none_or(|p| at > p)) {
-                        self.progress.set_position(at.clone());
-                        return Ok(Some(Burst::Idle(at)));
-                    }
-                }
-                None => {}
+            if let Some(at) = idle {
+                self.progress.set_position(at.clone());
+                return Ok(Some(Burst::Idle(at)));
+            }
+            if let Some(run) = run.and_then(|run| self.unheld(run)) {
+                return Ok(Some(Burst::Run(run)));
             }
         }
     }

@@ -4,7 +4,8 @@
 //! A [`SourceVersion`] is immutable once published and describes one binlog position for all
 //! tables of its source (or, while `consistent` is false, a snapshot still in progress); the
 //! capture swaps a new one in after each source transaction, so a reader that loads one version
-//! never sees half a transaction.
+//! never sees half a transaction. When the stream moves on over events of no transaction (a
+//! rotation), the same state is swapped in again at the new position.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +32,16 @@ pub struct SourceVersion {
     pub stopped: Arc<BTreeMap<usize, TableStop>>,
     /// Every schema change the capture followed up to `position`, in binlog order.
     pub schema_history: Arc<Vec<SchemaChange>>,
+}
+
+impl SourceVersion {
+    /// Makes the version, and each of its tables, reflect `position`.
+    pub fn set_position(&mut self, position: &BinlogCoord) {
+        for table in &mut self.tables {
+            table.position = Some(position.clone());
+        }
+        self.position = Some(position.clone());
+    }
 }
 
 /// The latest published version of a source.

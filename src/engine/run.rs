@@ -277,10 +277,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
                 // known to hold at `at`, so readers and checkpoints can reach the server's
                 // position.
                 let mut version = (*published.load_full()).clone();
-                for snap in &mut version.tables {
-                    snap.position = Some(at.clone());
-                }
-                version.position = Some(at);
+                version.set_position(&at);
                 published.store(Arc::new(version));
                 versions.send_modify(|v| *v += 1);
                 continue;
@@ -366,9 +363,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         for t in trimmed {
             version.changelogs[t] = changelogs[t].snapshot();
         }
-        for snap in &mut version.tables {
-            snap.position = Some(tx.end.clone());
-        }
+        version.set_position(&tx.end);
         published.store(Arc::new(version));
         versions.send_modify(|v| *v += 1);
         read_again(&published_stops)?;

@@ -159,15 +159,7 @@ impl Base {
         let mut dead = self.dead;
         for (b, rows) in killed.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
             let n = self.batches[b].num_rows();
-            let mut mask = BooleanBufferBuilder::new(n);
-            match &live[b] {
-                Some(held) => mask.append_buffer(held),
-                None => mask.append_n(n, true),
-            }
-            for &row in rows {
-                mask.set_bit(row, false);
-            }
-            live[b] = Some(mask.finish());
+            live[b] = Some(without_rows(live[b].as_ref(), n, rows));
             dead += rows.len();
         }
         Ok(Self {
@@ -202,4 +194,21 @@ impl Base {
     pub fn rows(&self) -> usize {
         self.held() - self.dead
     }
+}
+
+/// The rows `live` marks (all `n` when `None`) less `rows`.
+pub(super) fn without_rows(
+    live: Option<&BooleanBuffer>,
+    n: usize,
+    rows: &[usize],
+) -> BooleanBuffer {
+    let mut mask = BooleanBufferBuilder::new(n);
+    match live {
+        Some(live) => mask.append_buffer(live),
+        None => mask.append_n(n, true),
+    }
+    for &row in rows {
+        mask.set_bit(row, false);
+    }
+    mask.finish()
 }

@@ -29,14 +29,14 @@
 
 use std::sync::{Arc, OnceLock};
 
-use arrow::array::{BooleanArray, BooleanBufferBuilder, RecordBatch, UInt32Array};
+use arrow::array::{BooleanArray, RecordBatch, UInt32Array};
 use arrow::compute::{
     concat_batches, filter_record_batch, interleave_record_batch, take_record_batch,
 };
 use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
-use super::base::Base;
+use super::base::{without_rows, Base};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
@@ -259,15 +259,8 @@ impl TableSnapshot {
                         filter_record_batch(batch, &BooleanArray::new(live.clone(), None))?
                     }
                     (live, false) => {
-                        let mut mask = BooleanBufferBuilder::new(batch.num_rows());
-                        match live {
-                            Some(live) => mask.append_buffer(live),
-                            None => mask.append_n(batch.num_rows(), true),
-                        }
-                        for r in &hidden[b] {
-                            mask.set_bit(*r, false);
-                        }
-                        filter_record_batch(batch, &BooleanArray::new(mask.finish(), None))?
+                        let mask = without_rows(live, batch.num_rows(), &hidden[b]);
+                        filter_record_batch(batch, &BooleanArray::new(mask, None))?
                     }
                 },
             };
