@@ -10,6 +10,10 @@
 //!
 //! The budget is [`INPUTS`] inputs with a fixed seed, so CI runs the same inputs every time;
 //! `FUZZ_SEED` and `FUZZ_INPUTS` run others.
+//!
+//! Unmutated, a binlog gathered into runs (as the live reader gathers the transactions it has
+//! received) holds exactly the transactions decoded one by one, also when transactions are
+//! dropped midway and read again from their start, as after a reconnect.
 
 mod common;
 
@@ -19,11 +23,13 @@ use std::sync::Arc;
 
 use cdcfusion::change::position::{BinlogCoord, StartPosition};
 use cdcfusion::change::schema::TableId;
+use cdcfusion::change::{ChangeBatch, TransactionRun};
 use cdcfusion::source::binlog::rows::builtin_collations;
 use cdcfusion::source::binlog::{Assembler, TableFilter};
 use common::*;
 use mysql_async::prelude::Queryable;
 use mysql_common::binlog::consts::BinlogVersion;
+use mysql_common::binlog::events::Event;
 use mysql_common::binlog::BinlogFile;
 use rand::{Rng, SeedableRng};
 
@@ -300,4 +306,157 @@ async fn mutated_binlog_events_never_panic_the_decoder() {
     println!("{tally:?}");
     // The mutations reached the decoder: some were refused, some taken.
     assert!(tally.refused > 0 && tally.taken > 0, "{tally:?}");
+}
+
+/// A binlog of runs the reader gathers: one table's single-row changes in transactions of
+/// their own, a transaction over two tables, NULLs, text, and a DDL between them.
+async fn runs_corpus() -> Corpus {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "fr").await;
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let (file,): (String,) = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .map(|row: mysql_async::Row| (row.get::<String, _>(0).unwrap(),))
+        .unwrap();
+    let mut sql = String::from(
+        "CREATE TABLE fr.a (id INT PRIMARY KEY, v VARCHAR(20), n INT NULL);
+         CREATE TABLE fr.b (id INT PRIMARY KEY, w TEXT);
+         INSERT INTO fr.a SELECT seq, CONCAT('v', seq), NULLIF(seq % 3, 0) FROM fr.seq_1_to_20;
+         INSERT INTO fr.b VALUES (1, 'x'), (2, 'y');",
+    );
+    for id in 1..=8 {
+        sql.push_str(&format!(
+            "UPDATE fr.a SET v = 'u{id}', n = IF(n IS NULL, {id}, NULL) WHERE id = {id};"
+        ));
+    }
+    sql.push_str(
+        "BEGIN; UPDATE fr.a SET v = 'm' WHERE id = 9; UPDATE fr.b SET w = 'z' WHERE id = 1;
+         UPDATE fr.a SET n = 5 WHERE id = 10; COMMIT;
+         INSERT INTO fr.a VALUES (21, NULL, NULL); INSERT INTO fr.a VALUES (22, 'w', 1);
+         ALTER TABLE fr.a ADD COLUMN z INT;
+         UPDATE fr.a SET z = id WHERE id = 1; UPDATE fr.a SET z = id WHERE id < 6;
+         DELETE FROM fr.a WHERE id = 7; DELETE FROM fr.a WHERE id = 8;",
+    );
+    conn.query_drop(sql).await.unwrap();
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let base: String = conn
+        .query_first("SELECT @@log_bin_basename")
+        .await
+        .unwrap()
+        .unwrap();
+    let path = Path::new(&base).parent().unwrap().join(&file);
+    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    split(&file, &data).expect("a binlog file")
+}
+
+/// Each transaction's start and its rows as text, in order.
+type TxRows = Vec<(String, Vec<String>)>;
+
+fn batch_rows(batch: &ChangeBatch) -> Vec<String> {
+    let image = |b: &Option<arrow::array::RecordBatch>| {
+        b.as_ref()
+            .map_or_else(|| vec![String::new(); batch.index.len()], row_strings)
+    };
+    let (before, after) = (image(&batch.before), image(&batch.after));
+    assert_eq!(
+        (before.len(), after.len()),
+        (batch.index.len(), batch.index.len())
+    );
+    before
+        .into_iter()
+        .zip(after)
+        .zip(&batch.index)
+        .map(|((b, a), (e, r))| format!("{} {:?} {e}:{r} {b} | {a}", batch.table.id, batch.op))
+        .collect()
+}
+
+fn run_rows(run: TransactionRun, out: &mut TxRows) {
+    let first = out.len();
+    out.extend(run.txs.iter().map(|tx| (tx.start.to_string(), Vec::new())));
+    for change in &run.changes {
+        let rows = batch_rows(&change.batch);
+        assert_eq!(rows.len(), change.tx.len());
+        for (row, &t) in rows.into_iter().zip(&change.tx) {
+            out[first + t as usize].1.push(row);
+        }
+    }
+}
+
+/// Decodes `events` (the format description first) one transaction at a time, or gathered
+/// into runs as the live reader does; then with probability `drop` per event inside a
+/// transaction, at most once per transaction, the transaction is dropped and read again from
+/// its start, as after a reconnect. Returns the transactions and how many were dropped.
+fn transactions(name: &str, events: &[Event], runs: bool, drop: f64, seed: u64) -> (TxRows, usize) {
+    let everything: TableFilter = Arc::new(|_: &TableId| true);
+    let new = || {
+        Assembler::new(
+            StartPosition::Coord(BinlogCoord::new(name, 4)),
+            false,
+            Arc::clone(&everything),
+            builtin_collations(),
+        )
+        .with_unnamed_columns()
+        .with_file(name)
+    };
+    let mut asm = new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut out = TxRows::new();
+    let (mut i, mut start, mut drops, mut dropped) = (0, 0, 0, None);
+    if runs {
+        asm.begin_run(usize::MAX);
+    }
+    while i < events.len() {
+        let done = futures::executor::block_on(asm.handle_event(&events[i], None)).unwrap();
+        i += 1;
+        if let Some(tx) = done {
+            if let Some(run) = asm.end_run().unwrap() {
+                run_rows(run, &mut out);
+            }
+            out.push((
+                tx.start.to_string(),
+                tx.changes.iter().flat_map(batch_rows).collect(),
+            ));
+            if runs {
+                asm.begin_run(usize::MAX);
+            }
+        }
+        if !asm.in_transaction() {
+            start = i;
+        } else if dropped != Some(start) && rng.random_bool(drop) {
+            asm.reset();
+            asm = asm.with_file(name);
+            (i, dropped) = (start, Some(start));
+            drops += 1;
+        }
+    }
+    if let Some(run) = asm.end_run().unwrap() {
+        run_rows(run, &mut out);
+    }
+    (out, drops)
+}
+
+#[tokio::test]
+async fn runs_hold_the_transactions_one_by_one_through_dropped_transactions() {
+    let corpus = runs_corpus().await;
+    let mut data = MAGIC.to_vec();
+    corpus.events.iter().for_each(|e| data.extend_from_slice(e));
+    let events: Vec<Event> = BinlogFile::new(BinlogVersion::Version4, &data[..])
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let (alone, _) = transactions(&corpus.name, &events, false, 0.0, 0);
+    let rows: usize = alone.iter().map(|(_, rows)| rows.len()).sum();
+    assert!(alone.len() >= 20 && rows >= 40, "{alone:?}");
+    let (gathered, _) = transactions(&corpus.name, &events, true, 0.0, 0);
+    assert_eq!(gathered, alone, "runs without drops");
+    for seed in 0..20 {
+        let (again, drops) = transactions(&corpus.name, &events, true, 0.3, seed);
+        assert!(drops > 0, "seed {seed}");
+        assert_eq!(
+            again, alone,
+            "runs with {drops} transactions dropped, seed {seed}"
+        );
+    }
 }

@@ -75,7 +75,19 @@ struct TxBuilder {
     /// Rows decoded, finished into Arrow when the transaction is handed out (or its run is).
     batches: Vec<OpenBatch>,
     open: Option<OpenBatch>,
+    /// Set when the transaction's first rows went straight into the run's last batch.
+    direct: Option<Direct>,
     ddl: Vec<Ddl>,
+}
+
+/// Rows a transaction decoded straight into the run's last batch (see `batch`).
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    /// Rows the batch held before the transaction's.
+    from: usize,
+    /// Whether the transaction's rows still go there: until one of another table map or
+    /// operation comes.
+    open: bool,
 }
 
 impl TxBuilder {
@@ -89,6 +101,7 @@ impl TxBuilder {
             event_index: 0,
             batches: Vec::new(),
             open: None,
+            direct: None,
             ddl: Vec::new(),
         }
     }
@@ -209,7 +222,7 @@ impl Assembler {
     /// Forgets the partial transaction and table maps, before reading from `resume` again.
     /// A run being gathered keeps the whole transactions it holds.
     pub fn reset(&mut self) {
-        self.tx = None;
+        self.drop_tx();
         self.unresolved_map = None;
         self.clear_decoders();
         self.seen_fde = false;
@@ -240,6 +253,14 @@ impl Assembler {
     /// Ends the run: its transactions, their rows finished into Arrow; `None` when it has
     /// none.
     pub fn end_run(&mut self) -> SourceResult<Option<TransactionRun>> {
+        if let (Some(tx), Some(run)) = (self.tx.as_mut(), self.run.as_mut()) {
+            // A run ends between transactions, but should one be open (an error ended the
+            // run), the rows it decoded into the run go back to it.
+            if let Some(direct) = tx.direct.take() {
+                tx.flush();
+                tx.batches.splice(0..0, run.split_tail(direct.from));
+            }
+        }
         match self.run.take() {
             Some(run) if run.len() > 0 => run.finish().map(Some),
             _ => Ok(None),
@@ -317,6 +338,7 @@ impl Assembler {
                 };
                 let mut tx = TxBuilder::new(at, Some(gtid));
                 tx.standalone = flags & mariadb::FL_STANDALONE != 0;
+                self.drop_tx();
                 self.tx = Some(tx);
                 return Ok(None);
             }
@@ -380,10 +402,12 @@ impl Assembler {
                 if ts > 0 {
                     tx.commit_ts_micros = Some(ts as i64);
                 }
+                self.drop_tx();
                 self.tx = Some(tx);
                 Ok(None)
             }
             EventData::AnonymousGtidEvent(_) => {
+                self.drop_tx();
                 self.tx = Some(TxBuilder::new(at, None));
                 Ok(None)
             }
@@ -525,6 +549,15 @@ impl Assembler {
         Arc::clone(&self.file.file)
     }
 
+    /// Forgets the transaction being read; the rows it decoded into the run leave the run.
+    fn drop_tx(&mut self) {
+        if let (Some(tx), Some(run)) = (self.tx.take(), self.run.as_mut()) {
+            if let Some(direct) = tx.direct {
+                run.truncate_tail(direct.from);
+            }
+        }
+    }
+
     fn finish_tx(&mut self, header_ts: u32) -> SourceResult<Option<SourceTransaction>> {
         let Some(mut tx) = self.tx.take() else {
             return Ok(None);
@@ -543,10 +576,19 @@ impl Assembler {
             changes: Vec::new(),
             ddl: tx.ddl,
         };
-        if done.ddl.is_empty() {
-            if let Some(run) = self.run.as_mut() {
-                run.push(done, tx.batches, &mut self.images);
+        if let Some(run) = self.run.as_mut() {
+            if done.ddl.is_empty() {
+                run.push(
+                    done,
+                    tx.direct.map(|d| d.from),
+                    tx.batches,
+                    &mut self.images,
+                );
                 return Ok(None);
+            }
+            // Handed out on its own after all: its rows in the run leave it.
+            if let Some(direct) = tx.direct {
+                tx.batches.splice(0..0, run.split_tail(direct.from));
             }
         }
         let start = done.start.clone();
@@ -680,24 +722,49 @@ impl Assembler {
             .tx
             .get_or_insert_with(|| TxBuilder::new(at.clone(), None));
         let event_index = tx.event_index;
-        let reuse = tx.open.as_ref().is_some_and(|o| {
-            o.table_id == table_id && o.op == op && o.index.len() < MAX_BATCH_ROWS
-        });
-        if !reuse {
-            tx.flush();
-        }
-        let images = &mut self.images;
-        let open = tx.open.get_or_insert_with(|| {
-            let mut make = || images.image(&decoder);
-            OpenBatch {
-                table_id,
-                decoder: Arc::clone(&decoder),
-                op,
-                before: matches!(op, Op::Update | Op::Delete).then(&mut make),
-                after: matches!(op, Op::Update | Op::Insert).then(&mut make),
-                index: Vec::new(),
+        let data = rows.rows_data();
+        // Straight into the run's last batch while all the transaction's rows went there.
+        let may_go_direct = match tx.direct {
+            Some(direct) => direct.open,
+            None => tx.open.is_none() && tx.batches.is_empty() && tx.ddl.is_empty(),
+        };
+        let tail = match self.run.as_mut() {
+            Some(run) if may_go_direct => {
+                let from = run.tail_rows();
+                run.tail_for(&decoder, op, data.len())
+                    .map(|tail| (tail, from))
             }
-        });
+            _ => None,
+        };
+        let open = match tail {
+            Some((tail, from)) => {
+                tx.direct.get_or_insert(Direct { from, open: true });
+                tail
+            }
+            None => {
+                if let Some(direct) = tx.direct.as_mut() {
+                    direct.open = false;
+                }
+                let reuse = tx.open.as_ref().is_some_and(|o| {
+                    o.table_id == table_id && o.op == op && o.index.len() < MAX_BATCH_ROWS
+                });
+                if !reuse {
+                    tx.flush();
+                }
+                let images = &mut self.images;
+                tx.open.get_or_insert_with(|| {
+                    let mut make = || images.image(&decoder);
+                    OpenBatch {
+                        table_id,
+                        decoder: Arc::clone(&decoder),
+                        op,
+                        before: matches!(op, Op::Update | Op::Delete).then(&mut make),
+                        after: matches!(op, Op::Update | Op::Insert).then(&mut make),
+                        index: Vec::new(),
+                    }
+                })
+            }
+        };
         // Column bitmaps as LSB-first bytes, as they are on the wire; inline up to 128
         // columns, so a rows event allocates none.
         let bitmap = |bits: &bitvec::slice::BitSlice<u8>| -> smallvec::SmallVec<[u8; 16]> {
@@ -709,26 +776,30 @@ impl Assembler {
         };
         let before_bits = rows.columns_before_image().map(bitmap);
         let after_bits = rows.columns_after_image().map(bitmap);
-        let n = decoder
-            .decode_rows(
-                rows.rows_data(),
-                before_bits.as_deref(),
-                after_bits.as_deref(),
-                open.before.as_mut(),
-                open.after.as_mut(),
-            )
-            .map_err(|e| match e {
-                RowsError::Partial(detail) => SourceError::PartialRowImage {
-                    table: decoder.schema.id.to_string(),
-                    at: at.clone(),
-                    detail,
-                },
-                RowsError::Value(detail) => decode_err(
-                    &format!("a rows event of {}", decoder.schema.id),
-                    at,
-                    &detail,
-                ),
-            })?;
+        let held = open.index.len();
+        let decoded = decoder.decode_rows(
+            data,
+            before_bits.as_deref(),
+            after_bits.as_deref(),
+            open.before.as_mut(),
+            open.after.as_mut(),
+        );
+        if decoded.is_err() {
+            // No part of the event's rows stays: the columns may hold part of a row.
+            open.truncate(held);
+        }
+        let n = decoded.map_err(|e| match e {
+            RowsError::Partial(detail) => SourceError::PartialRowImage {
+                table: decoder.schema.id.to_string(),
+                at: at.clone(),
+                detail,
+            },
+            RowsError::Value(detail) => decode_err(
+                &format!("a rows event of {}", decoder.schema.id),
+                at,
+                &detail,
+            ),
+        })?;
         open.index.extend((0..n as u32).map(|r| (event_index, r)));
         Ok(())
     }

@@ -9,10 +9,17 @@
 //! a small pool and the next transaction decodes into them, so a run's transactions allocate
 //! almost nothing.
 //!
+//! A transaction whose first rows are of the run's last batch's table map and operation
+//! decodes them straight into that batch instead ([`RunBuilder::tail_for`]), so the commonest
+//! run, one table's single-row changes, moves nothing at all; the transaction remembers how
+//! many rows the batch held before its own.
+//!
 //! # Invariant
 //! A run only ever takes whole transactions: rows are moved into it when their transaction
-//! completes, so dropping a partial transaction (a reconnect) never touches it. Its batches,
-//! read in order, hold its rows in position order.
+//! completes, and rows a transaction decoded straight into it are cut off again when the
+//! transaction is dropped unfinished (a reconnect) or leaves the run (it turns out to carry
+//! DDL, or the run ends before it does). Its batches, read in order, hold its rows in
+//! position order.
 
 use std::sync::Arc;
 
@@ -76,6 +83,37 @@ impl OpenBatch {
             after,
             index: self.index,
         })
+    }
+
+    /// Whether the rows of a rows event of `decoder`'s table map, `op` and at most `bytes`
+    /// bytes can be decoded straight after these.
+    fn takes_event(&self, decoder: &Arc<TableDecoder>, op: Op, bytes: usize) -> bool {
+        let room = |image: &Option<ImageColumns>| image.as_ref().is_none_or(|i| i.has_room(bytes));
+        Arc::ptr_eq(&self.decoder, decoder)
+            && self.op == op
+            && self.index.len() < MAX_BATCH_ROWS
+            && room(&self.before)
+            && room(&self.after)
+    }
+
+    /// Keeps the first `rows` rows.
+    pub(super) fn truncate(&mut self, rows: usize) {
+        for image in [&mut self.before, &mut self.after].into_iter().flatten() {
+            image.truncate(rows);
+        }
+        self.index.truncate(rows);
+    }
+
+    /// A batch of the rows from `at` on, which this one no longer holds.
+    fn split_off(&mut self, at: usize) -> OpenBatch {
+        OpenBatch {
+            table_id: self.table_id,
+            decoder: Arc::clone(&self.decoder),
+            op: self.op,
+            before: self.before.as_mut().map(|i| i.split_off(at)),
+            after: self.after.as_mut().map(|i| i.split_off(at)),
+            index: self.index.split_off(at.min(self.index.len())),
+        }
     }
 
     /// Whether `other`'s rows can go after these in one batch.
@@ -149,14 +187,55 @@ impl RunBuilder {
         self.txs.len()
     }
 
-    /// Takes a completed transaction without DDL: `tx` (its `changes` empty) and its rows.
+    /// The last batch, when the rows of a rows event of `decoder`'s table map, `op` and at
+    /// most `bytes` bytes can be decoded straight into it.
+    pub(super) fn tail_for(
+        &mut self,
+        decoder: &Arc<TableDecoder>,
+        op: Op,
+        bytes: usize,
+    ) -> Option<&mut OpenBatch> {
+        let (tail, _) = self.batches.last_mut()?;
+        tail.takes_event(decoder, op, bytes).then_some(tail)
+    }
+
+    /// Rows of the last batch.
+    pub(super) fn tail_rows(&self) -> usize {
+        self.batches.last().map_or(0, |(tail, _)| tail.index.len())
+    }
+
+    /// Drops the rows of the last batch from `rows` on: those a transaction that did not
+    /// complete decoded into it.
+    pub(super) fn truncate_tail(&mut self, rows: usize) {
+        if let Some((tail, _)) = self.batches.last_mut() {
+            tail.truncate(rows);
+        }
+    }
+
+    /// Takes the rows of the last batch from `at` on out of the run, as a batch of their own:
+    /// those of a transaction that is not to be part of it after all.
+    pub(super) fn split_tail(&mut self, at: usize) -> Option<OpenBatch> {
+        let (tail, _) = self.batches.last_mut()?;
+        Some(tail.split_off(at))
+    }
+
+    /// Takes a completed transaction without DDL: `tx` (its `changes` empty) and its rows:
+    /// those it decoded straight into the last batch from row `direct` on, when it did, then
+    /// `batches`.
     pub(super) fn push(
         &mut self,
         tx: SourceTransaction,
+        direct: Option<usize>,
         batches: Vec<OpenBatch>,
         pool: &mut ImagePool,
     ) {
         let t = self.txs.len() as u32;
+        if let (Some(from), Some((tail, txs))) = (direct, self.batches.last_mut()) {
+            txs.extend(std::iter::repeat_n(
+                t,
+                tail.index.len().saturating_sub(from),
+            ));
+        }
         for mut batch in batches {
             let rows = batch.index.len();
             match self.batches.last_mut() {

@@ -20,13 +20,14 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BinaryArray, PrimitiveArray, StringArray};
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{
     i256, ArrowPrimitiveType, Date32Type, Decimal128Type, Decimal256Type, DurationMicrosecondType,
     Field, Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type,
     TimestampMicrosecondType, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
 
+use super::buffers::{Bytes, Validity};
 use super::cursor::{Cursor, RowsError};
 use super::decimal::DecimalLayout;
 use super::mysql_json;
@@ -39,6 +40,41 @@ use crate::source::types::{
     append_padded, bit_value, decimal128_fits, decimal256_fits, decode_text, epoch_to_micros,
     set_labels,
 };
+
+/// Runs `$vec` on the values of a fixed-width column (a `Vec` of its element type, bound to
+/// `$v`) or `$bytes` on those of a byte column (its [`Bytes`], bound to `$b`): for what every
+/// column does alike whatever its type.
+macro_rules! on_values {
+    ($values:expr, $v:ident => $vec:expr, $b:ident => $bytes:expr) => {{
+        use Values as V;
+        match $values {
+            V::Int8($v) => $vec,
+            V::UInt8($v) => $vec,
+            V::Int16($v) | V::Year($v) => $vec,
+            V::UInt16($v) => $vec,
+            V::Int24($v) | V::Int32($v) | V::Date($v) => $vec,
+            V::UInt24($v) | V::UInt32($v) => $vec,
+            V::Int64($v)
+            | V::TimeOld($v)
+            | V::Time2 { values: $v, .. }
+            | V::DateTimeOld($v)
+            | V::DateTime2 { values: $v, .. }
+            | V::TimestampOld($v)
+            | V::Timestamp2 { values: $v, .. } => $vec,
+            V::UInt64($v) | V::Bit { values: $v, .. } => $vec,
+            V::Float32($v) => $vec,
+            V::Float64($v) => $vec,
+            V::Decimal128 { values: $v, .. } => $vec,
+            V::Decimal256 { values: $v, .. } => $vec,
+            V::Utf8 { text: $b, .. }
+            | V::Latin1 { text: $b, .. }
+            | V::Binary { bytes: $b, .. }
+            | V::Enum { text: $b, .. }
+            | V::Set { text: $b, .. }
+            | V::Json { text: $b, .. } => $bytes,
+        }
+    }};
+}
 
 /// The values of one column, typed by its Arrow type, with how each is read off the wire.
 #[derive(Debug, Clone)]
@@ -123,68 +159,6 @@ enum Values {
     },
 }
 
-/// Variable-length values: Arrow's offsets and data.
-#[derive(Debug, Clone)]
-struct Bytes {
-    offsets: Vec<i32>,
-    data: Vec<u8>,
-}
-
-impl Bytes {
-    fn new() -> Self {
-        Self {
-            offsets: vec![0],
-            data: Vec::new(),
-        }
-    }
-
-    /// Ends the value whose bytes were just appended to `data`.
-    #[inline]
-    fn end_value(&mut self) -> Result<(), RowsError> {
-        let end = i32::try_from(self.data.len()).map_err(|_| {
-            RowsError::Value(format!(
-                "more than {} bytes of values in one batch",
-                i32::MAX
-            ))
-        })?;
-        self.offsets.push(end);
-        Ok(())
-    }
-
-    #[inline]
-    fn push(&mut self, v: &[u8]) -> Result<(), RowsError> {
-        self.data.extend_from_slice(v);
-        self.end_value()
-    }
-
-    #[inline]
-    fn push_empty(&mut self) {
-        let last = self.offsets.last().copied().unwrap_or(0);
-        self.offsets.push(last);
-    }
-
-    /// Whether `other`'s values fit after these under 32-bit offsets.
-    fn fits(&self, other: &Bytes) -> bool {
-        self.data.len() + other.data.len() <= i32::MAX as usize
-    }
-
-    /// Moves `other`'s values after these (the caller checked [`Bytes::fits`]); `other` is
-    /// left empty, its capacity kept.
-    fn append(&mut self, other: &mut Bytes) {
-        let base = self.data.len() as i32;
-        self.data.extend_from_slice(&other.data);
-        self.offsets
-            .extend(other.offsets.iter().skip(1).map(|&end| end + base));
-        other.data.clear();
-        other.offsets.truncate(1);
-    }
-
-    fn offsets(&mut self) -> OffsetBuffer<i32> {
-        // Offsets start at 0 and only ever repeat or grow with `data`.
-        OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut self.offsets)))
-    }
-}
-
 impl Values {
     /// The bytes of a text or binary column.
     fn bytes(&self) -> Option<&Bytes> {
@@ -209,64 +183,6 @@ impl Values {
             Values::Binary { bytes, .. } => Some(bytes),
             _ => None,
         }
-    }
-}
-
-/// A column's validity, materialised only at its first NULL: until then every value is valid
-/// and only the count is kept.
-#[derive(Debug, Clone, Default)]
-struct Validity {
-    /// One bit per value, least significant first, once a NULL was pushed.
-    bits: Option<Vec<u8>>,
-    len: usize,
-}
-
-impl Validity {
-    /// Moves `other`'s validity after this one's, leaving `other` empty.
-    fn append(&mut self, other: &mut Validity) {
-        match (other.bits.take(), self.bits.is_some()) {
-            (None, false) => self.len += other.len,
-            (None, true) => (0..other.len).for_each(|_| self.push(true)),
-            (Some(bits), _) => {
-                (0..other.len).for_each(|i| self.push(bits[i / 8] & (1 << (i % 8)) != 0))
-            }
-        }
-        other.len = 0;
-    }
-
-    #[inline]
-    fn push(&mut self, valid: bool) {
-        if let Some(bits) = &mut self.bits {
-            if self.len.is_multiple_of(8) {
-                bits.push(0);
-            }
-            if valid {
-                if let Some(last) = bits.last_mut() {
-                    *last |= 1 << (self.len % 8);
-                }
-            }
-        } else if !valid {
-            self.materialise();
-        }
-        self.len += 1;
-    }
-
-    /// Writes the bits of the values so far (all valid) and a cleared bit for the NULL that
-    /// `push` is adding.
-    #[cold]
-    fn materialise(&mut self) {
-        let mut bits = vec![0xffu8; self.len / 8];
-        bits.push(((1u16 << (self.len % 8)) - 1) as u8);
-        self.bits = Some(bits);
-    }
-
-    fn finish(&mut self) -> Option<NullBuffer> {
-        let bits = self.bits.take()?;
-        Some(NullBuffer::new(BooleanBuffer::new(
-            Buffer::from_vec(bits),
-            0,
-            self.len,
-        )))
     }
 }
 
@@ -420,36 +336,32 @@ impl Column {
 
     /// Makes room for `rows` more values.
     pub(super) fn reserve(&mut self, rows: usize) {
-        use Values as V;
-        match &mut self.values {
-            V::Int8(v) => v.reserve(rows),
-            V::UInt8(v) => v.reserve(rows),
-            V::Int16(v) | V::Year(v) => v.reserve(rows),
-            V::UInt16(v) => v.reserve(rows),
-            V::Int24(v) | V::Int32(v) | V::Date(v) => v.reserve(rows),
-            V::UInt24(v) | V::UInt32(v) => v.reserve(rows),
-            V::Int64(v)
-            | V::TimeOld(v)
-            | V::Time2 { values: v, .. }
-            | V::DateTimeOld(v)
-            | V::DateTime2 { values: v, .. }
-            | V::TimestampOld(v)
-            | V::Timestamp2 { values: v, .. } => v.reserve(rows),
-            V::UInt64(v) | V::Bit { values: v, .. } => v.reserve(rows),
-            V::Float32(v) => v.reserve(rows),
-            V::Float64(v) => v.reserve(rows),
-            V::Decimal128 { values, .. } => values.reserve(rows),
-            V::Decimal256 { values, .. } => values.reserve(rows),
-            V::Utf8 { text: b, .. }
-            | V::Latin1 { text: b, .. }
-            | V::Binary { bytes: b, .. }
-            | V::Enum { text: b, .. }
-            | V::Set { text: b, .. }
-            | V::Json { text: b, .. } => b.offsets.reserve(rows),
-        }
+        on_values!(&mut self.values, v => v.reserve(rows), b => b.offsets.reserve(rows));
         if let Some(bits) = &mut self.nulls.bits {
             bits.reserve(rows.div_ceil(8));
         }
+    }
+
+    /// Keeps the first `len` values (those of rows decoded before a transaction that is
+    /// dropped, or of a row cut short by an error).
+    pub(super) fn truncate(&mut self, len: usize) {
+        on_values!(&mut self.values, v => v.truncate(len), b => b.truncate(len));
+        self.nulls.truncate(len);
+    }
+
+    /// The values from `at` on, which this column no longer holds.
+    pub(super) fn split_off(&mut self, at: usize) -> Column {
+        let mut tail = self.clone();
+        on_values!(&mut tail.values, v => drop(v.drain(..at.min(v.len()))), b => b.drain_front(at));
+        tail.nulls.drain_front(at);
+        self.truncate(at);
+        tail
+    }
+
+    /// Whether values taking up to `more` bytes fit after these (byte columns' 32-bit
+    /// offsets).
+    pub(super) fn has_room(&self, more: usize) -> bool {
+        self.values.bytes().is_none_or(|b| b.has_room(more))
     }
 
     /// Whether [`Column::append`] can move `other`'s values after these: the same operation
@@ -842,6 +754,65 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Cutting a column at any row and splitting it there give the columns of the rows before
+    /// and after, decoded apart; decoding goes on after a cut as after those rows alone.
+    #[test]
+    fn truncated_and_split_columns_equal_their_parts_decoded_apart() {
+        let x: &[u8] = b"x";
+        let mut values: Vec<Option<&[u8]>> = vec![Some(b"a"), None, Some(b"bc"), Some(b"")];
+        values.extend([Some(x); 9]);
+        values.extend([None, Some(&b"d"[..])]);
+        let decoded = |values: &[Option<&[u8]>]| {
+            let (mut column, field) = text_column();
+            push_texts(&mut column, values);
+            column.finish(&field).unwrap().to_data()
+        };
+        let more: &[Option<&[u8]>] = &[Some(b"e"), None];
+        for at in 0..=values.len() {
+            let (mut head, field) = text_column();
+            push_texts(&mut head, &values);
+            let tail = head.split_off(at);
+            assert_eq!(
+                head.clone().finish(&field).unwrap().to_data(),
+                decoded(&values[..at])
+            );
+            assert_eq!(
+                tail.finish(&field).unwrap().to_data(),
+                decoded(&values[at..])
+            );
+            let (mut cut, _) = text_column();
+            push_texts(&mut cut, &values);
+            cut.truncate(at);
+            push_texts(&mut cut, more);
+            let expect = [&values[..at], more].concat();
+            assert_eq!(
+                cut.finish(&field).unwrap().to_data(),
+                decoded(&expect),
+                "at {at}"
+            );
+        }
+        let int = ColumnKind::Int {
+            bits: 8,
+            unsigned: false,
+        };
+        let field = int.field("i", false);
+        let mut tiny = Column::compile(Wire::Tiny, &int, false).unwrap();
+        let mut scratch = String::new();
+        for v in [1u8, 2, 3] {
+            tiny.decode(&mut Cursor::new(&[v]), &mut scratch).unwrap();
+        }
+        let tail = tiny.split_off(1).finish(&field).unwrap();
+        assert_eq!(
+            tail.as_primitive::<arrow::datatypes::Int8Type>().values(),
+            &[2, 3]
+        );
+        let head = tiny.finish(&field).unwrap();
+        assert_eq!(
+            head.as_primitive::<arrow::datatypes::Int8Type>().values(),
+            &[1]
+        );
     }
 
     /// Appending columns decoded apart gives the column of all their values decoded together,

@@ -7,6 +7,7 @@
 //!   gathered together, is handed out;
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
 //! * `columns`: each column's compiled operation and the typed Arrow buffer it fills;
+//! * `buffers`: the offsets, data and validity a column grows, cut and split;
 //! * [`wire`]: each column's layout in a row image and the readers of its values;
 //! * [`decimal`]: MySQL's binary `DECIMAL` into an unscaled integer;
 //! * `cursor`: bounds-checked reads of row-image bytes and the decoder's error;
@@ -18,6 +19,7 @@
 
 pub mod assemble;
 mod batch;
+mod buffers;
 mod columns;
 mod cursor;
 mod decimal;

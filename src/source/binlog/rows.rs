@@ -147,6 +147,24 @@ impl ImageColumns {
                 .all(|(a, b)| a.can_take(b))
     }
 
+    /// Whether rows whose values take up to `bytes` bytes can be decoded after these (see
+    /// [`ImageColumns::can_take`]).
+    pub fn has_room(&self, bytes: usize) -> bool {
+        self.columns.iter().all(|c| c.has_room(bytes))
+    }
+
+    /// Keeps the first `rows` rows.
+    pub fn truncate(&mut self, rows: usize) {
+        self.columns.iter_mut().for_each(|c| c.truncate(rows));
+    }
+
+    /// The rows from `at` on, which these columns no longer hold.
+    pub fn split_off(&mut self, at: usize) -> ImageColumns {
+        ImageColumns {
+            columns: self.columns.iter_mut().map(|c| c.split_off(at)).collect(),
+        }
+    }
+
     /// Moves `other`'s rows after these, leaving `other` empty with its buffers' capacity kept
     /// for the next rows decoded into it. The caller checked [`ImageColumns::can_take`].
     pub fn append(&mut self, other: &mut ImageColumns) {
