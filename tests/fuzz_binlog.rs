@@ -72,9 +72,14 @@ fn split(name: &str, data: &[u8]) -> Option<Corpus> {
     })
 }
 
+/// Held while a test writes its corpus between two `FLUSH BINARY LOGS`, so that another test's
+/// flush does not cut it short.
+static WRITING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A binlog written by the private MariaDB: every column type, all three row operations and
 /// DDL between them.
 async fn mariadb_corpus() -> Corpus {
+    let _writing = WRITING.lock().await;
     let server = server();
     let mut conn = root_conn(server).await;
     fresh_db(&mut conn, "fz").await;
@@ -311,6 +316,7 @@ async fn mutated_binlog_events_never_panic_the_decoder() {
 /// A binlog of runs the reader gathers: one table's single-row changes in transactions of
 /// their own, a transaction over two tables, NULLs, text, and a DDL between them.
 async fn runs_corpus() -> Corpus {
+    let _writing = WRITING.lock().await;
     let mut conn = root_conn(server()).await;
     fresh_db(&mut conn, "fr").await;
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();

@@ -219,8 +219,8 @@ impl RunBuilder {
         Some(tail.split_off(at))
     }
 
-    /// Takes a completed transaction without DDL: `tx` (its `changes` empty) and its rows:
-    /// those it decoded straight into the last batch from row `direct` on, when it did, then
+    /// Takes a completed transaction without DDL: `tx` (its `changes` empty) and its rows, which
+    /// are the last batch's rows from `direct` on when it decoded them straight into it, then
     /// `batches`.
     pub(super) fn push(
         &mut self,

@@ -425,33 +425,8 @@ impl Column {
     /// Appends a NULL (the caller checked that the column takes it).
     #[inline]
     pub(super) fn push_null(&mut self) {
-        use Values as V;
-        match &mut self.values {
-            V::Int8(v) => v.push(0),
-            V::UInt8(v) => v.push(0),
-            V::Int16(v) | V::Year(v) => v.push(0),
-            V::UInt16(v) => v.push(0),
-            V::Int24(v) | V::Int32(v) | V::Date(v) => v.push(0),
-            V::UInt24(v) | V::UInt32(v) => v.push(0),
-            V::Int64(v)
-            | V::TimeOld(v)
-            | V::Time2 { values: v, .. }
-            | V::DateTimeOld(v)
-            | V::DateTime2 { values: v, .. }
-            | V::TimestampOld(v)
-            | V::Timestamp2 { values: v, .. } => v.push(0),
-            V::UInt64(v) | V::Bit { values: v, .. } => v.push(0),
-            V::Float32(v) => v.push(0.0),
-            V::Float64(v) => v.push(0.0),
-            V::Decimal128 { values, .. } => values.push(0),
-            V::Decimal256 { values, .. } => values.push(i256::ZERO),
-            V::Utf8 { text: b, .. }
-            | V::Latin1 { text: b, .. }
-            | V::Binary { bytes: b, .. }
-            | V::Enum { text: b, .. }
-            | V::Set { text: b, .. }
-            | V::Json { text: b, .. } => b.push_empty(),
-        }
+        // A placeholder the validity hides: zero, or an empty value.
+        on_values!(&mut self.values, v => v.push(Default::default()), b => b.push_empty());
         self.nulls.push(false);
     }
 
