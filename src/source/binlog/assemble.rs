@@ -766,13 +766,11 @@ impl Assembler {
             }
         };
         // Column bitmaps as LSB-first bytes, as they are on the wire; inline up to 128
-        // columns, so a rows event allocates none.
+        // columns, so a rows event allocates none. Loaded eight bits at a time: bit by bit,
+        // this cost half as much as decoding a one-row event.
         let bitmap = |bits: &bitvec::slice::BitSlice<u8>| -> smallvec::SmallVec<[u8; 16]> {
-            let mut out = smallvec::smallvec![0u8; bits.len().div_ceil(8)];
-            for i in bits.iter_ones() {
-                out[i / 8] |= 1 << (i % 8);
-            }
-            out
+            use bitvec::field::BitField;
+            bits.chunks(8).map(|byte| byte.load_le::<u8>()).collect()
         };
         let before_bits = rows.columns_before_image().map(bitmap);
         let after_bits = rows.columns_after_image().map(bitmap);
