@@ -76,13 +76,12 @@ fn split(name: &str, data: &[u8]) -> Option<Corpus> {
 /// flush does not cut it short.
 static WRITING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A binlog written by the private MariaDB: every column type, all three row operations and
-/// DDL between them.
-async fn mariadb_corpus() -> Corpus {
+/// Writes `sql` into database `db` (made afresh) and returns the binlog file it went to, alone
+/// in it: between two `FLUSH BINARY LOGS`, which the tests take turns at ([`WRITING`]).
+async fn written_corpus(db: &str, sql: &str) -> Corpus {
     let _writing = WRITING.lock().await;
-    let server = server();
-    let mut conn = root_conn(server).await;
-    fresh_db(&mut conn, "fz").await;
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
     conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
     let (file,): (String,) = conn
         .query_first("SHOW MASTER STATUS")
@@ -90,7 +89,23 @@ async fn mariadb_corpus() -> Corpus {
         .unwrap()
         .map(|row: mysql_async::Row| (row.get::<String, _>(0).unwrap(),))
         .unwrap();
-    conn.query_drop(
+    conn.query_drop(sql).await.unwrap();
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let base: String = conn
+        .query_first("SELECT @@log_bin_basename")
+        .await
+        .unwrap()
+        .unwrap();
+    let path = Path::new(&base).parent().unwrap().join(&file);
+    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    split(&file, &data).expect("a binlog file")
+}
+
+/// A binlog written by the private MariaDB: every column type, all three row operations and
+/// DDL between them.
+async fn mariadb_corpus() -> Corpus {
+    written_corpus(
+        "fz",
         "CREATE TABLE fz.t (id INT PRIMARY KEY, u BIGINT UNSIGNED, s SMALLINT, m MEDIUMINT,
            d DECIMAL(20,6), f FLOAT, g DOUBLE, b BIT(13), y YEAR, dt DATE, ts TIMESTAMP(3) NULL,
            tm TIME(2), dtm DATETIME(6), c CHAR(3), v VARCHAR(40), tx TEXT, bl BLOB,
@@ -109,16 +124,6 @@ async fn mariadb_corpus() -> Corpus {
          INSERT INTO fz.k VALUES (1, 'x'), (1, 'x'), (NULL, NULL);",
     )
     .await
-    .unwrap();
-    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
-    let base: String = conn
-        .query_first("SELECT @@log_bin_basename")
-        .await
-        .unwrap()
-        .unwrap();
-    let path = Path::new(&base).parent().unwrap().join(&file);
-    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    split(&file, &data).expect("a binlog file")
 }
 
 fn fixture_corpora() -> Vec<Corpus> {
@@ -200,20 +205,26 @@ struct Tally {
 }
 
 /// Decodes `events` (the format description first) as one file; the last one is the input.
-fn decode(name: &str, events: &[&[u8]], tally: &mut Tally) -> Result<(), String> {
-    let mut data = MAGIC.to_vec();
-    for event in events {
-        data.extend_from_slice(event);
-    }
+/// An assembler reading binlog file `name` without a server: every table, checksums not
+/// verified, unnamed columns named by position.
+fn offline_assembler(name: &str) -> Assembler {
     let everything: TableFilter = Arc::new(|_: &TableId| true);
-    let mut asm = Assembler::new(
+    Assembler::new(
         StartPosition::Coord(BinlogCoord::new(name, 4)),
         false,
         everything,
         builtin_collations(),
     )
     .with_unnamed_columns()
-    .with_file(name);
+    .with_file(name)
+}
+
+fn decode(name: &str, events: &[&[u8]], tally: &mut Tally) -> Result<(), String> {
+    let mut data = MAGIC.to_vec();
+    for event in events {
+        data.extend_from_slice(event);
+    }
+    let mut asm = offline_assembler(name);
     let Ok(mut file) = BinlogFile::new(BinlogVersion::Version4, &data[..]) else {
         tally.unframed += 1;
         return Ok(());
@@ -316,16 +327,6 @@ async fn mutated_binlog_events_never_panic_the_decoder() {
 /// A binlog of runs the reader gathers: one table's single-row changes in transactions of
 /// their own, a transaction over two tables, NULLs, text, and a DDL between them.
 async fn runs_corpus() -> Corpus {
-    let _writing = WRITING.lock().await;
-    let mut conn = root_conn(server()).await;
-    fresh_db(&mut conn, "fr").await;
-    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
-    let (file,): (String,) = conn
-        .query_first("SHOW MASTER STATUS")
-        .await
-        .unwrap()
-        .map(|row: mysql_async::Row| (row.get::<String, _>(0).unwrap(),))
-        .unwrap();
     let mut sql = String::from(
         "CREATE TABLE fr.a (id INT PRIMARY KEY, v VARCHAR(20), n INT NULL);
          CREATE TABLE fr.b (id INT PRIMARY KEY, w TEXT);
@@ -345,16 +346,7 @@ async fn runs_corpus() -> Corpus {
          UPDATE fr.a SET z = id WHERE id = 1; UPDATE fr.a SET z = id WHERE id < 6;
          DELETE FROM fr.a WHERE id = 7; DELETE FROM fr.a WHERE id = 8;",
     );
-    conn.query_drop(sql).await.unwrap();
-    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
-    let base: String = conn
-        .query_first("SELECT @@log_bin_basename")
-        .await
-        .unwrap()
-        .unwrap();
-    let path = Path::new(&base).parent().unwrap().join(&file);
-    let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    split(&file, &data).expect("a binlog file")
+    written_corpus("fr", &sql).await
 }
 
 /// Each transaction's start and its rows as text, in order.
@@ -395,18 +387,7 @@ fn run_rows(run: TransactionRun, out: &mut TxRows) {
 /// transaction, at most once per transaction, the transaction is dropped and read again from
 /// its start, as after a reconnect. Returns the transactions and how many were dropped.
 fn transactions(name: &str, events: &[Event], runs: bool, drop: f64, seed: u64) -> (TxRows, usize) {
-    let everything: TableFilter = Arc::new(|_: &TableId| true);
-    let new = || {
-        Assembler::new(
-            StartPosition::Coord(BinlogCoord::new(name, 4)),
-            false,
-            Arc::clone(&everything),
-            builtin_collations(),
-        )
-        .with_unnamed_columns()
-        .with_file(name)
-    };
-    let mut asm = new();
+    let mut asm = offline_assembler(name);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut out = TxRows::new();
     let (mut i, mut start, mut drops, mut dropped) = (0, 0, 0, None);

@@ -258,7 +258,7 @@ impl Assembler {
             // run), the rows it decoded into the run go back to it.
             if let Some(direct) = tx.direct.take() {
                 tx.flush();
-                tx.batches.splice(0..0, run.split_tail(direct.from));
+                run.take_back(direct.from, &mut tx.batches);
             }
         }
         match self.run.take() {
@@ -588,7 +588,7 @@ impl Assembler {
             }
             // Handed out on its own after all: its rows in the run leave it.
             if let Some(direct) = tx.direct {
-                tx.batches.splice(0..0, run.split_tail(direct.from));
+                run.take_back(direct.from, &mut tx.batches);
             }
         }
         let start = done.start.clone();
@@ -729,11 +729,10 @@ impl Assembler {
             None => tx.open.is_none() && tx.batches.is_empty() && tx.ddl.is_empty(),
         };
         let tail = match self.run.as_mut() {
-            Some(run) if may_go_direct => {
-                let from = run.tail_rows();
-                run.tail_for(&decoder, op, data.len())
-                    .map(|tail| (tail, from))
-            }
+            Some(run) if may_go_direct => run.tail_for(&decoder, op, data.len()).map(|tail| {
+                let from = tail.index.len();
+                (tail, from)
+            }),
             _ => None,
         };
         let open = match tail {

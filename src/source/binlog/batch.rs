@@ -199,11 +199,6 @@ impl RunBuilder {
         tail.takes_event(decoder, op, bytes).then_some(tail)
     }
 
-    /// Rows of the last batch.
-    pub(super) fn tail_rows(&self) -> usize {
-        self.batches.last().map_or(0, |(tail, _)| tail.index.len())
-    }
-
     /// Drops the rows of the last batch from `rows` on: those a transaction that did not
     /// complete decoded into it.
     pub(super) fn truncate_tail(&mut self, rows: usize) {
@@ -212,11 +207,12 @@ impl RunBuilder {
         }
     }
 
-    /// Takes the rows of the last batch from `at` on out of the run, as a batch of their own:
-    /// those of a transaction that is not to be part of it after all.
-    pub(super) fn split_tail(&mut self, at: usize) -> Option<OpenBatch> {
-        let (tail, _) = self.batches.last_mut()?;
-        Some(tail.split_off(at))
+    /// Moves the rows of the last batch from `at` on out of the run, as a batch of their own
+    /// put first in `batches`: those of a transaction that is not to be part of it after all.
+    pub(super) fn take_back(&mut self, at: usize, batches: &mut Vec<OpenBatch>) {
+        if let Some((tail, _)) = self.batches.last_mut() {
+            batches.insert(0, tail.split_off(at));
+        }
     }
 
     /// Takes a completed transaction without DDL: `tx` (its `changes` empty) and its rows, which

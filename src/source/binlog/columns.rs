@@ -9,7 +9,9 @@
 //!
 //! # Invariants
 //! * Every value pushes exactly one entry onto its column's values and validity, so a column's
-//!   buffers always agree on its length; a value that fails to decode pushes nothing.
+//!   buffers always agree on its length; a value that fails to decode pushes nothing, and
+//!   cutting or splitting a column (a transaction's rows leaving a run) cuts every buffer at
+//!   the same row (see `buffers`).
 //! * The Arrow type a column builds is `ColumnKind::data_type` of its kind: compiling refuses
 //!   any pairing of wire layout and kind it has no operation for, and finishing checks the
 //!   built type against the table's field.
