@@ -136,15 +136,13 @@ impl Checkpointer {
         }
     }
 
-    /// How many changelog entries of table `t` (offsets count trimmed ones) the committed
-    /// checkpoints hold; 0 when unknown.
-    pub fn durable_rows(&self, t: usize) -> usize {
+    /// How many changelog entries of each table (offsets count trimmed ones) the committed
+    /// checkpoints hold; a table not listed has none yet.
+    pub fn durable_rows(&self) -> Vec<usize> {
         self.durable
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(t)
-            .copied()
-            .unwrap_or(0)
+            .clone()
     }
 
     fn set_durable(&self, persisted: &[usize]) {

@@ -19,7 +19,9 @@ use crate::state::changelog::Changelog;
 use crate::state::retention::{trimmable, Floor, RetainHistory};
 
 /// The shortest time between two trims of a source: checking costs little, but not nothing
-/// per transaction.
+/// per transaction. A checkpoint that made more entries durable lets the next trim run at
+/// once: what a durable source may let go is bounded by its checkpoints, and waiting for the
+/// clock as well would hold a checkpoint's worth more history for nothing.
 const TRIM_EVERY: Duration = Duration::from_millis(200);
 
 /// A source's retention; see the module docs.
@@ -28,7 +30,14 @@ pub(crate) struct Retention {
     policy: RwLock<RetainHistory>,
     /// The sinks reading the source, by name (dropped sinks go when their status does).
     holders: Mutex<Vec<(String, Weak<Mutex<SinkStatus>>)>>,
-    last_trim: Mutex<Option<Instant>>,
+    last_trim: Mutex<LastTrim>,
+}
+
+/// When the last trim ran, and the durable entries it was allowed to go up to.
+#[derive(Debug, Default)]
+struct LastTrim {
+    at: Option<Instant>,
+    durable: Option<Vec<usize>>,
 }
 
 impl Retention {
@@ -36,7 +45,7 @@ impl Retention {
         Self {
             policy: RwLock::new(policy),
             holders: Mutex::new(Vec::new()),
-            last_trim: Mutex::new(None),
+            last_trim: Mutex::new(LastTrim::default()),
         }
     }
 
@@ -103,15 +112,18 @@ impl Retention {
         if policy == RetainHistory::All {
             return Vec::new();
         }
+        let durable = checkpointer.map(Checkpointer::durable_rows);
         {
             let mut last = self
                 .last_trim
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if last.is_some_and(|at| at.elapsed() < TRIM_EVERY) {
+            let checkpointed = durable.is_some() && last.durable != durable;
+            if !checkpointed && last.at.is_some_and(|at| at.elapsed() < TRIM_EVERY) {
                 return Vec::new();
             }
-            *last = Some(Instant::now());
+            last.at = Some(Instant::now());
+            last.durable.clone_from(&durable);
         }
         let now = now_micros();
         let mut trimmed = Vec::new();
@@ -119,7 +131,8 @@ impl Retention {
             if log.num_segments() == 0 {
                 continue;
             }
-            let durable = checkpointer.map(|c| c.durable_rows(t));
+            // A table the checkpoints do not know yet has nothing durable.
+            let durable = durable.as_ref().map(|d| d.get(t).copied().unwrap_or(0));
             let upto = trimmable(log, &policy, now, &self.floor(t), durable);
             if log.trim(upto) > 0 {
                 trimmed.push(t);
