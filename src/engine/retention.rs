@@ -102,7 +102,8 @@ impl Retention {
     }
 
     /// Trims `changelogs` as far as the policy, the sinks and the store allow (at most every
-    /// [`TRIM_EVERY`]); returns the tables trimmed.
+    /// [`TRIM_EVERY`], or at once when a checkpoint has made more entries durable); returns
+    /// the tables trimmed.
     pub fn trim(
         &self,
         changelogs: &mut [Changelog],
