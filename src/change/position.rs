@@ -15,7 +15,6 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fmt::Write as _;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -126,52 +125,64 @@ impl ChangePosition {
         row_index: u32,
         sub: u8,
     ) -> fmt::Result {
-        Self::write_tx_text(w, tx)?;
-        Self::write_indexes_text(w, event_index, row_index, sub)
+        let mut text = Vec::with_capacity(tx.file.len() + 48);
+        Self::push_tx_text(&mut text, tx);
+        Self::push_indexes_text(&mut text, event_index, row_index, sub);
+        write_bytes(w, &text)
     }
 
     /// The part of [`ChangePosition::write_text`] that every change of the transaction
-    /// starting at `tx` shares: `file:offset:`.
-    pub fn write_tx_text(w: &mut impl fmt::Write, tx: &BinlogCoord) -> fmt::Result {
-        w.write_str(&tx.file)?;
-        w.write_char(':')?;
-        write_zero_padded(w, tx.offset, 12)?;
-        w.write_char(':')
+    /// starting at `tx` shares, `file:offset:`, appended to `out` as UTF-8.
+    pub fn push_tx_text(out: &mut Vec<u8>, tx: &BinlogCoord) {
+        out.extend_from_slice(tx.file.as_bytes());
+        out.push(b':');
+        push_decimal(out, tx.offset, 12);
+        out.push(b':');
     }
 
-    /// The rest of [`ChangePosition::write_text`] after [`ChangePosition::write_tx_text`]:
+    /// The rest of [`ChangePosition::write_text`] after [`ChangePosition::push_tx_text`],
     /// `event_index:row_index:sub`, the indexes zero-padded to the ten digits a `u32` takes.
-    pub fn write_indexes_text(
-        w: &mut impl fmt::Write,
-        event_index: u32,
-        row_index: u32,
-        sub: u8,
-    ) -> fmt::Result {
-        write_zero_padded(w, event_index.into(), 10)?;
-        w.write_char(':')?;
-        write_zero_padded(w, row_index.into(), 10)?;
-        w.write_char(':')?;
-        write_zero_padded(w, sub.into(), 1)
+    pub fn push_indexes_text(out: &mut Vec<u8>, event_index: u32, row_index: u32, sub: u8) {
+        push_decimal(out, event_index.into(), 10);
+        out.push(b':');
+        push_decimal(out, row_index.into(), 10);
+        out.push(b':');
+        push_decimal(out, sub.into(), 1);
     }
 }
 
-/// Writes `value` in decimal, zero-padded to at least `width` digits (what `{value:0width$}`
-/// writes, up to 20 digits of padding). Positions are written once per changelog entry, where
-/// the formatter's padding machinery was a visible part of building a segment.
-pub fn write_zero_padded(w: &mut impl fmt::Write, mut value: u64, width: usize) -> fmt::Result {
+/// Appends `value` in decimal, zero-padded to at least `width` (at most 20) digits: what
+/// `{value:0width$}` writes. Positions and GTIDs are written for every changelog entry as
+/// bytes, checked as UTF-8 once per column, where the formatter's machinery and a check per
+/// part were a visible share of building a segment.
+pub fn push_decimal(out: &mut Vec<u8>, value: u64, width: usize) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    // Two digits at a time from the end, into zeros: the padding is what is left of them.
     let mut digits = [b'0'; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
+    let (mut at, mut rest) = (digits.len(), value);
+    // A pair taken while `rest >= 10` is never the leading one with a leading zero: the last
+    // pair taken is `rest` itself, 10..=99.
+    while rest >= 10 {
+        let pair = (rest % 100) as usize * 2;
+        rest /= 100;
+        at -= 2;
+        digits[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
     }
-    let start = start.min(digits.len().saturating_sub(width));
-    // ASCII digits, written at once: a character at a time cost more than the digits.
-    w.write_str(std::str::from_utf8(&digits[start..]).map_err(|_| fmt::Error)?)
+    if rest > 0 || value == 0 {
+        at -= 1;
+        digits[at] = b'0' + rest as u8;
+    }
+    let start = at.min(digits.len() - width.min(digits.len()));
+    out.extend_from_slice(&digits[start..]);
+}
+
+/// Writes text built as bytes (always UTF-8: it holds only the pushers' output and `str`s).
+fn write_bytes(w: &mut impl fmt::Write, text: &[u8]) -> fmt::Result {
+    w.write_str(std::str::from_utf8(text).map_err(|_| fmt::Error)?)
 }
 
 impl ChangePosition {
@@ -179,12 +190,12 @@ impl ChangePosition {
     /// after `tx`, and after every change of earlier transactions (of the same binlog file
     /// name length): where "after this point" starts for a text comparison of `_position`.
     pub fn text_before(tx: &BinlogCoord) -> String {
-        let mut s = String::new();
-        // Writing to a String cannot fail. Without its last `:`, the transaction's part is a
-        // proper prefix of each of its changes' text, so it sorts before all of them.
-        let _ = Self::write_tx_text(&mut s, tx);
-        s.pop();
-        s
+        let mut text = Vec::with_capacity(tx.file.len() + 14);
+        Self::push_tx_text(&mut text, tx);
+        // Without its last `:`, the transaction's part is a proper prefix of each of its
+        // changes' text, so it sorts before all of them.
+        text.pop();
+        String::from_utf8_lossy(&text).into_owned()
     }
 
     /// Text of the last position a version published at `tx` can hold: after every entry of
@@ -250,51 +261,60 @@ pub enum Gtid {
     MariaDb { domain: u32, server: u32, seq: u64 },
 }
 
-impl fmt::Display for Gtid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Gtid {
+    /// Appends the GTID's text (what `Display` writes) to `out` as UTF-8: the changelog
+    /// writes one per transaction, where going through a formatter cost more than the digits.
+    pub fn push_text(&self, out: &mut Vec<u8>) {
         match self {
             Gtid::MySql { sid, tag, gno } => {
-                write_uuid(f, sid)?;
+                push_uuid(out, sid);
                 if let Some(tag) = tag {
-                    write!(f, ":{tag}")?;
+                    out.push(b':');
+                    out.extend_from_slice(tag.as_bytes());
                 }
-                f.write_char(':')?;
-                write_zero_padded(f, *gno, 1)
+                out.push(b':');
+                push_decimal(out, *gno, 1);
             }
             Gtid::MariaDb {
                 domain,
                 server,
                 seq,
             } => {
-                write_zero_padded(f, (*domain).into(), 1)?;
-                f.write_char('-')?;
-                write_zero_padded(f, (*server).into(), 1)?;
-                f.write_char('-')?;
-                write_zero_padded(f, *seq, 1)
+                push_decimal(out, (*domain).into(), 1);
+                out.push(b'-');
+                push_decimal(out, (*server).into(), 1);
+                out.push(b'-');
+                push_decimal(out, *seq, 1);
             }
         }
     }
 }
 
-/// Formats 16 bytes as a lowercase hyphenated UUID.
-pub fn format_uuid(sid: &[u8; 16]) -> String {
-    let mut s = String::with_capacity(36);
-    // Writing to a String cannot fail.
-    let _ = write_uuid(&mut s, sid);
-    s
+impl fmt::Display for Gtid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = Vec::with_capacity(64);
+        self.push_text(&mut text);
+        write_bytes(f, &text)
+    }
 }
 
-/// Writes 16 bytes as a lowercase hyphenated UUID (a GTID's source id, once per transaction).
-fn write_uuid(w: &mut impl fmt::Write, sid: &[u8; 16]) -> fmt::Result {
+/// Formats 16 bytes as a lowercase hyphenated UUID.
+pub fn format_uuid(sid: &[u8; 16]) -> String {
+    let mut text = Vec::with_capacity(36);
+    push_uuid(&mut text, sid);
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// Appends 16 bytes as a lowercase hyphenated UUID (a GTID's source id).
+fn push_uuid(out: &mut Vec<u8>, sid: &[u8; 16]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     for (i, b) in sid.iter().enumerate() {
         if matches!(i, 4 | 6 | 8 | 10) {
-            w.write_char('-')?;
+            out.push(b'-');
         }
-        w.write_char(char::from(HEX[usize::from(b >> 4)]))?;
-        w.write_char(char::from(HEX[usize::from(b & 0xf)]))?;
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 0xf)]);
     }
-    Ok(())
 }
 
 fn parse_uuid(s: &str) -> Option<[u8; 16]> {
@@ -545,14 +565,18 @@ mod tests {
             9,
             10,
             99,
+            100,
+            105,
+            1_000,
+            90_807,
             4_000_000_000,
             u64::from(u32::MAX),
             u64::MAX,
         ] {
             for width in [0, 1, 10, 12, 20] {
-                let mut s = String::new();
-                write_zero_padded(&mut s, value, width).unwrap();
-                assert_eq!(s, format!("{value:0width$}"));
+                let mut text = Vec::new();
+                push_decimal(&mut text, value, width);
+                assert_eq!(String::from_utf8(text).unwrap(), format!("{value:0width$}"));
             }
         }
         let p = pos("mysql-bin.000012", 4_567, 3, 4_000_000_000);
@@ -571,6 +595,15 @@ mod tests {
             gno: 17,
         };
         assert_eq!(mysql.to_string(), "3e11fa47-71ca-11e1-9e33-c80aa9429562:17");
+        let tagged = Gtid::MySql {
+            sid,
+            tag: Some("batch_7".into()),
+            gno: u64::MAX,
+        };
+        assert_eq!(
+            tagged.to_string(),
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:batch_7:18446744073709551615"
+        );
         let mariadb = Gtid::MariaDb {
             domain: 0,
             server: 4_000_000_000,

@@ -44,7 +44,7 @@ use crate::change::schema::TableSchema;
 /// Overlay entries beyond this fraction of the base trigger a merge into a new base.
 const COMPACT_FRACTION: usize = 8;
 /// Overlays smaller than this are never merged (small tables would rebuild too often).
-const COMPACT_MIN: usize = 4096;
+const COMPACT_MIN: usize = 1024;
 
 /// Key bytes in Arrow's row format, held inline up to 16 bytes (a `BIGINT` key takes 9, two
 /// `INT` columns 10).
@@ -55,12 +55,22 @@ pub type KeyBytes = smallvec::SmallVec<[u8; 16]>;
 /// An overlay value: the row and its copy count, or a delete.
 pub type OverlayValue = Option<(Arc<OwnedRow>, u32)>;
 
+/// The overlay: keys changed since the base, persistent so a snapshot shares it. Hashed with
+/// aHash: every applied change hashes its key once, and SipHash took most of an insert's
+/// own instructions.
+type Overlay = imbl::GenericHashMap<
+    KeyBytes,
+    OverlayValue,
+    ahash::RandomState,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
+
 /// The mutable current table owned by the capture; see the module docs.
 #[derive(Debug)]
 pub struct CurrentTable {
     codec: Arc<RowCodec>,
     base: Arc<Base>,
-    overlay: imbl::HashMap<KeyBytes, OverlayValue>,
+    overlay: Overlay,
     len: usize,
 }
 
@@ -69,7 +79,7 @@ pub struct CurrentTable {
 pub struct TableSnapshot {
     codec: Arc<RowCodec>,
     base: Arc<Base>,
-    overlay: imbl::HashMap<KeyBytes, OverlayValue>,
+    overlay: Overlay,
     len: usize,
     pub position: Option<BinlogCoord>,
     /// Every row, materialised on the first full scan of this snapshot.
@@ -185,7 +195,7 @@ impl CurrentTable {
             Base::build(&self.codec, &merged)?
         };
         self.base = Arc::new(base);
-        self.overlay = imbl::HashMap::new();
+        self.overlay = Overlay::new();
         Ok(())
     }
 

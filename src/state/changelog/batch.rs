@@ -11,21 +11,21 @@
 //!
 //! [`TableSchema::version`]: crate::change::schema::TableSchema::version
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
+use arrow::array::builder::NullBufferBuilder;
 use arrow::array::BooleanArray;
 use arrow::array::{
-    ArrayRef, RecordBatch, StringArray, StringBuilder, StructArray, TimestampMicrosecondArray,
-    UInt32Array, UInt64Array,
+    ArrayRef, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, UInt32Array,
+    UInt64Array,
 };
-use arrow::buffer::NullBuffer;
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::compute::{nullif, take};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
-use crate::change::position::{write_zero_padded, BinlogCoord, ChangePosition, Gtid};
+use crate::change::position::{push_decimal, BinlogCoord, ChangePosition, Gtid};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Op, SourceTransaction};
 use crate::state::handoff::ChunkEntries;
@@ -160,35 +160,83 @@ pub(super) fn position_and_gtid_columns<'a>(
     n: usize,
     entries: impl IntoIterator<Item = EntryAt<'a>>,
 ) -> Result<(StringArray, StringArray), ArrowError> {
-    let failed = |e: std::fmt::Error| ArrowError::ComputeError(e.to_string());
-    let mut positions = StringBuilder::with_capacity(n, n * 48);
-    let mut gtids = StringBuilder::with_capacity(n, n * 16);
-    let (mut text, mut tx_len, mut last_tx) = (String::new(), 0, None);
-    let (mut gtid_text, mut last_gtid) = (String::new(), None);
+    let mut positions = TextColumn::with_capacity(n, n * 56);
+    let mut gtids = TextColumn::with_capacity(n, n * 16);
+    let (mut tx_text, mut last_tx) = (Vec::new(), None);
+    let (mut gtid_text, mut last_gtid) = (Vec::new(), None);
     for e in entries {
         if last_tx != Some(e.tx) {
-            text.clear();
-            ChangePosition::write_tx_text(&mut text, e.tx).map_err(failed)?;
-            tx_len = text.len();
+            tx_text.clear();
+            ChangePosition::push_tx_text(&mut tx_text, e.tx);
             last_tx = Some(e.tx);
         }
-        text.truncate(tx_len);
-        ChangePosition::write_indexes_text(&mut text, e.event_index, e.row_index, e.sub)
-            .map_err(failed)?;
-        positions.append_value(&text);
+        positions.bytes.extend_from_slice(&tx_text);
+        ChangePosition::push_indexes_text(&mut positions.bytes, e.event_index, e.row_index, e.sub);
+        positions.end_value()?;
         match e.gtid {
-            None => gtids.append_null(),
+            None => gtids.push_null()?,
             Some(gtid) => {
                 if last_gtid != Some(gtid) {
                     gtid_text.clear();
-                    write!(gtid_text, "{gtid}").map_err(failed)?;
+                    gtid.push_text(&mut gtid_text);
                     last_gtid = Some(gtid);
                 }
-                gtids.append_value(&gtid_text);
+                gtids.bytes.extend_from_slice(&gtid_text);
+                gtids.end_value()?;
             }
         }
     }
-    Ok((positions.finish(), gtids.finish()))
+    Ok((positions.finish()?, gtids.finish()?))
+}
+
+/// A text column written as bytes and checked as UTF-8 once, when finished: the metadata
+/// text of every entry (positions, GTIDs) is pushed in parts, where a `StringBuilder` would
+/// take each part through a `str` and a check of its own.
+struct TextColumn {
+    bytes: Vec<u8>,
+    offsets: Vec<i32>,
+    nulls: NullBufferBuilder,
+}
+
+impl TextColumn {
+    fn with_capacity(values: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(values + 1);
+        offsets.push(0);
+        Self {
+            bytes: Vec::with_capacity(bytes),
+            offsets,
+            nulls: NullBufferBuilder::new(values),
+        }
+    }
+
+    /// Ends the value whose bytes were pushed since the last one ended.
+    fn end_value(&mut self) -> Result<(), ArrowError> {
+        self.push_offset()?;
+        self.nulls.append_non_null();
+        Ok(())
+    }
+
+    fn push_null(&mut self) -> Result<(), ArrowError> {
+        self.push_offset()?;
+        self.nulls.append_null();
+        Ok(())
+    }
+
+    fn push_offset(&mut self) -> Result<(), ArrowError> {
+        let end = i32::try_from(self.bytes.len()).map_err(|_| {
+            ArrowError::ComputeError("changelog text column past 2 GiB".to_string())
+        })?;
+        self.offsets.push(end);
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<StringArray, ArrowError> {
+        StringArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(self.offsets)),
+            Buffer::from_vec(self.bytes),
+            self.nulls.finish(),
+        )
+    }
 }
 
 /// The changelog batch of one applied snapshot chunk: the chunk's own rows (shared, not
@@ -208,21 +256,7 @@ pub fn chunk_batch(
     for (i, _) in &entries.before {
         ops[*i as usize] = Op::Update.code();
     }
-    // `(high, 0, first + i, 0)`: the text up to the row index is the same for every entry.
-    let mut text = String::new();
-    ChangePosition::write_tx_text(&mut text, high)
-        .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
-    push_padded(&mut text, 0);
-    text.push(':');
-    let row_at = text.len();
-    let mut positions = StringBuilder::with_capacity(n, n * (row_at + 12));
-    for i in 0..n as u32 {
-        text.truncate(row_at);
-        push_padded(&mut text, first + i);
-        text.push_str(":0");
-        positions.append_value(&text);
-    }
-    let positions = positions.finish();
+    let positions = chunk_positions(high, first, n)?;
     let before_fields = before_fields(schema);
     let before: ArrayRef = if entries.before.is_empty() {
         Arc::new(StructArray::new_null(before_fields, n))
@@ -256,11 +290,25 @@ pub fn chunk_batch(
     assemble(schema, table, meta, entries.rows.columns(), before)
 }
 
-/// Appends `value` in decimal, zero-padded to the ten digits a `u32` can take (as
-/// [`ChangePosition`]'s text writes an event or row index).
-fn push_padded(out: &mut String, value: u32) {
-    // Writing to a String cannot fail.
-    let _ = write_zero_padded(out, value.into(), 10);
+/// The `_position` column of a chunk's `n` entries: entry `i` at `(high, 0, first + i, 0)`.
+fn chunk_positions(high: &BinlogCoord, first: u32, n: usize) -> Result<StringArray, ArrowError> {
+    // The text up to the row index is the same for every entry.
+    let mut prefix = Vec::new();
+    ChangePosition::push_tx_text(&mut prefix, high);
+    ChangePosition::push_indexes_text(&mut prefix, 0, 0, 0);
+    prefix.truncate(prefix.len() - ":0000000000:0".len() + 1);
+    let mut positions = TextColumn::with_capacity(n, n * (prefix.len() + 12));
+    for i in 0..n {
+        let row = u32::try_from(i)
+            .ok()
+            .and_then(|i| first.checked_add(i))
+            .ok_or_else(|| ArrowError::ComputeError(format!("chunk row {first} + {i} past u32")))?;
+        positions.bytes.extend_from_slice(&prefix);
+        push_decimal(&mut positions.bytes, row.into(), 10);
+        positions.bytes.extend_from_slice(b":0");
+        positions.end_value()?;
+    }
+    positions.finish()
 }
 
 /// The fields of the `_before` struct, the last column of a changelog schema.
@@ -347,16 +395,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn padded_row_indexes_are_written_as_positions_write_them() {
+    fn chunk_positions_are_written_as_positions_write_them() {
         let high = BinlogCoord::new("binlog.000007", 1234);
-        for row in [0, 7, 42, 1_000_000, u32::MAX] {
-            let mut expected = String::new();
-            ChangePosition::write_text(&mut expected, &high, 0, row, 0).unwrap();
-            let mut text = expected[..expected.len() - 12].to_string();
-            push_padded(&mut text, row);
-            text.push_str(":0");
-            assert_eq!(text, expected);
+        for first in [0, 7, 42, 1_000_000, u32::MAX - 2] {
+            let positions = chunk_positions(&high, first, 3).unwrap();
+            for i in 0..3u32 {
+                let expected = ChangePosition {
+                    tx: high.clone(),
+                    event_index: 0,
+                    row_index: first + i,
+                    sub: 0,
+                };
+                assert_eq!(positions.value(i as usize), expected.to_string());
+            }
         }
+        assert!(chunk_positions(&high, u32::MAX, 2).is_err());
     }
 
     #[test]
