@@ -195,6 +195,7 @@ impl ChangePosition {
         // Without its last `:`, the transaction's part is a proper prefix of each of its
         // changes' text, so it sorts before all of them.
         text.pop();
+        // The file name is a `str` and the rest ASCII: nothing is replaced.
         String::from_utf8_lossy(&text).into_owned()
     }
 
@@ -302,6 +303,7 @@ impl fmt::Display for Gtid {
 pub fn format_uuid(sid: &[u8; 16]) -> String {
     let mut text = Vec::with_capacity(36);
     push_uuid(&mut text, sid);
+    // ASCII only: nothing is replaced.
     String::from_utf8_lossy(&text).into_owned()
 }
 

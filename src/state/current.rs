@@ -43,7 +43,10 @@ use crate::change::schema::TableSchema;
 
 /// Overlay entries beyond this fraction of the base trigger a merge into a new base.
 const COMPACT_FRACTION: usize = 8;
-/// Overlays smaller than this are never merged (small tables would rebuild too often).
+/// Overlays smaller than this are never merged (small tables would rebuild too often). Not
+/// larger: the first change to an overlay node after each published version copies the node
+/// with every entry in it, so a larger overlay costs every change more (4,096 cost more
+/// instructions per change than the merges 1,024 adds; `docs/operations.md`).
 const COMPACT_MIN: usize = 1024;
 
 /// Key bytes in Arrow's row format, held inline up to 16 bytes (a `BIGINT` key takes 9, two
@@ -56,8 +59,8 @@ pub type KeyBytes = smallvec::SmallVec<[u8; 16]>;
 pub type OverlayValue = Option<(Arc<OwnedRow>, u32)>;
 
 /// The overlay: keys changed since the base, persistent so a snapshot shares it. Hashed with
-/// aHash: every applied change hashes its key once, and SipHash took most of an insert's
-/// own instructions.
+/// aHash (keyed at random per map, as SipHash was): every applied change hashes its key, and
+/// SipHash was a fifth of an insert's instructions.
 type Overlay = imbl::GenericHashMap<
     KeyBytes,
     OverlayValue,

@@ -292,11 +292,11 @@ pub fn chunk_batch(
 
 /// The `_position` column of a chunk's `n` entries: entry `i` at `(high, 0, first + i, 0)`.
 fn chunk_positions(high: &BinlogCoord, first: u32, n: usize) -> Result<StringArray, ArrowError> {
-    // The text up to the row index is the same for every entry.
+    // The text up to the row index (`file:offset:event:`) is the same for every entry.
     let mut prefix = Vec::new();
     ChangePosition::push_tx_text(&mut prefix, high);
-    ChangePosition::push_indexes_text(&mut prefix, 0, 0, 0);
-    prefix.truncate(prefix.len() - ":0000000000:0".len() + 1);
+    push_decimal(&mut prefix, 0, 10);
+    prefix.push(b':');
     let mut positions = TextColumn::with_capacity(n, n * (prefix.len() + 12));
     for i in 0..n {
         let row = u32::try_from(i)
