@@ -49,11 +49,7 @@ const COMPACT_FRACTION: usize = 8;
 /// instructions per change than the merges 1,024 adds; `docs/operations.md`).
 const COMPACT_MIN: usize = 1024;
 
-/// Key bytes in Arrow's row format, held inline up to 16 bytes (a `BIGINT` key takes 9, two
-/// `INT` columns 10).
-/// The overlay's nodes are copied on the first change after each published version, every
-/// key in the node with them: an inline key makes that a plain copy, not an allocation.
-pub type KeyBytes = smallvec::SmallVec<[u8; 16]>;
+pub use super::key::KeyBytes;
 
 /// An overlay value: the row and its copy count, or a delete.
 pub type OverlayValue = Option<(Arc<OwnedRow>, u32)>;

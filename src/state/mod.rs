@@ -19,6 +19,7 @@ pub(crate) mod fixtures;
 pub mod handoff;
 pub mod history;
 pub mod index;
+pub mod key;
 pub mod merge;
 pub mod retention;
 pub mod streamed;
