@@ -81,7 +81,6 @@ impl std::fmt::Debug for KeyBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::hash::BuildHasher;
 
     #[test]
     fn keys_are_their_bytes_inline_or_boxed() {
