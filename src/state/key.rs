@@ -17,16 +17,20 @@ const INLINE: usize = 22;
 /// copied as plain bytes, with no allocation and no per-byte loop (a `SmallVec`'s clone went
 /// through its iterator, 7% of the capture task).
 #[derive(Clone)]
-pub enum KeyBytes {
+pub struct KeyBytes(Repr);
+
+/// Private, so an inline length is always at most [`INLINE`].
+#[derive(Clone)]
+enum Repr {
     Inline { len: u8, bytes: [u8; INLINE] },
     Boxed(Box<[u8]>),
 }
 
 impl KeyBytes {
     pub fn as_slice(&self) -> &[u8] {
-        match self {
-            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Self::Boxed(bytes) => bytes,
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Boxed(bytes) => bytes,
         }
     }
 }
@@ -37,9 +41,9 @@ impl From<&[u8]> for KeyBytes {
             Ok(len) if key.len() <= INLINE => {
                 let mut bytes = [0; INLINE];
                 bytes[..key.len()].copy_from_slice(key);
-                Self::Inline { len, bytes }
+                Self(Repr::Inline { len, bytes })
             }
-            _ => Self::Boxed(key.into()),
+            _ => Self(Repr::Boxed(key.into())),
         }
     }
 }
@@ -88,11 +92,7 @@ mod tests {
         for len in [0, 1, 9, INLINE - 1, INLINE, INLINE + 1, 300] {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
             let key = KeyBytes::from(bytes.as_slice());
-            assert_eq!(
-                matches!(key, KeyBytes::Inline { .. }),
-                len <= INLINE,
-                "{len}"
-            );
+            assert_eq!(matches!(key.0, Repr::Inline { .. }), len <= INLINE, "{len}");
             assert_eq!(&*key, bytes.as_slice());
             assert_eq!(key.clone(), key);
             assert_eq!(hasher.hash_one(&key), hasher.hash_one(bytes.as_slice()));
