@@ -36,7 +36,8 @@ use super::health::SharedHealth;
 use super::version_in;
 use crate::capture::version::Published;
 use crate::change::schema::TableSchema;
-use crate::state::current::{KeyBytes, TableSnapshot};
+use crate::state::current::TableSnapshot;
+use crate::state::key::KeyBytes;
 
 /// A scan planned against one schema of a table that finds another in the version it reads: a
 /// DDL was followed between planning and reading. Running the statement again plans it

@@ -49,7 +49,7 @@ const COMPACT_FRACTION: usize = 8;
 /// instructions per change than the merges 1,024 adds; `docs/operations.md`).
 const COMPACT_MIN: usize = 1024;
 
-pub use super::key::KeyBytes;
+use super::key::KeyBytes;
 
 /// An overlay value: the row and its copy count, or a delete.
 pub type OverlayValue = Option<(Arc<OwnedRow>, u32)>;

@@ -23,8 +23,9 @@ use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
 use super::base::Base;
-use super::current::{CurrentTable, KeyBytes};
+use super::current::CurrentTable;
 use super::index::{BatchKeys, KeyIndex, Keys};
+use super::key::KeyBytes;
 use crate::change::keys::RowCodec;
 use crate::change::position::ChangePosition;
 

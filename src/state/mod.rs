@@ -3,7 +3,8 @@
 //! [`merge`] keeps the current rows of a table under the per-key version rule and emits the
 //! changelog entries that replay to them, holding the hand-off's chunks column-wise
 //! ([`handoff`]) with one compact key index ([`index`]); after the hand-off, [`current`] keeps
-//! them compactly (an immutable [`base`] and an overlay of the keys changed since) and
+//! them compactly (an immutable [`base`] and an overlay of the keys changed since, keyed by
+//! [`key`]'s row-format bytes) and
 //! publishes immutable snapshots for queries, and [`streamed`] applies each change to them,
 //! keeping its entry as a row of the change's own images; [`changelog`] keeps
 //! every change as append-only Arrow batches; [`diff`] gives the entries between two states
