@@ -2,8 +2,9 @@
 //!
 //! # Representation
 //! A table is an immutable *base* (Arrow batches of rows, their keys in Arrow's row format and a
-//! [`KeyIndex`] from key to row) and a persistent *overlay* of the keys changed since the base
-//! was built (upsert or delete). Applying a change touches only the overlay;
+//! [`KeyIndex`](super::index::KeyIndex) from key to row) and a persistent *overlay* of the keys
+//! changed since the base was built (upsert or delete). Applying a change touches only the
+//! overlay;
 //! [`CurrentTable::snapshot`] clones the overlay in O(1) (it is a persistent hash map) and
 //! shares the base, so publishing a new version costs O(changed rows), readers never block
 //! ingestion, and ingestion never waits for readers. When the overlay grows past a fraction of

@@ -12,7 +12,7 @@ use std::ops::Deref;
 /// Bytes held inline: a `BIGINT` key takes 9 in the row format, two `INT` columns 10.
 const INLINE: usize = 22;
 
-/// Key bytes, inline up to [`INLINE`] bytes. The overlay's nodes are copied on the first
+/// Key bytes, inline up to 22 bytes (`INLINE`). The overlay's nodes are copied on the first
 /// change after each published version, every key in the node with them: an inline key is
 /// copied as plain bytes, with no allocation and no per-byte loop (a `SmallVec`'s clone went
 /// through its iterator, 7% of the capture task).
