@@ -202,8 +202,7 @@ impl TableState {
             before.as_ref(),
             after.as_ref(),
             out,
-        );
-        Ok(())
+        )
     }
 
     /// Applies the batches of one table of a run of transactions `txs`, in order: the same
@@ -244,7 +243,16 @@ impl TableState {
             let current = self.current.as_mut().expect("checked above");
             let mut entries = Vec::with_capacity(batch.num_rows());
             let (before, after) = (before.as_ref(), after.as_ref());
-            streamed::apply(current, keyless, batch, before, after, (0, 0), &mut entries);
+            let images = (full_before(before), after.map(|(k, r)| (k, r)));
+            streamed::apply(
+                current,
+                keyless,
+                batch,
+                images.0,
+                images.1,
+                (0, 0),
+                &mut entries,
+            )?;
             push_events(&entries, &|i| row_txs[i], batch, before, after, (0, 0), out);
         }
         Ok(())
@@ -259,8 +267,19 @@ impl TableState {
         let mut out = Vec::with_capacity(batches.len());
         for run in batches {
             each_row_has_a_tx(run)?;
-            let (before, after) = self.encode_images(&run.batch)?;
+            // A keyed table's before image is read for its keys alone (`streamed::apply`).
             let keyless = self.codec.keyless();
+            let before = match &run.batch.before {
+                Some(image) if !keyless => Some((self.codec.keys(image)?, None)),
+                Some(image) => Some(self.codec.encode(image).map(|(k, r)| (k, Some(r)))?),
+                None => None,
+            };
+            let after = run
+                .batch
+                .after
+                .as_ref()
+                .map(|image| self.codec.encode(image))
+                .transpose()?;
             let current = self.current.as_mut().ok_or_else(|| {
                 ArrowError::InvalidArgumentError(
                     "streamed entries of a table still in its hand-off".into(),
@@ -271,11 +290,11 @@ impl TableState {
                 current,
                 keyless,
                 &run.batch,
-                before.as_ref(),
-                after.as_ref(),
+                before.as_ref().map(|(k, r)| (k, r.as_ref())),
+                after.as_ref().map(|(k, r)| (k, r)),
                 (0, 0),
                 &mut entries,
-            );
+            )?;
             out.push(StreamedBatch {
                 batch: run.batch.clone(),
                 tx: run.tx.clone(),
@@ -309,7 +328,7 @@ impl TableState {
         let keyless = self.codec.keyless();
         if let Some(current) = self.current.as_mut() {
             let items = [(tx, batch)];
-            apply_streaming(
+            return apply_streaming(
                 current,
                 keyless,
                 &items,
@@ -317,7 +336,6 @@ impl TableState {
                 after.as_ref(),
                 out,
             );
-            return Ok(());
         }
         for (i, (event_index, row_index)) in batch.index.iter().enumerate() {
             let pos = |sub| ChangePosition {
@@ -562,6 +580,11 @@ fn each_row_has_a_tx(run: &RunBatch) -> Result<(), ArrowError> {
     )))
 }
 
+/// A before image encoded with its full rows, as [`streamed::apply`] takes it.
+fn full_before(before: Option<&(Rows, Rows)>) -> Option<(&Rows, Option<&Rows>)> {
+    before.map(|(k, r)| (k, Some(r)))
+}
+
 /// Applies changes after the hand-off (see [`streamed`]): `before` and `after` hold the
 /// encoded images of every batch of `items`, in order.
 fn apply_streaming(
@@ -571,7 +594,7 @@ fn apply_streaming(
     before: Option<&(Rows, Rows)>,
     after: Option<&(Rows, Rows)>,
     out: &mut Vec<ChangelogEvent>,
-) {
+) -> Result<(), ArrowError> {
     let mut offsets = (0, 0);
     let mut entries = Vec::new();
     for (tx, batch) in items {
@@ -580,15 +603,16 @@ fn apply_streaming(
             current,
             keyless,
             batch,
-            before,
-            after,
+            full_before(before),
+            after.map(|(k, r)| (k, r)),
             offsets,
             &mut entries,
-        );
+        )?;
         push_events(&entries, &|_| tx, batch, before, after, offsets, out);
         offsets.0 += batch.before.as_ref().map_or(0, RecordBatch::num_rows);
         offsets.1 += batch.after.as_ref().map_or(0, RecordBatch::num_rows);
     }
+    Ok(())
 }
 
 /// The entries [`streamed::apply`] recorded for `batch`, as events; `tx_of(i)` is the

@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use arrow::error::ArrowError;
 use arrow::row::Rows;
 
 use super::current::CurrentTable;
@@ -54,17 +55,24 @@ pub struct StreamedBatch {
 }
 
 /// Applies the rows of `batch` to `current`, pushing their entries onto `entries`. `before`
-/// and `after` are the batch's images encoded as (key, row), its rows from `offsets`
-/// (before, after) on (several batches may be encoded together).
+/// and `after` are the batch's images encoded as (keys, rows), their rows from `offsets`
+/// (before, after) on (several batches may be encoded together). The before image's full rows
+/// are read only for keyless tables (the copies a delete leaves), so a keyed table's caller
+/// may encode its keys alone; a keyless table's before image without them is an error.
 pub fn apply(
     current: &mut CurrentTable,
     keyless: bool,
     batch: &ChangeBatch,
-    before: Option<&(Rows, Rows)>,
-    after: Option<&(Rows, Rows)>,
+    before: Option<(&Rows, Option<&Rows>)>,
+    after: Option<(&Rows, &Rows)>,
     offsets: (usize, usize),
     entries: &mut Vec<StreamedEntry>,
-) {
+) -> Result<(), ArrowError> {
+    if keyless && batch.before.is_some() && before.is_some_and(|(_, rows)| rows.is_none()) {
+        return Err(ArrowError::InvalidArgumentError(
+            "the before image of a table without a primary key was encoded without its rows".into(),
+        ));
+    }
     let before = batch.before.as_ref().and(before);
     let after = batch.after.as_ref().and(after);
     let sub_of_new = u8::from(batch.op == Op::Update);
@@ -76,7 +84,7 @@ pub fn apply(
             sub,
             image,
         };
-        let old = before.map(|(k, r)| (k.row(offsets.0 + i), r.row(offsets.0 + i)));
+        let old = before.map(|(k, r)| (k.row(offsets.0 + i), r.map(|r| r.row(offsets.0 + i))));
         let new = after.map(|(k, r)| (k.row(offsets.1 + i), r.row(offsets.1 + i)));
         match (old, new) {
             (Some((ok, _)), Some((nk, nrow))) if ok == nk && !keyless => {
@@ -90,7 +98,10 @@ pub fn apply(
                     } else {
                         0
                     };
-                    let value = (left > 0).then(|| (Arc::new(orow.owned()), left));
+                    // Checked above: a keyless table's before rows are encoded.
+                    let value = orow
+                        .filter(|_| left > 0)
+                        .map(|orow| (Arc::new(orow.owned()), left));
                     current.put(ok.data(), value);
                     entries.push(entry(Op::Delete, 0, EntryImage::Before));
                 }
@@ -108,6 +119,55 @@ pub fn apply(
                     };
                     entries.push(entry(op, sub_of_new, EntryImage::After));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::current::TableSnapshot;
+    use crate::state::fixtures::{batch, codec, ids};
+
+    /// A keyed table's deletes need only the before image's keys; a keyless table's before
+    /// image without its rows is refused, the table unchanged.
+    #[test]
+    fn before_rows_are_needed_only_without_a_primary_key() {
+        for keyed in [true, false] {
+            let c = codec(keyed);
+            let rows = batch(&c, &[(1, "a"), (2, "b")]);
+            let mut current = CurrentTable::new(Arc::clone(&c), &rows).unwrap();
+            let deleted = batch(&c, &[(1, "a")]);
+            let change = ChangeBatch {
+                table: Arc::clone(c.schema()),
+                op: Op::Delete,
+                before: Some(deleted.clone()),
+                after: None,
+                index: vec![(1, 0)],
+            };
+            let keys = c.keys(&deleted).unwrap();
+            let mut entries = Vec::new();
+            let result = apply(
+                &mut current,
+                !keyed,
+                &change,
+                Some((&keys, None)),
+                None,
+                (0, 0),
+                &mut entries,
+            );
+            let left = ids(&TableSnapshot::of(&current).scan_all().unwrap());
+            if keyed {
+                result.unwrap();
+                assert_eq!(left, vec![(2, "b".into())]);
+                assert_eq!(entries.len(), 1);
+            } else {
+                let error = result.unwrap_err().to_string();
+                assert!(error.contains("without a primary key"), "{error}");
+                assert_eq!(left, vec![(1, "a".into()), (2, "b".into())]);
+                assert!(entries.is_empty());
             }
         }
     }

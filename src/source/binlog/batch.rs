@@ -248,7 +248,24 @@ impl RunBuilder {
                     last.index.append(&mut batch.index);
                     txs.extend(std::iter::repeat_n(t, rows));
                 }
-                _ => self.batches.push((batch, vec![t; rows])),
+                _ => {
+                    // The run's later transactions decode straight into its last batch: room
+                    // for as many as it may still take, like this one, so its columns do not
+                    // grow a row at a time from empty (a run of one-row transactions
+                    // otherwise regrew every column of every run).
+                    let later = (self.txs.capacity() - self.txs.len()).saturating_sub(1);
+                    let room = later.saturating_mul(rows).min(RUN_RESERVE);
+                    for image in [batch.before.as_mut(), batch.after.as_mut()]
+                        .into_iter()
+                        .flatten()
+                    {
+                        image.reserve(room);
+                    }
+                    batch.index.reserve(room);
+                    let mut txs = Vec::with_capacity(rows + room);
+                    txs.resize(rows, t);
+                    self.batches.push((batch, txs));
+                }
             }
         }
         self.txs.push(tx);

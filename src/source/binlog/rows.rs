@@ -130,7 +130,8 @@ pub struct ImageColumns {
 }
 
 impl ImageColumns {
-    fn reserve(&mut self, rows: usize) {
+    /// Room for `rows` more values in every column (text columns: their offsets).
+    pub(super) fn reserve(&mut self, rows: usize) {
         for c in &mut self.columns {
             c.reserve(rows);
         }

@@ -442,8 +442,11 @@ impl Changelog {
         if n < MERGE_FANOUT {
             return Ok(());
         }
-        let tail: Vec<&Arc<ChangelogSegment>> =
-            self.segments.iter().skip(n - MERGE_FANOUT).collect();
+        // Taken from the back: skipping to the tail walks every segment before it, and a
+        // long history holds hundreds.
+        let mut tail: Vec<&Arc<ChangelogSegment>> =
+            self.segments.iter().rev().take(MERGE_FANOUT).collect();
+        tail.reverse();
         let class = size_class(tail[0].rows);
         let rows: usize = tail.iter().map(|s| s.rows).sum();
         if rows >= MERGE_MAX_ROWS || tail.iter().any(|s| size_class(s.rows) != class) {
