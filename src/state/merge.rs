@@ -243,13 +243,12 @@ impl TableState {
             let current = self.current.as_mut().expect("checked above");
             let mut entries = Vec::with_capacity(batch.num_rows());
             let (before, after) = (before.as_ref(), after.as_ref());
-            let images = (full_before(before), after.map(|(k, r)| (k, r)));
             streamed::apply(
                 current,
                 keyless,
                 batch,
-                images.0,
-                images.1,
+                full_before(before),
+                after.map(|(k, r)| (k, r)),
                 (0, 0),
                 &mut entries,
             )?;
