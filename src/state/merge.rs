@@ -241,18 +241,16 @@ impl TableState {
             let (before, after) = self.encode_images(batch)?;
             let keyless = self.codec.keyless();
             let current = self.current.as_mut().expect("checked above");
-            let mut entries = Vec::with_capacity(batch.num_rows());
-            let (before, after) = (before.as_ref(), after.as_ref());
-            streamed::apply(
+            let images = (before.as_ref(), after.as_ref());
+            apply_as_events(
                 current,
                 keyless,
                 batch,
-                full_before(before),
-                after.map(|(k, r)| (k, r)),
+                images,
                 (0, 0),
-                &mut entries,
+                &|i| row_txs[i],
+                out,
             )?;
-            push_events(&entries, &|i| row_txs[i], batch, before, after, (0, 0), out);
         }
         Ok(())
     }
@@ -290,7 +288,7 @@ impl TableState {
                 keyless,
                 &run.batch,
                 before.as_ref().map(|(k, r)| (k, r.as_ref())),
-                after.as_ref().map(|(k, r)| (k, r)),
+                after.as_ref(),
                 (0, 0),
                 &mut entries,
             )?;
@@ -579,9 +577,33 @@ fn each_row_has_a_tx(run: &RunBatch) -> Result<(), ArrowError> {
     )))
 }
 
-/// A before image encoded with its full rows, as [`streamed::apply`] takes it.
-fn full_before(before: Option<&(Rows, Rows)>) -> Option<(&Rows, Option<&Rows>)> {
-    before.map(|(k, r)| (k, Some(r)))
+/// [`streamed::apply`] on `batch`, its entries spelt as events: `images` are its (before,
+/// after) images encoded as (keys, rows), from `offsets` on, and `tx_of(i)` the transaction
+/// of its row `i`.
+#[allow(clippy::type_complexity)]
+fn apply_as_events<'t>(
+    current: &mut CurrentTable,
+    keyless: bool,
+    batch: &ChangeBatch,
+    images: (Option<&(Rows, Rows)>, Option<&(Rows, Rows)>),
+    offsets: (usize, usize),
+    tx_of: &dyn Fn(usize) -> &'t SourceTransaction,
+    out: &mut Vec<ChangelogEvent>,
+) -> Result<(), ArrowError> {
+    let (before, after) = images;
+    let mut entries = Vec::with_capacity(batch.num_rows());
+    let full_before = before.map(|(k, r)| (k, Some(r)));
+    streamed::apply(
+        current,
+        keyless,
+        batch,
+        full_before,
+        after,
+        offsets,
+        &mut entries,
+    )?;
+    push_events(&entries, tx_of, batch, before, after, offsets, out);
+    Ok(())
 }
 
 /// Applies changes after the hand-off (see [`streamed`]): `before` and `after` hold the
@@ -595,19 +617,16 @@ fn apply_streaming(
     out: &mut Vec<ChangelogEvent>,
 ) -> Result<(), ArrowError> {
     let mut offsets = (0, 0);
-    let mut entries = Vec::new();
     for (tx, batch) in items {
-        entries.clear();
-        streamed::apply(
+        apply_as_events(
             current,
             keyless,
             batch,
-            full_before(before),
-            after.map(|(k, r)| (k, r)),
+            (before, after),
             offsets,
-            &mut entries,
+            &|_| tx,
+            out,
         )?;
-        push_events(&entries, &|_| tx, batch, before, after, offsets, out);
         offsets.0 += batch.before.as_ref().map_or(0, RecordBatch::num_rows);
         offsets.1 += batch.after.as_ref().map_or(0, RecordBatch::num_rows);
     }

@@ -64,7 +64,7 @@ pub fn apply(
     keyless: bool,
     batch: &ChangeBatch,
     before: Option<(&Rows, Option<&Rows>)>,
-    after: Option<(&Rows, &Rows)>,
+    after: Option<&(Rows, Rows)>,
     offsets: (usize, usize),
     entries: &mut Vec<StreamedEntry>,
 ) -> Result<(), ArrowError> {
