@@ -27,22 +27,33 @@ use crate::source::error::{SourceError, SourceResult};
 
 /// Reconnect attempts on transient stream failures before giving up.
 const MAX_RECONNECTS: u32 = 10;
-/// Events framed ahead of the decoder.
-const EVENT_QUEUE: usize = 256;
+/// Events framed ahead of the decoder, at most. Deep enough that a capture catching up finds
+/// the longest run it gathers (1,024 single-row transactions of four events) already received:
+/// with 256 a run ended when the queue ran dry about 60 transactions in, and each of those
+/// short runs paid for a published version of its own.
+const EVENT_QUEUE: usize = 4096;
+/// Bytes of framed events ahead of the decoder, at most, so that large events (rows of
+/// blobs) queue in a bounded amount of memory. A batch larger than this passes alone.
+const QUEUE_BYTES: usize = 16 << 20;
 
-/// A task that reads the dump connection and queues framed events for the decoder; dropping
-/// the feed stops the task and closes the connection.
+/// A thread that reads the dump connection and queues framed events for the decoder; dropping
+/// the feed stops the thread and closes the connection.
 #[derive(Debug)]
 struct EventFeed {
-    events: tokio::sync::mpsc::Receiver<Vec<Result<Event, FeedError>>>,
+    /// Batches of framed events, each with the bytes it holds of [`QUEUE_BYTES`].
+    events: tokio::sync::mpsc::Receiver<(Vec<Result<Event, FeedError>>, u32)>,
+    /// Bytes the queue may still take: the feed takes a batch's bytes before sending it, the
+    /// decoder gives them back as it receives it.
+    room: Arc<tokio::sync::Semaphore>,
     /// Events received but not yet handed to the assembler.
     ready: std::collections::VecDeque<Result<Event, FeedError>>,
-    /// Events the assembler is done with, going back to the feed's task to be freed there:
+    /// Events the assembler is done with, going back to the feed's thread to be freed there:
     /// they were allocated on its thread, and freeing them there keeps the decoder's core out
     /// of the allocator's slower path for memory another thread owns.
     spent: Vec<Event>,
     returns: tokio::sync::mpsc::UnboundedSender<Vec<Event>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Dropped with the feed, which ends the feed's thread and closes the dump connection.
+    _close: tokio::sync::oneshot::Sender<()>,
 }
 
 /// Why the feed stopped.
@@ -63,11 +74,18 @@ const FEED_BATCH: usize = 64;
 
 impl EventFeed {
     /// Also verifies every event's checksum here, beside the network read, so that the
-    /// decoder's core only decodes.
-    fn spawn(stream: BinlogStream) -> Self {
+    /// decoder's core only decodes. At most `budget` bytes of events (or one batch) wait in
+    /// the queue.
+    fn spawn<S>(stream: S, budget: usize) -> Self
+    where
+        S: futures::Stream<Item = Result<Event, mysql_async::Error>> + Send + Unpin + 'static,
+    {
         let (tx, events) = tokio::sync::mpsc::channel(EVENT_QUEUE / FEED_BATCH);
         let (returns, mut spent) = tokio::sync::mpsc::unbounded_channel::<Vec<Event>>();
-        let task = tokio::spawn(async move {
+        let budget = budget.clamp(1, u32::MAX as usize);
+        let room = Arc::new(tokio::sync::Semaphore::new(budget));
+        let feed_room = Arc::clone(&room);
+        let feed = async move {
             let mut chunks = stream.ready_chunks(FEED_BATCH);
             while let Some(items) = chunks.next().await {
                 while let Ok(events) = spent.try_recv() {
@@ -94,18 +112,43 @@ impl EventFeed {
                         failed = checked.is_err();
                         Some(checked)
                     })
-                    .collect();
-                if tx.send(batch).await.is_err() || failed {
+                    .collect::<Vec<_>>();
+                let bytes = batch
+                    .iter()
+                    .map(|e| e.as_ref().map_or(0, |e| e.header().event_size() as usize))
+                    .sum::<usize>()
+                    .min(budget) as u32;
+                // The semaphore is never closed; were it, the batch would go unbounded.
+                if let Ok(permit) = feed_room.acquire_many(bytes).await {
+                    permit.forget();
+                }
+                if tx.send((batch, bytes)).await.is_err() || failed {
                     break;
                 }
             }
+        };
+        // On a thread of its own rather than as a task: the decoder's task wakes the feed as
+        // it takes batches, and a task woken from a worker thread waits in that worker's slot
+        // for the next task, which no idle worker may take, until the decoder's task yields,
+        // which it does only when the queue is empty. The two then took turns on one core.
+        let (close, closed) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move {
+                tokio::select! {
+                    () = feed => {}
+                    // The feed was dropped: stop reading, closing the connection.
+                    _ = closed => {}
+                }
+            })
         });
         Self {
             events,
+            room,
             ready: std::collections::VecDeque::new(),
             spent: Vec::with_capacity(FEED_BATCH),
             returns,
-            task,
+            _close: close,
         }
     }
 
@@ -119,16 +162,23 @@ impl EventFeed {
     async fn next(&mut self) -> Option<Result<Event, FeedError>> {
         if self.ready.is_empty() {
             self.give_back();
-            self.ready.extend(self.events.recv().await?);
+            let batch = self.events.recv().await?;
+            self.receive(batch);
         }
         self.ready.pop_front()
     }
 
-    /// Sends the events handled since the last batch back to the task to be freed.
+    /// Takes a batch off the queue, giving its bytes back to it.
+    fn receive(&mut self, (batch, bytes): (Vec<Result<Event, FeedError>>, u32)) {
+        self.room.add_permits(bytes as usize);
+        self.ready.extend(batch);
+    }
+
+    /// Sends the events handled since the last batch back to the feed's thread to be freed.
     fn give_back(&mut self) {
         if !self.spent.is_empty() {
             let spent = std::mem::replace(&mut self.spent, Vec::with_capacity(FEED_BATCH));
-            // A closed channel means the task ended: the events are freed here instead.
+            // A closed channel means the feed ended: the events are freed here instead.
             let _ = self.returns.send(spent);
         }
     }
@@ -138,7 +188,7 @@ impl EventFeed {
         if self.ready.is_empty() {
             let batch = self.events.try_recv().ok()?;
             self.give_back();
-            self.ready.extend(batch);
+            self.receive(batch);
         }
         match self.ready.front() {
             Some(Ok(_)) => self.ready.pop_front()?.ok(),
@@ -150,12 +200,6 @@ impl EventFeed {
     /// Takes back an event the assembler has handled (see `spent`).
     fn retire(&mut self, event: Event) {
         self.spent.push(event);
-    }
-}
-
-impl Drop for EventFeed {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
@@ -216,7 +260,7 @@ pub struct BinlogReader {
     /// A second connection, for `information_schema` while the stream runs; opened again after
     /// a transient failure (it may be the connection that failed).
     meta: Option<Conn>,
-    /// Events framed by a separate task, so the network read and the decoding run on
+    /// Events framed on a separate thread, so the network read and the decoding run on
     /// different cores.
     stream: Option<EventFeed>,
     asm: Assembler,
@@ -293,7 +337,7 @@ impl BinlogReader {
 
     async fn open_stream(&mut self) -> SourceResult<EventFeed> {
         let stream = self.open_dump().await?;
-        Ok(EventFeed::spawn(stream))
+        Ok(EventFeed::spawn(stream, QUEUE_BYTES))
     }
 
     async fn open_dump(&mut self) -> SourceResult<BinlogStream> {
@@ -618,5 +662,63 @@ impl BinlogReader {
             self.retire(event);
             handled
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use mysql_async::binlog::events::FormatDescriptionEvent;
+    use mysql_async::binlog::BinlogVersion;
+
+    use super::*;
+
+    /// An event of `size` bytes in all; its body is zeros, as the feed reads only its header.
+    fn event_of(size: usize) -> Event {
+        let mut bytes = vec![0, 0, 0, 0, 19, 1, 0, 0, 0];
+        bytes.extend((size as u32).to_le_bytes());
+        bytes.extend([0; 6]);
+        bytes.resize(size, 0);
+        let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
+        Event::read(&fde, &bytes[..]).expect("a well-formed event")
+    }
+
+    /// Waits until the feed's thread has read `count` events, then a while longer, for it to
+    /// read more if it would; returns how many it read.
+    async fn read_by_feed(pulled: &AtomicUsize, count: usize) -> usize {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while pulled.load(Ordering::SeqCst) < count && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pulled.load(Ordering::SeqCst)
+    }
+
+    /// The feed reads ahead of the decoder only as far as its byte budget: a batch larger
+    /// than the whole budget still passes (alone), the next waits until the decoder takes
+    /// it, and every event arrives once, in order.
+    #[tokio::test]
+    async fn the_feed_reads_ahead_only_as_far_as_its_byte_budget() {
+        const SIZE: usize = 4096;
+        const EVENTS: usize = 1000;
+        let pulled = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&pulled);
+        let events =
+            futures::stream::iter((0..EVENTS).map(|i| Ok(event_of(SIZE + i)))).inspect(move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+            });
+        // A budget of a quarter of one batch's bytes.
+        let mut feed = EventFeed::spawn(events, FEED_BATCH / 4 * SIZE);
+        // The first batch is queued; the second was read and waits for room.
+        assert_eq!(read_by_feed(&pulled, 2 * FEED_BATCH).await, 2 * FEED_BATCH);
+        let first = feed.next().await.expect("an event").expect("no error");
+        assert_eq!(first.header().event_size() as usize, SIZE);
+        assert_eq!(read_by_feed(&pulled, 3 * FEED_BATCH).await, 3 * FEED_BATCH);
+        let mut sizes = vec![SIZE];
+        while let Some(event) = feed.next().await {
+            sizes.push(event.expect("no error").header().event_size() as usize);
+        }
+        assert_eq!(sizes, (0..EVENTS).map(|i| SIZE + i).collect::<Vec<_>>());
     }
 }
