@@ -168,6 +168,8 @@ impl ImagePool {
 pub(super) struct RunBuilder {
     txs: Vec<SourceTransaction>,
     batches: Vec<(OpenBatch, Vec<u32>)>,
+    /// Transactions the run may take.
+    max: usize,
 }
 
 /// Transactions a run reserves room for at most: a larger run grows as it fills.
@@ -180,6 +182,7 @@ impl RunBuilder {
         Self {
             txs: Vec::with_capacity(max.min(RUN_RESERVE)),
             batches: Vec::new(),
+            max,
         }
     }
 
@@ -253,7 +256,7 @@ impl RunBuilder {
                     // for as many as it may still take, like this one, so its columns do not
                     // grow a row at a time from empty (a run of one-row transactions
                     // otherwise regrew every column of every run).
-                    let later = (self.txs.capacity() - self.txs.len()).saturating_sub(1);
+                    let later = self.max.saturating_sub(self.txs.len() + 1);
                     let room = later.saturating_mul(rows).min(RUN_RESERVE);
                     for image in [batch.before.as_mut(), batch.after.as_mut()]
                         .into_iter()
