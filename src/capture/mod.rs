@@ -58,6 +58,7 @@
 //! by one. [`Capture::next`] returns the changelog of each later transaction.
 //! Replaying all of it in position order gives exactly the current state.
 
+mod apply;
 mod display;
 mod filter;
 mod follow;
@@ -85,6 +86,7 @@ use crate::source::snapshot::incremental::{
 use crate::state::current::TableSnapshot;
 use crate::state::merge::TableState;
 
+use apply::EagerChunks;
 use filter::{live_tables, Patterns, Stopped};
 use handoff::Ordinals;
 pub use handoff::{
@@ -302,28 +304,19 @@ impl Capture {
         // Where the schemas the chunks are read under are known to hold: a DDL between there
         // and the first chunk's window would otherwise go unseen.
         let planned_at = capture.schemas_hold_at(&connect, &options).await?;
+        // Each chunk is applied as soon as it is read (see `apply`).
+        let planned = run.tables().iter().map(|t| t.ranges.len()).collect();
+        let mut eager = EagerChunks::new(std::mem::take(&mut capture.states), planned);
         let settled = capture
-            .read_chunks(&connect, &options, &run, &planned_at)
+            .read_chunks(&connect, &options, &run, &planned_at, &mut |chunk| {
+                eager.apply(chunk)
+            })
             .await?;
         let max_high = settled.max_high;
         tracing::info!(chunks = settled.ready.len() + settled.deferred.len(), read_again = settled.deferred.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
         let mut log = HandoffLog::default();
         let mut ordinals = Ordinals::default();
-        // Consumed one by one: a chunk's batch becomes its table's state and its changelog.
-        for chunk in settled.ready {
-            let t = chunk.table;
-            let entries = capture.states[t]
-                .apply_snapshot(&chunk.high, chunk.rows)
-                .map_err(|e| SourceError::arrow("applying a chunk", e))?;
-            let first = ordinals.take(&chunk.high, entries.len())?;
-            log.chunks.push(ChunkChange {
-                table: t,
-                codec: Arc::clone(capture.states[t].codec()),
-                high: chunk.high,
-                first,
-                entries,
-            });
-        }
+        capture.states = eager.settle(&capture.tables, settled.ready, &mut log, &mut ordinals)?;
         tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         capture.progress.set_phase(Phase::CatchUp);
         let mut reader = open_reader(StartPosition::Coord(settled.stream_from)).await?;

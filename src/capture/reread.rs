@@ -80,6 +80,7 @@ pub(super) struct Settled {
 
 impl Capture {
     /// Reads the chunks of `run` and reads again those a DDL made stale; see the module docs.
+    /// `each` is told every chunk of the first read as it is read.
     /// `planned_at` is where the planned schemas are known to hold.
     pub(super) async fn read_chunks(
         &self,
@@ -87,8 +88,9 @@ impl Capture {
         options: &CaptureOptions,
         run: &Arc<SnapshotRun>,
         planned_at: &BinlogCoord,
+        each: &mut (dyn FnMut(&SnapshotChunk) -> SourceResult<()> + Send),
     ) -> SourceResult<Settled> {
-        let first = run.execute().await?;
+        let first = run.execute_each(each).await?;
         let mut reads: Vec<Read> = first
             .chunks
             .into_iter()

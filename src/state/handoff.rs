@@ -122,6 +122,11 @@ impl Handoff {
         );
     }
 
+    /// Makes room in the key index for `rows` more chunk rows (e.g. every chunk read so far).
+    pub fn reserve(&mut self, rows: usize) {
+        self.index.reserve(rows, &self.keys);
+    }
+
     /// Applies a chunk read at `version` under the merge rule: each row whose key holds no
     /// record of a greater version takes the key over. Returns the rows that did.
     pub fn add_chunk(

@@ -204,6 +204,13 @@ impl KeyIndex {
         table.insert_unique(hash, id, |id| hasher.hash_one(&*keys.key(*id)));
     }
 
+    /// Makes room for `more` keys at once, so that adding them does not grow (and rehash, reading
+    /// every key's bytes again) the table step by step.
+    pub fn reserve(&mut self, more: usize, keys: &BatchKeys) {
+        let Self { table, hasher, .. } = self;
+        table.reserve(more, |id| hasher.hash_one(&*keys.key(*id)));
+    }
+
     /// Points the entry at row id `old` (whose key hashes to `hash`) to row id `new`, a row of
     /// the same key, counting once.
     pub fn replace(&mut self, hash: u64, old: u32, new: u32) {

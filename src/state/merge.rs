@@ -132,6 +132,14 @@ impl TableState {
         }
     }
 
+    /// Makes room for `rows` more snapshot rows before chunks are applied (a no-op after the
+    /// hand-off).
+    pub fn reserve_snapshot(&mut self, rows: usize) {
+        if self.current.is_none() {
+            self.handoff.reserve(rows);
+        }
+    }
+
     /// Applies a chunk normalised to `high` (its rows are the table's state at `high` within
     /// the chunk's range); returns its changelog entries, all at `high`: `r` for a key that held
     /// no row, `u` (with the row it held) for one that held an older row.

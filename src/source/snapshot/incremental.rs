@@ -404,6 +404,17 @@ impl SnapshotRun {
     /// column that is gone) is listed as stale instead, with the error, to be read again under
     /// the new schema.
     pub async fn execute(self: &Arc<Self>) -> SourceResult<ChunkReads> {
+        self.execute_each(&mut |_| Ok(())).await
+    }
+
+    /// [`Self::execute`], telling `each` every chunk read by this run as soon as it is read
+    /// (in the order reads finish, not HIGH order; not the chunks an interrupted snapshot had
+    /// finished), while the other chunks are still being read. An error from `each` ends the
+    /// run with that error.
+    pub async fn execute_each(
+        self: &Arc<Self>,
+        each: &mut (dyn FnMut(&SnapshotChunk) -> SourceResult<()> + Send),
+    ) -> SourceResult<ChunkReads> {
         self.progress.set_phase(Phase::Snapshot);
         let done = std::mem::take(
             &mut *self
@@ -421,10 +432,18 @@ impl SnapshotRun {
                 .filter(|(t, i)| !done.iter().any(|d| d.table == *t && d.index == *i))
                 .collect(),
         };
-        let read: SourceResult<Vec<Result<SnapshotChunk, StaleChunk>>> =
-            futures::stream::iter(parts)
-                .map(|(t, index)| async move {
-                    let rows = match self.read_chunk(t, index).await {
+        let mut reading = futures::stream::iter(parts)
+                .map(|(t, index)| {
+                    // Each chunk on a task of its own: turning its rows into Arrow is most of
+                    // the snapshot's work in this process, and one task would do it for every
+                    // chunk in flight on one core. Spawned only as a slot frees (the stream
+                    // is lazy), and aborted if the read is dropped.
+                    let run = Arc::clone(self);
+                    let read = ChunkTask(tokio::spawn(async move { run.read_chunk(t, index).await }));
+                    (t, index, read)
+                })
+                .map(|(t, index, read)| async move {
+                    let rows = match read.await {
                         Ok(rows) => rows,
                         Err(e) if e.is_schema_change() => {
                             tracing::info!(table = %self.tables[t].schema.id, chunk = index, error = %e, "a DDL broke a chunk's read; it is read again");
@@ -433,6 +452,8 @@ impl SnapshotRun {
                         }
                         Err(e) => return Err(e),
                     };
+                    // A failure from here on (its read is done) is this chunk's table's.
+                    self.progress.set_working_on(Some(&self.tables[t].schema.id));
                     let chunk = self.finished(t, index, &[rows])?;
                     if let Some(journal) = &self.options.journal {
                         journal.done(&chunk).await;
@@ -442,21 +463,29 @@ impl SnapshotRun {
                     }
                     Ok::<_, SourceError>(Ok(chunk))
                 })
-                .buffer_unordered(self.options.parallelism.max(1))
-                .try_collect()
-                .await;
+                .buffer_unordered(self.options.parallelism.max(1));
+        let mut reads = ChunkReads::default();
+        let read: SourceResult<()> = async {
+            while let Some(read) = reading.try_next().await? {
+                match read {
+                    Ok(chunk) => {
+                        each(&chunk)?;
+                        self.progress.set_working_on(None);
+                        reads.chunks.push(chunk);
+                    }
+                    Err(stale) => reads.stale.push(stale),
+                }
+            }
+            Ok(())
+        }
+        .await;
+        drop(reading);
         // The chunk connections are not needed past the run's chunks.
         self.idle
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
-        let mut reads = ChunkReads::default();
-        for r in read? {
-            match r {
-                Ok(chunk) => reads.chunks.push(chunk),
-                Err(stale) => reads.stale.push(stale),
-            }
-        }
+        read?;
         if let Some(feed) = self.feed.get() {
             feed.check()?;
         }
@@ -572,6 +601,37 @@ impl SnapshotRun {
             rows,
             window_changes: outcome.window_changes,
         })
+    }
+}
+
+/// A chunk read running on a task of its own: awaited like the read itself (a panic in it goes
+/// on in the awaiting task), aborted when dropped, so a snapshot dropped midway leaves no reads
+/// behind.
+struct ChunkTask(tokio::task::JoinHandle<SourceResult<RecordBatch>>);
+
+impl std::future::Future for ChunkTask {
+    type Output = SourceResult<RecordBatch>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|joined| match joined {
+                Ok(read) => read,
+                // Carried on in the snapshot's own task, as if the read had run there.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(SourceError::Internal(format!(
+                    "a snapshot chunk's read ended early: {e}"
+                ))),
+            })
+    }
+}
+
+impl Drop for ChunkTask {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

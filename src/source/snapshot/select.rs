@@ -15,7 +15,7 @@
 //! can never be in a deadlock with, and get InnoDB to abort, an application's transaction.
 
 use arrow::array::RecordBatch;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
@@ -355,8 +355,15 @@ async fn select(
     let mut stream = bounded(limit, ctx, opened).await?.ok_or_else(|| {
         SourceError::Internal(format!("SELECT of {} returned no result set", schema.id))
     })?;
-    // The limit is per row: a large chunk may take longer than it as a whole.
-    while let Some(row) = bounded(limit, ctx, async { Ok(stream.next().await) }).await? {
+    // The limit is per row: a large chunk may take longer than it as a whole. A row already
+    // received is taken at once; only one still to arrive is waited for under a timer, which
+    // costs a clock read and a timer entry each time.
+    loop {
+        let next = match stream.next().now_or_never() {
+            Some(next) => next,
+            None => bounded(limit, ctx, async { Ok(stream.next().await) }).await?,
+        };
+        let Some(row) = next else { break };
         reader.push_row(row.map_err(mysql)?)?;
         if reader.len() >= batch_rows {
             batches.push(reader.finish()?);

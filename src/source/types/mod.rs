@@ -96,10 +96,17 @@ pub fn parse_decimal_text(text: &str, scale: u8) -> Result<i256, String> {
             "decimal {text:?} has more than {scale} fraction digits"
         ));
     }
+    let frac_digits = frac_part.bytes().chain(std::iter::repeat(b'0'));
+    let digits = int_part.bytes().chain(frac_digits.take(scale as usize));
+    // Up to 38 digits fit an i128 with no check per digit; i256 arithmetic is several times
+    // slower and only DECIMAL(39..65) needs it.
+    if int_part.len() + scale as usize <= 38 {
+        let v = digits.fold(0i128, |v, b| v * 10 + (b - b'0') as i128);
+        return Ok(i256::from_i128(if neg { -v } else { v }));
+    }
     let ten = i256::from_i128(10);
     let mut v = i256::ZERO;
-    let frac_digits = frac_part.bytes().chain(std::iter::repeat(b'0'));
-    for b in int_part.bytes().chain(frac_digits.take(scale as usize)) {
+    for b in digits {
         v = v
             .checked_mul(ten)
             .and_then(|x| x.checked_add(i256::from_i128((b - b'0') as i128)))
@@ -238,6 +245,17 @@ mod tests {
         assert_eq!(parse_decimal_text("7", 0).unwrap(), i256::from_i128(7));
         assert!(parse_decimal_text("1.2345", 2).is_err());
         assert!(parse_decimal_text("abc", 2).is_err());
+        // The last width of the i128 path and the first of the i256 path.
+        let widest = format!("-{}.{}", "9".repeat(28), "9".repeat(10));
+        assert_eq!(
+            parse_decimal_text(&widest, 10).unwrap().to_string(),
+            format!("-{}", "9".repeat(38))
+        );
+        let wider = format!("{}.{}", "9".repeat(29), "9".repeat(10));
+        assert_eq!(
+            parse_decimal_text(&wider, 10).unwrap().to_string(),
+            "9".repeat(39)
+        );
         let big = format!("{}.{}", "9".repeat(35), "9".repeat(30));
         let v = parse_decimal_text(&big, 30).unwrap();
         assert_eq!(v.to_string(), "9".repeat(65));
