@@ -30,8 +30,10 @@
 //! [`SnapshotHook`] runs at five points of every chunk (before LOW, after LOW, after the
 //! `SELECT`, before HIGH, after HIGH) so tests can commit writes at exact moments from another connection.
 //!
-//! # Memory
-//! At most `parallelism` chunks are in flight; a chunk holds its scanned rows and its window.
+//! # Memory and tasks
+//! At most `parallelism` chunks are in flight, each read on a task of its own (so their rows
+//! turn into Arrow on every core); a chunk holds its scanned rows and its window.
+//! [`SnapshotRun::execute_each`] hands each chunk to its caller as soon as it is read.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
