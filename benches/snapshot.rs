@@ -1,11 +1,12 @@
 //! Incremental snapshot throughput and memory, beside the raw `SELECT *` rate of the same table
 //! measured in the same run.
 //!
-//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R`, default
-//! 1,000,000 rows and 5 rounds). It starts its own private MariaDB, fills a 7-column table, and
-//! alternates (ABAB) a plain `SELECT *` through mysql_async (rows decoded, then dropped) with
-//! cdcfusion's snapshot until the table is queryable (default options, chunks applied and the
-//! table published as a version). It prints each round and the medians: the rate ratio, the
+//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R --chunk-size C`,
+//! default 1,000,000 rows, 5 rounds and the default chunk size). It starts its own private
+//! MariaDB, fills a 7-column table, and alternates (ABAB) a plain `SELECT *` through
+//! mysql_async (rows decoded, then dropped) with cdcfusion's snapshot until the table is
+//! queryable (default options but the chunk size, chunks applied and the table published as a
+//! version). It prints each round and the medians: the rate ratio, the
 //! CPU time per row of this process and of mysqld, the peak resident memory of the snapshot
 //! against the Arrow size of the rows, and the published table's own memory against it.
 
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::connect::ConnectOptions;
+use cdcfusion::source::snapshot::incremental::SnapshotOptions;
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -70,7 +72,8 @@ async fn main() {
     common::create_table(&mut conn).await;
     common::insert_rows(&mut conn, 1, total).await;
     conn.query_drop("ANALYZE TABLE bench.t").await.unwrap();
-    println!("snapshot of {total} rows (7 columns)");
+    let chunk_size = common::arg("--chunk-size", SnapshotOptions::default().chunk_size);
+    println!("snapshot of {total} rows (7 columns), chunks of {chunk_size} rows");
 
     let rounds = common::arg("--rounds", 5);
     let mysqld = server.pid().expect("the server runs");
@@ -107,6 +110,7 @@ async fn main() {
         server_id += 2;
         options.server_id = server_id;
         options.snapshot.window_server_id = server_id + 1;
+        options.snapshot.chunk_size = chunk_size;
         release_free_memory();
         reset_peak_rss();
         let base = peak_rss_mib();
