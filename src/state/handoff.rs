@@ -149,52 +149,53 @@ impl Handoff {
             let id = first + i as u32;
             let key = self.keys.key(id);
             let hash = self.index.hash(&key);
-            if let Some(held) = self.index.get(hash, &key, &self.keys) {
-                let (batch, row) = self.keys.locate(held);
-                if batch == c {
-                    // Another copy of an identical row of this chunk (keyless tables): the
-                    // first copy's entry counts it, and it is entered like the first copy.
-                    self.index.set_count(held, self.index.count(held) + 1);
-                    live.set_bit(i, false);
-                    dead += 1;
-                    passing.push(i as u32);
-                    if let Some(b) = replaced.get(&row) {
-                        before.push((passing.len() as u32 - 1, b.clone()));
-                    }
-                    continue;
-                }
-                let older = &mut self.chunks[batch];
-                if older.version >= version {
+            // A key is in the delta or in the index, never both (`put` takes it out of the
+            // index), so the delta is asked first and the index then in one probe.
+            if let Some(d) = self.delta.get(&*key) {
+                if d.version >= version {
                     live.set_bit(i, false);
                     dead += 1;
                     continue;
                 }
-                let prior = codec.row_of(&older.rows, row)?;
-                older.live.set_bit(row, false);
-                older.dead += 1;
-                self.index.replace(hash, held, id);
+                let prior = self.delta.remove(&*key).and_then(|d| d.row);
+                if let Some(prior) = prior {
+                    before.push((passing.len() as u32, prior.clone()));
+                    replaced.insert(i, prior);
+                }
+                self.index.insert_new(hash, id, &self.keys);
                 passing.push(i as u32);
-                before.push((passing.len() as u32 - 1, prior.clone()));
-                replaced.insert(i, prior);
                 continue;
             }
-            match self.delta.get(&*key) {
-                Some(d) if d.version >= version => {
-                    live.set_bit(i, false);
-                    dead += 1;
-                    continue;
+            let Some(held) = self.index.get_or_insert(hash, &key, id, &self.keys) else {
+                passing.push(i as u32);
+                continue;
+            };
+            let (batch, row) = self.keys.locate(held);
+            if batch == c {
+                // Another copy of an identical row of this chunk (keyless tables): the
+                // first copy's entry counts it, and it is entered like the first copy.
+                self.index.set_count(held, self.index.count(held) + 1);
+                live.set_bit(i, false);
+                dead += 1;
+                passing.push(i as u32);
+                if let Some(b) = replaced.get(&row) {
+                    before.push((passing.len() as u32 - 1, b.clone()));
                 }
-                Some(_) => {
-                    let prior = self.delta.remove(&*key).and_then(|d| d.row);
-                    if let Some(prior) = prior {
-                        before.push((passing.len() as u32, prior.clone()));
-                        replaced.insert(i, prior);
-                    }
-                }
-                None => {}
+                continue;
             }
-            self.index.insert_new(hash, id, &self.keys);
+            let older = &mut self.chunks[batch];
+            if older.version >= version {
+                live.set_bit(i, false);
+                dead += 1;
+                continue;
+            }
+            let prior = codec.row_of(&older.rows, row)?;
+            older.live.set_bit(row, false);
+            older.dead += 1;
+            self.index.replace(hash, held, id);
             passing.push(i as u32);
+            before.push((passing.len() as u32 - 1, prior.clone()));
+            replaced.insert(i, prior);
         }
         let entries = if passing.len() == n {
             rows.clone()

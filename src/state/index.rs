@@ -21,7 +21,7 @@ use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::error::ArrowError;
 use arrow::row::Rows;
-use hashbrown::hash_table::HashTable;
+use hashbrown::hash_table::{Entry, HashTable};
 
 use crate::change::keys::{InlineKey, IntKey, RowCodec};
 
@@ -202,6 +202,28 @@ impl KeyIndex {
     pub fn insert_new(&mut self, hash: u64, id: u32, keys: &BatchKeys) {
         let Self { table, hasher, .. } = self;
         table.insert_unique(hash, id, |id| hasher.hash_one(&*keys.key(*id)));
+    }
+
+    /// The row id of `key` if it has an entry; else stores `id` (a row of `key` that `keys`
+    /// holds) for it and returns `None`. One probe where [`KeyIndex::get`] and
+    /// [`KeyIndex::insert_new`] take two.
+    pub fn get_or_insert(
+        &mut self,
+        hash: u64,
+        key: &[u8],
+        id: u32,
+        keys: &BatchKeys,
+    ) -> Option<u32> {
+        let Self { table, hasher, .. } = self;
+        match table.entry(hash, matches(key, keys), |id| {
+            hasher.hash_one(&*keys.key(*id))
+        }) {
+            Entry::Occupied(held) => Some(*held.get()),
+            Entry::Vacant(slot) => {
+                slot.insert(id);
+                None
+            }
+        }
     }
 
     /// Makes room for `more` keys at once, so that adding them does not grow (and rehash, reading
