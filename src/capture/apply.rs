@@ -112,11 +112,7 @@ impl EagerChunks {
              chunks read again)"
         );
         drop(applied);
-        states = tables
-            .iter()
-            .map(|t| TableState::new(Arc::clone(t)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| SourceError::arrow("row encoding", e))?;
+        states = empty_states(tables)?;
         let mut rows = vec![0usize; states.len()];
         for chunk in &ready {
             rows[chunk.table] += chunk.rows.num_rows();
@@ -133,6 +129,15 @@ impl EagerChunks {
         }
         Ok(states)
     }
+}
+
+/// A state per table, empty and before its hand-off, as a capture starts.
+pub(super) fn empty_states(tables: &[Arc<TableSchema>]) -> SourceResult<Vec<TableState>> {
+    tables
+        .iter()
+        .map(|t| TableState::new(Arc::clone(t)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| SourceError::arrow("row encoding", e))
 }
 
 /// Appends one applied chunk's entries to the log at the next ordinals of its HIGH.

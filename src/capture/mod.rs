@@ -4,7 +4,8 @@
 //!
 //! # Hand-off
 //! Chunks finish at different HIGHs, so their union is no point-in-time snapshot. Every chunk
-//! (of every table) is applied to the per-key state in HIGH order, then the binlog is read from
+//! (of every table) is applied to the per-key state with the result of HIGH order (as its read
+//! finishes where the order makes no difference, see `apply`), then the binlog is read from
 //! `min(HIGH)`: no chunk misses its suffix, and the merge rule (`state::merge`) drops what a
 //! chunk already reflects. Once the stream passes `max(HIGH)` the state is the source's state
 //! at one binlog position, and stays so, transaction by transaction. Nothing is missed (the
@@ -86,7 +87,7 @@ use crate::source::snapshot::incremental::{
 use crate::state::current::TableSnapshot;
 use crate::state::merge::TableState;
 
-use apply::EagerChunks;
+use apply::{empty_states, EagerChunks};
 use filter::{live_tables, Patterns, Stopped};
 use handoff::Ordinals;
 pub use handoff::{
@@ -248,11 +249,7 @@ impl Capture {
             .enumerate()
             .map(|(i, t)| (t.id.clone(), i))
             .collect();
-        let states = tables
-            .iter()
-            .map(|t| TableState::new(Arc::clone(t)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| SourceError::arrow("row encoding", e))?;
+        let states = empty_states(&tables)?;
         let pattern = Patterns::new(&options.tables)?;
         let stopped = Stopped::default();
         let only_captured = live_tables(Arc::clone(&pattern.filter), &stopped);

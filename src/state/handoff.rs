@@ -122,7 +122,8 @@ impl Handoff {
         );
     }
 
-    /// Makes room in the key index for `rows` more chunk rows (e.g. every chunk read so far).
+    /// Makes room in the key index for `rows` more chunk rows, e.g. the rows of every chunk
+    /// planned, so the index does not grow step by step.
     pub fn reserve(&mut self, rows: usize) {
         self.index.reserve(rows, &self.keys);
     }

@@ -435,37 +435,16 @@ impl SnapshotRun {
                 .collect(),
         };
         let mut reading = futures::stream::iter(parts)
-                .map(|(t, index)| {
-                    // Each chunk on a task of its own: turning its rows into Arrow is most of
-                    // the snapshot's work in this process, and one task would do it for every
-                    // chunk in flight on one core. Spawned only as a slot frees (the stream
-                    // is lazy), and aborted if the read is dropped.
-                    let run = Arc::clone(self);
-                    let read = ChunkTask(tokio::spawn(async move { run.read_chunk(t, index).await }));
-                    (t, index, read)
-                })
-                .map(|(t, index, read)| async move {
-                    let rows = match read.await {
-                        Ok(rows) => rows,
-                        Err(e) if e.is_schema_change() => {
-                            tracing::info!(table = %self.tables[t].schema.id, chunk = index, error = %e, "a DDL broke a chunk's read; it is read again");
-                            self.status(t, index, |c| c.state = ChunkState::Pending);
-                            return Ok(Err((t, index, e)));
-                        }
-                        Err(e) => return Err(e),
-                    };
-                    // A failure from here on (its read is done) is this chunk's table's.
-                    self.progress.set_working_on(Some(&self.tables[t].schema.id));
-                    let chunk = self.finished(t, index, &[rows])?;
-                    if let Some(journal) = &self.options.journal {
-                        journal.done(&chunk).await;
-                    }
-                    if let Some(observer) = &self.options.observer {
-                        observer.done(&chunk).await;
-                    }
-                    Ok::<_, SourceError>(Ok(chunk))
-                })
-                .buffer_unordered(self.options.parallelism.max(1));
+            .map(|(t, index)| {
+                // Each chunk on a task of its own: turning its rows into Arrow is most of the
+                // snapshot's work in this process, and one task would do it for every chunk in
+                // flight on one core. Spawned only as a slot frees (the stream is lazy), and
+                // aborted if the read is dropped.
+                let run = Arc::clone(self);
+                let read = ChunkTask(tokio::spawn(async move { run.read_chunk(t, index).await }));
+                async move { self.chunk_read(t, index, read.await).await }
+            })
+            .buffer_unordered(self.options.parallelism.max(1));
         let mut reads = ChunkReads::default();
         let read: SourceResult<()> = async {
             while let Some(read) = reading.try_next().await? {
@@ -496,6 +475,37 @@ impl SnapshotRun {
             .chunks
             .sort_by(|a, b| (&a.high, a.table, a.index).cmp(&(&b.high, b.table, b.index)));
         Ok(reads)
+    }
+
+    /// What the read of chunk `index` of table `t` came to: the chunk (told to the journal and
+    /// the observer), or, when a DDL broke the read, the chunk to read again under the new
+    /// schema.
+    async fn chunk_read(
+        &self,
+        t: usize,
+        index: usize,
+        read: SourceResult<RecordBatch>,
+    ) -> SourceResult<Result<SnapshotChunk, StaleChunk>> {
+        let rows = match read {
+            Ok(rows) => rows,
+            Err(e) if e.is_schema_change() => {
+                tracing::info!(table = %self.tables[t].schema.id, chunk = index, error = %e, "a DDL broke a chunk's read; it is read again");
+                self.status(t, index, |c| c.state = ChunkState::Pending);
+                return Ok(Err((t, index, e)));
+            }
+            Err(e) => return Err(e),
+        };
+        // A failure from here on (its read is done) is this chunk's table's.
+        self.progress
+            .set_working_on(Some(&self.tables[t].schema.id));
+        let chunk = self.finished(t, index, &[rows])?;
+        if let Some(journal) = &self.options.journal {
+            journal.done(&chunk).await;
+        }
+        if let Some(observer) = &self.options.observer {
+            observer.done(&chunk).await;
+        }
+        Ok(Ok(chunk))
     }
 
     /// A run that reads `parts` again, each table in `schemas` under its new schema (the same
