@@ -122,6 +122,8 @@ enum Values {
     DateTimeOld(Vec<i64>),
     DateTime2 {
         fsp: u8,
+        /// The last valid value's packed date and midnight (see `read_datetime2`).
+        day: (i64, i64),
         values: Vec<i64>,
     },
     TimestampOld(Vec<i64>),
@@ -263,6 +265,7 @@ impl Column {
             (Wire::DateTimeOld, K::DateTime { .. }) => Values::DateTimeOld(vec![]),
             (Wire::DateTime2 { fsp }, K::DateTime { fsp: f }) if fsp == *f => Values::DateTime2 {
                 fsp,
+                day: (-1, 0),
                 values: vec![],
             },
             (Wire::TimestampOld, K::Timestamp { .. }) => Values::TimestampOld(vec![]),
@@ -491,7 +494,7 @@ impl Column {
                 true
             }
             V::DateTimeOld(v) => push_opt(v, read_datetime_old(cur)?),
-            V::DateTime2 { fsp, values } => push_opt(values, read_datetime2(cur, *fsp)?),
+            V::DateTime2 { fsp, day, values } => push_opt(values, read_datetime2(cur, *fsp, day)?),
             V::TimestampOld(v) => {
                 let secs = u32::from_le_bytes(cur.array()?);
                 push_opt(v, epoch_to_micros(secs, 0)?)

@@ -11,7 +11,9 @@ use mysql_async::consts::ColumnType;
 
 use super::cursor::{Cursor, RowsError};
 use crate::change::schema::ColumnKind;
-use crate::source::types::{date_to_days, datetime_to_micros, epoch_to_micros, time_to_micros};
+use crate::source::types::{
+    date_to_days, datetime_to_micros, epoch_to_micros, time_to_micros, MICROS,
+};
 
 /// How one column's value is laid out in a row image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,8 +270,16 @@ pub(super) fn read_datetime_old(cur: &mut Cursor<'_>) -> Result<Option<i64>, Row
 }
 
 /// `DATETIME2`: 5 bytes big-endian of packed fields plus `0x80_0000_0000`, then the fraction.
+///
+/// `day` is the packed date of the last valid value read from the column and its midnight in
+/// microseconds (`(-1, 0)` before any): the values of a column mostly share their date with
+/// the one before, and then only the time of day is converted.
 #[inline]
-pub(super) fn read_datetime2(cur: &mut Cursor<'_>, fsp: u8) -> Result<Option<i64>, RowsError> {
+pub(super) fn read_datetime2(
+    cur: &mut Cursor<'_>,
+    fsp: u8,
+    day: &mut (i64, i64),
+) -> Result<Option<i64>, RowsError> {
     let [a, b, c, d, e] = cur.array::<5>()?;
     // DATETIME2 is never negative: its sign bit is always set on the wire.
     let packed = (u64::from_be_bytes([0, 0, 0, a, b, c, d, e]) as i64)
@@ -278,17 +288,26 @@ pub(super) fn read_datetime2(cur: &mut Cursor<'_>, fsp: u8) -> Result<Option<i64
         .ok_or_else(|| RowsError::Value("negative DATETIME2 value".into()))?;
     let frac = read_frac(cur, fsp)?;
     let ymd = packed >> 17;
-    let ym = ymd >> 5;
     let hms = packed % (1 << 17);
-    Ok(datetime_to_micros(
+    let (hour, minute, second) = (hms >> 12, (hms >> 6) % 64, hms % 64);
+    let of_day = ((hour * 60 + minute) * 60 + second) * MICROS + frac as i64;
+    if ymd == day.0 && hour <= 23 && minute <= 59 && second <= 59 && (frac as i64) < MICROS {
+        return Ok(Some(day.1 + of_day));
+    }
+    let ym = ymd >> 5;
+    let micros = datetime_to_micros(
         (ym / 13) as u32,
         (ym % 13) as u32,
         (ymd % 32) as u32,
-        (hms >> 12) as u32,
-        ((hms >> 6) % 64) as u32,
-        (hms % 64) as u32,
+        hour as u32,
+        minute as u32,
+        second as u32,
         frac,
-    )?)
+    )?;
+    if let Some(micros) = micros {
+        *day = (ymd, micros - of_day);
+    }
+    Ok(micros)
 }
 
 /// `TIMESTAMP2`: 4 bytes big-endian of seconds since the epoch, then the fraction; `None` for
@@ -363,6 +382,44 @@ mod tests {
         assert_eq!(
             read_time2(&mut c, 0).unwrap(),
             ((838 * 60 + 59) * 60 + 59) * 1_000_000
+        );
+    }
+
+    /// A DATETIME2(6) image: `0x80_0000_0000` plus the packed fields, then 3 fraction bytes.
+    fn datetime2(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, us: u32) -> Vec<u8> {
+        let packed = 0x80_0000_0000 + ((((y * 13 + mo) << 5 | d) << 17) | h << 12 | mi << 6 | s);
+        let mut bytes = packed.to_be_bytes()[3..].to_vec();
+        bytes.extend(&us.to_be_bytes()[1..]);
+        bytes
+    }
+
+    #[test]
+    fn datetime2_values_after_one_of_the_same_date_convert_alike() {
+        let full = |b: &[u8]| read_datetime2(&mut Cursor::new(b), 6, &mut (-1, 0));
+        let mut day = (-1, 0);
+        let mut next = |b: &[u8]| read_datetime2(&mut Cursor::new(b), 6, &mut day);
+        for image in [
+            datetime2(2024, 2, 29, 0, 0, 0, 0),
+            datetime2(2024, 2, 29, 23, 59, 59, 999_999),
+            datetime2(2024, 2, 29, 12, 30, 1, 5),
+            datetime2(2024, 3, 1, 0, 0, 1, 0),
+            datetime2(1970, 1, 1, 0, 0, 0, 1),
+        ] {
+            assert_eq!(next(&image).unwrap(), full(&image).unwrap());
+        }
+        assert_eq!(
+            next(&datetime2(1970, 1, 1, 0, 0, 2, 0)).unwrap(),
+            Some(2_000_000)
+        );
+        // A time of day MySQL cannot store is refused on a date just read, as on any other.
+        assert!(next(&datetime2(1970, 1, 1, 24, 0, 0, 0)).is_err());
+        assert!(next(&datetime2(1970, 1, 1, 0, 60, 0, 0)).is_err());
+        assert!(next(&datetime2(1970, 1, 1, 0, 0, 0, 1_000_000)).is_err());
+        // A date with no calendar meaning stays NULL, and the date before it is still known.
+        assert_eq!(next(&datetime2(2024, 2, 31, 1, 0, 0, 0)).unwrap(), None);
+        assert_eq!(
+            next(&datetime2(1970, 1, 1, 0, 0, 3, 0)).unwrap(),
+            Some(3_000_000)
         );
     }
 
