@@ -273,7 +273,9 @@ pub(super) fn read_datetime_old(cur: &mut Cursor<'_>) -> Result<Option<i64>, Row
 ///
 /// `day` is the packed date of the last valid value read from the column and its midnight in
 /// microseconds (`(-1, 0)` before any): the values of a column mostly share their date with
-/// the one before, and then only the time of day is converted.
+/// the one before, and then only the time of day is converted. The midnight comes from the
+/// shared conversion and depends on the date alone, so it holds for any later value of that
+/// date, whichever values came between.
 #[inline]
 pub(super) fn read_datetime2(
     cur: &mut Cursor<'_>,
