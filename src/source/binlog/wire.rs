@@ -211,8 +211,10 @@ fn read_frac(cur: &mut Cursor<'_>, fsp: u8) -> Result<u32, RowsError> {
         1 | 2 => cur.array::<1>()?[0] as u32 * 10_000,
         3 | 4 => u16::from_be_bytes(cur.array()?) as u32 * 100,
         _ => {
+            // Shifts rather than a 4-byte array of the 3 bytes: the array was stored byte by
+            // byte and loaded whole, which stalls the load until the stores are done.
             let [a, b, c] = cur.array::<3>()?;
-            u32::from_be_bytes([0, a, b, c])
+            (a as u32) << 16 | (b as u32) << 8 | c as u32
         }
     })
 }
@@ -231,7 +233,7 @@ pub(super) fn read_len(cur: &mut Cursor<'_>, bytes: u8) -> Result<usize, RowsErr
 #[inline]
 pub(super) fn read_u24(cur: &mut Cursor<'_>) -> Result<u32, RowsError> {
     let [a, b, c] = cur.array::<3>()?;
-    Ok(u32::from_le_bytes([a, b, c, 0]))
+    Ok((c as u32) << 16 | (b as u32) << 8 | a as u32)
 }
 
 /// `DATE`: `day | month << 5 | year << 9` in 3 bytes; `None` for dates with no calendar meaning.
@@ -284,7 +286,8 @@ pub(super) fn read_datetime2(
 ) -> Result<Option<i64>, RowsError> {
     let [a, b, c, d, e] = cur.array::<5>()?;
     // DATETIME2 is never negative: its sign bit is always set on the wire.
-    let packed = (u64::from_be_bytes([0, 0, 0, a, b, c, d, e]) as i64)
+    let high = (a as u64) << 32 | (b as u64) << 24 | (c as u64) << 16 | (d as u64) << 8;
+    let packed = ((high | e as u64) as i64)
         .checked_sub(0x80_0000_0000)
         .filter(|p| *p >= 0)
         .ok_or_else(|| RowsError::Value("negative DATETIME2 value".into()))?;
