@@ -20,6 +20,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
+
 use super::handoff::{ChunkChange, HandoffLog, Ordinals};
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
@@ -69,9 +71,7 @@ impl EagerChunks {
             state.reserve_snapshot(rows.saturating_mul(self.planned.get(t).copied().unwrap_or(1)));
             *sized = true;
         }
-        let entries = state
-            .apply_snapshot(&chunk.high, chunk.rows.clone())
-            .map_err(|e| SourceError::arrow("applying a chunk", e))?;
+        let entries = apply_chunk(state, &chunk.high, chunk.rows.clone())?;
         self.disjoint &= entries.before.is_empty() && entries.len() == rows;
         self.applied
             .push((t, chunk.index, chunk.high.clone(), entries));
@@ -122,9 +122,7 @@ impl EagerChunks {
         }
         // Consumed one by one: a chunk's batch becomes its table's state and its changelog.
         for chunk in ready {
-            let entries = states[chunk.table]
-                .apply_snapshot(&chunk.high, chunk.rows)
-                .map_err(|e| SourceError::arrow("applying a chunk", e))?;
+            let entries = apply_chunk(&mut states[chunk.table], &chunk.high, chunk.rows)?;
             push(log, ordinals, &states, chunk.table, chunk.high, entries)?;
         }
         Ok(states)
@@ -138,6 +136,17 @@ pub(super) fn empty_states(tables: &[Arc<TableSchema>]) -> SourceResult<Vec<Tabl
         .map(|t| TableState::new(Arc::clone(t)))
         .collect::<Result<_, _>>()
         .map_err(|e| SourceError::arrow("row encoding", e))
+}
+
+/// Applies one chunk's rows, read at `high`, to its table's state.
+fn apply_chunk(
+    state: &mut TableState,
+    high: &BinlogCoord,
+    rows: RecordBatch,
+) -> SourceResult<ChunkEntries> {
+    state
+        .apply_snapshot(high, rows)
+        .map_err(|e| SourceError::arrow("applying a chunk", e))
 }
 
 /// Appends one applied chunk's entries to the log at the next ordinals of its HIGH.

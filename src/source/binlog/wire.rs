@@ -212,7 +212,8 @@ fn read_frac(cur: &mut Cursor<'_>, fsp: u8) -> Result<u32, RowsError> {
         3 | 4 => u16::from_be_bytes(cur.array()?) as u32 * 100,
         _ => {
             // Shifts rather than a 4-byte array of the 3 bytes: the array was stored byte by
-            // byte and loaded whole, which stalls the load until the stores are done.
+            // byte and loaded whole, and profiles showed that load stalling (most likely on
+            // store forwarding). The other short fields here are read the same way.
             let [a, b, c] = cur.array::<3>()?;
             (a as u32) << 16 | (b as u32) << 8 | c as u32
         }
