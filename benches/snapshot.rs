@@ -1,8 +1,10 @@
 //! Incremental snapshot throughput and memory, beside the raw `SELECT *` rate of the same table
 //! measured in the same run.
 //!
-//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R --chunk-size C`,
-//! default 1,000,000 rows, 5 rounds and the default chunk size). It starts its own private
+//! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R --chunk-size C
+//! --method watermarks|consistent`, default 1,000,000 rows, 5 rounds, the default chunk size
+//! and method; `consistent` reads each chunk in MariaDB's consistent snapshot, with no
+//! visibility barrier, to show what the barrier costs). It starts its own private
 //! MariaDB, fills a 7-column table, and alternates (ABAB) a plain `SELECT *` through
 //! mysql_async (rows decoded, then dropped) with cdcfusion's snapshot until the table is
 //! queryable (default options but the chunk size, chunks applied and the table published as a
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::source::connect::ConnectOptions;
-use cdcfusion::source::snapshot::incremental::SnapshotOptions;
+use cdcfusion::source::snapshot::incremental::{SnapshotMethod, SnapshotOptions};
 use futures::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
@@ -73,7 +75,12 @@ async fn main() {
     common::insert_rows(&mut conn, 1, total).await;
     conn.query_drop("ANALYZE TABLE bench.t").await.unwrap();
     let chunk_size = common::arg("--chunk-size", SnapshotOptions::default().chunk_size);
-    println!("snapshot of {total} rows (7 columns), chunks of {chunk_size} rows");
+    let method = match common::arg("--method", String::from("watermarks")).as_str() {
+        "watermarks" => SnapshotMethod::Watermarks,
+        "consistent" => SnapshotMethod::ConsistentSnapshot,
+        other => panic!("--method {other}: expected watermarks or consistent"),
+    };
+    println!("snapshot of {total} rows (7 columns), chunks of {chunk_size} rows, {method:?}");
 
     let rounds = common::arg("--rounds", 5);
     let mysqld = server.pid().expect("the server runs");
@@ -111,6 +118,7 @@ async fn main() {
         options.server_id = server_id;
         options.snapshot.window_server_id = server_id + 1;
         options.snapshot.chunk_size = chunk_size;
+        options.snapshot.method = method;
         release_free_memory();
         reset_peak_rss();
         let base = peak_rss_mib();

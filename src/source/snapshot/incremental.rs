@@ -79,7 +79,7 @@ pub type SnapshotHook = Arc<dyn Fn(HookPoint, ChunkInfo) -> BoxFuture<'static, (
 /// How a chunk gets its exact position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SnapshotMethod {
-    /// Consistent snapshot on MariaDB, watermarks elsewhere.
+    /// Watermarks; the consistent snapshot is taken only on request (see the module docs).
     #[default]
     Auto,
     Watermarks,
