@@ -248,3 +248,58 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
         .unwrap();
     }
 }
+
+/// The consistent-snapshot method on a server whose default isolation is READ COMMITTED,
+/// where InnoDB ignores `WITH CONSISTENT SNAPSHOT` unless the session asks for REPEATABLE
+/// READ: a copy of a keyless row written after the snapshot's position and before its
+/// `SELECT` is counted once, not read and then applied again from the binlog.
+#[tokio::test]
+async fn consistent_snapshot_on_a_read_committed_server_counts_a_copy_once() {
+    let server = cdcfusion::devserver::DevServer::start(cdcfusion::devserver::DevServerOptions {
+        extra_args: vec!["--transaction-isolation=READ-COMMITTED".into()],
+        ..Default::default()
+    })
+    .expect("private MariaDB");
+    let mut conn = root_conn(&server).await;
+    let isolation: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.tx_isolation")
+        .await
+        .unwrap();
+    assert_eq!(isolation.as_deref(), Some("READ-COMMITTED"));
+    conn.query_drop(
+        "CREATE DATABASE rc; CREATE TABLE rc.nokey (x INT, y VARCHAR(8));
+         INSERT INTO rc.nokey VALUES (1, 'dup'), (1, 'dup'), (2, 'one')",
+    )
+    .await
+    .unwrap();
+    let mut o = options("rc.nokey", SnapshotMode::Initial);
+    o.snapshot.method = SnapshotMethod::ConsistentSnapshot;
+    let url = server.root_url();
+    o.snapshot.hook = Some(Arc::new(move |point, _| {
+        let url = url.clone();
+        async move {
+            if point == HookPoint::AfterLow {
+                let mut w = mysql_async::Conn::from_url(url).await.unwrap();
+                w.query_drop("INSERT INTO rc.nokey VALUES (1, 'dup')")
+                    .await
+                    .unwrap();
+            }
+        }
+        .boxed()
+    }));
+    let connect = ConnectOptions::from_url(&server.cdc_url()).unwrap();
+    let (mut capture, _) = tokio::time::timeout(HANG_GUARD, Capture::start(connect, o))
+        .await
+        .unwrap()
+        .unwrap();
+    let (end, _) = current_position(&mut conn, Flavor::MariaDb).await.unwrap();
+    capture.catch_up_to(&end).await.unwrap();
+    let mut state = row_strings(&capture.state(0).to_batch().unwrap());
+    state.sort();
+    let copies = state.iter().filter(|r| r.contains("dup")).count();
+    assert_eq!(
+        copies, 3,
+        "three copies of (1, 'dup') in the source: {state:?}"
+    );
+    assert_eq!(state.len(), 4, "{state:?}");
+}

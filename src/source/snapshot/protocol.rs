@@ -355,6 +355,13 @@ impl SnapshotRun {
         let schema = &self.tables[t].schema;
         let ctx = |what: &str| format!("{what} for a chunk of {}", schema.id);
         self.hook(HookPoint::BeforeLow, t, index).await;
+        // InnoDB takes the snapshot only under REPEATABLE READ: on a server whose default is
+        // READ COMMITTED it ignores the clause (with a warning) and the SELECT would read a
+        // newer state than the reported position, counting a keyless row written in between
+        // twice (read, then applied again from the binlog).
+        let isolation = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+        self.run(conn, isolation, || ctx("setting the isolation level"))
+            .await?;
         let start = "START TRANSACTION WITH CONSISTENT SNAPSHOT";
         self.run(conn, start, || ctx("starting a consistent snapshot"))
             .await?;
