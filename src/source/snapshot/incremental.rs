@@ -10,12 +10,13 @@
 //!
 //! *Consistent snapshot* (MariaDB, on request): `START TRANSACTION WITH CONSISTENT SNAPSHOT` is
 //! documented to make InnoDB's read view and `binlog_snapshot_file/position` describe the same
-//! instant, so the `SELECT` inside it would be the state at that exact position: LOW = HIGH, no
-//! window. The deterministic scenarios give identical results with both methods, but the
-//! randomized workload test found, about once in forty runs on MariaDB 10.11, a row deleted
-//! shortly before the reported position still in the snapshot — a read view older than its
-//! position, which no window repairs. Until that is understood, `Auto` uses watermarks, whose
-//! correctness needs no such promise.
+//! instant (in a REPEATABLE READ session, which the chunk asks for: under READ COMMITTED InnoDB
+//! ignores the clause), so the `SELECT` inside it would be the state at that exact position:
+//! LOW = HIGH, no window. The deterministic scenarios give identical results with both methods,
+//! but the randomized workload test found, about once in forty runs on MariaDB 10.11, a row
+//! deleted shortly before the reported position still in the snapshot — a read view older than
+//! its position, which no window repairs (150 later runs on another machine passed). Until that
+//! is understood, `Auto` uses watermarks, whose correctness needs no such promise.
 //!
 //! # Resumption
 //! See [`super::journal`]: a journal records the plan and each chunk done, and a resume reads
