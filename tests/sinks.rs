@@ -729,6 +729,70 @@ async fn a_postgres_sink_retries_an_unreachable_server_and_follows_new_columns()
     drop(engine);
 }
 
+/// A sink with `schema_changes = 'stop'` that is waiting out an unreachable target while a
+/// table it reads gains a column still stops when the target is back: the attempt that
+/// reconnects compares with the columns the sink was planned for, not with those it finds.
+#[tokio::test]
+async fn a_strict_sink_retrying_through_a_column_change_still_stops() {
+    let db = "sink_pg_strict_retry";
+    let pg = "cdcfusion_it_sink_pg_strict_retry";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v VARCHAR(20));
+         INSERT INTO {db}.t SELECT seq, CONCAT('v', seq) FROM {db}.seq_1_to_5;"
+    ))
+    .await;
+    let proxy = common::proxy::FaultProxy::start(5432).await;
+    let url = pg_database(pg, proxy.port()).await;
+    let state = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let engine = open(state.path(), out.path()).await;
+    engine.sql(&create_source("psr", db)).await.unwrap();
+    ready(&engine, "psr").await;
+    engine
+        .sql(&format!(
+            "CREATE SINK strict INTO POSTGRES '{url}' TABLE 't' WITH (commit_interval = '100ms', schema_changes = 'stop') AS SELECT * FROM psr.{db}.t"
+        ))
+        .await
+        .unwrap();
+    sink_caught_up(&engine, "psr", "strict").await;
+
+    // The target goes away and a change makes the sink try it: it retries.
+    proxy.refuse_new(true);
+    proxy.reset_all();
+    exec(&format!("UPDATE {db}.t SET v = 'away' WHERE id = 1")).await;
+    all_retrying(&engine, &["strict"]).await;
+    // Meanwhile the table gains a column, and the source publishes it.
+    exec(&format!(
+        "ALTER TABLE {db}.t ADD COLUMN note VARCHAR(10); INSERT INTO {db}.t VALUES (6, 'v6', 'new');"
+    ))
+    .await;
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    let seen = format!("SELECT note FROM psr.{db}.t WHERE id = 6");
+    loop {
+        let published = match engine.sql(&seen).await {
+            Ok(frame) => frame
+                .collect()
+                .await
+                .is_ok_and(|b| b.iter().any(|b| b.num_rows() > 0)),
+            Err(_) => false,
+        };
+        if published {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new column never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.refuse_new(false);
+    let row = sink_failed(&engine, "strict").await;
+    assert!(row.contains("error_sqlstate=55000"), "{row}");
+    assert!(row.contains("schema_changes = 'stop'"), "{row}");
+}
+
 /// Waits until every sink in `sinks` shows `retrying`; returns the SQLSTATE each shows.
 async fn all_retrying(engine: &Engine, sinks: &[&str]) -> Vec<String> {
     let mut states = Vec::new();

@@ -9,7 +9,9 @@
 //! them. The runner keeps no position of its own: every attempt
 //! starts from the marker the target returns, so a crash or a failed commit can neither skip
 //! nor repeat an entry (the target holds exactly once). Transient failures are retried with
-//! backoff; any other failure stops the sink with its error and SQLSTATE.
+//! backoff; any other failure stops the sink with its error and SQLSTATE. The only thing kept
+//! across attempts is the tables' columns the sink was planned for, so a column change made
+//! while it retries is still met (stopped at, or followed) when the target is back.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -121,8 +123,12 @@ impl SinkRunner {
     /// Runs until the source is dropped or the sink fails; see the module docs.
     pub async fn run(mut self) {
         let mut backoff = FIRST_BACKOFF;
+        // The changelog schemas the query and the target's columns stand for, kept across
+        // attempts: an attempt that started after a table changed its columns must still see
+        // the change (and stop, or follow it), not take the new columns as where it began.
+        let mut planned: Option<Vec<Option<SchemaRef>>> = None;
         loop {
-            match self.attempt(&mut backoff).await {
+            match self.attempt(&mut backoff, &mut planned).await {
                 Ok(()) => return,
                 Err(e) if e.is_transient() => {
                     tracing::warn!(sink = %self.name, error = %e, "sink attempt failed; retrying");
@@ -161,7 +167,13 @@ impl SinkRunner {
     }
 
     /// One attempt, from opening the target on; a commit that succeeds resets `backoff`.
-    async fn attempt(&mut self, backoff: &mut Duration) -> Result<(), SinkError> {
+    /// `planned` holds the schemas the query was planned for (the first attempt's, until the
+    /// sink follows a change).
+    async fn attempt(
+        &mut self,
+        backoff: &mut Duration,
+        planned: &mut Option<Vec<Option<SchemaRef>>>,
+    ) -> Result<(), SinkError> {
         self.set(|s| s.state = SinkState::Starting);
         let Some(mut version) = self.consistent().await else {
             return Ok(());
@@ -181,7 +193,10 @@ impl SinkRunner {
         // Segments before the committed position are not read again.
         let tables: Vec<usize> = self.query.scans.iter().map(|s| s.table).collect();
         let mut cursors = start_cursors(&version.changelogs, &tables, after.as_deref()).await?;
-        let mut schemas = self.read_schemas(&version);
+        let mut schemas = match planned {
+            Some(kept) => kept.clone(),
+            None => planned.insert(self.read_schemas(&version)).clone(),
+        };
         let mode = self.query.mode.name();
         // Nothing read yet: every entry of the tables read counts as lag until the first read
         // (an empty list would show no lag at all).
@@ -246,6 +261,7 @@ impl SinkRunner {
                     if self.read_schemas(&version) != schemas {
                         layout = self.follow_schema(&layout, &version).await?;
                         schemas = self.read_schemas(&version);
+                        *planned = Some(schemas.clone());
                         prepare = self.prepare(&layout);
                     }
                     prepare
