@@ -59,7 +59,11 @@ impl SnapshotRun {
     }
 
     /// A connection for a chunk: an idle one that still answers (within the read timeout), or
-    /// a new one.
+    /// a new one, set to REPEATABLE READ once. The reads that keep a transaction need that
+    /// level: a keyless chunk's locked read, and a consistent snapshot, which InnoDB ignores
+    /// (with a warning) under READ COMMITTED, a server default some sites choose; its
+    /// `SELECT` would then read a newer state than the reported position and count a keyless
+    /// row written in between twice. Autocommit reads take a new view either way.
     async fn chunk_connection(&self) -> SourceResult<Conn> {
         loop {
             let idle = self
@@ -68,7 +72,13 @@ impl SnapshotRun {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .pop();
             let Some(mut conn) = idle else {
-                return self.connect.connect().await;
+                let mut conn = self.connect.connect().await?;
+                let isolation = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+                self.run(&mut conn, isolation, || {
+                    "setting a chunk connection's isolation level".into()
+                })
+                .await?;
+                return Ok(conn);
             };
             // A server restarted since the connection was last used would fail the chunk's
             // first statement; one round trip tells.
@@ -291,9 +301,6 @@ impl SnapshotRun {
             )
         };
         self.hook(HookPoint::BeforeLow, t, index).await;
-        let isolation = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-        self.run(conn, isolation, || ctx("setting the isolation level"))
-            .await?;
         // The read never waits for a lock (so it cannot take part in a deadlock with the
         // application's transactions): on a conflict it lets go of everything and tries again.
         let mut retry = LockRetry::within(LOCKED_READ_BUDGET);
@@ -355,13 +362,7 @@ impl SnapshotRun {
         let schema = &self.tables[t].schema;
         let ctx = |what: &str| format!("{what} for a chunk of {}", schema.id);
         self.hook(HookPoint::BeforeLow, t, index).await;
-        // InnoDB takes the snapshot only under REPEATABLE READ: on a server whose default is
-        // READ COMMITTED it ignores the clause (with a warning) and the SELECT would read a
-        // newer state than the reported position, counting a keyless row written in between
-        // twice (read, then applied again from the binlog).
-        let isolation = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-        self.run(conn, isolation, || ctx("setting the isolation level"))
-            .await?;
+        // Under REPEATABLE READ, as every chunk connection is (see `chunk_connection`).
         let start = "START TRANSACTION WITH CONSISTENT SNAPSHOT";
         self.run(conn, start, || ctx("starting a consistent snapshot"))
             .await?;
