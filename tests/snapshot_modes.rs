@@ -303,3 +303,177 @@ async fn consistent_snapshot_on_a_read_committed_server_counts_a_copy_once() {
     );
     assert_eq!(state.len(), 4, "{state:?}");
 }
+
+/// A row as `row_strings` spells it, if the change has that image.
+type RowImage = Option<String>;
+
+/// A random writer for `consistent_snapshot_positions_match_their_read_views`: transactions of
+/// one to three statements (inserts, deletes, updates of a column, of the key and of a range).
+async fn proof_writer(seed: u64, transactions: usize) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut conn = root_conn(server()).await;
+    let mut next_id = 10_000 + seed as i64 * 10_000;
+    for _ in 0..transactions {
+        let mut tx = conn.start_transaction(Default::default()).await.unwrap();
+        for _ in 0..rng.random_range(1..=3) {
+            let id = rng.random_range(1..=300i64);
+            next_id += 1;
+            let sql = match rng.random_range(0..6) {
+                0 => format!("INSERT INTO csproof.t VALUES ({next_id}, {id}, 'ins')"),
+                1 => format!("DELETE FROM csproof.t WHERE id = {id}"),
+                2 => format!("UPDATE csproof.t SET c = c + 1, v = 'upd' WHERE id = {id}"),
+                3 => format!("UPDATE csproof.t SET id = {next_id} WHERE id = {id}"),
+                _ => format!(
+                    "UPDATE csproof.t SET v = 'range' WHERE id BETWEEN {id} AND {}",
+                    id + 3
+                ),
+            };
+            // A deadlock between two writers rolls one back: a transaction that did not
+            // happen, which the binlog does not show either.
+            match tx.query_drop(sql).await {
+                Ok(()) => {}
+                Err(mysql_async::Error::Server(e)) if e.code == 1213 || e.code == 1205 => break,
+                Err(e) => panic!("writer {seed}: {e}"),
+            }
+        }
+        tx.commit().await.unwrap();
+    }
+}
+
+/// The promise the consistent-snapshot method rests on, checked against the binlog itself:
+/// `START TRANSACTION WITH CONSISTENT SNAPSHOT` reports in `binlog_snapshot_file/position`
+/// exactly the transactions its read view sees. Snapshots are taken while writers commit;
+/// each one's rows must equal the table as the binlog's transactions up to its position
+/// leave it (decoded by the binlog reader, a path that does not use this method).
+#[tokio::test]
+async fn consistent_snapshot_positions_match_their_read_views() {
+    use std::collections::BTreeMap;
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "csproof").await;
+    conn.query_drop(
+        "CREATE TABLE csproof.t (id INT PRIMARY KEY, c INT NOT NULL, v VARCHAR(16) NOT NULL);
+         INSERT INTO csproof.t SELECT seq, seq, 'init' FROM csproof.seq_1_to_300",
+    )
+    .await
+    .unwrap();
+    let rows = "SELECT CONCAT('id=', id, ' c=', c, ' v=', v) FROM csproof.t ORDER BY id";
+    let initial: Vec<String> = conn.query(rows).await.unwrap();
+    let (from, _) = position().await;
+    let writers: Vec<_> = (1..=3u64)
+        .map(|seed| tokio::spawn(proof_writer(seed, 300)))
+        .collect();
+    let mut reader_conn = root_conn(server()).await;
+    let mut snapshots: Vec<(BinlogCoord, Vec<String>)> = Vec::new();
+    while !writers.iter().all(|w| w.is_finished()) || snapshots.is_empty() {
+        reader_conn
+            .query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .await
+            .unwrap();
+        reader_conn
+            .query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            .await
+            .unwrap();
+        let status: Vec<(String, String)> = reader_conn
+            .query("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            .await
+            .unwrap();
+        let get = |name: &str| {
+            status
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+                .unwrap()
+        };
+        let at = BinlogCoord::new(
+            get("Binlog_snapshot_file"),
+            get("Binlog_snapshot_position").parse().unwrap(),
+        );
+        let seen: Vec<String> = reader_conn.query(rows).await.unwrap();
+        reader_conn.query_drop("COMMIT").await.unwrap();
+        snapshots.push((at, seen));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let (end, _) = position().await;
+    snapshots.sort_by(|a, b| a.0.cmp(&b.0));
+    let distinct = snapshots.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    assert!(
+        distinct >= 10,
+        "the snapshots saw only {} positions while the writers ran",
+        distinct + 1
+    );
+
+    // The table at each snapshot's position, from the binlog.
+    let key = |row: &str| row.split(' ').next().unwrap().to_string();
+    let mut table: BTreeMap<String, String> = initial.into_iter().map(|r| (key(&r), r)).collect();
+    let mut connect = ConnectOptions::from_url(&server().cdc_url()).unwrap();
+    connect.max_attempts = 2;
+    let filter: cdcfusion::source::binlog::TableFilter =
+        Arc::new(|t: &TableId| t.db == "csproof" && t.table == "t");
+    let mut reader = cdcfusion::source::binlog::BinlogReader::open(
+        connect,
+        cdcfusion::source::binlog::BinlogReaderOptions::new(
+            next_server_id(),
+            StartPosition::Coord(from.clone()),
+        )
+        .with_filter(filter),
+    )
+    .await
+    .unwrap();
+    let mut pending: Option<cdcfusion::change::SourceTransaction> = None;
+    let mut checked = 0;
+    for (at, seen) in &snapshots {
+        loop {
+            let tx = match pending.take() {
+                Some(tx) => tx,
+                None if reader.idle_position().is_some_and(|p| p >= end) => break,
+                None => match tokio::time::timeout(HANG_GUARD, reader.step())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                {
+                    Some(tx) => tx,
+                    None => continue,
+                },
+            };
+            if tx.start >= *at {
+                pending = Some(tx);
+                break;
+            }
+            // (event and row index, before image, after image) of each row, in binlog order.
+            let mut changes: Vec<((u32, u32), RowImage, RowImage)> = Vec::new();
+            for batch in &tx.changes {
+                let before = batch.before.as_ref().map(row_strings);
+                let after = batch.after.as_ref().map(row_strings);
+                for (i, index) in batch.index.iter().enumerate() {
+                    changes.push((
+                        *index,
+                        before.as_ref().map(|b| b[i].clone()),
+                        after.as_ref().map(|a| a[i].clone()),
+                    ));
+                }
+            }
+            changes.sort_by_key(|c| c.0);
+            for (_, before, after) in changes {
+                if let Some(b) = before {
+                    assert!(table.remove(&key(&b)).is_some(), "{b} not held");
+                }
+                if let Some(a) = after {
+                    table.insert(key(&a), a);
+                }
+            }
+        }
+        // Both in the order of their keys' text.
+        let expected: Vec<&String> = table.values().collect();
+        let mut seen: Vec<&String> = seen.iter().collect();
+        seen.sort_by_key(|r| key(r));
+        assert_eq!(
+            seen, expected,
+            "the consistent snapshot at {at} does not show the binlog's state there"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, snapshots.len());
+}

@@ -526,8 +526,7 @@ async fn random_workload(db: String, seed: u64, stop: Arc<std::sync::atomic::Ato
 async fn scenario_6_random_workload_during_a_parallel_snapshot() {
     use std::sync::atomic::{AtomicBool, Ordering};
     for (run, seed) in [11u64, 22, 33].into_iter().enumerate() {
-        // The consistent-snapshot method is left out here: see the incremental module docs.
-        for method in [SnapshotMethod::Watermarks] {
+        for method in METHODS {
             let chunk_key = if run % 2 == 0 { Some("c") } else { None };
             println!("scenario 6: seed {seed}, {method:?}, chunk key {chunk_key:?}");
             let db = format!("snap6_{seed}_{}", method_tag(method));
