@@ -364,12 +364,13 @@ async fn consistent_snapshot_positions_match_their_read_views() {
         .map(|seed| tokio::spawn(proof_writer(seed, 300)))
         .collect();
     let mut reader_conn = root_conn(server()).await;
+    // InnoDB ignores WITH CONSISTENT SNAPSHOT under any other level.
+    reader_conn
+        .query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .await
+        .unwrap();
     let mut snapshots: Vec<(BinlogCoord, Vec<String>)> = Vec::new();
     while !writers.iter().all(|w| w.is_finished()) || snapshots.is_empty() {
-        reader_conn
-            .query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .await
-            .unwrap();
         reader_conn
             .query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT")
             .await
