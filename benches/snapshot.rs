@@ -2,8 +2,8 @@
 //! measured in the same run.
 //!
 //! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R --chunk-size C
-//! --method watermarks|consistent`, default 1,000,000 rows, 5 rounds, the default chunk size
-//! and method; `consistent` reads each chunk in MariaDB's consistent snapshot, with no
+//! --parallelism P --method watermarks|consistent`, default 1,000,000 rows, 5 rounds, the
+//! default chunk size, chunks in flight and method; `consistent` reads each chunk in MariaDB's consistent snapshot, with no
 //! visibility barrier, to show what the barrier costs). It starts its own private
 //! MariaDB, fills a 7-column table, and alternates (ABAB) a plain `SELECT *` through
 //! mysql_async (rows decoded, then dropped) with cdcfusion's snapshot until the table is
@@ -75,12 +75,15 @@ async fn main() {
     common::insert_rows(&mut conn, 1, total).await;
     conn.query_drop("ANALYZE TABLE bench.t").await.unwrap();
     let chunk_size = common::arg("--chunk-size", SnapshotOptions::default().chunk_size);
+    let parallelism = common::arg("--parallelism", SnapshotOptions::default().parallelism);
     let method = match common::arg("--method", String::from("watermarks")).as_str() {
         "watermarks" => SnapshotMethod::Watermarks,
         "consistent" => SnapshotMethod::ConsistentSnapshot,
         other => panic!("--method {other}: expected watermarks or consistent"),
     };
-    println!("snapshot of {total} rows (7 columns), chunks of {chunk_size} rows, {method:?}");
+    println!(
+        "snapshot of {total} rows (7 columns), chunks of {chunk_size} rows, {parallelism} in flight, {method:?}"
+    );
 
     let rounds = common::arg("--rounds", 5);
     let mysqld = server.pid().expect("the server runs");
@@ -118,6 +121,7 @@ async fn main() {
         options.server_id = server_id;
         options.snapshot.window_server_id = server_id + 1;
         options.snapshot.chunk_size = chunk_size;
+        options.snapshot.parallelism = parallelism;
         options.snapshot.method = method;
         release_free_memory();
         reset_peak_rss();
