@@ -3,15 +3,14 @@
 //!
 //! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R --chunk-size C
 //! --parallelism P --method watermarks|consistent`, default 1,000,000 rows, 5 rounds, the
-//! default chunk size, chunks in flight and method; `consistent` reads each chunk in
-//! MariaDB's consistent snapshot, with no visibility barrier, to show what the barrier
-//! costs). It starts its own private
-//! MariaDB, fills a 7-column table, and alternates (ABAB) a plain `SELECT *` through
-//! mysql_async (rows decoded, then dropped) with cdcfusion's snapshot until the table is
-//! queryable (default options but the chunk size, chunks applied and the table published as a
-//! version). It prints each round and the medians: the rate ratio, the
-//! CPU time per row of this process and of mysqld, the peak resident memory of the snapshot
-//! against the Arrow size of the rows, and the published table's own memory against it.
+//! default chunk size, chunks in flight and method; `consistent` reads each chunk in MariaDB's
+//! consistent snapshot, with no visibility barrier, to show what the barrier costs). It starts
+//! its own private MariaDB, fills a 7-column table, and alternates (ABAB) a plain `SELECT *`
+//! through mysql_async (rows decoded, then dropped) with cdcfusion's snapshot until the table
+//! is queryable (default options but those given above, chunks applied and the table
+//! published as a version). It prints each round and the medians: the rate ratio, the CPU time per row of
+//! this process and of mysqld, the peak resident memory of the snapshot against the Arrow size
+//! of the rows, and the published table's own memory against it.
 
 mod common;
 

@@ -5,7 +5,8 @@ mod common;
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode, TableChange};
 use cdcfusion::change::position::{BinlogCoord, GtidSet, StartPosition};
 use cdcfusion::change::schema::{Flavor, TableId};
-use cdcfusion::change::Op;
+use cdcfusion::change::{Op, SourceTransaction};
+use cdcfusion::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use cdcfusion::source::connect::{current_position, ConnectOptions};
 use cdcfusion::source::snapshot::incremental::{HookPoint, Phase, SnapshotMethod};
 use cdcfusion::source::snapshot::select_batches;
@@ -411,20 +412,15 @@ async fn consistent_snapshot_positions_match_their_read_views() {
     let mut table: BTreeMap<String, String> = initial.into_iter().map(|r| (key(&r), r)).collect();
     let mut connect = ConnectOptions::from_url(&server().cdc_url()).unwrap();
     connect.max_attempts = 2;
-    let filter: cdcfusion::source::binlog::TableFilter =
-        Arc::new(|t: &TableId| t.db == "csproof" && t.table == "t");
-    let mut reader = cdcfusion::source::binlog::BinlogReader::open(
+    let filter: TableFilter = Arc::new(|t: &TableId| t.db == "csproof" && t.table == "t");
+    let mut reader = BinlogReader::open(
         connect,
-        cdcfusion::source::binlog::BinlogReaderOptions::new(
-            next_server_id(),
-            StartPosition::Coord(from.clone()),
-        )
-        .with_filter(filter),
+        BinlogReaderOptions::new(next_server_id(), StartPosition::Coord(from.clone()))
+            .with_filter(filter),
     )
     .await
     .unwrap();
-    let mut pending: Option<cdcfusion::change::SourceTransaction> = None;
-    let mut checked = 0;
+    let mut pending: Option<SourceTransaction> = None;
     for (at, seen) in &snapshots {
         loop {
             let tx = match pending.take() {
@@ -474,7 +470,5 @@ async fn consistent_snapshot_positions_match_their_read_views() {
             seen, expected,
             "the consistent snapshot at {at} does not show the binlog's state there"
         );
-        checked += 1;
     }
-    assert_eq!(checked, snapshots.len());
 }

@@ -193,10 +193,9 @@ impl SinkRunner {
         // Segments before the committed position are not read again.
         let tables: Vec<usize> = self.query.scans.iter().map(|s| s.table).collect();
         let mut cursors = start_cursors(&version.changelogs, &tables, after.as_deref()).await?;
-        let mut schemas = match planned {
-            Some(kept) => kept.clone(),
-            None => planned.insert(self.read_schemas(&version)).clone(),
-        };
+        if planned.is_none() {
+            *planned = Some(self.read_schemas(&version));
+        }
         let mode = self.query.mode.name();
         // Nothing read yet: every entry of the tables read counts as lag until the first read
         // (an empty list would show no lag at all).
@@ -258,10 +257,10 @@ impl SinkRunner {
                     self.set(|s| {
                         s.behind_since.get_or_insert_with(Instant::now);
                     });
-                    if self.read_schemas(&version) != schemas {
+                    let now = self.read_schemas(&version);
+                    if planned.as_ref() != Some(&now) {
                         layout = self.follow_schema(&layout, &version).await?;
-                        schemas = self.read_schemas(&version);
-                        *planned = Some(schemas.clone());
+                        *planned = Some(now);
                         prepare = self.prepare(&layout);
                     }
                     prepare
