@@ -3,7 +3,9 @@
 //! A table map compiles once (see `rows::TableDecoder`) into one [`Column`] per column: its
 //! wire layout and its Arrow type decided together, so decoding a value is a single match, a
 //! bounded read and a push onto a typed buffer. Buffers grow per rows event from the row count
-//! the event's first row implies; a column's validity bitmap only exists once it holds a NULL;
+//! the event's first row implies (text buffers by their bytes per value so far too), and short
+//! text is copied as a fixed-size window of the image; a column's validity bitmap only exists
+//! once it holds a NULL;
 //! UTF-8 text is checked once per column buffer, when the batch is finished, instead of once
 //! per value.
 //!
@@ -341,7 +343,7 @@ impl Column {
 
     /// Makes room for `rows` more values.
     pub(super) fn reserve(&mut self, rows: usize) {
-        on_values!(&mut self.values, v => v.reserve(rows), b => b.offsets.reserve(rows));
+        on_values!(&mut self.values, v => v.reserve(rows), b => b.reserve(rows));
         if let Some(bits) = &mut self.nulls.bits {
             bits.reserve(rows.div_ceil(8));
         }
@@ -502,7 +504,7 @@ impl Column {
             V::Timestamp2 { fsp, values } => push_opt(values, read_timestamp2(cur, *fsp)?),
             V::Utf8 { prefix, text } => {
                 let len = read_len(cur, *prefix)?;
-                text.push(cur.take(len)?)?;
+                text.push_from(cur, len)?;
                 true
             }
             V::Latin1 { prefix, text } => {

@@ -62,6 +62,20 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// The next `N` bytes without reading them, when the image holds that many more.
+    #[inline]
+    pub(super) fn window<const N: usize>(&self) -> Option<&'a [u8; N]> {
+        self.data.get(self.pos..)?.first_chunk::<N>()
+    }
+
+    /// Reads `n` bytes the caller already has (from [`Cursor::window`]); `n` is at most
+    /// that window's length.
+    #[inline]
+    pub(super) fn skip(&mut self, n: usize) {
+        debug_assert!(self.pos + n <= self.data.len());
+        self.pos += n;
+    }
+
     /// Bytes not read yet.
     pub(super) fn remaining(&self) -> usize {
         self.data.len().saturating_sub(self.pos)

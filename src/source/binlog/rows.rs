@@ -512,9 +512,11 @@ impl TableDecoder {
     ) -> Result<(), RowsError> {
         let n = image.columns.len();
         let nulls = cur.take(n.div_ceil(8))?;
+        // Most images hold no NULL: then no bit is tested per value.
+        let any_null = nulls.iter().any(|&b| b != 0);
         for (i, column) in image.columns.iter_mut().enumerate() {
             // `nulls` holds n.div_ceil(8) bytes and i < n.
-            if nulls[i / 8] & (1 << (i % 8)) != 0 {
+            if any_null && nulls[i / 8] & (1 << (i % 8)) != 0 {
                 if !column.nullable() {
                     // A NULL in a NOT NULL column: an image written before the column became
                     // NOT NULL, decoded with today's schema.
@@ -527,15 +529,21 @@ impl TableDecoder {
                 continue;
             }
             if let Err(e) = column.decode(cur, scratch) {
-                return Err(match e {
-                    RowsError::Value(msg) => {
-                        RowsError::Value(format!("column {}: {msg}", self.schema.columns[i].name))
-                    }
-                    other => other,
-                });
+                return Err(self.in_column(i, e));
             }
         }
         Ok(())
+    }
+
+    /// `e`, a failure to decode column `i`, naming the column.
+    #[cold]
+    fn in_column(&self, i: usize, e: RowsError) -> RowsError {
+        match e {
+            RowsError::Value(msg) => {
+                RowsError::Value(format!("column {}: {msg}", self.schema.columns[i].name))
+            }
+            other => other,
+        }
     }
 
     /// Finishes one image's columns into a batch of this table's schema.

@@ -204,7 +204,7 @@ pub(super) fn sign_extend(v: u64, bits: u32) -> i64 {
 
 /// Microseconds of a fractional-seconds field of `fsp` digits, stored big-endian in
 /// `(fsp + 1) / 2` bytes.
-#[inline]
+#[inline(always)]
 fn read_frac(cur: &mut Cursor<'_>, fsp: u8) -> Result<u32, RowsError> {
     Ok(match fsp {
         0 => 0,
@@ -221,7 +221,7 @@ fn read_frac(cur: &mut Cursor<'_>, fsp: u8) -> Result<u32, RowsError> {
 }
 
 /// A length prefix of `bytes` bytes (1-4 for strings and blobs), little-endian.
-#[inline]
+#[inline(always)]
 pub(super) fn read_len(cur: &mut Cursor<'_>, bytes: u8) -> Result<usize, RowsError> {
     Ok(match bytes {
         1 => cur.array::<1>()?[0] as usize,
