@@ -262,7 +262,10 @@ impl RunBuilder {
                         .into_iter()
                         .flatten()
                     {
-                        image.reserve(room);
+                        // Text bytes are left to each event's own reservation: the rows to
+                        // come are not known here, and a large first value would reserve
+                        // room for a thousand like it.
+                        image.reserve(room, 0);
                     }
                     batch.index.reserve(room);
                     let mut txs = Vec::with_capacity(rows + room);

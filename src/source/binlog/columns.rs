@@ -341,9 +341,9 @@ impl Column {
         self.nullable
     }
 
-    /// Makes room for `rows` more values.
-    pub(super) fn reserve(&mut self, rows: usize) {
-        on_values!(&mut self.values, v => v.reserve(rows), b => b.reserve(rows));
+    /// Makes room for `rows` more values, of at most `bytes` bytes in a byte column.
+    pub(super) fn reserve(&mut self, rows: usize, bytes: usize) {
+        on_values!(&mut self.values, v => v.reserve(rows), b => b.reserve(rows, bytes));
         if let Some(bits) = &mut self.nulls.bits {
             bits.reserve(rows.div_ceil(8));
         }

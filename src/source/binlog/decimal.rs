@@ -57,7 +57,7 @@ impl DecimalLayout {
         let (intg0, intg0x) = (intg / DIGITS_PER_GROUP, intg % DIGITS_PER_GROUP);
         let (frac0, frac0x) = (s / DIGITS_PER_GROUP, s % DIGITS_PER_GROUP);
         let size = intg0 * 4 + DIG2BYTES[intg0x] + frac0 * 4 + DIG2BYTES[frac0x];
-        // At most 65 digits take at most 30 bytes (see `decimal_sizes_fit_the_buffer`).
+        // At most 65 digits take at most 30 bytes (see `decimal_images_take_at_most_30_bytes`).
         Ok(Self {
             precision,
             scale,
@@ -73,38 +73,39 @@ impl DecimalLayout {
         self.precision > DECIMAL128_DIGITS
     }
 
-    /// Takes one image off `cur`: its bytes with the sign undone (negative values inverted back)
-    /// and whether it is negative.
+    /// Takes one image off `cur`: its bytes as stored, and the mask that undoes a negative
+    /// value's inversion (`0xff` when negative). The bytes are not copied: [`Self::groups`]
+    /// undoes the sign as it reads them.
     #[inline]
-    fn take<'b>(
-        &self,
-        cur: &mut Cursor<'_>,
-        buf: &'b mut [u8; 32],
-    ) -> Result<(&'b [u8], bool), RowsError> {
+    fn take<'b>(&self, cur: &mut Cursor<'b>) -> Result<(&'b [u8], u8), RowsError> {
         let raw = cur.take(self.size as usize)?;
-        let bytes = &mut buf[..raw.len()];
         // Only DECIMAL(0,0), which no server writes, has an empty image: it reads as 0.
-        let Some(&first) = raw.first() else {
-            return Ok((bytes, false));
+        let mask = match raw.first() {
+            Some(&first) if first & 0x80 == 0 => 0xff,
+            _ => 0,
         };
-        let negative = first & 0x80 == 0;
-        let mask = if negative { 0xff } else { 0 };
-        for (dst, src) in bytes.iter_mut().zip(raw) {
-            *dst = src ^ mask;
-        }
-        bytes[0] ^= 0x80;
-        Ok((bytes, negative))
+        Ok((raw, mask))
     }
 
     /// Calls `add(group, digits)` for each digit group, most significant first, each checked to
     /// hold no more digits than it may.
+    /// `raw` is the image as stored and `mask` undoes a negative value's inversion (see
+    /// [`Self::take`]); the first byte's top bit, the sign, is cleared as it is read.
     #[inline]
-    fn groups(&self, bytes: &[u8], mut add: impl FnMut(u64, usize)) -> Result<(), RowsError> {
+    fn groups(
+        &self,
+        raw: &[u8],
+        mask: u8,
+        mut add: impl FnMut(u64, usize),
+    ) -> Result<(), RowsError> {
         let mut pos = 0;
         let mut group = |len: usize, digits: usize| -> Result<(), RowsError> {
-            let g = bytes[pos..pos + len]
+            let mut g = raw[pos..pos + len]
                 .iter()
-                .fold(0u64, |a, b| (a << 8) | *b as u64);
+                .fold(0u64, |a, b| (a << 8) | (b ^ mask) as u64);
+            if pos == 0 {
+                g ^= 0x80 << (8 * (len - 1));
+            }
             pos += len;
             if g >= POW10[digits] {
                 return Err(RowsError::Value(format!(
@@ -129,17 +130,18 @@ impl DecimalLayout {
     /// One value of at most 38 digits, unscaled.
     #[inline]
     pub(super) fn read_i128(&self, cur: &mut Cursor<'_>) -> Result<i128, RowsError> {
-        let mut buf = [0u8; 32];
-        let (bytes, negative) = self.take(cur, &mut buf)?;
+        let (raw, mask) = self.take(cur)?;
         // Up to 18 digits fit u64 arithmetic, which is cheaper still.
         let v = if self.precision <= 18 {
             let mut v = 0u64;
-            self.groups(bytes, |g, digits| v = v * POW10[digits] + g)?;
+            self.groups(raw, mask, |g, digits| v = v * POW10[digits] + g)?;
             v as i128
         } else if !self.wide() {
             let mut v = 0i128;
             // At most 38 digits in all: below 10^38, far from i128's limit.
-            self.groups(bytes, |g, digits| v = v * POW10[digits] as i128 + g as i128)?;
+            self.groups(raw, mask, |g, digits| {
+                v = v * POW10[digits] as i128 + g as i128
+            })?;
             v
         } else {
             return Err(RowsError::Value(format!(
@@ -147,20 +149,19 @@ impl DecimalLayout {
                 self.precision, self.scale
             )));
         };
-        Ok(if negative { -v } else { v })
+        Ok(if mask != 0 { -v } else { v })
     }
 
     /// One value of any precision, unscaled.
     pub(super) fn read_i256(&self, cur: &mut Cursor<'_>) -> Result<i256, RowsError> {
-        let mut buf = [0u8; 32];
-        let (bytes, negative) = self.take(cur, &mut buf)?;
+        let (raw, mask) = self.take(cur)?;
         let mut v = i256::ZERO;
-        self.groups(bytes, |g, digits| {
+        self.groups(raw, mask, |g, digits| {
             v = v
                 .wrapping_mul(i256::from_i128(POW10[digits] as i128))
                 .wrapping_add(i256::from_i128(g as i128));
         })?;
-        Ok(if negative { v.wrapping_neg() } else { v })
+        Ok(if mask != 0 { v.wrapping_neg() } else { v })
     }
 }
 
@@ -221,12 +222,12 @@ mod tests {
     }
 
     #[test]
-    fn decimal_sizes_fit_the_buffer() {
+    fn decimal_images_take_at_most_30_bytes() {
         for precision in 1..=MAX_DECIMAL_DIGITS {
             for scale in 0..=precision.min(38) {
                 let bytes = |d: usize| d / DIGITS_PER_GROUP * 4 + DIG2BYTES[d % DIGITS_PER_GROUP];
                 assert!(
-                    bytes(precision - scale) + bytes(scale) <= 32,
+                    bytes(precision - scale) + bytes(scale) <= 30,
                     "({precision},{scale})"
                 );
             }

@@ -130,10 +130,11 @@ pub struct ImageColumns {
 }
 
 impl ImageColumns {
-    /// Room for `rows` more values in every column (text columns: their offsets).
-    pub(super) fn reserve(&mut self, rows: usize) {
+    /// Room for `rows` more values in every column; byte columns also reserve for their
+    /// values' bytes, at most `bytes` each (see `buffers::Bytes::reserve`).
+    pub(super) fn reserve(&mut self, rows: usize, bytes: usize) {
         for c in &mut self.columns {
-            c.reserve(rows);
+            c.reserve(rows, bytes);
         }
     }
 
@@ -497,7 +498,7 @@ impl TableDecoder {
                     .into_iter()
                     .flatten()
                 {
-                    image.reserve(more);
+                    image.reserve(more, cur.remaining());
                 }
             }
         }
