@@ -89,6 +89,7 @@ impl DecimalLayout {
 
     /// Calls `add(group, digits)` for each digit group, most significant first, each checked to
     /// hold no more digits than it may.
+    ///
     /// `raw` is the image as stored and `mask` undoes a negative value's inversion (see
     /// [`Self::take`]); the first byte's top bit, the sign, is cleared as it is read.
     #[inline]
