@@ -5,9 +5,8 @@
 //! bounded read and a push onto a typed buffer. Buffers grow per rows event from the row count
 //! the event's first row implies (text buffers by their bytes per value so far too), and short
 //! text is copied as a fixed-size window of the image; a column's validity bitmap only exists
-//! once it holds a NULL;
-//! UTF-8 text is checked once per column buffer, when the batch is finished, instead of once
-//! per value.
+//! once it holds a NULL; UTF-8 text is checked once per column buffer, when the batch is
+//! finished, instead of once per value.
 //!
 //! # Invariants
 //! * Every value pushes exactly one entry onto its column's values and validity, so a column's

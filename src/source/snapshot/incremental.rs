@@ -18,10 +18,11 @@
 //! view older than its position, which no window repairs. It has not failed since (255 runs of
 //! `scenario_6`, which now runs both methods), and the promise itself, checked against the
 //! binlog while writers commit, has held in every run
-//! (`snapshot_modes::consistent_snapshot_positions_match_their_read_views`). The failure came
-//! in the hour when the watermark method had no barrier yet and heartbeats moved the reader's
-//! position past unsent events, so it may have been ours; until that is shown, `Auto` uses
-//! watermarks, whose correctness needs no such promise.
+//! (`snapshot_modes::consistent_snapshot_positions_match_their_read_views`); the server sets
+//! that position and makes commits visible under one lock (`docs/operations.md`). The failure
+//! came in the hour when the watermark method had no barrier yet and the binlog reader's
+//! handling of heartbeats was being fixed, so it may have been ours; until that is shown,
+//! `Auto` uses watermarks, whose correctness needs no such promise.
 //!
 //! # Resumption
 //! See [`super::journal`]: a journal records the plan and each chunk done, and a resume reads
