@@ -2,7 +2,10 @@
 //!
 //! * Binlog: our decoder (rows into Arrow, every event's CRC32 verified) versus reading the same
 //!   binlog stream without decoding rows, once verifying every CRC32 as we do (the reference of
-//!   the ratio) and once without; and versus mysql_common's own row decoder.
+//!   the ratio) and once without; and versus mysql_common's own row decoder. For the
+//!   CRC32-verifying read and ours it also prints the CPU time per row of this process and of
+//!   mysqld over all rounds (connection set-up included), since both share the machine's
+//!   cores.
 //! * Snapshot: `SELECT` into Arrow versus `mariadb --quick -e 'SELECT ...' > /dev/null`.
 //!
 //! Each round runs every contender once, in the same order (ABAB...); the figures are medians
@@ -171,13 +174,32 @@ async fn main() {
         }
         return;
     }
+    let mysqld = server.pid().expect("the server runs");
     let mut rates: [Vec<f64>; 4] = Default::default();
     let (mut vs_crc, mut vs_read, mut vs_mc) = (vec![], vec![], vec![]);
+    // CPU seconds of this process and of mysqld over all rounds, for the CRC32-verifying raw
+    // read and ours: summed rather than per round, as the kernel counts it in 10 ms ticks.
+    let (mut cpu_crc, mut cpu_ours) = ([0f64; 2], [0f64; 2]);
+    let cpu = || {
+        [
+            common::cpu_seconds(std::process::id()),
+            common::cpu_seconds(mysqld),
+        ]
+    };
+    let add_cpu = |into: &mut [f64; 2], before: [f64; 2], after: [f64; 2]| {
+        for ((v, b), a) in into.iter_mut().zip(before).zip(after) {
+            *v += a - b;
+        }
+    };
     for _ in 0..ROUNDS {
+        let before = cpu();
         let (events, crc) = raw_stream(&url, &from, &to, Raw::VerifyCrc).await;
+        add_cpu(&mut cpu_crc, before, cpu());
         let (_, raw) = raw_stream(&url, &from, &to, Raw::Read).await;
         let (rows_mc, mc) = raw_stream(&url, &from, &to, Raw::MysqlCommon).await;
+        let before = cpu();
         let (rows_ours, ours_t) = ours(&url, &from, &to).await;
+        add_cpu(&mut cpu_ours, before, cpu());
         assert!(events > 0);
         assert_eq!(rows_mc, total, "mysql_common decoded every row");
         assert_eq!(rows_ours, total, "our decoder decoded every row");
@@ -204,6 +226,18 @@ async fn main() {
     println!(
         "  ratio cdcfusion / mysql_common:      {:>12.2}",
         median(vs_mc)
+    );
+    // Both cores are shared by mysqld and the reader's threads: the sum is what a row costs
+    // the machine, and what bounds the rate once both cores are busy.
+    let rows_read = (total * ROUNDS as u64) as f64;
+    let [crc_us, crc_server] = cpu_crc.map(|s| s / rows_read);
+    let [ours_us, ours_server] = cpu_ours.map(|s| s / rows_read);
+    println!(
+        "  CPU per row, reader + mysqld:        raw (CRC32) {:.0} + {:.0} ns, cdcfusion {:.0} + {:.0} ns",
+        crc_us * 1e9,
+        crc_server * 1e9,
+        ours_us * 1e9,
+        ours_server * 1e9
     );
 
     let mut snap = ConnectOptions::from_url(&url)
