@@ -52,6 +52,8 @@ struct EventFeed {
     /// of the allocator's slower path for memory another thread owns.
     spent: Vec<Event>,
     returns: tokio::sync::mpsc::UnboundedSender<Vec<Event>>,
+    /// Whether the feed's thread opened its stream, once: see [`EventFeed::opened`].
+    opened: Option<tokio::sync::oneshot::Receiver<SourceResult<()>>>,
     /// Dropped with the feed, which ends the feed's thread and closes the dump connection.
     _close: tokio::sync::oneshot::Sender<()>,
 }
@@ -73,19 +75,34 @@ enum FeedError {
 const FEED_BATCH: usize = 64;
 
 impl EventFeed {
-    /// Also verifies every event's checksum here, beside the network read, so that the
-    /// decoder's core only decodes. At most `budget` bytes of events (or one batch) wait in
-    /// the queue.
-    fn spawn<S>(stream: S, budget: usize) -> Self
+    /// Starts a thread that runs `open` and reads the stream it opens. The thread has a
+    /// runtime of its own, and `open` makes the connection on it, so the thread polls its own
+    /// socket: on the caller's runtime a worker thread polled it and woke the feed's thread for
+    /// every read, a third thread taking turns with the framing and the decoding. It also
+    /// verifies every event's checksum, beside the network read, so that the decoder's core
+    /// only decodes. At most `budget` bytes of events (or one batch) wait in the queue.
+    fn spawn<S, F>(open: F, budget: usize) -> SourceResult<Self>
     where
-        S: futures::Stream<Item = Result<Event, mysql_async::Error>> + Send + Unpin + 'static,
+        F: std::future::Future<Output = SourceResult<S>> + Send + 'static,
+        S: futures::Stream<Item = Result<Event, mysql_async::Error>> + Send + Unpin,
     {
         let (tx, events) = tokio::sync::mpsc::channel(EVENT_QUEUE / FEED_BATCH);
         let (returns, mut spent) = tokio::sync::mpsc::unbounded_channel::<Vec<Event>>();
         let budget = budget.clamp(1, u32::MAX as usize);
         let room = Arc::new(tokio::sync::Semaphore::new(budget));
         let feed_room = Arc::clone(&room);
+        let (opened_tx, opened) = tokio::sync::oneshot::channel();
         let feed = async move {
+            let stream = match open.await {
+                Ok(stream) => {
+                    let _ = opened_tx.send(Ok(()));
+                    stream
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(e));
+                    return;
+                }
+            };
             let mut chunks = stream.ready_chunks(FEED_BATCH);
             while let Some(items) = chunks.next().await {
                 while let Ok(events) = spent.try_recv() {
@@ -132,23 +149,46 @@ impl EventFeed {
         // for the next task, which no idle worker may take, until the decoder's task yields,
         // which it does only when the queue is empty. The two then took turns on one core.
         let (close, closed) = tokio::sync::oneshot::channel::<()>();
-        let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move {
-                tokio::select! {
-                    () = feed => {}
-                    // The feed was dropped: stop reading, closing the connection.
-                    _ = closed => {}
-                }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                SourceError::Internal(format!("starting the binlog feed's runtime: {e}"))
+            })?;
+        std::thread::Builder::new()
+            .name("binlog-feed".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    tokio::select! {
+                        () = feed => {}
+                        // The feed was dropped: stop reading, closing the connection.
+                        _ = closed => {}
+                    }
+                })
             })
-        });
-        Self {
+            .map_err(|e| {
+                SourceError::Internal(format!("starting the binlog feed's thread: {e}"))
+            })?;
+        Ok(Self {
             events,
             room,
             ready: std::collections::VecDeque::new(),
             spent: Vec::with_capacity(FEED_BATCH),
             returns,
+            opened: Some(opened),
             _close: close,
+        })
+    }
+
+    /// Waits until the feed's thread has opened its stream, or says why it could not.
+    async fn opened(&mut self) -> SourceResult<()> {
+        match self.opened.take() {
+            Some(opened) => opened.await.unwrap_or_else(|_| {
+                Err(SourceError::Internal(
+                    "the binlog feed's thread ended before opening its stream".into(),
+                ))
+            }),
+            None => Ok(()),
         }
     }
 
@@ -252,6 +292,50 @@ impl BinlogReaderOptions {
     }
 }
 
+/// Everything the feed's thread needs to open the binlog dump on a connection of its own.
+struct DumpPlan {
+    connect: ConnectOptions,
+    server_id: u32,
+    /// Session settings the dump needs, run in order before it opens.
+    setup: Vec<String>,
+    /// The file and offset to start from, when starting from a position.
+    from: Option<(Vec<u8>, u64)>,
+    /// The GTIDs already executed, when starting from MySQL GTIDs.
+    mysql_gtids: Option<Vec<Sid<'static>>>,
+    /// Where the dump starts, for errors.
+    describe: String,
+}
+
+impl DumpPlan {
+    /// Connects, prepares the session and opens the dump, each step under the read timeout.
+    async fn open(self) -> SourceResult<BinlogStream> {
+        let mut conn = self.connect.connect().await?;
+        let context = || "preparing the binlog dump".to_string();
+        for sql in &self.setup {
+            let run = async {
+                conn.query_drop(sql).await.map_err(|e| {
+                    SourceError::from_mysql(format!("preparing the binlog dump ({sql})"), e)
+                })
+            };
+            self.connect.bounded(context, run).await?;
+        }
+        let mut request = BinlogStreamRequest::new(self.server_id);
+        if let Some((file, offset)) = &self.from {
+            request = request.with_filename(file).with_pos(*offset);
+        }
+        if let Some(sids) = self.mysql_gtids {
+            request = request.with_gtid().with_gtid_set(sids);
+        }
+        let context = format!("opening the binlog at {}", self.describe);
+        let open = async {
+            conn.get_binlog_stream(request)
+                .await
+                .map_err(|e| SourceError::from_mysql(context.clone(), e))
+        };
+        self.connect.bounded(|| context.clone(), open).await
+    }
+}
+
 /// Reads whole transactions from one server's binlog. See the module docs.
 pub struct BinlogReader {
     connect: ConnectOptions,
@@ -336,12 +420,14 @@ impl BinlogReader {
     }
 
     async fn open_stream(&mut self) -> SourceResult<EventFeed> {
-        let stream = self.open_dump().await?;
-        Ok(EventFeed::spawn(stream, QUEUE_BYTES))
+        let plan = self.dump_plan()?;
+        let mut feed = EventFeed::spawn(plan.open(), QUEUE_BYTES)?;
+        feed.opened().await?;
+        Ok(feed)
     }
 
-    async fn open_dump(&mut self) -> SourceResult<BinlogStream> {
-        let mut conn = self.connect.connect().await?;
+    /// How to open the dump from where the reader resumes; opened on the feed's thread.
+    fn dump_plan(&self) -> SourceResult<DumpPlan> {
         let heartbeat_ns = self.options.heartbeat.as_nanos().to_string();
         let mut setup = vec![format!("SET @master_heartbeat_period = {heartbeat_ns}")];
         if self.info.flavor == Flavor::MariaDb {
@@ -349,12 +435,10 @@ impl BinlogReader {
             setup.push("SET @mariadb_slave_capability = 4".into());
         }
         let mut sids = Vec::new();
-        let mut request = BinlogStreamRequest::new(self.options.server_id);
-        let filename;
+        let mut from = None;
         match &self.asm.resume {
             StartPosition::Coord(coord) => {
-                filename = coord.file.as_bytes().to_vec();
-                request = request.with_filename(&filename).with_pos(coord.offset);
+                from = Some((coord.file.as_bytes().to_vec(), coord.offset));
             }
             StartPosition::Gtid(GtidSet::MariaDb(_)) => {
                 let state = self.resume_gtid_string();
@@ -374,29 +458,21 @@ impl BinlogReader {
                         .collect();
                     sids.push(Sid::new(*uuid).with_intervals(ivs));
                 }
-                request = request.with_gtid().with_gtid_set(sids);
             }
             StartPosition::Gtid(GtidSet::Empty) => {
                 return Err(SourceError::Config("empty GTID start position".into()))
             }
             StartPosition::Current => unreachable!("resolved in open()"),
         }
-        let context = || "preparing the binlog dump".to_string();
-        for sql in setup {
-            let run = async {
-                conn.query_drop(&sql).await.map_err(|e| {
-                    SourceError::from_mysql(format!("preparing the binlog dump ({sql})"), e)
-                })
-            };
-            self.connect.bounded(context, run).await?;
-        }
-        let context = format!("opening the binlog at {}", self.describe_resume());
-        let open = async {
-            conn.get_binlog_stream(request)
-                .await
-                .map_err(|e| SourceError::from_mysql(context.clone(), e))
-        };
-        self.connect.bounded(|| context.clone(), open).await
+        Ok(DumpPlan {
+            connect: self.connect.clone(),
+            server_id: self.options.server_id,
+            setup,
+            from,
+            mysql_gtids: matches!(self.asm.resume, StartPosition::Gtid(GtidSet::MySql(_)))
+                .then_some(sids),
+            describe: self.describe_resume(),
+        })
     }
 
     fn resume_gtid_string(&self) -> String {
@@ -709,7 +785,8 @@ mod tests {
                 counter.fetch_add(1, Ordering::SeqCst);
             });
         // A budget of a quarter of one batch's bytes.
-        let mut feed = EventFeed::spawn(events, FEED_BATCH / 4 * SIZE);
+        let mut feed = EventFeed::spawn(async { Ok(events) }, FEED_BATCH / 4 * SIZE).unwrap();
+        feed.opened().await.unwrap();
         // The first batch is queued; the second was read and waits for room.
         assert_eq!(read_by_feed(&pulled, 2 * FEED_BATCH).await, 2 * FEED_BATCH);
         let first = feed.next().await.expect("an event").expect("no error");
