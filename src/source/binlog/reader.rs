@@ -8,6 +8,11 @@
 //! is lost or repeated. Definite errors (purged binlog, bad settings, undecodable events) end
 //! the stream with the error. The heartbeat is at most a third of the read timeout, so an idle
 //! stream is never taken for a stalled one.
+//!
+//! # Threads
+//! The dump connection is opened, read and checksum-verified on a thread of its own with a
+//! runtime of its own, so that thread polls its own socket; the decoder takes whole framed
+//! events from it through a queue bounded in bytes, and never reads the socket itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,8 +57,6 @@ struct EventFeed {
     /// of the allocator's slower path for memory another thread owns.
     spent: Vec<Event>,
     returns: tokio::sync::mpsc::UnboundedSender<Vec<Event>>,
-    /// Whether the feed's thread opened its stream, once: see [`EventFeed::opened`].
-    opened: Option<tokio::sync::oneshot::Receiver<SourceResult<()>>>,
     /// Dropped with the feed, which ends the feed's thread and closes the dump connection.
     _close: tokio::sync::oneshot::Sender<()>,
 }
@@ -75,13 +78,14 @@ enum FeedError {
 const FEED_BATCH: usize = 64;
 
 impl EventFeed {
-    /// Starts a thread that runs `open` and reads the stream it opens. The thread has a
+    /// Starts a thread that runs `open` and reads the stream it opens; returns once the stream
+    /// is open, or with the error that kept it from opening. The thread has a
     /// runtime of its own, and `open` makes the connection on it, so the thread polls its own
     /// socket: on the caller's runtime a worker thread polled it and woke the feed's thread for
     /// every read, a third thread taking turns with the framing and the decoding. It also
     /// verifies every event's checksum, beside the network read, so that the decoder's core
     /// only decodes. At most `budget` bytes of events (or one batch) wait in the queue.
-    fn spawn<S, F>(open: F, budget: usize) -> SourceResult<Self>
+    async fn spawn<S, F>(open: F, budget: usize) -> SourceResult<Self>
     where
         F: std::future::Future<Output = SourceResult<S>> + Send + 'static,
         S: futures::Stream<Item = Result<Event, mysql_async::Error>> + Send + Unpin,
@@ -169,27 +173,21 @@ impl EventFeed {
             .map_err(|e| {
                 SourceError::Internal(format!("starting the binlog feed's thread: {e}"))
             })?;
-        Ok(Self {
+        let feed = Self {
             events,
             room,
             ready: std::collections::VecDeque::new(),
             spent: Vec::with_capacity(FEED_BATCH),
             returns,
-            opened: Some(opened),
             _close: close,
-        })
-    }
-
-    /// Waits until the feed's thread has opened its stream, or says why it could not.
-    async fn opened(&mut self) -> SourceResult<()> {
-        match self.opened.take() {
-            Some(opened) => opened.await.unwrap_or_else(|_| {
-                Err(SourceError::Internal(
-                    "the binlog feed's thread ended before opening its stream".into(),
-                ))
-            }),
-            None => Ok(()),
-        }
+        };
+        // Dropping `feed` on an error ends its thread.
+        opened.await.unwrap_or_else(|_| {
+            Err(SourceError::Internal(
+                "the binlog feed's thread ended before opening its stream".into(),
+            ))
+        })?;
+        Ok(feed)
     }
 
     /// Whether an event has been received and not yet handed over (the next one is at hand
@@ -421,9 +419,7 @@ impl BinlogReader {
 
     async fn open_stream(&mut self) -> SourceResult<EventFeed> {
         let plan = self.dump_plan()?;
-        let mut feed = EventFeed::spawn(plan.open(), QUEUE_BYTES)?;
-        feed.opened().await?;
-        Ok(feed)
+        EventFeed::spawn(plan.open(), QUEUE_BYTES).await
     }
 
     /// How to open the dump from where the reader resumes; opened on the feed's thread.
@@ -434,8 +430,7 @@ impl BinlogReader {
             // Without this capability MariaDB rewrites its GTID events into BEGIN queries.
             setup.push("SET @mariadb_slave_capability = 4".into());
         }
-        let mut sids = Vec::new();
-        let mut from = None;
+        let (mut from, mut mysql_gtids) = (None, None);
         match &self.asm.resume {
             StartPosition::Coord(coord) => {
                 from = Some((coord.file.as_bytes().to_vec(), coord.offset));
@@ -446,6 +441,7 @@ impl BinlogReader {
                 setup.push("SET @slave_gtid_strict_mode = 1".into());
             }
             StartPosition::Gtid(GtidSet::MySql(map)) => {
+                let mut sids = Vec::with_capacity(map.len());
                 for ((uuid, tag), intervals) in map {
                     if tag.is_some() {
                         return Err(SourceError::NotSupported(
@@ -458,6 +454,7 @@ impl BinlogReader {
                         .collect();
                     sids.push(Sid::new(*uuid).with_intervals(ivs));
                 }
+                mysql_gtids = Some(sids);
             }
             StartPosition::Gtid(GtidSet::Empty) => {
                 return Err(SourceError::Config("empty GTID start position".into()))
@@ -469,8 +466,7 @@ impl BinlogReader {
             server_id: self.options.server_id,
             setup,
             from,
-            mysql_gtids: matches!(self.asm.resume, StartPosition::Gtid(GtidSet::MySql(_)))
-                .then_some(sids),
+            mysql_gtids,
             describe: self.describe_resume(),
         })
     }
@@ -785,8 +781,9 @@ mod tests {
                 counter.fetch_add(1, Ordering::SeqCst);
             });
         // A budget of a quarter of one batch's bytes.
-        let mut feed = EventFeed::spawn(async { Ok(events) }, FEED_BATCH / 4 * SIZE).unwrap();
-        feed.opened().await.unwrap();
+        let mut feed = EventFeed::spawn(async { Ok(events) }, FEED_BATCH / 4 * SIZE)
+            .await
+            .unwrap();
         // The first batch is queued; the second was read and waits for room.
         assert_eq!(read_by_feed(&pulled, 2 * FEED_BATCH).await, 2 * FEED_BATCH);
         let first = feed.next().await.expect("an event").expect("no error");
