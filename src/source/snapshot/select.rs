@@ -15,7 +15,6 @@
 //! can never be in a deadlock with, and get InnoDB to abort, an application's transaction.
 
 use arrow::array::RecordBatch;
-use futures::{FutureExt, StreamExt};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
@@ -23,8 +22,9 @@ use crate::change::schema::{quote_ident, ColumnKind, Flavor, TableSchema};
 use crate::source::connect::{bounded, DEFAULT_READ_TIMEOUT};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
-    bit_value, finish_batch, parse_decimal_text, time_to_micros, ColumnBuilder,
+    bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_to_micros, ColumnBuilder,
 };
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Rows per Arrow batch produced by a `SELECT`.
@@ -351,28 +351,66 @@ async fn select(
     let mut result = bounded(limit, ctx, run).await?;
     let mut reader = SelectReader::new(schema, batch_rows);
     let mut batches = Vec::new();
-    let opened = async { result.stream::<mysql_async::Row>().await.map_err(mysql) };
-    let mut stream = bounded(limit, ctx, opened).await?.ok_or_else(|| {
-        SourceError::Internal(format!("SELECT of {} returned no result set", schema.id))
-    })?;
-    // The limit is per row: a large chunk may take longer than it as a whole. A row already
-    // received is taken at once; only one still to arrive is waited for under a timer, which
-    // costs a clock read and a timer entry each time.
-    loop {
-        let next = match stream.next().now_or_never() {
-            Some(next) => next,
-            None => bounded(limit, ctx, async { Ok(stream.next().await) }).await?,
-        };
-        let Some(row) = next else { break };
-        reader.push_row(row.map_err(mysql)?)?;
-        if reader.len() >= batch_rows {
-            batches.push(reader.finish()?);
+    let mut failed = None;
+    let received = AtomicU64::new(0);
+    // Rows are taken by a callback rather than a stream of rows: the stream allocates a future
+    // for every row, and bounding each row's wait takes a timer per row. The limit is still per
+    // row (a large chunk may take longer than it as a whole): see [`while_progressing`].
+    let read = result.for_each(|row| {
+        received.fetch_add(1, Ordering::Relaxed);
+        if failed.is_some() {
+            return;
         }
+        let pushed = reader.push_row(row).and_then(|()| {
+            if reader.len() >= batch_rows {
+                batches.push(reader.finish()?);
+            }
+            Ok(())
+        });
+        if let Err(e) = pushed {
+            failed = Some(e);
+        }
+    });
+    while_progressing(limit, ctx, &received, async { read.await.map_err(mysql) }).await?;
+    if let Some(e) = failed {
+        return Err(e);
     }
     if !reader.is_empty() || batches.is_empty() {
         batches.push(reader.finish()?);
     }
     Ok(batches)
+}
+
+/// Awaits `read`, a result set read row by row, failing with [`SourceError::ReadTimeout`] once
+/// `received` (its count of rows) has not moved for `limit`: a stalled server is found within
+/// 1.25 × `limit` without a timer per row.
+async fn while_progressing<T>(
+    limit: Duration,
+    context: impl FnOnce() -> String,
+    received: &AtomicU64,
+    read: impl std::future::Future<Output = SourceResult<T>>,
+) -> SourceResult<T> {
+    let mut read = std::pin::pin!(read);
+    let tick = (limit / 4).max(Duration::from_millis(1));
+    let mut seen = received.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    loop {
+        match tokio::time::timeout(tick, read.as_mut()).await {
+            Ok(done) => return done,
+            Err(_) => {
+                let now = received.load(Ordering::Relaxed);
+                if now != seen {
+                    seen = now;
+                    since = Instant::now();
+                } else if since.elapsed() >= limit {
+                    return Err(SourceError::ReadTimeout {
+                        context: context(),
+                        after: limit,
+                    });
+                }
+            }
+        }
+    }
 }
 
 fn bytes_of(value: &Value) -> Result<&[u8], String> {
@@ -412,8 +450,14 @@ fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Resu
             ref other => Err(format!("double column got {other:?}")),
         },
         ColumnKind::Decimal { scale, .. } => {
-            let text = std::str::from_utf8(bytes_of(value)?).map_err(|e| e.to_string())?;
-            b.append_decimal(parse_decimal_text(text, *scale)?)
+            let bytes = bytes_of(value)?;
+            match parse_decimal_fast(bytes, *scale) {
+                Some(unscaled) => b.append_decimal128(unscaled),
+                None => {
+                    let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+                    b.append_decimal(parse_decimal_text(text, *scale)?)
+                }
+            }
         }
         ColumnKind::Date => match *value {
             Value::Date(y, m, d, ..) => b.append_date(y as u32, m as u32, d as u32),
@@ -452,5 +496,44 @@ fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Resu
             }
             ref other => Err(format!("bit column got {other:?}")),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read whose rows keep coming runs past the limit; one that stops is cut off after it.
+    #[tokio::test]
+    async fn a_read_fails_only_when_its_rows_stop_coming() {
+        // Rows every 20 ms for 0.6 s, well inside a limit of 0.4 s each, even on a loaded machine.
+        let limit = Duration::from_millis(400);
+        let received = AtomicU64::new(0);
+        let steady = async {
+            for _ in 0..30 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                received.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(30)
+        };
+        let started = Instant::now();
+        let rows = while_progressing(limit, || "steady".into(), &received, steady).await;
+        assert_eq!(rows.unwrap(), 30);
+        assert!(started.elapsed() > limit);
+
+        let received = AtomicU64::new(0);
+        let stalls = async {
+            received.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
+            Ok(0)
+        };
+        let started = Instant::now();
+        let e = while_progressing(limit, || "stalled".into(), &received, stalls)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, SourceError::ReadTimeout { after, ref context } if after == limit && context == "stalled")
+        );
+        assert!(started.elapsed() >= limit);
     }
 }
