@@ -18,12 +18,15 @@
 //! TCP keeps a silent connection open for as long as the peer's kernel answers, so a stalled
 //! link or a paused server would make a read wait forever. Every read the capture makes from
 //! the server (a handshake, a query, a row of a result, a binlog event) is therefore awaited
-//! for at most [`ConnectOptions::read_timeout`] ([`bounded`]); one that gets no answer in time
-//! fails with [`SourceError::ReadTimeout`], a transient error: the connection is given up and
-//! the part of the capture that used it starts again after its backoff.
+//! for at most [`ConnectOptions::read_timeout`] ([`bounded`]; the rows of a result set, read by
+//! a callback, by [`while_progressing`], which notices within 1.25 × the limit that no row has
+//! come); one that gets no answer in time fails with [`SourceError::ReadTimeout`], a transient
+//! error: the connection is given up and the part of the capture that used it starts again
+//! after its backoff.
 
 use std::future::Future;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
@@ -67,6 +70,38 @@ pub async fn bounded<T>(
             context: context(),
             after: limit,
         }),
+    }
+}
+
+/// Awaits `read`, a result set read row by row, failing with [`SourceError::ReadTimeout`] once
+/// `received` (its count of rows) has not moved for `limit`: a stalled server is found within
+/// 1.25 × `limit` without a timer per row.
+pub async fn while_progressing<T>(
+    limit: Duration,
+    context: impl FnOnce() -> String,
+    received: &AtomicU64,
+    read: impl Future<Output = SourceResult<T>>,
+) -> SourceResult<T> {
+    let mut read = std::pin::pin!(read);
+    let tick = (limit / 4).max(Duration::from_millis(1));
+    let mut seen = received.load(Ordering::Relaxed);
+    let mut since = Instant::now();
+    loop {
+        match tokio::time::timeout(tick, read.as_mut()).await {
+            Ok(done) => return done,
+            Err(_) => {
+                let now = received.load(Ordering::Relaxed);
+                if now != seen {
+                    seen = now;
+                    since = Instant::now();
+                } else if since.elapsed() >= limit {
+                    return Err(SourceError::ReadTimeout {
+                        context: context(),
+                        after: limit,
+                    });
+                }
+            }
+        }
     }
 }
 
@@ -477,5 +512,39 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("no answer"), "{e}");
+    }
+
+    /// A read whose rows keep coming runs past the limit; one that stops is cut off after it.
+    #[tokio::test]
+    async fn a_read_fails_only_when_its_rows_stop_coming() {
+        // Rows every 20 ms for 0.6 s, well inside a limit of 0.4 s each, even on a loaded machine.
+        let limit = Duration::from_millis(400);
+        let received = AtomicU64::new(0);
+        let steady = async {
+            for _ in 0..30 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                received.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(30)
+        };
+        let started = Instant::now();
+        let rows = while_progressing(limit, || "steady".into(), &received, steady).await;
+        assert_eq!(rows.unwrap(), 30);
+        assert!(started.elapsed() > limit);
+
+        let received = AtomicU64::new(0);
+        let stalls = async {
+            received.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
+            Ok(0)
+        };
+        let started = Instant::now();
+        let e = while_progressing(limit, || "stalled".into(), &received, stalls)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, SourceError::ReadTimeout { after, ref context } if after == limit && context == "stalled")
+        );
+        assert!(started.elapsed() >= limit);
     }
 }

@@ -19,7 +19,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
 use crate::change::schema::{quote_ident, ColumnKind, Flavor, TableSchema};
-use crate::source::connect::{bounded, DEFAULT_READ_TIMEOUT};
+use crate::source::connect::{bounded, while_progressing, DEFAULT_READ_TIMEOUT};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
     bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_to_micros, ColumnBuilder,
@@ -381,38 +381,6 @@ async fn select(
     Ok(batches)
 }
 
-/// Awaits `read`, a result set read row by row, failing with [`SourceError::ReadTimeout`] once
-/// `received` (its count of rows) has not moved for `limit`: a stalled server is found within
-/// 1.25 × `limit` without a timer per row.
-async fn while_progressing<T>(
-    limit: Duration,
-    context: impl FnOnce() -> String,
-    received: &AtomicU64,
-    read: impl std::future::Future<Output = SourceResult<T>>,
-) -> SourceResult<T> {
-    let mut read = std::pin::pin!(read);
-    let tick = (limit / 4).max(Duration::from_millis(1));
-    let mut seen = received.load(Ordering::Relaxed);
-    let mut since = Instant::now();
-    loop {
-        match tokio::time::timeout(tick, read.as_mut()).await {
-            Ok(done) => return done,
-            Err(_) => {
-                let now = received.load(Ordering::Relaxed);
-                if now != seen {
-                    seen = now;
-                    since = Instant::now();
-                } else if since.elapsed() >= limit {
-                    return Err(SourceError::ReadTimeout {
-                        context: context(),
-                        after: limit,
-                    });
-                }
-            }
-        }
-    }
-}
-
 fn bytes_of(value: &Value) -> Result<&[u8], String> {
     match value {
         Value::Bytes(b) => Ok(b),
@@ -496,44 +464,5 @@ fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Resu
             }
             ref other => Err(format!("bit column got {other:?}")),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A read whose rows keep coming runs past the limit; one that stops is cut off after it.
-    #[tokio::test]
-    async fn a_read_fails_only_when_its_rows_stop_coming() {
-        // Rows every 20 ms for 0.6 s, well inside a limit of 0.4 s each, even on a loaded machine.
-        let limit = Duration::from_millis(400);
-        let received = AtomicU64::new(0);
-        let steady = async {
-            for _ in 0..30 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                received.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(30)
-        };
-        let started = Instant::now();
-        let rows = while_progressing(limit, || "steady".into(), &received, steady).await;
-        assert_eq!(rows.unwrap(), 30);
-        assert!(started.elapsed() > limit);
-
-        let received = AtomicU64::new(0);
-        let stalls = async {
-            received.fetch_add(1, Ordering::Relaxed);
-            std::future::pending::<()>().await;
-            Ok(0)
-        };
-        let started = Instant::now();
-        let e = while_progressing(limit, || "stalled".into(), &received, stalls)
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(e, SourceError::ReadTimeout { after, ref context } if after == limit && context == "stalled")
-        );
-        assert!(started.elapsed() >= limit);
     }
 }
