@@ -73,6 +73,13 @@ async fn mysql_snapshot_runs_chunks_as_partitions_and_explains_them() {
             "note=n39 id=39"
         ]
     );
+    // Every chunk of the capture was read by our own row connection.
+    let readers = query(
+        &engine,
+        "SELECT DISTINCT reader FROM cdc.chunks WHERE source = 'ra'",
+    )
+    .await;
+    assert_eq!(readers, ["reader=own"]);
     // EXPLAIN ANALYZE shows each chunk's HIGH and the one position the result is at.
     let analyzed = explain(&engine, &format!("ANALYZE {sql}")).await;
     assert!(analyzed.contains(", position="), "{analyzed}");

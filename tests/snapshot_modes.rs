@@ -8,7 +8,7 @@ use cdcfusion::change::schema::{Flavor, TableId};
 use cdcfusion::change::{Op, SourceTransaction};
 use cdcfusion::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use cdcfusion::source::connect::{current_position, ConnectOptions};
-use cdcfusion::source::snapshot::incremental::{HookPoint, Phase, SnapshotMethod};
+use cdcfusion::source::snapshot::incremental::{HookPoint, Phase, RowReader, SnapshotMethod};
 use cdcfusion::source::snapshot::select_batches;
 use common::*;
 use futures::FutureExt;
@@ -233,6 +233,16 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
             "string keys are cut by boundary queries: {:?}",
             report.chunks
         );
+        // Keyed chunks under watermarks are read by our own row connection; a consistent
+        // snapshot's and a keyless table's locked reads by the driver, inside their
+        // transactions.
+        for c in &report.chunks {
+            let expected = match method {
+                SnapshotMethod::Watermarks if c.table.table != "nokey" => RowReader::Own,
+                _ => RowReader::Driver,
+            };
+            assert_eq!(c.reader, Some(expected), "{method:?} {c:?}");
+        }
         let (end, _) = position().await;
         capture.catch_up_to(&end).await.unwrap();
         for t in 0..capture.tables().len() {

@@ -5,7 +5,8 @@
 //! binary bytes, large BLOB/TEXT, ENUM/SET, BIT(64), JSON), written in a session whose time zone
 //! is neither UTC nor the server's. The rows are then updated and deleted. Insert after-images
 //! and update before-images must equal a `SELECT` taken after the insert; update after-images
-//! and delete before-images must equal a `SELECT` taken after the update.
+//! and delete before-images must equal a `SELECT` taken after the update. The snapshot's own
+//! row connection (`source::wire`) must read every `SELECT` exactly as the driver does.
 
 mod common;
 
@@ -14,9 +15,11 @@ use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use cdcfusion::change::position::StartPosition;
 use cdcfusion::change::schema::{TableId, TableSchema};
 use cdcfusion::change::{Op, SourceTransaction};
-use cdcfusion::source::connect::ConnectOptions;
+use cdcfusion::source::connect::{ConnectOptions, SESSION_INIT};
 use cdcfusion::source::schema::load_table_schema;
+use cdcfusion::source::snapshot::select::select_batches_wire;
 use cdcfusion::source::snapshot::select_batches;
+use cdcfusion::source::wire::{Opened, WireConnection};
 use common::*;
 use mysql_async::prelude::Queryable;
 
@@ -152,11 +155,13 @@ async fn binlog_and_select_decode_every_type_identically() {
         .unwrap();
     let mut reader = reader(server, "types_p", StartPosition::Current).await;
 
-    let mut snap = ConnectOptions::from_url(&server.cdc_url())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let options = ConnectOptions::from_url(&server.cdc_url()).unwrap();
+    let mut snap = options.connect().await.unwrap();
+    // The snapshot's own row connection must read the same values as the driver.
+    let mut wire = match WireConnection::open(&options, None, &SESSION_INIT).await {
+        Ok(Opened::Ready(wire)) => wire,
+        other => panic!("expected a row connection, got {other:?}"),
+    };
     let id = TableId::new("types_p", "all_types");
     let schema = load_table_schema(&mut snap, &id).await.unwrap().unwrap();
     let order = Some("1 = 1 ORDER BY id");
@@ -173,6 +178,16 @@ async fn binlog_and_select_decode_every_type_identically() {
             .unwrap(),
         &schema,
     );
+    let after_insert_wire = sorted(
+        &select_batches_wire(&mut wire, &schema, order, &[], 2)
+            .await
+            .unwrap(),
+        &schema,
+    );
+    assert_eq!(
+        after_insert_wire, after_insert,
+        "the row connection read other values"
+    );
     conn.query_drop(
         "UPDATE types_p.all_types SET ti = -ti, vc = CONCAT(COALESCE(vc, ''), '!'),
          dtm6 = dtm6 + INTERVAL 1 SECOND, ts6 = ts6 - INTERVAL 1 MICROSECOND,
@@ -185,6 +200,16 @@ async fn binlog_and_select_decode_every_type_identically() {
             .await
             .unwrap(),
         &schema,
+    );
+    let after_update_wire = sorted(
+        &select_batches_wire(&mut wire, &schema, order, &[], 2)
+            .await
+            .unwrap(),
+        &schema,
+    );
+    assert_eq!(
+        after_update_wire, after_update,
+        "the row connection read other values"
     );
     conn.query_drop("DELETE FROM types_p.all_types")
         .await

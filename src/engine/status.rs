@@ -475,7 +475,7 @@ fn build(
             ])
         }
         "chunks" => {
-            let mut cols: [Vec<Option<String>>; 7] = Default::default();
+            let mut cols: [Vec<Option<String>>; 8] = Default::default();
             let (mut index, mut rows, mut reads) = (vec![], vec![], vec![]);
             for s in sources {
                 for c in s.progress.report().chunks {
@@ -488,10 +488,11 @@ fn build(
                     cols[6].push(Some(format!("{:?}", c.state).to_lowercase()));
                     index.push(c.index as u64);
                     rows.push(c.rows as u64);
+                    cols[7].push(c.reader.map(|r| r.as_str().to_string()));
                     reads.push(u64::from(c.reads));
                 }
             }
-            let [source, db, name, range, low, high, state] = cols;
+            let [source, db, name, range, low, high, state, reader] = cols;
             table(vec![
                 ("source", text(source)),
                 ("db", text(db)),
@@ -503,6 +504,7 @@ fn build(
                 ("rows", Arc::new(UInt64Array::from(rows))),
                 ("state", text(state)),
                 ("reads", Arc::new(UInt64Array::from(reads))),
+                ("reader", text(reader)),
             ])
         }
         "schema_history" => {

@@ -47,6 +47,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// enough that a stalled connection is noticed within a minute.
 pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The session settings of every connection: utf8mb4 and UTC, so text and `TIMESTAMP` values
+/// read by `SELECT` are exact.
+pub const SESSION_INIT: [&str; 2] = ["SET NAMES utf8mb4", "SET time_zone = '+00:00'"];
+
 /// How to reach the source server.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
@@ -165,8 +169,7 @@ impl ConnectOptions {
     /// Opens a connection, retrying transient failures with backoff. Every connection uses
     /// utf8mb4 and UTC, so text and `TIMESTAMP` values read by `SELECT` are exact.
     pub async fn connect(&self) -> SourceResult<Conn> {
-        let opts = OptsBuilder::from_opts(self.opts.clone())
-            .init(vec!["SET NAMES utf8mb4", "SET time_zone = '+00:00'"]);
+        let opts = OptsBuilder::from_opts(self.opts.clone()).init(SESSION_INIT.to_vec());
         let mut delay = INITIAL_BACKOFF;
         let mut attempt = 0;
         loop {

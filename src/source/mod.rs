@@ -8,6 +8,8 @@
 //! * [`evolve`]: what one such statement does to a captured table's rows and columns, when
 //!   that can be followed exactly;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
+//! * [`wire`]: a connection of our own whose `SELECT` rows are read in place, for the
+//!   snapshot's reads;
 //! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
 //!   lock-free incremental snapshot built on them;
 //! * [`checksum`]: row checksums over one canonical text, in the server's SQL and from Arrow
@@ -24,5 +26,6 @@ pub mod evolve;
 pub mod schema;
 pub mod snapshot;
 pub mod types;
+pub mod wire;
 
 pub use error::{SourceError, SourceResult};

@@ -53,7 +53,8 @@ use futures::{StreamExt, TryStreamExt};
 pub use super::chunks::SnapshotChunk;
 use super::chunks::{estimate_rows, plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
 pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
-pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport};
+pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport, RowReader};
+use super::protocol::ChunkConnection;
 use super::window::{RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
@@ -195,7 +196,12 @@ pub struct SnapshotRun {
     pub(super) done: Mutex<Vec<SnapshotChunk>>,
     /// Connections of chunks that finished cleanly, for the next chunks (at most
     /// `parallelism` exist at a time): each keeps its prepared statements.
-    pub(super) idle: Mutex<Vec<mysql_async::Conn>>,
+    pub(super) idle: Mutex<Vec<ChunkConnection>>,
+    /// The server's Unix socket (`@@socket`), asked once; see `protocol::open_rows`.
+    pub(super) socket: tokio::sync::OnceCell<Option<String>>,
+    /// Set once our own row connection could not be opened for a reason that will not pass
+    /// (see `source::wire`): the run's chunks then read with `mysql_async` only.
+    pub(super) driver_rows_only: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for SnapshotRun {
@@ -333,6 +339,7 @@ pub async fn plan_snapshot(
                         rows: 0,
                         state: ChunkState::Pending,
                         reads: 0,
+                        reader: None,
                     })
             })
             .collect();
@@ -362,6 +369,8 @@ pub async fn plan_snapshot(
         outcomes: Mutex::new(HashMap::new()),
         done: Mutex::new(done),
         idle: Mutex::new(Vec::new()),
+        socket: tokio::sync::OnceCell::new(),
+        driver_rows_only: Default::default(),
     }))
 }
 
@@ -582,6 +591,8 @@ impl SnapshotRun {
             outcomes: Mutex::new(HashMap::new()),
             done: Mutex::new(Vec::new()),
             idle: Mutex::new(Vec::new()),
+            socket: tokio::sync::OnceCell::new(),
+            driver_rows_only: Default::default(),
         }))
     }
 

@@ -32,6 +32,25 @@ pub enum ChunkState {
     Done,
 }
 
+/// Which connection read a chunk's rows (see `source::wire`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowReader {
+    /// Our own connection, rows read in place.
+    Own,
+    /// `mysql_async`: the consistent snapshot, a keyless table's locked read, or a run whose
+    /// server or options our connection does not speak.
+    Driver,
+}
+
+impl RowReader {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowReader::Own => "own",
+            RowReader::Driver => "driver",
+        }
+    }
+}
+
 /// Status of one chunk.
 #[derive(Debug, Clone)]
 pub struct ChunkStatus {
@@ -44,6 +63,8 @@ pub struct ChunkStatus {
     pub state: ChunkState,
     /// Times the chunk was read: more than one when a DDL on its table made it read again.
     pub reads: u32,
+    /// The connection that last read it (`None`: not read by this process).
+    pub reader: Option<RowReader>,
 }
 
 /// Progress of a capture, shared with the rest of the engine.

@@ -19,23 +19,38 @@ use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
+use std::sync::atomic::Ordering;
 
 use super::incremental::{
-    ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, SnapshotRun,
+    ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, RowReader, SnapshotRun,
 };
 use super::select::{
-    select_batches_locked, select_batches_within, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
+    select_batches_locked, select_batches_wire, select_batches_within, visibility_barrier,
+    LockRetry, DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::TableId;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
+use crate::source::connect::SESSION_INIT;
 use crate::source::error::{SourceError, SourceResult};
+use crate::source::wire::{Opened, WireConnection};
 use std::sync::Arc;
 
 /// How long a keyless table's locked read keeps trying to get its rows' locks: long-open
 /// transactions must end for it to see a committed state.
 const LOCKED_READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+
+const ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+
+/// A chunk's connections: `sql` for everything but the watermarked `SELECT`, which `rows`
+/// reads when the run has it (see `source::wire`). Both are kept between chunks, with their
+/// prepared statements.
+#[derive(Debug)]
+pub(super) struct ChunkConnection {
+    sql: Conn,
+    rows: Option<WireConnection>,
+}
 
 impl SnapshotRun {
     async fn feed(&self) -> SourceResult<&WindowFeed> {
@@ -58,13 +73,13 @@ impl SnapshotRun {
             .await
     }
 
-    /// A connection for a chunk: an idle one that still answers (within the read timeout), or
-    /// a new one, set to REPEATABLE READ once. The reads that keep a transaction need that
+    /// The connections for a chunk: idle ones that still answer (within the read timeout),
+    /// or new ones, set to REPEATABLE READ once. The reads that keep a transaction need that
     /// level: a keyless chunk's locked read, and a consistent snapshot, which InnoDB ignores
     /// (with a warning) under READ COMMITTED, a server default some sites choose; its
     /// `SELECT` would then read a newer state than the reported position and count a keyless
     /// row written in between twice. Autocommit reads take a new view either way.
-    async fn chunk_connection(&self) -> SourceResult<Conn> {
+    async fn chunk_connection(&self) -> SourceResult<ChunkConnection> {
         loop {
             let idle = self
                 .idle
@@ -72,18 +87,59 @@ impl SnapshotRun {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .pop();
             let Some(mut conn) = idle else {
-                let mut conn = self.connect.connect().await?;
-                let isolation = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-                self.run(&mut conn, isolation, || {
+                let mut sql = self.connect.connect().await?;
+                self.run(&mut sql, ISOLATION, || {
                     "setting a chunk connection's isolation level".into()
                 })
                 .await?;
-                return Ok(conn);
+                let rows = self.open_rows(&mut sql).await?;
+                return Ok(ChunkConnection { sql, rows });
             };
-            // A server restarted since the connection was last used would fail the chunk's
-            // first statement; one round trip tells.
-            if let Ok(Ok(())) = tokio::time::timeout(self.connect.read_timeout, conn.ping()).await {
-                return Ok(conn);
+            // A server restarted since the connections were last used would fail the chunk's
+            // first statement; one round trip each tells.
+            let limit = self.connect.read_timeout;
+            if let Ok(Ok(())) = tokio::time::timeout(limit, conn.sql.ping()).await {
+                let rows_answer = match conn.rows.as_mut() {
+                    Some(rows) => rows.ping().await.is_ok(),
+                    None => true,
+                };
+                if rows_answer {
+                    return Ok(conn);
+                }
+            }
+        }
+    }
+
+    /// Our own connection for the watermarked `SELECT`s (see `source::wire`), over the
+    /// server's Unix socket when it is local and the options prefer sockets (as `mysql_async`
+    /// does); `None` when it cannot be had for a reason that
+    /// will not pass, logged once, after which the run reads with `mysql_async` alone.
+    async fn open_rows(&self, sql: &mut Conn) -> SourceResult<Option<WireConnection>> {
+        if self.consistent || self.driver_rows_only.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let prefer_socket = self.connect.opts.prefer_socket();
+        let socket = self
+            .socket
+            .get_or_init(|| async {
+                if !prefer_socket {
+                    return None;
+                }
+                let ask = sql.query_first::<Option<String>, _>("SELECT @@socket");
+                match tokio::time::timeout(self.connect.read_timeout, ask).await {
+                    Ok(Ok(Some(Some(path)))) if !path.is_empty() => Some(path),
+                    _ => None,
+                }
+            })
+            .await;
+        let init: Vec<&str> = SESSION_INIT.iter().copied().chain([ISOLATION]).collect();
+        match WireConnection::open(&self.connect, socket.as_deref(), &init).await? {
+            Opened::Ready(conn) => Ok(Some(conn)),
+            Opened::Unsupported(reason) => {
+                if !self.driver_rows_only.swap(true, Ordering::Relaxed) {
+                    tracing::info!(%reason, "snapshot rows are read through mysql_async");
+                }
+                Ok(None)
             }
         }
     }
@@ -150,11 +206,15 @@ impl SnapshotRun {
             Some(key) => range.predicate(&schema.columns[key].name),
             None => (None, vec![]),
         };
+        let reader = match conn.rows {
+            Some(_) if !self.consistent && !table.codec.keyless() => RowReader::Own,
+            _ => RowReader::Driver,
+        };
         let (low, high, scanned) = if self.consistent {
-            self.read_consistent(&mut conn, t, index, predicate.as_deref(), params)
+            self.read_consistent(&mut conn.sql, t, index, predicate.as_deref(), params)
                 .await?
         } else if table.codec.keyless() {
-            self.read_locked(&mut conn, t, index, predicate.as_deref(), params)
+            self.read_locked(&mut conn.sql, t, index, predicate.as_deref(), params)
                 .await?
         } else {
             let feed = self.feed().await?;
@@ -171,7 +231,7 @@ impl SnapshotRun {
             feed.release(&low);
             // A table without a chunk key is read as one chunk covering every value.
             normalize(
-                &mut conn,
+                &mut conn.sql,
                 &table.codec,
                 table.check.as_ref(),
                 range,
@@ -184,6 +244,7 @@ impl SnapshotRun {
         self.status(t, index, |c| {
             c.state = ChunkState::Done;
             c.rows = n;
+            c.reader = Some(reader);
             c.low = Some(low.clone());
             c.high = Some(high.clone());
         });
@@ -221,7 +282,7 @@ impl SnapshotRun {
 
     async fn read_watermarked(
         &self,
-        conn: &mut Conn,
+        conn: &mut ChunkConnection,
         feed: &WindowFeed,
         t: usize,
         index: usize,
@@ -236,7 +297,7 @@ impl SnapshotRun {
         // before its LOW): folding changes the SELECT already saw again is harmless (full images,
         // in order), missing one is not.
         let pin = feed.pin();
-        let server_low = self.position(conn).await;
+        let server_low = self.position(&mut conn.sql).await;
         let low = match server_low {
             Ok((server_low, _)) if pin.file.is_empty() => server_low,
             Ok(_) => pin.clone(),
@@ -252,14 +313,29 @@ impl SnapshotRun {
         self.hook(HookPoint::AfterLow, t, index).await;
         let limit = self.connect.read_timeout;
         let flavor = self.info.flavor;
-        let barrier =
-            visibility_barrier(conn, schema, flavor, predicate, params.clone(), limit).await;
+        let barrier = visibility_barrier(
+            &mut conn.sql,
+            schema,
+            flavor,
+            predicate,
+            params.clone(),
+            limit,
+        )
+        .await;
         if let Err(e) = barrier {
             feed.release(&low);
             return Err(e);
         }
-        let scanned =
-            select_batches_within(conn, schema, predicate, params, DEFAULT_BATCH_ROWS, limit).await;
+        let scanned = match conn.rows.as_mut() {
+            Some(rows) => {
+                select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS).await
+            }
+            None => {
+                let sql = &mut conn.sql;
+                select_batches_within(sql, schema, predicate, params, DEFAULT_BATCH_ROWS, limit)
+                    .await
+            }
+        };
         let scanned = match scanned {
             Ok(s) => s,
             Err(e) => {
@@ -269,7 +345,7 @@ impl SnapshotRun {
         };
         self.hook(HookPoint::AfterSelect, t, index).await;
         self.hook(HookPoint::BeforeHigh, t, index).await;
-        let high = match self.position(conn).await {
+        let high = match self.position(&mut conn.sql).await {
             Ok((high, _)) => high,
             Err(e) => {
                 feed.release(&low);

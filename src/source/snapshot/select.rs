@@ -24,6 +24,7 @@ use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
     bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_to_micros, ColumnBuilder,
 };
+use crate::source::wire::{BinaryRow, ValueError, WireConnection, WireValue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,8 @@ pub const DEFAULT_BATCH_ROWS: usize = 8192;
 pub struct SelectReader<'a> {
     schema: &'a TableSchema,
     builders: Vec<ColumnBuilder>,
+    /// Whether each column's Arrow field takes NULL.
+    nullable: Vec<bool>,
     rows: usize,
 }
 
@@ -46,6 +49,12 @@ impl<'a> SelectReader<'a> {
                 .columns
                 .iter()
                 .map(|c| ColumnBuilder::new(&c.kind, batch_rows))
+                .collect(),
+            nullable: schema
+                .arrow
+                .fields()
+                .iter()
+                .map(|f| f.is_nullable())
                 .collect(),
             rows: 0,
         }
@@ -61,41 +70,55 @@ impl<'a> SelectReader<'a> {
             .join(", ")
     }
 
-    /// Appends one result row; a value that does not convert is an error naming the table,
-    /// the column and the row's primary key.
+    /// Appends one result row read by `mysql_async`; a value that does not convert is an
+    /// error naming the table, the column and the row's primary key.
     pub fn push_row(&mut self, row: mysql_async::Row) -> SourceResult<()> {
         let values = row.unwrap_raw();
-        if values.len() != self.builders.len() {
+        self.push_values(values.len(), || {
+            values
+                .iter()
+                .map(|v| v.as_ref().map(WireValue::from).ok_or(ValueError::Missing))
+        })
+    }
+
+    /// Appends one row read in place by our own connection (see `source::wire`).
+    pub fn push_binary(&mut self, row: &BinaryRow<'_>) -> SourceResult<()> {
+        self.push_values(row.len(), || row.values())
+    }
+
+    /// Appends the `count` values `values()` yields (asked again only to name a bad row).
+    fn push_values<'v, I>(&mut self, count: usize, values: impl Fn() -> I) -> SourceResult<()>
+    where
+        I: Iterator<Item = Result<WireValue<'v>, ValueError>>,
+    {
+        if count != self.builders.len() {
             return Err(SourceError::Raced {
                 context: format!("SELECT of {}", self.schema.id),
                 detail: format!(
-                    "it returned {} columns, the schema read before has {}",
-                    values.len(),
+                    "it returned {count} columns, the schema read before has {}",
                     self.builders.len()
                 ),
             });
         }
-        let fields = self.schema.arrow.fields();
-        // One builder and one field per schema column, and `values` has as many (checked).
-        for (i, ((value, col), builder)) in values
-            .iter()
+        // One builder and one nullability per schema column, and as many values (checked).
+        for (((value, col), builder), &nullable) in values()
             .zip(&self.schema.columns)
             .zip(&mut self.builders)
-            .enumerate()
+            .zip(&self.nullable)
         {
             let appended = match value {
-                None => Err("the driver returned no value".to_string()),
-                Some(Value::NULL) if !fields[i].is_nullable() => {
-                    Err("NULL in a NOT NULL column".to_string())
-                }
-                Some(value) => append_value(&col.kind, value, builder),
+                Err(e) => Err(e.to_string()),
+                Ok(WireValue::Null) if !nullable => Err("NULL in a NOT NULL column".to_string()),
+                Ok(value) => append_value(&col.kind, value, builder),
             };
-            appended.map_err(|detail| SourceError::BadValue {
-                table: self.schema.id.to_string(),
-                column: col.name.clone(),
-                row: describe_key(self.schema, &values, self.rows),
-                detail,
-            })?;
+            if let Err(detail) = appended {
+                return Err(SourceError::BadValue {
+                    table: self.schema.id.to_string(),
+                    column: col.name.clone(),
+                    row: describe_key(self.schema, values(), self.rows),
+                    detail,
+                });
+            }
         }
         self.rows += 1;
         Ok(())
@@ -122,16 +145,21 @@ impl<'a> SelectReader<'a> {
 }
 
 /// Names a `SELECT` row for an error: its primary key values, or its ordinal in the batch.
-fn describe_key(schema: &TableSchema, values: &[Option<Value>], ordinal: usize) -> String {
+fn describe_key<'v>(
+    schema: &TableSchema,
+    values: impl Iterator<Item = Result<WireValue<'v>, ValueError>>,
+    ordinal: usize,
+) -> String {
+    let values: Vec<Option<WireValue<'v>>> = values.map(Result::ok).collect();
     let key: Vec<String> = schema
         .primary_key
         .iter()
         .filter_map(|&k| {
-            let value = values.get(k)?.as_ref()?;
+            let value = (*values.get(k)?)?;
             Some(format!(
                 "{}={}",
                 schema.columns.get(k)?.name,
-                value.as_sql(false)
+                value.to_value().as_sql(false)
             ))
         })
         .collect();
@@ -320,15 +348,8 @@ pub async fn select_batches_locked(
     .await
 }
 
-async fn select(
-    conn: &mut Conn,
-    schema: &TableSchema,
-    predicate: Option<&str>,
-    params: Vec<Value>,
-    batch_rows: usize,
-    lock: Option<&str>,
-    limit: Duration,
-) -> SourceResult<Vec<RecordBatch>> {
+/// `SELECT <all columns> FROM table [WHERE predicate][lock]`.
+fn select_sql(schema: &TableSchema, predicate: Option<&str>, lock: Option<&str>) -> String {
     let mut sql = format!(
         "SELECT {} FROM {}",
         SelectReader::select_list(schema),
@@ -341,6 +362,47 @@ async fn select(
     if let Some(lock) = lock {
         sql.push_str(lock);
     }
+    sql
+}
+
+/// [`select_batches_within`] on our own connection, whose rows go into the builders without
+/// an intermediate `Row` (see `source::wire`); the connection's own read timeout bounds
+/// every read.
+pub async fn select_batches_wire(
+    conn: &mut WireConnection,
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    params: &[Value],
+    batch_rows: usize,
+) -> SourceResult<Vec<RecordBatch>> {
+    let sql = select_sql(schema, predicate, None);
+    let ctx = || format!("reading {}", schema.id);
+    let mut reader = SelectReader::new(schema, batch_rows);
+    let mut batches = Vec::new();
+    conn.select(&sql, params, &ctx, |row| {
+        reader.push_binary(row)?;
+        if reader.len() >= batch_rows {
+            batches.push(reader.finish()?);
+        }
+        Ok(())
+    })
+    .await?;
+    if !reader.is_empty() || batches.is_empty() {
+        batches.push(reader.finish()?);
+    }
+    Ok(batches)
+}
+
+async fn select(
+    conn: &mut Conn,
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    params: Vec<Value>,
+    batch_rows: usize,
+    lock: Option<&str>,
+    limit: Duration,
+) -> SourceResult<Vec<RecordBatch>> {
+    let sql = select_sql(schema, predicate, lock);
     let ctx = || format!("reading {}", schema.id);
     let mysql = |e| SourceError::from_mysql(ctx(), e);
     let run = async {
@@ -381,41 +443,45 @@ async fn select(
     Ok(batches)
 }
 
-fn bytes_of(value: &Value) -> Result<&[u8], String> {
+fn bytes_of(value: WireValue<'_>) -> Result<&[u8], String> {
     match value {
-        Value::Bytes(b) => Ok(b),
+        WireValue::Bytes(b) => Ok(b),
         other => Err(format!("expected bytes, got {other:?}")),
     }
 }
 
 /// Appends one non-NULL value (NULLs are appended here too, for nullable fields).
-fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Result<(), String> {
-    if *value == Value::NULL {
+fn append_value(
+    kind: &ColumnKind,
+    value: WireValue<'_>,
+    b: &mut ColumnBuilder,
+) -> Result<(), String> {
+    if value == WireValue::Null {
         b.append_null();
         return Ok(());
     }
     match kind {
-        ColumnKind::Int { .. } | ColumnKind::Year => match *value {
-            Value::Int(v) => b.append_i64(v),
-            Value::UInt(v) => b.append_u64(v),
-            Value::Bytes(ref t) => {
+        ColumnKind::Int { .. } | ColumnKind::Year => match value {
+            WireValue::Int(v) => b.append_i64(v),
+            WireValue::UInt(v) => b.append_u64(v),
+            WireValue::Bytes(t) => {
                 let t = String::from_utf8_lossy(t);
                 match t.parse::<i64>() {
                     Ok(v) => b.append_i64(v),
                     Err(_) => b.append_u64(t.parse().map_err(|_| format!("bad integer {t:?}"))?),
                 }
             }
-            ref other => Err(format!("integer column got {other:?}")),
+            other => Err(format!("integer column got {other:?}")),
         },
-        ColumnKind::Float => match *value {
-            Value::Float(v) => b.append_f32(v),
-            Value::Double(v) => b.append_f32(v as f32),
-            ref other => Err(format!("float column got {other:?}")),
+        ColumnKind::Float => match value {
+            WireValue::Float(v) => b.append_f32(v),
+            WireValue::Double(v) => b.append_f32(v as f32),
+            other => Err(format!("float column got {other:?}")),
         },
-        ColumnKind::Double => match *value {
-            Value::Double(v) => b.append_f64(v),
-            Value::Float(v) => b.append_f64(v as f64),
-            ref other => Err(format!("double column got {other:?}")),
+        ColumnKind::Double => match value {
+            WireValue::Double(v) => b.append_f64(v),
+            WireValue::Float(v) => b.append_f64(v as f64),
+            other => Err(format!("double column got {other:?}")),
         },
         ColumnKind::Decimal { scale, .. } => {
             let bytes = bytes_of(value)?;
@@ -427,25 +493,25 @@ fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Resu
                 }
             }
         }
-        ColumnKind::Date => match *value {
-            Value::Date(y, m, d, ..) => b.append_date(y as u32, m as u32, d as u32),
-            ref other => Err(format!("date column got {other:?}")),
+        ColumnKind::Date => match value {
+            WireValue::Date(y, m, d, ..) => b.append_date(y as u32, m as u32, d as u32),
+            other => Err(format!("date column got {other:?}")),
         },
-        ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => match *value {
-            Value::Date(y, mo, d, h, mi, s, us) => b.append_datetime(
+        ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => match value {
+            WireValue::Date(y, mo, d, h, mi, s, us) => b.append_datetime(
                 y as u32, mo as u32, d as u32, h as u32, mi as u32, s as u32, us,
             ),
-            ref other => Err(format!("datetime column got {other:?}")),
+            other => Err(format!("datetime column got {other:?}")),
         },
-        ColumnKind::Time { .. } => match *value {
-            Value::Time(neg, days, h, m, s, us) => {
+        ColumnKind::Time { .. } => match value {
+            WireValue::Time(neg, days, h, m, s, us) => {
                 let hours = days
                     .checked_mul(24)
                     .and_then(|d| d.checked_add(h as u32))
                     .ok_or_else(|| format!("time of {days} days is outside MySQL's TIME range"))?;
                 b.append_time_micros(time_to_micros(neg, hours, m as u32, s as u32, us)?)
             }
-            ref other => Err(format!("time column got {other:?}")),
+            other => Err(format!("time column got {other:?}")),
         },
         // The server converts every text column to the connection's utf8mb4.
         ColumnKind::Text { .. }
@@ -456,13 +522,13 @@ fn append_value(kind: &ColumnKind, value: &Value, b: &mut ColumnBuilder) -> Resu
         }
         ColumnKind::Binary { pad_to } => b.append_bytes(bytes_of(value)?, *pad_to),
         ColumnKind::Geometry | ColumnKind::Vector => b.append_bytes(bytes_of(value)?, None),
-        ColumnKind::Bit { .. } => match *value {
-            Value::Bytes(ref bytes) => b.append_u64(bit_value(bytes)?),
-            Value::UInt(v) => b.append_u64(v),
-            Value::Int(v) => {
+        ColumnKind::Bit { .. } => match value {
+            WireValue::Bytes(bytes) => b.append_u64(bit_value(bytes)?),
+            WireValue::UInt(v) => b.append_u64(v),
+            WireValue::Int(v) => {
                 b.append_u64(u64::try_from(v).map_err(|_| format!("negative BIT value {v}"))?)
             }
-            ref other => Err(format!("bit column got {other:?}")),
+            other => Err(format!("bit column got {other:?}")),
         },
     }
 }
