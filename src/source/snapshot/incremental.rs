@@ -54,13 +54,13 @@ pub use super::chunks::SnapshotChunk;
 use super::chunks::{estimate_rows, plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
 pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport, RowReader};
-use super::protocol::ChunkConnection;
 use super::window::{RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{Flavor, TableId, TableSchema};
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
+use crate::source::wire::WireConnection;
 
 /// Where in a chunk's protocol a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +202,15 @@ pub struct SnapshotRun {
     /// Set once our own row connection could not be opened for a reason that will not pass
     /// (see `source::wire`): the run's chunks then read with `mysql_async` only.
     pub(super) driver_rows_only: std::sync::atomic::AtomicBool,
+}
+
+/// A chunk's connections: `sql` for everything but the watermarked `SELECT`, which `rows`
+/// reads when the run has it (see `source::wire`). Both are kept between chunks, with their
+/// prepared statements.
+#[derive(Debug)]
+pub(super) struct ChunkConnection {
+    pub(super) sql: mysql_async::Conn,
+    pub(super) rows: Option<WireConnection>,
 }
 
 impl std::fmt::Debug for SnapshotRun {

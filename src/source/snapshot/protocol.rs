@@ -11,6 +11,13 @@
 //! waits for the read's transaction to end, after HIGH. The window is empty (LOW = HIGH).
 //! Writers to that table wait for the duration of the chunk's read.
 //!
+//! # Connections
+//! A chunk holds two connections, reused by the next chunk: the driver's, for the positions,
+//! the barrier, the window fold and every read inside a transaction, and our own
+//! (`source::wire`) for the watermarked `SELECT`, whose rows it reads in place. Statements on
+//! the two follow one another, never overlap, so the order of LOW, barrier, `SELECT` and HIGH
+//! is the same as on one connection.
+//!
 //! # Invariant
 //! [`SnapshotRun::read_chunk`] returns the table's state at the chunk's HIGH within its range,
 //! and records that HIGH (and LOW) for the run; see `incremental` for why each step is there.
@@ -22,7 +29,8 @@ use mysql_async::Conn;
 use std::sync::atomic::Ordering;
 
 use super::incremental::{
-    ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, RowReader, SnapshotRun,
+    ChunkConnection, ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, RowReader,
+    SnapshotRun,
 };
 use super::select::{
     select_batches_locked, select_batches_wire, select_batches_within, visibility_barrier,
@@ -41,16 +49,8 @@ use std::sync::Arc;
 /// transactions must end for it to see a committed state.
 const LOCKED_READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// The level of every chunk connection (see `chunk_connection`).
 const ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-
-/// A chunk's connections: `sql` for everything but the watermarked `SELECT`, which `rows`
-/// reads when the run has it (see `source::wire`). Both are kept between chunks, with their
-/// prepared statements.
-#[derive(Debug)]
-pub(super) struct ChunkConnection {
-    sql: Conn,
-    rows: Option<WireConnection>,
-}
 
 impl SnapshotRun {
     async fn feed(&self) -> SourceResult<&WindowFeed> {
@@ -112,8 +112,11 @@ impl SnapshotRun {
 
     /// Our own connection for the watermarked `SELECT`s (see `source::wire`), over the
     /// server's Unix socket when it is local and the options prefer sockets (as `mysql_async`
-    /// does); `None` when it cannot be had for a reason that
-    /// will not pass, logged once, after which the run reads with `mysql_async` alone.
+    /// does); `None` when it cannot be had. The driver's connection `sql` has just been made
+    /// with the same options, so a failure here is ours, not the server's: the chunk reads
+    /// through the driver instead of failing, and after a failure that will not pass (a
+    /// method this connection does not speak, a refused handshake) so does the rest of the
+    /// run, logged once.
     async fn open_rows(&self, sql: &mut Conn) -> SourceResult<Option<WireConnection>> {
         if self.consistent || self.driver_rows_only.load(Ordering::Relaxed) {
             return Ok(None);
@@ -133,15 +136,19 @@ impl SnapshotRun {
             })
             .await;
         let init: Vec<&str> = SESSION_INIT.iter().copied().chain([ISOLATION]).collect();
-        match WireConnection::open(&self.connect, socket.as_deref(), &init).await? {
-            Opened::Ready(conn) => Ok(Some(conn)),
-            Opened::Unsupported(reason) => {
-                if !self.driver_rows_only.swap(true, Ordering::Relaxed) {
-                    tracing::info!(%reason, "snapshot rows are read through mysql_async");
-                }
-                Ok(None)
+        let reason = match WireConnection::open(&self.connect, socket.as_deref(), &init).await {
+            Ok(Opened::Ready(conn)) => return Ok(Some(conn)),
+            Ok(Opened::Unsupported(reason)) => reason,
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "a chunk reads its rows through mysql_async");
+                return Ok(None);
             }
+            Err(e) => e.to_string(),
+        };
+        if !self.driver_rows_only.swap(true, Ordering::Relaxed) {
+            tracing::info!(%reason, "snapshot rows are read through mysql_async");
         }
+        Ok(None)
     }
 
     /// The server's binlog end, within the read timeout.
