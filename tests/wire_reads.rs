@@ -112,7 +112,58 @@ async fn wire_reads_equal_driver_reads_for_every_type() {
             assert_eq!(ours, theirs, "{predicate:?} {params:?} via {via:?}");
         }
         wire.ping().await.unwrap();
+        wire.quit().await;
     }
+}
+
+/// The server's count of aborted clients, asked on one connection kept for the test (a
+/// connection per question could add to the count itself).
+async fn aborted_clients(root: &mut mysql_async::Conn) -> u64 {
+    let row: Option<(String, u64)> = root
+        .query_first("SHOW GLOBAL STATUS LIKE 'Aborted_clients'")
+        .await
+        .unwrap();
+    row.unwrap().1
+}
+
+/// Waits until the server has counted at least `at_least` aborted clients (or the guard ends).
+async fn aborted_at_least(root: &mut mysql_async::Conn, at_least: u64) -> u64 {
+    let deadline = Instant::now() + HANG_GUARD;
+    loop {
+        let now = aborted_clients(root).await;
+        if now >= at_least || Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn connections_that_quit_are_not_counted_as_aborted() {
+    // The counter is the server's, shared with the other tests here, which drop a few
+    // connections of their own: hence margins, with 30 connections each way.
+    let options = options_of(&server().cdc_url());
+    let mut root = root_conn(server()).await;
+    let before = aborted_clients(&mut root).await;
+    for _ in 0..30 {
+        let mut wire = open(&options, None).await;
+        wire.ping().await.unwrap();
+        wire.quit().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after_quits = aborted_clients(&mut root).await;
+    assert!(after_quits < before + 10, "{before} → {after_quits}");
+    // The control: dropped without a goodbye, each is counted.
+    for _ in 0..30 {
+        let mut wire = open(&options, None).await;
+        wire.ping().await.unwrap();
+        drop(wire);
+    }
+    let after_drops = aborted_at_least(&mut root, after_quits + 30).await;
+    assert!(
+        after_drops >= after_quits + 30,
+        "{after_quits} → {after_drops}"
+    );
 }
 
 #[tokio::test]

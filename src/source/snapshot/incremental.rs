@@ -486,11 +486,19 @@ impl SnapshotRun {
         }
         .await;
         drop(reading);
-        // The chunk connections are not needed past the run's chunks.
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
+        // The chunk connections are not needed past the run's chunks. Our own say goodbye, so
+        // the server does not log and count each as an aborted connection.
+        let idle = std::mem::take(
+            &mut *self
+                .idle
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for conn in idle {
+            if let Some(rows) = conn.rows {
+                rows.quit().await;
+            }
+        }
         read?;
         if let Some(feed) = self.feed.get() {
             feed.check()?;

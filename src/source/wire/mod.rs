@@ -53,6 +53,7 @@ const READ_CHUNK: usize = 256 * 1024;
 /// Prepared statements a connection keeps before it closes them all and starts again.
 const MAX_STATEMENTS: usize = 64;
 
+const COM_QUIT: u8 = 0x01;
 const COM_QUERY: u8 = 0x03;
 const COM_PING: u8 = 0x0e;
 const COM_STMT_PREPARE: u8 = 0x16;
@@ -326,6 +327,15 @@ impl WireConnection {
         let context = || format!("running {sql:?} for snapshot reads");
         self.command(COM_QUERY, sql.as_bytes(), &context).await?;
         self.expect_ok(&context).await
+    }
+
+    /// Ends the session (`COM_QUIT`, which has no answer) so the server does not count and
+    /// log an aborted connection; a failure to send it changes nothing.
+    pub async fn quit(mut self) {
+        let context = || "closing a snapshot read connection".to_string();
+        if let Err(e) = self.command(COM_QUIT, &[], &context).await {
+            tracing::debug!(error = %e, "closing a snapshot read connection");
+        }
     }
 
     /// Asks whether the server still answers.
