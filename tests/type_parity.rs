@@ -159,7 +159,7 @@ async fn binlog_and_select_decode_every_type_identically() {
     let mut snap = options.connect().await.unwrap();
     // The snapshot's own row connection must read the same values as the driver.
     let mut wire = match WireConnection::open(&options, None, &SESSION_INIT).await {
-        Ok(Opened::Ready(wire)) => wire,
+        Ok(Opened::Ready(wire)) => *wire,
         other => panic!("expected a row connection, got {other:?}"),
     };
     let id = TableId::new("types_p", "all_types");

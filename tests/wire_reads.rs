@@ -24,7 +24,7 @@ fn options_of(url: &str) -> ConnectOptions {
 
 async fn open(options: &ConnectOptions, socket: Option<&str>) -> WireConnection {
     match WireConnection::open(options, socket, &SESSION_INIT).await {
-        Ok(Opened::Ready(conn)) => conn,
+        Ok(Opened::Ready(conn)) => *conn,
         other => panic!("expected a connection, got {other:?}"),
     }
 }
@@ -218,7 +218,10 @@ async fn wire_errors_are_the_drivers_errors() {
     let err = WireConnection::open(&options_of(&url), None, &SESSION_INIT)
         .await
         .unwrap_err();
-    assert!(matches!(err, SourceError::AccessDenied { .. }), "{err:?}");
+    match &err {
+        SourceError::AccessDenied { user, .. } => assert_eq!(user, CDC_USER),
+        other => panic!("expected access denied, got {other:?}"),
+    }
     assert!(!err.is_transient());
 }
 

@@ -111,8 +111,8 @@ impl SnapshotRun {
     }
 
     /// Our own connection for the watermarked `SELECT`s (see `source::wire`), over the
-    /// server's Unix socket when it is local and the options prefer sockets (as `mysql_async`
-    /// does); `None` when it cannot be had. The driver's connection `sql` has just been made
+    /// server's Unix socket when the options name a loopback address and prefer sockets (as
+    /// `mysql_async` does for any address); `None` when it cannot be had. The driver's connection `sql` has just been made
     /// with the same options, so a failure here is ours, not the server's: the chunk reads
     /// through the driver instead of failing, and after a failure that will not pass (a
     /// method this connection does not speak, a refused handshake) so does the rest of the
@@ -121,11 +121,12 @@ impl SnapshotRun {
         if self.consistent || self.driver_rows_only.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let prefer_socket = self.connect.opts.prefer_socket();
+        // Only a loopback address makes the server's socket path one on this machine.
+        let local = self.connect.opts.prefer_socket() && self.connect.opts.addr_is_loopback();
         let socket = self
             .socket
             .get_or_init(|| async {
-                if !prefer_socket {
+                if !local {
                     return None;
                 }
                 let ask = sql.query_first::<Option<String>, _>("SELECT @@socket");
@@ -137,7 +138,7 @@ impl SnapshotRun {
             .await;
         let init: Vec<&str> = SESSION_INIT.iter().copied().chain([ISOLATION]).collect();
         let reason = match WireConnection::open(&self.connect, socket.as_deref(), &init).await {
-            Ok(Opened::Ready(conn)) => return Ok(Some(conn)),
+            Ok(Opened::Ready(conn)) => return Ok(Some(*conn)),
             Ok(Opened::Unsupported(reason)) => reason,
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "a chunk reads its rows through mysql_async");

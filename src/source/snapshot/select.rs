@@ -9,6 +9,10 @@
 //! value (`tests/type_parity.rs`). The connection's character set is utf8mb4, so the server
 //! converts text of every column character set to UTF-8 before it reaches us.
 //!
+//! Rows come either from `mysql_async` ([`SelectReader::push_row`]) or, for the watermarked
+//! chunks, from our own connection ([`select_batches_wire`], `source::wire`), whose rows are
+//! read in place; both hand the same borrowed values to the same conversions.
+//!
 //! The chunked, watermarked snapshot builds on [`SelectReader`]: it only adds the range
 //! predicate and the LOW/HIGH protocol around it. Its locking reads (the visibility barrier,
 //! keyless chunks) never wait for a lock ([`nowait_share_lock`], [`LockRetry`]), so the capture

@@ -65,7 +65,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Stream for T {}
 /// What [`WireConnection::open`] made.
 #[derive(Debug)]
 pub enum Opened {
-    Ready(WireConnection),
+    Ready(Box<WireConnection>),
     /// The server or the options need something this connection does not speak: the reason.
     Unsupported(String),
 }
@@ -101,6 +101,7 @@ pub struct WireConnection {
     out: Vec<u8>,
     limit: Duration,
     address: String,
+    user: String,
 }
 
 impl std::fmt::Debug for WireConnection {
@@ -182,6 +183,7 @@ impl WireConnection {
             out: Vec::new(),
             limit,
             address: address.clone(),
+            user: options.user(),
         };
         if let Some(reason) = conn.handshake(options, via_socket).await? {
             return Ok(Opened::Unsupported(reason));
@@ -189,11 +191,18 @@ impl WireConnection {
         for statement in init {
             conn.query_drop(statement).await?;
         }
-        Ok(Opened::Ready(conn))
+        Ok(Opened::Ready(Box::new(conn)))
     }
 
     fn error(&self, context: &(dyn Fn() -> String + Sync), err: mysql_async::Error) -> SourceError {
-        SourceError::from_mysql(context(), err)
+        match SourceError::from_mysql(context(), err) {
+            // The driver's own connect names the user; so does this one.
+            SourceError::AccessDenied { message, .. } => SourceError::AccessDenied {
+                user: self.user.clone(),
+                message,
+            },
+            other => other,
+        }
     }
 
     /// The error an ERR packet holds.
