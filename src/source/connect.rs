@@ -166,10 +166,33 @@ impl ConnectOptions {
         self.opts.user().unwrap_or_default().to_string()
     }
 
+    /// Whether the server's address is this machine's loopback (`localhost`, `127.0.0.0/8`,
+    /// `::1`). Read from the host itself: the driver's own test reads a URL's IP as a name.
+    pub fn is_loopback(&self) -> bool {
+        let host = self.opts.ip_or_hostname();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => ip.is_loopback(),
+            Err(_) => host.eq_ignore_ascii_case("localhost"),
+        }
+    }
+
+    /// The driver's options: the session settings, and the Unix socket only for a loopback
+    /// address. The driver moves a connection to the socket path the server reports whatever
+    /// the address; for a remote server that path could name another server on this machine.
+    fn driver_opts(&self) -> Opts {
+        let local = self.opts.prefer_socket() && self.is_loopback();
+        OptsBuilder::from_opts(self.opts.clone())
+            .init(SESSION_INIT.to_vec())
+            .prefer_socket(local)
+            .into()
+    }
+
     /// Opens a connection, retrying transient failures with backoff. Every connection uses
-    /// utf8mb4 and UTC, so text and `TIMESTAMP` values read by `SELECT` are exact.
+    /// utf8mb4 and UTC, so text and `TIMESTAMP` values read by `SELECT` are exact, and moves
+    /// to the server's Unix socket only when the address is a loopback one.
     pub async fn connect(&self) -> SourceResult<Conn> {
-        let opts = OptsBuilder::from_opts(self.opts.clone()).init(SESSION_INIT.to_vec());
+        let opts = self.driver_opts();
         let mut delay = INITIAL_BACKOFF;
         let mut attempt = 0;
         loop {
@@ -518,6 +541,22 @@ mod tests {
     }
 
     /// A read whose rows keep coming runs past the limit; one that stops is cut off after it.
+    #[test]
+    fn the_driver_moves_to_a_socket_only_for_a_loopback_address() {
+        let prefers = |url: &str| {
+            ConnectOptions::from_url(url)
+                .unwrap()
+                .driver_opts()
+                .prefer_socket()
+        };
+        assert!(prefers("mysql://u:p@127.0.0.1:3306"));
+        assert!(prefers("mysql://u:p@localhost:3306"));
+        assert!(!prefers("mysql://u:p@127.0.0.1:3306?prefer_socket=false"));
+        assert!(!prefers("mysql://u:p@10.20.30.40:3306"));
+        assert!(!prefers("mysql://u:p@db.example.com:3306"));
+        assert!(prefers("mysql://u:p@[::1]:3306"));
+    }
+
     #[tokio::test]
     async fn a_read_fails_only_when_its_rows_stop_coming() {
         // Rows every 20 ms for 0.6 s, well inside a limit of 0.4 s each, even on a loaded machine.

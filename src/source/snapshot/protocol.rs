@@ -122,7 +122,7 @@ impl SnapshotRun {
             return Ok(None);
         }
         // Only a loopback address makes the server's socket path one on this machine.
-        let local = self.connect.opts.prefer_socket() && self.connect.opts.addr_is_loopback();
+        let local = self.connect.opts.prefer_socket() && self.connect.is_loopback();
         let socket = self
             .socket
             .get_or_init(|| async {
