@@ -540,7 +540,7 @@ mod tests {
         assert!(e.to_string().contains("no answer"), "{e}");
     }
 
-    /// A read whose rows keep coming runs past the limit; one that stops is cut off after it.
+    /// The driver keeps its move to the server's socket only for a loopback address.
     #[test]
     fn the_driver_moves_to_a_socket_only_for_a_loopback_address() {
         let prefers = |url: &str| {
@@ -557,6 +557,7 @@ mod tests {
         assert!(prefers("mysql://u:p@[::1]:3306"));
     }
 
+    /// A read whose rows keep coming runs past the limit; one that stops is cut off after it.
     #[tokio::test]
     async fn a_read_fails_only_when_its_rows_stop_coming() {
         // Rows every 20 ms for 0.6 s, well inside a limit of 0.4 s each, even on a loaded machine.
