@@ -538,7 +538,7 @@ impl WireConnection {
         if len == MAX_PAYLOAD || avail.len() < 4 + len {
             return None;
         }
-        self.seq = avail[3].wrapping_add(1);
+        // A row's sequence number is not needed: the next command starts again from 0.
         let at = self.start + 4;
         self.start = at + len;
         Some((at, len))
