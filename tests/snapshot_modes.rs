@@ -233,13 +233,13 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
             "string keys are cut by boundary queries: {:?}",
             report.chunks
         );
-        // Keyed chunks under watermarks are read by our own row connection; a consistent
-        // snapshot's and a keyless table's locked reads by the driver, inside their
-        // transactions.
+        // Our own row connection reads keyed chunks under watermarks and every chunk of a
+        // consistent snapshot (its whole transaction); the driver a keyless table's locked
+        // read under watermarks, inside its transaction with HIGH.
         for c in &report.chunks {
             let expected = match method {
-                SnapshotMethod::Watermarks if c.table.table != "nokey" => RowReader::Own,
-                _ => RowReader::Driver,
+                SnapshotMethod::Watermarks if c.table.table == "nokey" => RowReader::Driver,
+                _ => RowReader::Own,
             };
             assert_eq!(c.reader, Some(expected), "{method:?} {c:?}");
         }

@@ -17,7 +17,7 @@ use cdcfusion::change::schema::{TableId, TableSchema};
 use cdcfusion::change::{Op, SourceTransaction};
 use cdcfusion::source::connect::{ConnectOptions, SESSION_INIT};
 use cdcfusion::source::schema::load_table_schema;
-use cdcfusion::source::snapshot::select::select_batches_wire;
+use cdcfusion::source::snapshot::columns::select_batches_wire;
 use cdcfusion::source::snapshot::select_batches;
 use cdcfusion::source::wire::{Opened, WireConnection};
 use common::*;

@@ -1,6 +1,8 @@
 //! The snapshot side of capture: reading table contents with `SELECT`.
 //!
 //! * [`select`]: `SELECT` results into the same Arrow values the binlog decoder produces;
+//! * [`columns`]: rows read in place by our own connection, decoded by operations compiled once
+//!   per result;
 //! * [`chunks`]: splitting a table into half-open ranges of its chunk key;
 //! * [`window`]: the binlog window of a chunk and its normalisation to HIGH;
 //! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism
@@ -10,6 +12,7 @@
 //! * [`journal`]: recording a snapshot's progress and resuming it.
 
 pub mod chunks;
+pub mod columns;
 pub mod incremental;
 pub mod journal;
 pub mod progress;

@@ -13,8 +13,9 @@
 //!
 //! # Connections
 //! A chunk holds two connections, reused by the next chunk: the driver's, for the positions,
-//! the barrier, the window fold and every read inside a transaction, and our own
-//! (`source::wire`) for the watermarked `SELECT`, whose rows it reads in place. Statements on
+//! the barrier, the window fold and a keyless chunk's locked read (whose HIGH must be taken
+//! inside its transaction), and our own (`source::wire`) for the watermarked `SELECT` and the
+//! whole of a consistent snapshot's transaction, whose rows it reads in place. Statements on
 //! the two follow one another, never overlap, so the order of LOW, barrier, `SELECT` and HIGH
 //! is the same as on one connection.
 //!
@@ -28,13 +29,13 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use std::sync::atomic::Ordering;
 
+use super::columns::select_batches_wire;
 use super::incremental::{
     ChunkConnection, ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, RowReader,
     SnapshotRun,
 };
 use super::select::{
-    select_batches_locked, select_batches_wire, select_batches_within, visibility_barrier,
-    LockRetry, DEFAULT_BATCH_ROWS,
+    select_batches_locked, select_batches_within, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
@@ -42,7 +43,7 @@ use crate::change::schema::TableId;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::SESSION_INIT;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::wire::{Opened, WireConnection};
+use crate::source::wire::{Opened, WireConnection, WireValue};
 use std::sync::Arc;
 
 /// How long a keyless table's locked read keeps trying to get its rows' locks: long-open
@@ -110,15 +111,15 @@ impl SnapshotRun {
         }
     }
 
-    /// Our own connection for the watermarked `SELECT`s (see `source::wire`), over the
-    /// server's Unix socket when the options name a loopback address and prefer sockets (as
-    /// `mysql_async` does for any address); `None` when it cannot be had. The driver's connection `sql` has just been made
-    /// with the same options, so a failure here is ours, not the server's: the chunk reads
-    /// through the driver instead of failing, and after a failure that will not pass (a
-    /// method this connection does not speak, a refused handshake) so does the rest of the
-    /// run, logged once.
+    /// Our own connection for the `SELECT`s of keyed chunks and consistent snapshots (see
+    /// `source::wire`), over the server's Unix socket when the options name a loopback
+    /// address and prefer sockets (as `mysql_async` does for any address); `None` when it
+    /// cannot be had. The driver's connection `sql` has just been made with the same options,
+    /// so a failure here is ours, not the server's: the chunk reads through the driver instead
+    /// of failing, and after a failure that will not pass (a method this connection does not
+    /// speak, a refused handshake) so does the rest of the run, logged once.
     async fn open_rows(&self, sql: &mut Conn) -> SourceResult<Option<WireConnection>> {
-        if self.consistent || self.driver_rows_only.load(Ordering::Relaxed) {
+        if self.driver_rows_only.load(Ordering::Relaxed) {
             return Ok(None);
         }
         // Only a loopback address makes the server's socket path one on this machine.
@@ -215,11 +216,12 @@ impl SnapshotRun {
             None => (None, vec![]),
         };
         let reader = match conn.rows {
-            Some(_) if !self.consistent && !table.codec.keyless() => RowReader::Own,
+            // A keyless table's locked read stays on the driver's connection (with HIGH).
+            Some(_) if self.consistent || !table.codec.keyless() => RowReader::Own,
             _ => RowReader::Driver,
         };
         let (low, high, scanned) = if self.consistent {
-            self.read_consistent(&mut conn.sql, t, index, predicate.as_deref(), params)
+            self.read_consistent(&mut conn, t, index, predicate.as_deref(), params)
                 .await?
         } else if table.codec.keyless() {
             self.read_locked(&mut conn.sql, t, index, predicate.as_deref(), params)
@@ -437,7 +439,7 @@ impl SnapshotRun {
 
     async fn read_consistent(
         &self,
-        conn: &mut Conn,
+        conn: &mut ChunkConnection,
         t: usize,
         index: usize,
         predicate: Option<&str>,
@@ -448,46 +450,94 @@ impl SnapshotRun {
         self.hook(HookPoint::BeforeLow, t, index).await;
         // Under REPEATABLE READ, as every chunk connection is (see `chunk_connection`).
         let start = "START TRANSACTION WITH CONSISTENT SNAPSHOT";
-        self.run(conn, start, || ctx("starting a consistent snapshot"))
-            .await?;
-        let read = async {
-            conn.query("SHOW STATUS LIKE 'binlog_snapshot_%'")
-                .await
-                .map_err(|e| SourceError::from_mysql(ctx("reading the snapshot position"), e))
-        };
-        let status: Vec<(String, String)> = self
-            .connect
-            .bounded(|| ctx("reading the snapshot position"), read)
-            .await?;
-        let get = |name: &str| {
-            status
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.clone())
-        };
-        let (Some(file), Some(offset)) =
-            (get("Binlog_snapshot_file"), get("Binlog_snapshot_position"))
-        else {
-            return Err(SourceError::NotSupported(
-                "the consistent-snapshot method on a server that reports no \
-                 binlog_snapshot_file/position (use snapshot_method = 'watermarks')"
-                    .into(),
-            ));
-        };
-        let offset: u64 = offset.parse().map_err(|_| {
-            SourceError::NotSupported(format!("the server's binlog_snapshot_position {offset:?}"))
-        })?;
-        let at = BinlogCoord::new(file, offset);
-        self.hook(HookPoint::AfterLow, t, index).await;
-        let limit = self.connect.read_timeout;
-        let scanned =
-            select_batches_within(conn, schema, predicate, params, DEFAULT_BATCH_ROWS, limit)
+        let show = "SHOW STATUS LIKE 'binlog_snapshot_%'";
+        let reported = match conn.rows.as_mut() {
+            Some(rows) => {
+                rows.query_drop(start).await?;
+                let mut found = Vec::new();
+                let position = || ctx("reading the snapshot position");
+                rows.select(show, &[], &position, |row| {
+                    let mut values = row.values().map(|v| match v {
+                        Ok(WireValue::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+                        _ => String::new(),
+                    });
+                    if let (Some(name), Some(value)) = (values.next(), values.next()) {
+                        found.push((name, value));
+                    }
+                    Ok(())
+                })
                 .await?;
-        self.hook(HookPoint::AfterSelect, t, index).await;
-        self.run(conn, "COMMIT", || ctx("ending the consistent snapshot"))
-            .await?;
+                found
+            }
+            None => {
+                self.run(&mut conn.sql, start, || {
+                    ctx("starting a consistent snapshot")
+                })
+                .await?;
+                let read = async {
+                    conn.sql.query(show).await.map_err(|e| {
+                        SourceError::from_mysql(ctx("reading the snapshot position"), e)
+                    })
+                };
+                self.connect
+                    .bounded(|| ctx("reading the snapshot position"), read)
+                    .await?
+            }
+        };
+        let at = snapshot_position(&reported)?;
+        self.hook(HookPoint::AfterLow, t, index).await;
+        let scanned = match conn.rows.as_mut() {
+            Some(rows) => {
+                let scanned =
+                    select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS)
+                        .await?;
+                self.hook(HookPoint::AfterSelect, t, index).await;
+                rows.query_drop("COMMIT").await?;
+                scanned
+            }
+            None => {
+                let limit = self.connect.read_timeout;
+                let sql = &mut conn.sql;
+                let scanned = select_batches_within(
+                    sql,
+                    schema,
+                    predicate,
+                    params,
+                    DEFAULT_BATCH_ROWS,
+                    limit,
+                )
+                .await?;
+                self.hook(HookPoint::AfterSelect, t, index).await;
+                self.run(sql, "COMMIT", || ctx("ending the consistent snapshot"))
+                    .await?;
+                scanned
+            }
+        };
         self.hook(HookPoint::BeforeHigh, t, index).await;
         self.hook(HookPoint::AfterHigh, t, index).await;
         Ok((at.clone(), at, scanned))
     }
+}
+
+/// The binlog position a consistent snapshot reads at, from `SHOW STATUS LIKE
+/// 'binlog_snapshot_%'` inside its transaction.
+fn snapshot_position(status: &[(String, String)]) -> SourceResult<BinlogCoord> {
+    let get = |name: &str| {
+        status
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    let (Some(file), Some(offset)) = (get("Binlog_snapshot_file"), get("Binlog_snapshot_position"))
+    else {
+        return Err(SourceError::NotSupported(
+            "the consistent-snapshot method on a server that reports no \
+             binlog_snapshot_file/position (use snapshot_method = 'watermarks')"
+                .into(),
+        ));
+    };
+    let offset: u64 = offset.parse().map_err(|_| {
+        SourceError::NotSupported(format!("the server's binlog_snapshot_position {offset:?}"))
+    })?;
+    Ok(BinlogCoord::new(file, offset))
 }

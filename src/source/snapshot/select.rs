@@ -9,9 +9,10 @@
 //! value (`tests/type_parity.rs`). The connection's character set is utf8mb4, so the server
 //! converts text of every column character set to UTF-8 before it reaches us.
 //!
-//! Rows come either from `mysql_async` ([`SelectReader::push_row`]) or, for the watermarked
-//! chunks, from our own connection ([`select_batches_wire`], `source::wire`), whose rows are
-//! read in place; both hand the same borrowed values to the same conversions.
+//! Rows come either from `mysql_async` ([`SelectReader::push_row`]) or, for keyed chunks and
+//! consistent snapshots, from our own connection (`source::wire`), whose rows are read in
+//! place and decoded by operations compiled per result (`columns`), which reach the same
+//! values through the same shared conversions.
 //!
 //! The chunked, watermarked snapshot builds on [`SelectReader`]: it only adds the range
 //! predicate and the LOW/HIGH protocol around it. Its locking reads (the visibility barrier,
@@ -28,8 +29,9 @@ use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
     bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_to_micros, ColumnBuilder,
 };
-use crate::source::wire::{BinaryRow, ValueError, WireConnection, WireValue};
+use crate::source::wire::{ValueError, WireValue};
 use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::time::{Duration, Instant};
 
 /// Rows per Arrow batch produced by a `SELECT`.
@@ -85,8 +87,13 @@ impl<'a> SelectReader<'a> {
         })
     }
 
-    /// Appends one row read in place by our own connection (see `source::wire`).
-    pub fn push_binary(&mut self, row: &BinaryRow<'_>) -> SourceResult<()> {
+    /// Appends one row read in place by our own connection through the general conversions:
+    /// the reference the compiled operations of `columns` are tested against.
+    #[cfg(test)]
+    pub(super) fn push_binary(
+        &mut self,
+        row: &crate::source::wire::BinaryRow<'_>,
+    ) -> SourceResult<()> {
         self.push_values(row.len(), || row.values())
     }
 
@@ -149,7 +156,7 @@ impl<'a> SelectReader<'a> {
 }
 
 /// Names a `SELECT` row for an error: its primary key values, or its ordinal in the batch.
-fn describe_key<'v>(
+pub(super) fn describe_key<'v>(
     schema: &TableSchema,
     values: impl Iterator<Item = Result<WireValue<'v>, ValueError>>,
     ordinal: usize,
@@ -353,7 +360,11 @@ pub async fn select_batches_locked(
 }
 
 /// `SELECT <all columns> FROM table [WHERE predicate][lock]`.
-fn select_sql(schema: &TableSchema, predicate: Option<&str>, lock: Option<&str>) -> String {
+pub(super) fn select_sql(
+    schema: &TableSchema,
+    predicate: Option<&str>,
+    lock: Option<&str>,
+) -> String {
     let mut sql = format!(
         "SELECT {} FROM {}",
         SelectReader::select_list(schema),
@@ -367,34 +378,6 @@ fn select_sql(schema: &TableSchema, predicate: Option<&str>, lock: Option<&str>)
         sql.push_str(lock);
     }
     sql
-}
-
-/// [`select_batches_within`] on our own connection, whose rows go into the builders without
-/// an intermediate `Row` (see `source::wire`); the connection's own read timeout bounds
-/// every read.
-pub async fn select_batches_wire(
-    conn: &mut WireConnection,
-    schema: &TableSchema,
-    predicate: Option<&str>,
-    params: &[Value],
-    batch_rows: usize,
-) -> SourceResult<Vec<RecordBatch>> {
-    let sql = select_sql(schema, predicate, None);
-    let ctx = || format!("reading {}", schema.id);
-    let mut reader = SelectReader::new(schema, batch_rows);
-    let mut batches = Vec::new();
-    conn.select(&sql, params, &ctx, |row| {
-        reader.push_binary(row)?;
-        if reader.len() >= batch_rows {
-            batches.push(reader.finish()?);
-        }
-        Ok(())
-    })
-    .await?;
-    if !reader.is_empty() || batches.is_empty() {
-        batches.push(reader.finish()?);
-    }
-    Ok(batches)
 }
 
 async fn select(
@@ -455,7 +438,7 @@ fn bytes_of(value: WireValue<'_>) -> Result<&[u8], String> {
 }
 
 /// Appends one non-NULL value (NULLs are appended here too, for nullable fields).
-fn append_value(
+pub(super) fn append_value(
     kind: &ColumnKind,
     value: WireValue<'_>,
     b: &mut ColumnBuilder,

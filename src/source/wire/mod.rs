@@ -43,8 +43,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::source::connect::{bounded, ConnectOptions};
 use crate::source::error::{SourceError, SourceResult};
-use row::Encoding;
-pub use row::{BinaryRow, RowValues, ValueError, WireValue};
+
+pub use row::{BinaryRow, Encoding, RowCursor, RowValues, ValueError, WireValue};
 
 /// The largest payload of one packet; a longer one continues in the next packets.
 const MAX_PAYLOAD: usize = 0xff_ffff;

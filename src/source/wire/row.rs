@@ -59,7 +59,7 @@ impl WireValue<'_> {
 
 /// How a column's values are encoded in a binary row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Encoding {
+pub enum Encoding {
     /// A length-encoded string: text, blobs, `DECIMAL`, `BIT`, `JSON`, `ENUM`, `SET`, ...
     Bytes,
     Int8,
@@ -142,20 +142,37 @@ impl<'a> BinaryRow<'a> {
         self.columns.is_empty()
     }
 
+    /// How each of the row's values is encoded (the same for every row of a result).
+    pub fn encodings(&self) -> &'a [Encoding] {
+        self.columns
+    }
+
+    /// The row's NULL bitmap and values, for a reader that decodes column by column itself;
+    /// an error when the packet is too short for its bitmap.
+    #[inline]
+    pub fn cursor(&self) -> Result<RowCursor<'a>, ValueError> {
+        // The NULL bitmap of a result row starts at bit 2.
+        let bitmap_len = (self.columns.len() + 7 + 2) / 8;
+        match (
+            self.payload.get(1..1 + bitmap_len),
+            self.payload.get(1 + bitmap_len..),
+        ) {
+            (Some(bitmap), Some(data)) => Ok(RowCursor { bitmap, data }),
+            _ => Err(ValueError::Truncated),
+        }
+    }
+
     /// The row's values in column order; a packet too short for its columns yields an error
     /// and ends.
     pub fn values(&self) -> RowValues<'a> {
-        // The NULL bitmap of a result row starts at bit 2.
         // A packet too short for its bitmap leaves the bitmap empty, and the first value
         // then reports it.
-        let bitmap_len = (self.columns.len() + 7 + 2) / 8;
-        let (bitmap, data) = match self.payload.get(1..1 + bitmap_len) {
-            Some(bitmap) => (bitmap, &self.payload[1 + bitmap_len..]),
-            None => (&[][..], &[][..]),
-        };
+        let cursor = self.cursor().unwrap_or(RowCursor {
+            bitmap: &[],
+            data: &[],
+        });
         RowValues {
-            bitmap,
-            data,
+            cursor,
             columns: self.columns,
             next: 0,
         }
@@ -165,8 +182,7 @@ impl<'a> BinaryRow<'a> {
 /// The values of a [`BinaryRow`].
 #[derive(Debug, Clone)]
 pub struct RowValues<'a> {
-    bitmap: &'a [u8],
-    data: &'a [u8],
+    cursor: RowCursor<'a>,
     columns: &'a [Encoding],
     next: usize,
 }
@@ -195,7 +211,29 @@ impl std::fmt::Display for ValueError {
     }
 }
 
-impl<'a> RowValues<'a> {
+/// Year, month, day, hour, minute, second and microsecond of a date and time.
+pub type DateTimeParts = (u16, u8, u8, u8, u8, u8, u32);
+
+/// A position in a binary row: its NULL bitmap, and the bytes of the values not yet read.
+/// Values are read in column order, NULLs taking no bytes.
+#[derive(Debug, Clone)]
+pub struct RowCursor<'a> {
+    bitmap: &'a [u8],
+    data: &'a [u8],
+}
+
+impl<'a> RowCursor<'a> {
+    /// Whether value `i` is NULL (a column past the bitmap reads as NULL; the bitmap of a
+    /// cursor made by [`BinaryRow::cursor`] covers every column).
+    #[inline]
+    pub fn is_null(&self, i: usize) -> bool {
+        let bit = i + 2;
+        self.bitmap
+            .get(bit / 8)
+            .is_none_or(|bits| bits & (1 << (bit % 8)) != 0)
+    }
+
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], ValueError> {
         let Some((head, rest)) = self.data.split_at_checked(n) else {
             return Err(ValueError::Truncated);
@@ -204,7 +242,9 @@ impl<'a> RowValues<'a> {
         Ok(head)
     }
 
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], ValueError> {
+    /// The next `N` bytes: a fixed-width value.
+    #[inline]
+    pub fn fixed<const N: usize>(&mut self) -> Result<[u8; N], ValueError> {
         let Some((head, rest)) = self.data.split_first_chunk::<N>() else {
             return Err(ValueError::Truncated);
         };
@@ -212,6 +252,7 @@ impl<'a> RowValues<'a> {
         Ok(*head)
     }
 
+    #[inline]
     fn length(&mut self) -> Result<usize, ValueError> {
         let [first] = self.fixed::<1>()?;
         let n = match first {
@@ -226,13 +267,55 @@ impl<'a> RowValues<'a> {
         usize::try_from(u64::from_le_bytes(le)).map_err(|_| ValueError::Truncated)
     }
 
-    fn decode(&mut self, encoding: Encoding) -> Result<WireValue<'a>, ValueError> {
+    /// A length-encoded string ([`Encoding::Bytes`]).
+    #[inline]
+    pub fn bytes(&mut self) -> Result<&'a [u8], ValueError> {
+        let n = self.length()?;
+        self.take(n)
+    }
+
+    /// A date and time ([`Encoding::DateTime`]), the parts the server left out zero.
+    #[inline]
+    pub fn date_time(&mut self) -> Result<DateTimeParts, ValueError> {
+        let [n] = self.fixed::<1>()?;
+        let n = n as usize;
+        let b = self.take(n)?;
+        let (mut y, mut mo, mut d, mut h, mut mi, mut s, mut us) = (0, 0, 0, 0, 0, 0, 0);
+        if n >= 4 {
+            (y, mo, d) = (u16::from_le_bytes([b[0], b[1]]), b[2], b[3]);
+        }
+        if n >= 7 {
+            (h, mi, s) = (b[4], b[5], b[6]);
+        }
+        if n == 11 {
+            us = u32::from_le_bytes([b[7], b[8], b[9], b[10]]);
+        }
+        Ok((y, mo, d, h, mi, s, us))
+    }
+
+    /// A time ([`Encoding::Time`]): negative, days, hours, minutes, seconds, microseconds.
+    #[inline]
+    pub fn time(&mut self) -> Result<(bool, u32, u8, u8, u8, u32), ValueError> {
+        let [n] = self.fixed::<1>()?;
+        let n = n as usize;
+        let b = self.take(n)?;
+        let (mut neg, mut days, mut h, mut m, mut s, mut us) = (false, 0, 0, 0, 0, 0);
+        if n >= 8 {
+            neg = b[0] == 1;
+            days = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+            (h, m, s) = (b[5], b[6], b[7]);
+        }
+        if n == 12 {
+            us = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+        }
+        Ok((neg, days, h, m, s, us))
+    }
+
+    /// The next value, not NULL, of a column of `encoding`, as `mysql_common` decodes it.
+    pub fn value(&mut self, encoding: Encoding) -> Result<WireValue<'a>, ValueError> {
         Ok(match encoding {
             Encoding::Null => WireValue::Null,
-            Encoding::Bytes => {
-                let n = self.length()?;
-                WireValue::Bytes(self.take(n)?)
-            }
+            Encoding::Bytes => WireValue::Bytes(self.bytes()?),
             Encoding::Int8 => WireValue::Int(self.fixed::<1>()?[0] as i8 as i64),
             Encoding::UInt8 => WireValue::Int(self.fixed::<1>()?[0] as i64),
             Encoding::Int16 => WireValue::Int(i16::from_le_bytes(self.fixed()?) as i64),
@@ -247,34 +330,11 @@ impl<'a> RowValues<'a> {
             Encoding::Float => WireValue::Float(f32::from_le_bytes(self.fixed()?)),
             Encoding::Double => WireValue::Double(f64::from_le_bytes(self.fixed()?)),
             Encoding::DateTime => {
-                let [n] = self.fixed::<1>()?;
-                let n = n as usize;
-                let b = self.take(n)?;
-                let (mut y, mut mo, mut d, mut h, mut mi, mut s, mut us) = (0, 0, 0, 0, 0, 0, 0);
-                if n >= 4 {
-                    (y, mo, d) = (u16::from_le_bytes([b[0], b[1]]), b[2], b[3]);
-                }
-                if n >= 7 {
-                    (h, mi, s) = (b[4], b[5], b[6]);
-                }
-                if n == 11 {
-                    us = u32::from_le_bytes([b[7], b[8], b[9], b[10]]);
-                }
+                let (y, mo, d, h, mi, s, us) = self.date_time()?;
                 WireValue::Date(y, mo, d, h, mi, s, us)
             }
             Encoding::Time => {
-                let [n] = self.fixed::<1>()?;
-                let n = n as usize;
-                let b = self.take(n)?;
-                let (mut neg, mut days, mut h, mut m, mut s, mut us) = (false, 0, 0, 0, 0, 0);
-                if n >= 8 {
-                    neg = b[0] == 1;
-                    days = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
-                    (h, m, s) = (b[5], b[6], b[7]);
-                }
-                if n == 12 {
-                    us = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-                }
+                let (neg, days, h, m, s, us) = self.time()?;
                 WireValue::Time(neg, days, h, m, s, us)
             }
         })
@@ -289,15 +349,14 @@ impl<'a> Iterator for RowValues<'a> {
         let i = self.next;
         let &encoding = self.columns.get(i)?;
         self.next += 1;
-        let bit = i + 2;
-        let Some(&bits) = self.bitmap.get(bit / 8) else {
+        if (i + 2) / 8 >= self.cursor.bitmap.len() {
             self.next = self.columns.len();
             return Some(Err(ValueError::Truncated));
-        };
-        if bits & (1 << (bit % 8)) != 0 {
+        }
+        if self.cursor.is_null(i) {
             return Some(Ok(WireValue::Null));
         }
-        let value = self.decode(encoding);
+        let value = self.cursor.value(encoding);
         if value.is_err() {
             self.next = self.columns.len();
         }
@@ -305,14 +364,10 @@ impl<'a> Iterator for RowValues<'a> {
     }
 }
 
+/// Result rows made as the server sends them, for tests of the readers of rows.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
-    use mysql_common::io::ParseBuf;
-    use mysql_common::packets::Column;
-    use mysql_common::row::RowDeserializer;
-    use mysql_common::value::ServerSide;
-    use std::sync::Arc;
 
     /// The bytes of an integer encoding (0: not an integer).
     fn width(e: Encoding) -> usize {
@@ -386,7 +441,7 @@ mod tests {
     }
 
     /// A row packet of `values` (NULL where `None`) for columns of `types`.
-    fn packet(types: &[(ColumnType, ColumnFlags)], values: &[Value]) -> Vec<u8> {
+    pub(crate) fn packet(types: &[(ColumnType, ColumnFlags)], values: &[Value]) -> Vec<u8> {
         let bitmap_len = (types.len() + 9) / 8;
         let mut out = vec![0u8; 1 + bitmap_len];
         for (i, ((t, f), v)) in types.iter().zip(values).enumerate() {
@@ -398,6 +453,30 @@ mod tests {
         }
         out
     }
+
+    /// The encodings of columns of `types`.
+    pub(crate) fn encodings(types: &[(ColumnType, ColumnFlags)]) -> Vec<Encoding> {
+        types
+            .iter()
+            .map(|(t, f)| Encoding::of(*t, *f).unwrap())
+            .collect()
+    }
+
+    /// A row of `payload` (made by [`packet`]) read as columns of `encodings`.
+    pub(crate) fn row<'a>(payload: &'a [u8], encodings: &'a [Encoding]) -> BinaryRow<'a> {
+        BinaryRow::new(payload, encodings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::packet;
+    use super::*;
+    use mysql_common::io::ParseBuf;
+    use mysql_common::packets::Column;
+    use mysql_common::row::RowDeserializer;
+    use mysql_common::value::ServerSide;
+    use std::sync::Arc;
 
     fn both(types: &[(ColumnType, ColumnFlags)], values: &[Value]) {
         let payload = packet(types, values);
