@@ -31,7 +31,6 @@ use crate::source::types::{
 };
 use crate::source::wire::{ValueError, WireValue};
 use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::time::{Duration, Instant};
 
 /// Rows per Arrow batch produced by a `SELECT`.

@@ -16,7 +16,7 @@
 //! decimals' precision, `BINARY(n)` padding); every other pairing (`YEAR`, `BIT`, a decimal
 //! beyond 38 digits, an encoding the schema does not expect) takes the general conversion
 //! itself. `tests/type_parity.rs` and `tests/wire_reads.rs` hold this reader to the driver's
-//! batches, and the unit tests below to [`SelectReader`] over every pairing.
+//! batches, and its unit tests (`tests.rs`) to [`SelectReader`] over every pairing.
 
 use std::sync::Arc;
 
@@ -59,7 +59,8 @@ enum Op {
         values: Decimal128Builder,
     },
     Date(Date32Builder),
-    /// `DATETIME`, or `TIMESTAMP` (`utc`), both sent as a date and time in UTC (see `connect`).
+    /// `DATETIME` (a wall clock) or `TIMESTAMP` (`utc`: sent in the session's zone, UTC, see
+    /// `connect`), both sent as a date and a time of day.
     DateTime {
         utc: bool,
         values: TimestampMicrosecondBuilder,
