@@ -27,7 +27,8 @@ use crate::change::schema::{quote_ident, ColumnKind, Flavor, TableSchema};
 use crate::source::connect::{bounded, while_progressing, DEFAULT_READ_TIMEOUT};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
-    bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_to_micros, ColumnBuilder,
+    bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_parts_to_micros,
+    ColumnBuilder,
 };
 use crate::source::wire::{ValueError, WireValue};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -491,11 +492,7 @@ pub(super) fn append_value(
         },
         ColumnKind::Time { .. } => match value {
             WireValue::Time(neg, days, h, m, s, us) => {
-                let hours = days
-                    .checked_mul(24)
-                    .and_then(|d| d.checked_add(h as u32))
-                    .ok_or_else(|| format!("time of {days} days is outside MySQL's TIME range"))?;
-                b.append_time_micros(time_to_micros(neg, hours, m as u32, s as u32, us)?)
+                b.append_time_micros(time_parts_to_micros(neg, days, h, m, s, us)?)
             }
             other => Err(format!("time column got {other:?}")),
         },

@@ -11,9 +11,7 @@ use arrow::array::{
     Int64Builder, Int8Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
     UInt16Builder, UInt32Builder, UInt64Builder, UInt8Builder,
 };
-use arrow::datatypes::{
-    i256, DataType, Decimal128Type, Decimal256Type, DecimalType, Field, SchemaRef,
-};
+use arrow::datatypes::{i256, DataType, Decimal128Type, Decimal256Type, DecimalType, SchemaRef};
 
 use super::temporal::{date_to_days, datetime_to_micros, MICROS};
 use crate::change::schema::ColumnKind;
@@ -253,14 +251,7 @@ impl ColumnBuilder {
     #[inline]
     pub fn append_bytes(&mut self, v: &[u8], pad_to: Option<usize>) -> Result<(), String> {
         match self {
-            ColumnBuilder::Binary(b) => match pad_to {
-                Some(n) if v.len() < n => {
-                    let mut padded = Vec::with_capacity(n);
-                    append_padded(&mut padded, v, pad_to);
-                    b.append_value(&padded)
-                }
-                _ => b.append_value(v),
-            },
+            ColumnBuilder::Binary(b) => b.append_value(padded(v, pad_to)),
             other => return Err(format!("binary value for a {other:?} column")),
         }
         Ok(())
@@ -340,6 +331,19 @@ pub fn epoch_to_micros(seconds: u32, micros: u32) -> Result<Option<i64>, String>
     Ok((seconds != 0 || micros != 0).then_some(seconds as i64 * MICROS + micros as i64))
 }
 
+/// `v` zero-padded to `pad_to` bytes (for `BINARY(n)`), copied only when it is shorter.
+#[inline]
+pub fn padded(v: &[u8], pad_to: Option<usize>) -> std::borrow::Cow<'_, [u8]> {
+    match pad_to {
+        Some(n) if v.len() < n => {
+            let mut out = Vec::with_capacity(n);
+            append_padded(&mut out, v, pad_to);
+            std::borrow::Cow::Owned(out)
+        }
+        _ => std::borrow::Cow::Borrowed(v),
+    }
+}
+
 /// Appends `v` to `out`, zero-padded to `pad_to` bytes (for `BINARY(n)`, which the binlog
 /// stores stripped of its padding).
 #[inline]
@@ -372,10 +376,6 @@ pub fn finish_batch(
     schema: &SchemaRef,
     builders: &mut [ColumnBuilder],
 ) -> Result<RecordBatch, FinishError> {
-    let fail = |f: &Field, detail: String| FinishError {
-        column: f.name().clone(),
-        detail,
-    };
     if builders.len() != schema.fields().len() {
         return Err(FinishError {
             column: "*".into(),
@@ -386,20 +386,37 @@ pub fn finish_batch(
             ),
         });
     }
-    let mut columns = Vec::with_capacity(builders.len());
-    for (b, f) in builders.iter_mut().zip(schema.fields()) {
-        let array = b.finish().map_err(|e| fail(f, e))?;
+    let columns = builders
+        .iter_mut()
+        .zip(schema.fields())
+        .map(|(b, f)| {
+            b.finish().map_err(|detail| FinishError {
+                column: f.name().clone(),
+                detail,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    batch_of(schema, columns)
+}
+
+/// A batch of `schema` from finished columns; an error names the column that does not fit
+/// its field (a NULL in a non-nullable field, another type).
+pub fn batch_of(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatch, FinishError> {
+    for (array, f) in columns.iter().zip(schema.fields()) {
+        let fail = |detail: String| FinishError {
+            column: f.name().clone(),
+            detail,
+        };
         if array.data_type() != f.data_type() {
             let built = array.data_type();
-            return Err(fail(
-                f,
-                format!("built as {built}, the field is {}", f.data_type()),
-            ));
+            return Err(fail(format!(
+                "built as {built}, the field is {}",
+                f.data_type()
+            )));
         }
         if !f.is_nullable() && array.null_count() > 0 {
-            return Err(fail(f, "NULL in a non-nullable field".into()));
+            return Err(fail("NULL in a non-nullable field".into()));
         }
-        columns.push(array);
     }
     RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| FinishError {
         column: "*".into(),

@@ -38,11 +38,13 @@ use crate::change::schema::Charset;
 pub use crate::change::schema::MYSQL_TYPE_KEY;
 
 pub use builder::{
-    append_padded, decimal128_fits, decimal256_fits, epoch_to_micros, finish_batch, ColumnBuilder,
-    FinishError,
+    append_padded, batch_of, decimal128_fits, decimal256_fits, epoch_to_micros, finish_batch,
+    padded, ColumnBuilder, FinishError,
 };
 pub(crate) use temporal::MICROS;
-pub use temporal::{civil_from_days, date_to_days, datetime_to_micros, time_to_micros};
+pub use temporal::{
+    civil_from_days, date_to_days, datetime_to_micros, time_parts_to_micros, time_to_micros,
+};
 
 /// Decodes text bytes of `charset` into `out`; invalid UTF-8 is an error naming the bytes.
 pub fn decode_text<'a>(

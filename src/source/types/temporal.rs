@@ -102,6 +102,23 @@ pub fn time_to_micros(
     Ok(if negative { -v } else { v })
 }
 
+/// A `TIME` as the binary protocol sends it (sign, days, hours of the day, minutes, seconds,
+/// microseconds) as signed microseconds; an error beyond MySQL's `TIME` range.
+pub fn time_parts_to_micros(
+    negative: bool,
+    days: u32,
+    hours: u8,
+    minutes: u8,
+    seconds: u8,
+    micros: u32,
+) -> Result<i64, String> {
+    let hours = days
+        .checked_mul(24)
+        .and_then(|d| d.checked_add(hours as u32))
+        .ok_or_else(|| format!("time of {days} days is outside MySQL's TIME range"))?;
+    time_to_micros(negative, hours, minutes as u32, seconds as u32, micros)
+}
+
 /// The civil date of a day count since 1970-01-01 (inverse of [`date_to_days`]).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;

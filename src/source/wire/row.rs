@@ -1,5 +1,9 @@
 //! Binary result rows read in place: each value borrowed from the packet, none copied.
 //!
+//! [`RowCursor`] is the one reader of the row layout (NULL bitmap, fixed-width values,
+//! length-encoded bytes, dates and times); [`BinaryRow::values`] and the snapshot's compiled
+//! column operations both read through it.
+//!
 //! # Invariant
 //! [`BinaryRow::values`] yields, for every column, what `mysql_common` decodes from the same
 //! bytes, variant for variant ([`WireValue`] mirrors `mysql_common::Value` with borrowed

@@ -21,20 +21,20 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BinaryBuilder, Date32Builder, Decimal128Builder, DurationMicrosecondBuilder,
+    ArrayRef, BinaryBuilder, Date32Builder, Decimal128Builder, DurationMicrosecondBuilder,
     Float32Builder, Float64Builder, Int16Builder, Int32Builder, Int64Builder, Int8Builder,
     RecordBatch, StringArray, TimestampMicrosecondBuilder, UInt16Builder, UInt32Builder,
     UInt64Builder, UInt8Builder,
 };
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::DataType;
 use mysql_async::Value;
 
 use super::select::{append_value, describe_key, select_sql};
 use crate::change::schema::{ColumnKind, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
-    append_padded, date_to_days, datetime_to_micros, decimal128_fits, parse_decimal_fast,
-    parse_decimal_text, time_to_micros, ColumnBuilder,
+    batch_of, date_to_days, datetime_to_micros, decimal128_fits, padded, parse_decimal_fast,
+    parse_decimal_text, time_parts_to_micros, ColumnBuilder,
 };
 use crate::source::wire::{BinaryRow, Encoding, RowCursor, WireConnection};
 
@@ -200,23 +200,11 @@ impl Op {
             }
             Op::Time(b) => {
                 let (neg, days, h, m, s, us) = cur.time().map_err(short)?;
-                let hours = days
-                    .checked_mul(24)
-                    .and_then(|d| d.checked_add(h as u32))
-                    .ok_or_else(|| format!("time of {days} days is outside MySQL's TIME range"))?;
-                b.append_value(time_to_micros(neg, hours, m as u32, s as u32, us)?)
+                b.append_value(time_parts_to_micros(neg, days, h, m, s, us)?)
             }
             Op::Text(b) => b.append_value(cur.bytes().map_err(short)?),
             Op::Binary { pad_to, values } => {
-                let v = cur.bytes().map_err(short)?;
-                match *pad_to {
-                    Some(n) if v.len() < n => {
-                        let mut padded = Vec::with_capacity(n);
-                        append_padded(&mut padded, v, *pad_to);
-                        values.append_value(&padded)
-                    }
-                    _ => values.append_value(v),
-                }
+                values.append_value(padded(cur.bytes().map_err(short)?, *pad_to))
             }
             Op::General { encoding, builder } => {
                 let value = cur.value(*encoding).map_err(short)?;
@@ -389,48 +377,24 @@ impl<'a> BinaryColumns<'a> {
         let rows = std::mem::take(&mut self.rows);
         let schema = self.schema;
         let finished: Vec<_> = self.ops.iter_mut().map(Op::finish).collect();
-        let fields = schema.arrow.fields();
+        let bad = |column: String, row: Option<usize>, detail: String| SourceError::BadValue {
+            table: schema.id.to_string(),
+            column,
+            row: match row {
+                Some(row) => describe_built_key(schema, &finished, row),
+                None => format!("a batch of {rows} rows"),
+            },
+            detail,
+        };
         let mut columns = Vec::with_capacity(finished.len());
-        for (array, field) in finished.iter().zip(fields) {
-            let bad = |row: Option<usize>, detail: String| SourceError::BadValue {
-                table: schema.id.to_string(),
-                column: field.name().clone(),
-                row: match row {
-                    Some(row) => describe_built_key(schema, &finished, row),
-                    None => format!("a batch of {rows} rows"),
-                },
-                detail,
-            };
-            let array = array
-                .as_ref()
-                .map_err(|(row, detail)| bad(*row, detail.clone()))?;
-            if let Some(detail) = mismatch(array, field) {
-                return Err(bad(None, detail));
+        for (array, field) in finished.iter().zip(schema.arrow.fields()) {
+            match array {
+                Ok(array) => columns.push(Arc::clone(array)),
+                Err((row, detail)) => return Err(bad(field.name().clone(), *row, detail.clone())),
             }
-            columns.push(Arc::clone(array));
         }
-        RecordBatch::try_new(Arc::clone(&schema.arrow), columns).map_err(|e| {
-            SourceError::BadValue {
-                table: schema.id.to_string(),
-                column: "*".into(),
-                row: format!("a batch of {rows} rows"),
-                detail: e.to_string(),
-            }
-        })
+        batch_of(&schema.arrow, columns).map_err(|e| bad(e.column, None, e.detail))
     }
-}
-
-/// Why `array` does not fit `field`, if it does not.
-fn mismatch(array: &ArrayRef, field: &Field) -> Option<String> {
-    if array.data_type() != field.data_type() {
-        return Some(format!(
-            "built as {}, the field is {}",
-            array.data_type(),
-            field.data_type()
-        ));
-    }
-    (!field.is_nullable() && array.null_count() > 0)
-        .then(|| "NULL in a non-nullable field".to_string())
 }
 
 /// Names row `row` of a batch by its primary key, read from the columns that did finish.
