@@ -2,9 +2,12 @@
 //! measured in the same run.
 //!
 //! Run with `cargo bench --bench snapshot` (optionally `-- --rows N --rounds R --chunk-size C
-//! --parallelism P --method watermarks|consistent`, default 1,000,000 rows, 5 rounds, the
-//! default chunk size, chunks in flight and method; `consistent` reads each chunk in MariaDB's
-//! consistent snapshot, with no visibility barrier, to show what the barrier costs). It starts
+//! --parallelism P --method watermarks|consistent --write-rate W`, default 1,000,000 rows, 5
+//! rounds, the default chunk size, chunks in flight and method; `consistent` reads each chunk
+//! in MariaDB's consistent snapshot, with no visibility barrier or locking read, to show what
+//! they cost; `--write-rate W` has an application's writer update random rows at W commits/s
+//! during both reads and prints its commit latencies beside each, which shows how long the
+//! snapshot's locks make writers wait; default 0, no writer). It starts
 //! its own private MariaDB, fills a 7-column table, and alternates (ABAB) a plain `SELECT *`
 //! through mysql_async (rows decoded, then dropped) with cdcfusion's snapshot until the table
 //! is queryable (default options but those given above, chunks applied and the table
@@ -14,6 +17,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdcfusion::capture::{Capture, CaptureOptions, SnapshotMode};
@@ -62,6 +67,68 @@ fn release_free_memory() {
     unsafe { mi_collect(true) }
 }
 
+/// An application's writer: single-row `UPDATE`s of rows chosen at random, paced at a rate, on
+/// a thread and runtime of its own so the reads it runs beside do not delay its clock.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Duration>>,
+}
+
+impl Writer {
+    fn start(url: String, rows: u64, per_second: u64, seed: u64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let mut conn = Conn::from_url(url).await.unwrap();
+                let interval = Duration::from_secs_f64(1.0 / per_second as f64);
+                let (mut latencies, mut next, mut x) = (Vec::new(), Instant::now(), seed | 1);
+                while !stopping.load(Ordering::Relaxed) {
+                    // xorshift64: rows spread over the table, the same sequence every run.
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let started = Instant::now();
+                    conn.exec_drop("UPDATE bench.t SET a = a + 1 WHERE id = ?", (x % rows + 1,))
+                        .await
+                        .unwrap();
+                    latencies.push(started.elapsed());
+                    next += interval;
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                latencies
+            })
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops the writer and adds its commit latencies to `into`.
+    fn finish(self, into: &mut Vec<Duration>) {
+        self.stop.store(true, Ordering::Relaxed);
+        into.extend(self.thread.join().unwrap());
+    }
+}
+
+/// `p50 / p99 / max` of `latencies`, in µs.
+fn latency_summary(latencies: &mut [Duration]) -> String {
+    if latencies.is_empty() {
+        return "no commits".into();
+    }
+    latencies.sort();
+    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs ({} commits)",
+        pick(0.5).as_secs_f64() * 1e6,
+        pick(0.99).as_secs_f64() * 1e6,
+        pick(1.0).as_secs_f64() * 1e6,
+        latencies.len()
+    )
+}
+
 #[tokio::main]
 async fn main() {
     // Not `allocator::tune()`: peak memory is read from `VmHWM`, which counts pages given back
@@ -81,9 +148,16 @@ async fn main() {
         "consistent" => SnapshotMethod::ConsistentSnapshot,
         other => panic!("--method {other}: expected watermarks or consistent"),
     };
+    let write_rate = common::u64_arg("--write-rate", 0);
     println!(
-        "snapshot of {total} rows (7 columns), chunks of {chunk_size} rows, {parallelism} in flight, {method:?}"
+        "snapshot of {total} rows (7 columns), chunks of {chunk_size} rows, {parallelism} in flight, {method:?}, writer at {write_rate} commits/s"
     );
+    let writer = |round: u64| {
+        (write_rate > 0).then(|| Writer::start(server.root_url(), total, write_rate, round))
+    };
+    let (mut wrote_raw, mut wrote_ours) = (Vec::new(), Vec::new());
+    // How the chunks of every round waited for commits to show (`cdc.chunks.visibility`).
+    let mut visibility = std::collections::BTreeMap::new();
 
     let rounds = common::arg("--rounds", 5);
     let mysqld = server.pid().expect("the server runs");
@@ -100,6 +174,7 @@ async fn main() {
     );
     for round in 1..=rounds {
         // A: the reference.
+        let writing = writer(round);
         let server_before = common::cpu_seconds(mysqld);
         let started = Instant::now();
         let mut result = conn.exec_iter("SELECT * FROM bench.t", ()).await.unwrap();
@@ -113,6 +188,9 @@ async fn main() {
         drop(result);
         assert_eq!(n, total);
         let raw = started.elapsed();
+        if let Some(w) = writing {
+            w.finish(&mut wrote_raw);
+        }
         cpu_server_raw.push((common::cpu_seconds(mysqld) - server_before) / total as f64);
 
         // B: cdcfusion's snapshot, until the table is queryable.
@@ -126,6 +204,7 @@ async fn main() {
         release_free_memory();
         reset_peak_rss();
         let base = peak_rss_mib();
+        let writing = writer(round);
         let ours_before = common::cpu_seconds(std::process::id());
         let server_before = common::cpu_seconds(mysqld);
         let started = Instant::now();
@@ -138,11 +217,19 @@ async fn main() {
         .unwrap();
         let published = capture.snapshot_table(0, None).unwrap();
         let ours = started.elapsed();
+        for c in capture.progress().report().chunks {
+            let how = c.visibility.map_or("not read", |v| v.as_str());
+            *visibility.entry(how).or_insert(0u64) += 1;
+        }
+        if let Some(w) = writing {
+            w.finish(&mut wrote_ours);
+        }
         let peak = peak_rss_mib() - base;
         cpu_ours.push((common::cpu_seconds(std::process::id()) - ours_before) / total as f64);
         cpu_server.push((common::cpu_seconds(mysqld) - server_before) / total as f64);
         assert_eq!(published.len() as u64, total);
-        assert_eq!(log.len() as u64, total);
+        // Every row's snapshot entry, and the writer's changes caught up to max(HIGH).
+        assert!(log.len() as u64 >= total);
         let arrow_mib = published
             .scan_all()
             .unwrap()
@@ -184,6 +271,18 @@ async fn main() {
         common::median(&mut cpu_server) * 1e9,
         common::median(&mut cpu_server_raw) * 1e9
     );
+    let chunks: Vec<String> = visibility.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!("  chunks, all rounds: {}", chunks.join(", "));
+    if write_rate > 0 {
+        println!(
+            "  writer's commits during the raw SELECT *: {}",
+            latency_summary(&mut wrote_raw)
+        );
+        println!(
+            "  writer's commits during the snapshot:     {}",
+            latency_summary(&mut wrote_ours)
+        );
+    }
 }
 
 const MIB: f64 = 1024.0 * 1024.0;

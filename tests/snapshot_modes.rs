@@ -8,7 +8,9 @@ use cdcfusion::change::schema::{Flavor, TableId};
 use cdcfusion::change::{Op, SourceTransaction};
 use cdcfusion::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use cdcfusion::source::connect::{current_position, ConnectOptions};
-use cdcfusion::source::snapshot::incremental::{HookPoint, Phase, RowReader, SnapshotMethod};
+use cdcfusion::source::snapshot::incremental::{
+    HookPoint, Phase, RowReader, SnapshotMethod, Visibility,
+};
 use cdcfusion::source::snapshot::select_batches;
 use common::*;
 use futures::FutureExt;
@@ -242,6 +244,18 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
                 _ => RowReader::Own,
             };
             assert_eq!(c.reader, Some(expected), "{method:?} {c:?}");
+            // How each waited for commits to show: the consistent snapshot needs no wait, a
+            // keyless chunk is a locked read; a keyed one is a locked read too, unless another
+            // chunk's hook was writing its range and sent it to the barrier.
+            let allowed: &[Visibility] = match method {
+                SnapshotMethod::ConsistentSnapshot => &[Visibility::ConsistentSnapshot],
+                _ if c.table.table == "nokey" => &[Visibility::LockedRead],
+                _ => &[Visibility::LockedRead, Visibility::Barrier],
+            };
+            assert!(
+                c.visibility.is_some_and(|v| allowed.contains(&v)),
+                "{method:?} {c:?}"
+            );
         }
         let (end, _) = position().await;
         capture.catch_up_to(&end).await.unwrap();
@@ -264,6 +278,71 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
 /// where InnoDB ignores `WITH CONSISTENT SNAPSHOT` unless the session asks for REPEATABLE
 /// READ: a copy of a keyless row written after the snapshot's position and before its
 /// `SELECT` is counted once, not read and then applied again from the binlog.
+/// A watermarked chunk reads its range once, as a locking read that never waits. A chunk whose
+/// range holds a row an open transaction changed meets its lock: it goes to the barrier, which
+/// gives up on a transaction that stays open, and reads the committed rows; the change is
+/// captured from the binlog once it commits.
+#[tokio::test]
+async fn watermark_chunks_read_once_unless_a_row_is_locked() {
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, "mode_lock").await;
+    let rows: Vec<String> = (1..=30).map(|i| format!("({i},{i})")).collect();
+    conn.query_drop(format!(
+        "CREATE TABLE mode_lock.t (id INT PRIMARY KEY, v INT); INSERT INTO mode_lock.t VALUES {}",
+        rows.join(",")
+    ))
+    .await
+    .unwrap();
+    let watermarks = || {
+        let mut o = options("mode_lock.t", SnapshotMode::Initial);
+        o.snapshot.chunk_size = 10;
+        o.snapshot.method = SnapshotMethod::Watermarks;
+        o
+    };
+    let visibility = |capture: &Capture| {
+        let report = capture.progress().report();
+        assert!(report.chunks.len() >= 3, "{:?}", report.chunks);
+        report
+            .chunks
+            .iter()
+            .map(|c| c.visibility.unwrap())
+            .collect::<Vec<_>>()
+    };
+
+    let (capture, _) = start_capture(watermarks()).await;
+    let quiet = visibility(&capture);
+    assert!(
+        quiet.iter().all(|v| *v == Visibility::LockedRead),
+        "{quiet:?}"
+    );
+    drop(capture);
+
+    let mut holder = root_conn(server()).await;
+    holder
+        .query_drop("START TRANSACTION; UPDATE mode_lock.t SET v = 150 WHERE id = 15")
+        .await
+        .unwrap();
+    let (mut capture, _) = start_capture(watermarks()).await;
+    let held = visibility(&capture);
+    let gave_up = held
+        .iter()
+        .filter(|v| **v == Visibility::BarrierGaveUp)
+        .count();
+    let locked = held
+        .iter()
+        .filter(|v| **v == Visibility::LockedRead)
+        .count();
+    assert_eq!((gave_up, locked), (1, held.len() - 1), "{held:?}");
+    let (state, _) = state_and_source(&capture, 0).await;
+    assert!(state.contains(&"id=15 v=15".to_string()), "{state:?}");
+    holder.query_drop("COMMIT").await.unwrap();
+    let (end, _) = position().await;
+    capture.catch_up_to(&end).await.unwrap();
+    let (state, source) = state_and_source(&capture, 0).await;
+    assert!(state.contains(&"id=15 v=150".to_string()), "{state:?}");
+    assert_eq!(state, source);
+}
+
 #[tokio::test]
 async fn consistent_snapshot_on_a_read_committed_server_counts_a_copy_once() {
     let server = cdcfusion::devserver::DevServer::start(cdcfusion::devserver::DevServerOptions {

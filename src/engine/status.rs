@@ -475,7 +475,7 @@ fn build(
             ])
         }
         "chunks" => {
-            let mut cols: [Vec<Option<String>>; 8] = Default::default();
+            let mut cols: [Vec<Option<String>>; 9] = Default::default();
             let (mut index, mut rows, mut reads) = (vec![], vec![], vec![]);
             for s in sources {
                 for c in s.progress.report().chunks {
@@ -489,10 +489,11 @@ fn build(
                     index.push(c.index as u64);
                     rows.push(c.rows as u64);
                     cols[7].push(c.reader.map(|r| r.as_str().to_string()));
+                    cols[8].push(c.visibility.map(|v| v.as_str().to_string()));
                     reads.push(u64::from(c.reads));
                 }
             }
-            let [source, db, name, range, low, high, state, reader] = cols;
+            let [source, db, name, range, low, high, state, reader, visibility] = cols;
             table(vec![
                 ("source", text(source)),
                 ("db", text(db)),
@@ -505,6 +506,7 @@ fn build(
                 ("state", text(state)),
                 ("reads", Arc::new(UInt64Array::from(reads))),
                 ("reader", text(reader)),
+                ("visibility", text(visibility)),
             ])
         }
         "schema_history" => {

@@ -6,7 +6,9 @@
 //! `select::visibility_barrier`), because a transaction is in the binlog before InnoDB shows it; a
 //! fresh-statement `SELECT` of the range (autocommit, so a new read view); HIGH = current binlog
 //! position; then the window `(LOW, HIGH]` from the shared [`WindowFeed`] is folded in (see
-//! `window`). LOW == HIGH means nothing committed meanwhile and no window is read.
+//! `window`). LOW == HIGH means nothing committed meanwhile and no window is read. The barrier
+//! and the `SELECT` are one locking read of the range unless it meets a row lock
+//! (`protocol`'s `scan_visible`; [`Visibility`] says which way a chunk went).
 //!
 //! *Consistent snapshot* (MariaDB, on request): `START TRANSACTION WITH CONSISTENT SNAPSHOT` is
 //! documented to make InnoDB's read view and `binlog_snapshot_file/position` describe the same
@@ -53,7 +55,9 @@ use futures::{StreamExt, TryStreamExt};
 pub use super::chunks::SnapshotChunk;
 use super::chunks::{estimate_rows, plan_chunks, ChunkRange, DEFAULT_CHUNK_SIZE};
 pub use super::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
-pub use super::progress::{ChunkState, ChunkStatus, Phase, Progress, ProgressReport, RowReader};
+pub use super::progress::{
+    ChunkState, ChunkStatus, Phase, Progress, ProgressReport, RowReader, Visibility,
+};
 use super::window::{RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
@@ -349,6 +353,7 @@ pub async fn plan_snapshot(
                         state: ChunkState::Pending,
                         reads: 0,
                         reader: None,
+                        visibility: None,
                     })
             })
             .collect();

@@ -8,11 +8,13 @@
 //! * [`incremental`]: the chunk protocol (watermarks or a consistent snapshot), parallelism
 //!   and test hooks;
 //! * `protocol`: the steps of one chunk (LOW, barrier, `SELECT`, HIGH, window fold);
+//! * `consistent`: a chunk read inside MariaDB's consistent snapshot;
 //! * [`progress`]: per-chunk progress, shared with the status tables;
 //! * [`journal`]: recording a snapshot's progress and resuming it.
 
 pub mod chunks;
 pub mod columns;
+mod consistent;
 pub mod incremental;
 pub mod journal;
 pub mod progress;

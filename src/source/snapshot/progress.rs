@@ -51,6 +51,33 @@ impl RowReader {
     }
 }
 
+/// How a chunk's read made sure it saw every transaction its LOW counts (see `protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visibility {
+    /// One locking read of the range that never waits: its rows are the chunk, and getting
+    /// every lock showed that no transaction touching the range was still committing.
+    LockedRead,
+    /// The locking read met a lock: a locking read without rows (the visibility barrier)
+    /// passed on a later try, then a plain `SELECT` read the rows.
+    Barrier,
+    /// The barrier met locks for its whole budget (a transaction left open on the range) and
+    /// the `SELECT` read anyway; see `select::visibility_barrier` for why that is safe.
+    BarrierGaveUp,
+    /// Inside a consistent snapshot, at the position the server reported for it.
+    ConsistentSnapshot,
+}
+
+impl Visibility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Visibility::LockedRead => "locked_read",
+            Visibility::Barrier => "barrier",
+            Visibility::BarrierGaveUp => "barrier_gave_up",
+            Visibility::ConsistentSnapshot => "consistent_snapshot",
+        }
+    }
+}
+
 /// Status of one chunk.
 #[derive(Debug, Clone)]
 pub struct ChunkStatus {
@@ -65,6 +92,8 @@ pub struct ChunkStatus {
     pub reads: u32,
     /// The connection that last read it (`None`: not read by this process).
     pub reader: Option<RowReader>,
+    /// How its last read waited for commits to become visible (`None`: not read yet).
+    pub visibility: Option<Visibility>,
 }
 
 /// Progress of a capture, shared with the rest of the engine.

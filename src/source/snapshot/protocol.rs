@@ -1,6 +1,7 @@
 //! The protocol of one chunk: LOW, visibility barrier, `SELECT`, HIGH, and the fold of the
 //! window `(LOW, HIGH]` (watermarks), or a read inside a consistent snapshot (MariaDB, on
-//! request).
+//! request). Under watermarks the barrier and the `SELECT` are one locking read unless it
+//! meets a lock (see `SnapshotRun::scan_visible`), so the server scans the range once.
 //!
 //! Chunks of tables without a primary key take a third way under watermarks, a *locked read*:
 //! their rows are a multiset, and folding a window change the `SELECT` already saw would count
@@ -14,10 +15,10 @@
 //! # Connections
 //! A chunk holds two connections, reused by the next chunk: the driver's, for the positions,
 //! the barrier, the window fold and a keyless chunk's locked read (whose HIGH must be taken
-//! inside its transaction), and our own (`source::wire`) for the watermarked `SELECT` and the
-//! whole of a consistent snapshot's transaction, whose rows it reads in place. Statements on
-//! the two follow one another, never overlap, so the order of LOW, barrier, `SELECT` and HIGH
-//! is the same as on one connection.
+//! inside its transaction), and our own (`source::wire`) for the watermarked `SELECT` (locking
+//! or not) and the whole of a consistent snapshot's transaction, whose rows it reads in place.
+//! Statements on the two follow one another, never overlap, so the order of LOW, barrier,
+//! `SELECT` and HIGH is the same as on one connection.
 //!
 //! # Invariant
 //! [`SnapshotRun::read_chunk`] returns the table's state at the chunk's HIGH within its range,
@@ -29,13 +30,14 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 use std::sync::atomic::Ordering;
 
-use super::columns::select_batches_wire;
+use super::columns::{select_batches_wire, select_batches_wire_locked};
 use super::incremental::{
     ChunkConnection, ChunkInfo, ChunkOutcome, ChunkState, ChunkStatus, HookPoint, RowReader,
-    SnapshotRun,
+    SnapshotRun, Visibility,
 };
 use super::select::{
-    select_batches_locked, select_batches_within, visibility_barrier, LockRetry, DEFAULT_BATCH_ROWS,
+    is_lock_conflict, select_batches_locked, select_batches_within, visibility_barrier, LockRetry,
+    DEFAULT_BATCH_ROWS,
 };
 use super::window::{normalize, WindowFeed};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
@@ -43,7 +45,7 @@ use crate::change::schema::TableId;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::SESSION_INIT;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::wire::{Opened, WireConnection, WireValue};
+use crate::source::wire::{Opened, WireConnection};
 use std::sync::Arc;
 
 /// How long a keyless table's locked read keeps trying to get its rows' locks: long-open
@@ -52,6 +54,15 @@ const LOCKED_READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(6
 
 /// The level of every chunk connection (see `chunk_connection`).
 const ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+
+/// What one chunk's read returns: its watermarks, its rows as read (before the window fold)
+/// and how it waited for commits to become visible.
+pub(super) struct ChunkRead {
+    pub(super) low: BinlogCoord,
+    pub(super) high: BinlogCoord,
+    pub(super) scanned: Vec<RecordBatch>,
+    pub(super) visibility: Visibility,
+}
 
 impl SnapshotRun {
     async fn feed(&self) -> SourceResult<&WindowFeed> {
@@ -159,7 +170,7 @@ impl SnapshotRun {
     }
 
     /// Runs a statement that returns no rows, within the read timeout.
-    async fn run(
+    pub(super) async fn run(
         &self,
         conn: &mut Conn,
         sql: &str,
@@ -173,7 +184,7 @@ impl SnapshotRun {
         self.connect.bounded(&context, run).await
     }
 
-    async fn hook(&self, point: HookPoint, t: usize, index: usize) {
+    pub(super) async fn hook(&self, point: HookPoint, t: usize, index: usize) {
         if let Some(hook) = &self.options.hook {
             hook(
                 point,
@@ -220,7 +231,12 @@ impl SnapshotRun {
             Some(_) if self.consistent || !table.codec.keyless() => RowReader::Own,
             _ => RowReader::Driver,
         };
-        let (low, high, scanned) = if self.consistent {
+        let ChunkRead {
+            low,
+            high,
+            scanned,
+            visibility,
+        } = if self.consistent {
             self.read_consistent(&mut conn, t, index, predicate.as_deref(), params)
                 .await?
         } else if table.codec.keyless() {
@@ -255,6 +271,7 @@ impl SnapshotRun {
             c.state = ChunkState::Done;
             c.rows = n;
             c.reader = Some(reader);
+            c.visibility = Some(visibility);
             c.low = Some(low.clone());
             c.high = Some(high.clone());
         });
@@ -298,8 +315,7 @@ impl SnapshotRun {
         index: usize,
         predicate: Option<&str>,
         params: Vec<mysql_async::Value>,
-    ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
-        let schema = &self.tables[t].schema;
+    ) -> SourceResult<ChunkRead> {
         self.hook(HookPoint::BeforeLow, t, index).await;
         // A transaction is written to the binlog before InnoDB makes it visible, so the
         // server's position may already count a transaction this SELECT will not see. The
@@ -321,33 +337,8 @@ impl SnapshotRun {
             feed.release(&pin);
         }
         self.hook(HookPoint::AfterLow, t, index).await;
-        let limit = self.connect.read_timeout;
-        let flavor = self.info.flavor;
-        let barrier = visibility_barrier(
-            &mut conn.sql,
-            schema,
-            flavor,
-            predicate,
-            params.clone(),
-            limit,
-        )
-        .await;
-        if let Err(e) = barrier {
-            feed.release(&low);
-            return Err(e);
-        }
-        let scanned = match conn.rows.as_mut() {
-            Some(rows) => {
-                select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS).await
-            }
-            None => {
-                let sql = &mut conn.sql;
-                select_batches_within(sql, schema, predicate, params, DEFAULT_BATCH_ROWS, limit)
-                    .await
-            }
-        };
-        let scanned = match scanned {
-            Ok(s) => s,
+        let (scanned, visibility) = match self.scan_visible(conn, t, predicate, params).await {
+            Ok(read) => read,
             Err(e) => {
                 feed.release(&low);
                 return Err(e);
@@ -366,7 +357,87 @@ impl SnapshotRun {
         if low == high {
             feed.release(&low);
         }
-        Ok((low, high, scanned))
+        Ok(ChunkRead {
+            low,
+            high,
+            scanned,
+            visibility,
+        })
+    }
+
+    /// The rows of a watermarked chunk, read once every transaction the server's binlog
+    /// already holds that touched the range is visible.
+    ///
+    /// First as one locking read that never waits
+    /// ([`nowait_share_lock`](super::select::nowait_share_lock)): when it gets every
+    /// lock, no such transaction was still committing (each keeps its row locks until InnoDB
+    /// shows it), so its rows, the newest committed ones, are the chunk, and the range was
+    /// scanned once. Its shared locks end with the statement, before HIGH is asked for; a
+    /// transaction that commits in between is in the window, which is folded in anyway. When
+    /// it meets a lock (an application's transaction is writing the range), its rows are
+    /// dropped, and the [`visibility_barrier`] (a locking read without rows, retried with a
+    /// back-off) and a plain `SELECT` take over, so a busy range is not read again and again.
+    async fn scan_visible(
+        &self,
+        conn: &mut ChunkConnection,
+        t: usize,
+        predicate: Option<&str>,
+        params: Vec<mysql_async::Value>,
+    ) -> SourceResult<(Vec<RecordBatch>, Visibility)> {
+        let schema = &self.tables[t].schema;
+        let limit = self.connect.read_timeout;
+        let flavor = self.info.flavor;
+        let locked = match conn.rows.as_mut() {
+            Some(rows) => {
+                select_batches_wire_locked(
+                    rows,
+                    schema,
+                    flavor,
+                    predicate,
+                    &params,
+                    DEFAULT_BATCH_ROWS,
+                )
+                .await
+            }
+            None => {
+                let sql = &mut conn.sql;
+                let p = params.clone();
+                select_batches_locked(sql, schema, flavor, predicate, p, DEFAULT_BATCH_ROWS, limit)
+                    .await
+            }
+        };
+        match locked {
+            Ok(scanned) => return Ok((scanned, Visibility::LockedRead)),
+            Err(e) if e.server_code().is_some_and(is_lock_conflict) => {
+                tracing::debug!(table = %schema.id, "the chunk's locking read met a lock; waiting with the barrier");
+            }
+            Err(e) => return Err(e),
+        }
+        let passed = visibility_barrier(
+            &mut conn.sql,
+            schema,
+            flavor,
+            predicate,
+            params.clone(),
+            limit,
+        )
+        .await?;
+        let scanned = match conn.rows.as_mut() {
+            Some(rows) => {
+                select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS).await
+            }
+            None => {
+                let sql = &mut conn.sql;
+                select_batches_within(sql, schema, predicate, params, DEFAULT_BATCH_ROWS, limit)
+                    .await
+            }
+        }?;
+        let visibility = if passed {
+            Visibility::Barrier
+        } else {
+            Visibility::BarrierGaveUp
+        };
+        Ok((scanned, visibility))
     }
 
     /// The locked read of a keyless table's chunk (see the module docs). The hooks after LOW
@@ -378,7 +449,7 @@ impl SnapshotRun {
         index: usize,
         predicate: Option<&str>,
         params: Vec<mysql_async::Value>,
-    ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
+    ) -> SourceResult<ChunkRead> {
         let schema = &self.tables[t].schema;
         let ctx = |what: &str| {
             format!(
@@ -434,110 +505,11 @@ impl SnapshotRun {
         ] {
             self.hook(point, t, index).await;
         }
-        Ok((high.clone(), high, scanned))
+        Ok(ChunkRead {
+            low: high.clone(),
+            high,
+            scanned,
+            visibility: Visibility::LockedRead,
+        })
     }
-
-    async fn read_consistent(
-        &self,
-        conn: &mut ChunkConnection,
-        t: usize,
-        index: usize,
-        predicate: Option<&str>,
-        params: Vec<mysql_async::Value>,
-    ) -> SourceResult<(BinlogCoord, BinlogCoord, Vec<RecordBatch>)> {
-        let schema = &self.tables[t].schema;
-        let ctx = |what: &str| format!("{what} for a chunk of {}", schema.id);
-        self.hook(HookPoint::BeforeLow, t, index).await;
-        // Under REPEATABLE READ, as every chunk connection is (see `chunk_connection`).
-        let start = "START TRANSACTION WITH CONSISTENT SNAPSHOT";
-        let show = "SHOW STATUS LIKE 'binlog_snapshot_%'";
-        let reported = match conn.rows.as_mut() {
-            Some(rows) => {
-                rows.query_drop(start).await?;
-                let mut found = Vec::new();
-                let position = || ctx("reading the snapshot position");
-                rows.select(show, &[], &position, |row| {
-                    let mut values = row.values().map(|v| match v {
-                        Ok(WireValue::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
-                        _ => String::new(),
-                    });
-                    if let (Some(name), Some(value)) = (values.next(), values.next()) {
-                        found.push((name, value));
-                    }
-                    Ok(())
-                })
-                .await?;
-                found
-            }
-            None => {
-                self.run(&mut conn.sql, start, || {
-                    ctx("starting a consistent snapshot")
-                })
-                .await?;
-                let read = async {
-                    conn.sql.query(show).await.map_err(|e| {
-                        SourceError::from_mysql(ctx("reading the snapshot position"), e)
-                    })
-                };
-                self.connect
-                    .bounded(|| ctx("reading the snapshot position"), read)
-                    .await?
-            }
-        };
-        let at = snapshot_position(&reported)?;
-        self.hook(HookPoint::AfterLow, t, index).await;
-        let scanned = match conn.rows.as_mut() {
-            Some(rows) => {
-                let scanned =
-                    select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS)
-                        .await?;
-                self.hook(HookPoint::AfterSelect, t, index).await;
-                rows.query_drop("COMMIT").await?;
-                scanned
-            }
-            None => {
-                let limit = self.connect.read_timeout;
-                let sql = &mut conn.sql;
-                let scanned = select_batches_within(
-                    sql,
-                    schema,
-                    predicate,
-                    params,
-                    DEFAULT_BATCH_ROWS,
-                    limit,
-                )
-                .await?;
-                self.hook(HookPoint::AfterSelect, t, index).await;
-                self.run(sql, "COMMIT", || ctx("ending the consistent snapshot"))
-                    .await?;
-                scanned
-            }
-        };
-        self.hook(HookPoint::BeforeHigh, t, index).await;
-        self.hook(HookPoint::AfterHigh, t, index).await;
-        Ok((at.clone(), at, scanned))
-    }
-}
-
-/// The binlog position a consistent snapshot reads at, from `SHOW STATUS LIKE
-/// 'binlog_snapshot_%'` inside its transaction.
-fn snapshot_position(status: &[(String, String)]) -> SourceResult<BinlogCoord> {
-    let get = |name: &str| {
-        status
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.clone())
-    };
-    let (Some(file), Some(offset)) = (get("Binlog_snapshot_file"), get("Binlog_snapshot_position"))
-    else {
-        return Err(SourceError::NotSupported(
-            "the consistent-snapshot method on a server that reports no \
-             binlog_snapshot_file/position (use snapshot_method = 'watermarks')"
-                .into(),
-        ));
-    };
-    let offset: u64 = offset.parse().map_err(|_| {
-        SourceError::NotSupported(format!("the server's binlog_snapshot_position {offset:?}"))
-    })?;
-    Ok(BinlogCoord::new(file, offset))
 }

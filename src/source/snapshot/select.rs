@@ -201,7 +201,7 @@ pub fn nowait_share_lock(flavor: Flavor) -> &'static str {
 
 /// Whether `code` says a `NOWAIT` read met a lock (MariaDB reports a lock wait timeout, MySQL
 /// `ER_LOCK_NOWAIT`), or that the read was chosen as a deadlock victim.
-fn is_lock_conflict(code: u16) -> bool {
+pub(super) fn is_lock_conflict(code: u16) -> bool {
     use crate::source::error::codes;
     matches!(
         code,

@@ -1,7 +1,7 @@
 //! Snapshot rows read in place, decoded by operations compiled once per result.
 //!
-//! [`select_batches_wire`] reads a chunk on our own connection (`source::wire`) through
-//! [`BinaryColumns`].
+//! [`select_batches_wire`] (and its locking form, [`select_batches_wire_locked`]) reads a chunk
+//! on our own connection (`source::wire`) through [`BinaryColumns`].
 //!
 //! When the first row of a result arrives, every column's binary encoding and its Arrow type
 //! are paired into one [`Op`] that owns the column's builder, so a value is read off the
@@ -16,7 +16,7 @@
 //! decimals' precision, `BINARY(n)` padding); every other pairing (`YEAR`, `BIT`, a decimal
 //! beyond 38 digits, an encoding the schema does not expect) takes the general conversion
 //! itself. `tests/type_parity.rs` and `tests/wire_reads.rs` hold this reader to the driver's
-//! batches, and its unit tests (`tests.rs`) to [`SelectReader`] over every pairing.
+//! batches, and its unit tests (`tests.rs`) to [`SelectReader`](super::SelectReader) over every pairing.
 
 use std::sync::Arc;
 
@@ -29,8 +29,8 @@ use arrow::array::{
 use arrow::datatypes::DataType;
 use mysql_async::Value;
 
-use super::select::{append_value, describe_key, select_sql};
-use crate::change::schema::{ColumnKind, TableSchema};
+use super::select::{append_value, describe_key, nowait_share_lock, select_sql};
+use crate::change::schema::{ColumnKind, Flavor, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::types::{
     batch_of, date_to_days, datetime_to_micros, decimal128_fits, padded, parse_decimal_fast,
@@ -430,11 +430,38 @@ pub async fn select_batches_wire(
     batch_rows: usize,
 ) -> SourceResult<Vec<RecordBatch>> {
     let sql = select_sql(schema, predicate, None);
+    read_wire(conn, schema, &sql, params, batch_rows).await
+}
+
+/// [`select_batches_wire`] as a locking read that never waits for a lock, as
+/// [`select_batches_locked`](super::select::select_batches_locked) on the driver's connection:
+/// a row another transaction holds fails the read at once with a lock conflict (after the
+/// rows before it were sent; they are dropped with the error). Outside a transaction its
+/// shared locks last until the statement ends.
+pub async fn select_batches_wire_locked(
+    conn: &mut WireConnection,
+    schema: &TableSchema,
+    flavor: Flavor,
+    predicate: Option<&str>,
+    params: &[Value],
+    batch_rows: usize,
+) -> SourceResult<Vec<RecordBatch>> {
+    let sql = select_sql(schema, predicate, Some(nowait_share_lock(flavor)));
+    read_wire(conn, schema, &sql, params, batch_rows).await
+}
+
+async fn read_wire(
+    conn: &mut WireConnection,
+    schema: &TableSchema,
+    sql: &str,
+    params: &[Value],
+    batch_rows: usize,
+) -> SourceResult<Vec<RecordBatch>> {
     let ctx = || format!("reading {}", schema.id);
     // Compiled at the first row, whose encodings every row of the result shares.
     let mut reader: Option<BinaryColumns<'_>> = None;
     let mut batches = Vec::new();
-    conn.select(&sql, params, &ctx, |row| {
+    conn.select(sql, params, &ctx, |row| {
         let columns = match &mut reader {
             Some(columns) => columns,
             None => reader.insert(BinaryColumns::compile(schema, row.encodings(), batch_rows)?),
