@@ -73,13 +73,14 @@ async fn mysql_snapshot_runs_chunks_as_partitions_and_explains_them() {
             "note=n39 id=39"
         ]
     );
-    // Every chunk of the capture was read by our own row connection.
+    // Every chunk of the capture was read by our own row connection, each as one locking
+    // read (nothing held a lock on the table while it was read).
     let readers = query(
         &engine,
-        "SELECT DISTINCT reader FROM cdc.chunks WHERE source = 'ra'",
+        "SELECT DISTINCT reader, visibility FROM cdc.chunks WHERE source = 'ra'",
     )
     .await;
-    assert_eq!(readers, ["reader=own"]);
+    assert_eq!(readers, ["reader=own visibility=locked_read"]);
     // EXPLAIN ANALYZE shows each chunk's HIGH and the one position the result is at.
     let analyzed = explain(&engine, &format!("ANALYZE {sql}")).await;
     assert!(analyzed.contains(", position="), "{analyzed}");

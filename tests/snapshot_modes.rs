@@ -274,10 +274,6 @@ async fn composite_keys_keyless_tables_and_collated_string_chunk_keys() {
     }
 }
 
-/// The consistent-snapshot method on a server whose default isolation is READ COMMITTED,
-/// where InnoDB ignores `WITH CONSISTENT SNAPSHOT` unless the session asks for REPEATABLE
-/// READ: a copy of a keyless row written after the snapshot's position and before its
-/// `SELECT` is counted once, not read and then applied again from the binlog.
 /// A watermarked chunk reads its range once, as a locking read that never waits. A chunk whose
 /// range holds a row an open transaction changed meets its lock: it goes to the barrier, which
 /// gives up on a transaction that stays open, and reads the committed rows; the change is
@@ -343,6 +339,10 @@ async fn watermark_chunks_read_once_unless_a_row_is_locked() {
     assert_eq!(state, source);
 }
 
+/// The consistent-snapshot method on a server whose default isolation is READ COMMITTED,
+/// where InnoDB ignores `WITH CONSISTENT SNAPSHOT` unless the session asks for REPEATABLE
+/// READ: a copy of a keyless row written after the snapshot's position and before its
+/// `SELECT` is counted once, not read and then applied again from the binlog.
 #[tokio::test]
 async fn consistent_snapshot_on_a_read_committed_server_counts_a_copy_once() {
     let server = cdcfusion::devserver::DevServer::start(cdcfusion::devserver::DevServerOptions {

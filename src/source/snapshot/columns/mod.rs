@@ -16,7 +16,8 @@
 //! decimals' precision, `BINARY(n)` padding); every other pairing (`YEAR`, `BIT`, a decimal
 //! beyond 38 digits, an encoding the schema does not expect) takes the general conversion
 //! itself. `tests/type_parity.rs` and `tests/wire_reads.rs` hold this reader to the driver's
-//! batches, and its unit tests (`tests.rs`) to [`SelectReader`](super::SelectReader) over every pairing.
+//! batches, and its unit tests (`tests.rs`) to [`SelectReader`](super::SelectReader) over
+//! every pairing.
 
 use std::sync::Arc;
 
