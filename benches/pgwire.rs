@@ -41,10 +41,6 @@ const WARM_UP: usize = 100;
 const PGBENCH_CLIENTS: usize = 4;
 const PGBENCH_THREADS: usize = 2;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -84,8 +80,8 @@ where
     times.sort();
     let micros = |d: Duration| d.as_secs_f64() * 1e6;
     (
-        micros(percentile(&times, 0.5)),
-        micros(percentile(&times, 0.99)),
+        micros(common::percentile(&times, 0.5)),
+        micros(common::percentile(&times, 0.99)),
     )
 }
 

@@ -119,7 +119,7 @@ fn latency_summary(latencies: &mut [Duration]) -> String {
         return "no commits".into();
     }
     latencies.sort();
-    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let pick = |q: f64| common::percentile(latencies, q);
     format!(
         "p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs ({} commits)",
         pick(0.5).as_secs_f64() * 1e6,

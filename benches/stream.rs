@@ -330,7 +330,7 @@ async fn freshness(
         }
     }
     latencies.sort();
-    let pick = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let pick = |q: f64| common::percentile(&latencies, q);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "  write rate reached: {:.0} commits/s ({} commits in {wrote:.2?})",

@@ -23,10 +23,6 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Point lookups per side.
 const LOOKUPS: usize = 2000;
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 async fn lookups(
     run: impl Fn(String) -> futures::future::BoxFuture<'static, usize>,
     total: u64,
@@ -41,7 +37,10 @@ async fn lookups(
         assert_eq!(n, 1);
     }
     times.sort();
-    (percentile(&times, 0.5), percentile(&times, 0.99))
+    (
+        common::percentile(&times, 0.5),
+        common::percentile(&times, 0.99),
+    )
 }
 
 #[tokio::main]

@@ -83,6 +83,12 @@ pub fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// The value at quantile `q` (0.5: the median, 1.0: the largest) of `sorted`, which is sorted
+/// and not empty.
+pub fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
 /// The median of `values` (the upper one of an even count).
 pub fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);

@@ -10,10 +10,8 @@
 
 use mysql_async::prelude::Queryable;
 
-use super::columns::select_batches_wire;
 use super::incremental::{ChunkConnection, HookPoint, SnapshotRun, Visibility};
 use super::protocol::ChunkRead;
-use super::select::{select_batches_within, DEFAULT_BATCH_ROWS};
 use crate::change::position::BinlogCoord;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::wire::WireValue;
@@ -68,33 +66,18 @@ impl SnapshotRun {
         };
         let at = snapshot_position(&reported)?;
         self.hook(HookPoint::AfterLow, t, index).await;
-        let scanned = match conn.rows.as_mut() {
-            Some(rows) => {
-                let scanned =
-                    select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS)
-                        .await?;
-                self.hook(HookPoint::AfterSelect, t, index).await;
-                rows.query_drop("COMMIT").await?;
-                scanned
-            }
+        let limit = self.connect.read_timeout;
+        let scanned = conn.select(schema, predicate, &params, None, limit).await?;
+        self.hook(HookPoint::AfterSelect, t, index).await;
+        match conn.rows.as_mut() {
+            Some(rows) => rows.query_drop("COMMIT").await?,
             None => {
-                let limit = self.connect.read_timeout;
-                let sql = &mut conn.sql;
-                let scanned = select_batches_within(
-                    sql,
-                    schema,
-                    predicate,
-                    params,
-                    DEFAULT_BATCH_ROWS,
-                    limit,
-                )
-                .await?;
-                self.hook(HookPoint::AfterSelect, t, index).await;
-                self.run(sql, "COMMIT", || ctx("ending the consistent snapshot"))
-                    .await?;
-                scanned
+                self.run(&mut conn.sql, "COMMIT", || {
+                    ctx("ending the consistent snapshot")
+                })
+                .await?
             }
-        };
+        }
         self.hook(HookPoint::BeforeHigh, t, index).await;
         self.hook(HookPoint::AfterHigh, t, index).await;
         Ok(ChunkRead {

@@ -41,7 +41,7 @@ use super::select::{
 };
 use super::window::{normalize, WindowFeed};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
-use crate::change::schema::TableId;
+use crate::change::schema::{Flavor, TableId, TableSchema};
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::SESSION_INIT;
 use crate::source::error::{SourceError, SourceResult};
@@ -54,6 +54,35 @@ const LOCKED_READ_BUDGET: std::time::Duration = std::time::Duration::from_secs(6
 
 /// The level of every chunk connection (see `chunk_connection`).
 const ISOLATION: &str = "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
+
+impl ChunkConnection {
+    /// `SELECT`s the range's rows on our own connection when there is one, else on the
+    /// driver's (each read bounded by `limit`); with `locking`, the server's flavor, as a
+    /// locking read that never waits (see [`nowait_share_lock`](super::select::nowait_share_lock)).
+    pub(super) async fn select(
+        &mut self,
+        schema: &TableSchema,
+        predicate: Option<&str>,
+        params: &[mysql_async::Value],
+        locking: Option<Flavor>,
+        limit: std::time::Duration,
+    ) -> SourceResult<Vec<RecordBatch>> {
+        let (n, sql) = (DEFAULT_BATCH_ROWS, &mut self.sql);
+        match (self.rows.as_mut(), locking) {
+            (Some(wire), None) => select_batches_wire(wire, schema, predicate, params, n).await,
+            (Some(wire), Some(flavor)) => {
+                select_batches_wire_locked(wire, schema, flavor, predicate, params, n).await
+            }
+            (None, None) => {
+                select_batches_within(sql, schema, predicate, params.to_vec(), n, limit).await
+            }
+            (None, Some(flavor)) => {
+                let params = params.to_vec();
+                select_batches_locked(sql, schema, flavor, predicate, params, n, limit).await
+            }
+        }
+    }
+}
 
 /// What one chunk's read returns: its watermarks, its rows as read (before the window fold)
 /// and how it waited for commits to become visible.
@@ -387,26 +416,10 @@ impl SnapshotRun {
         let schema = &self.tables[t].schema;
         let limit = self.connect.read_timeout;
         let flavor = self.info.flavor;
-        let locked = match conn.rows.as_mut() {
-            Some(rows) => {
-                select_batches_wire_locked(
-                    rows,
-                    schema,
-                    flavor,
-                    predicate,
-                    &params,
-                    DEFAULT_BATCH_ROWS,
-                )
-                .await
-            }
-            None => {
-                let sql = &mut conn.sql;
-                let p = params.clone();
-                select_batches_locked(sql, schema, flavor, predicate, p, DEFAULT_BATCH_ROWS, limit)
-                    .await
-            }
-        };
-        match locked {
+        match conn
+            .select(schema, predicate, &params, Some(flavor), limit)
+            .await
+        {
             Ok(scanned) => return Ok((scanned, Visibility::LockedRead)),
             Err(e) if e.server_code().is_some_and(is_lock_conflict) => {
                 tracing::debug!(table = %schema.id, "the chunk's locking read met a lock; waiting with the barrier");
@@ -422,16 +435,7 @@ impl SnapshotRun {
             limit,
         )
         .await?;
-        let scanned = match conn.rows.as_mut() {
-            Some(rows) => {
-                select_batches_wire(rows, schema, predicate, &params, DEFAULT_BATCH_ROWS).await
-            }
-            None => {
-                let sql = &mut conn.sql;
-                select_batches_within(sql, schema, predicate, params, DEFAULT_BATCH_ROWS, limit)
-                    .await
-            }
-        }?;
+        let scanned = conn.select(schema, predicate, &params, None, limit).await?;
         let visibility = if passed {
             Visibility::Barrier
         } else {

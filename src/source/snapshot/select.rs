@@ -15,9 +15,10 @@
 //! values through the same shared conversions.
 //!
 //! The chunked, watermarked snapshot builds on [`SelectReader`]: it only adds the range
-//! predicate and the LOW/HIGH protocol around it. Its locking reads (the visibility barrier,
-//! keyless chunks) never wait for a lock ([`nowait_share_lock`], [`LockRetry`]), so the capture
-//! can never be in a deadlock with, and get InnoDB to abort, an application's transaction.
+//! predicate and the LOW/HIGH protocol around it. Its locking reads (a keyed chunk's first
+//! read, the visibility barrier, keyless chunks) never wait for a lock ([`nowait_share_lock`],
+//! [`LockRetry`]), so the capture can never be in a deadlock with, and get InnoDB to abort, an
+//! application's transaction.
 
 use arrow::array::RecordBatch;
 use mysql_async::prelude::Queryable;
