@@ -1,4 +1,4 @@
-//! The PostgreSQL front end beside the machine's PostgreSQL serving the same rows, measured in
+//! The PostgreSQL front end beside a private PostgreSQL serving the same rows, measured in
 //! the same run with the same client (tokio-postgres): `SELECT 1` over the simple protocol, a
 //! primary-key lookup whose literal changes every time over the simple protocol (so no cache
 //! of statement text can flatter it), a prepared primary-key lookup (p50, p99), and rows/s of
@@ -17,16 +17,17 @@
 //! transactions per second (higher is better). It is skipped, saying so, without `pgbench`.
 //!
 //! Run with `cargo bench --bench pgwire` (optionally `-- --rows N`, default 200,000, and
-//! `--pgbench-seconds S`, default 10). It needs a PostgreSQL on 127.0.0.1:5432 that trusts
-//! local connections and has a database `test` (override with `PGBENCH_REFERENCE`, a libpq
-//! connection string); it creates a uniquely named table there and drops it at the end.
+//! `--pgbench-seconds S`, default 10). The reference is a private PostgreSQL the bench starts
+//! from the installed `postgresql` package, with the server's default settings, over TCP on
+//! 127.0.0.1 as cdcfusion is (or the server `PGBENCH_REFERENCE` names, a libpq connection
+//! string); it creates a uniquely named table there and drops it at the end.
 
 mod common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cdcfusion::devserver::{DevServer, DevServerOptions};
+use cdcfusion::devserver::{DevPostgres, DevPostgresOptions, DevServer, DevServerOptions};
 use futures::{pin_mut, TryStreamExt};
 use rand::{Rng, SeedableRng};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
@@ -287,10 +288,13 @@ fn report_rate(name: &str, unit: &str, ours: &[f64], theirs: &[f64]) {
 #[tokio::main]
 async fn main() {
     let total = common::rows_arg(200_000);
+    let mut _private_pg = None;
     let reference = std::env::var("PGBENCH_REFERENCE").unwrap_or_else(|_| {
-        // Like libpq: the operating-system user name when none is given.
-        let user = std::env::var("USER").unwrap_or_else(|_| "postgres".into());
-        format!("host=127.0.0.1 port=5432 dbname=test user={user}")
+        let pg = DevPostgres::start_with(DevPostgresOptions { durable: true })
+            .expect("a private PostgreSQL (apt-get install postgresql)");
+        let conninfo = pg.conninfo("postgres");
+        _private_pg = Some(pg);
+        conninfo
     });
 
     // cdcfusion: its own process capturing the table from a private MariaDB.
@@ -318,7 +322,7 @@ async fn main() {
         table: "bench.t".into(),
     };
 
-    // The reference: the same rows in the machine's PostgreSQL.
+    // The reference: the same rows in PostgreSQL.
     let pg = connect(&reference).await;
     let table = format!(
         "cdcfusion_bench_{}_{}",

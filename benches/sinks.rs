@@ -6,8 +6,8 @@
 //! own private MariaDB, fills the 7-column table and captures it; the table's changelog (the
 //! snapshot's `r` entries) is what every sink writes.
 //!
-//! * **Throughput**, for each target (Parquet files, a PostgreSQL table on the machine's
-//!   PostgreSQL at 127.0.0.1:5432, a Delta table): alternately (ABAB) a `CREATE SINK` that
+//! * **Throughput**, for each target (Parquet files, a PostgreSQL table on a private
+//!   PostgreSQL the bench starts with the server's durability defaults, a Delta table): alternately (ABAB) a `CREATE SINK` that
 //!   writes every entry, timed from the statement until the sink's status counts every row
 //!   written, and the same Arrow batches written directly to a fresh target with the same
 //!   library (parquet's `ArrowWriter` and `object_store`, one `COPY` through `tokio-postgres`,
@@ -25,7 +25,7 @@ mod common;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arrow::array::RecordBatch;
-use cdcfusion::devserver::DevServer;
+use cdcfusion::devserver::{DevPostgres, DevPostgresOptions, DevServer};
 use cdcfusion::engine::{AllowedLocations, Engine, EngineOptions};
 use cdcfusion::sinks::{copy_text, SinkState};
 use futures::SinkExt;
@@ -38,19 +38,28 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const SELECT: &str =
     "SELECT _op, _position, _commit_ts, id, a, b, c, d, e, f FROM src.bench.\"t$changelog\"";
 
-const PG_ADMIN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=postgres";
 const PG_DB: &str = "cdcfusion_bench_sinks";
 
-async fn pg(conninfo: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(conninfo, tokio_postgres::NoTls)
+/// The private PostgreSQL every PostgreSQL figure writes to (durability as a server's defaults).
+fn pg_server() -> &'static DevPostgres {
+    static SERVER: std::sync::OnceLock<DevPostgres> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        DevPostgres::start_with(DevPostgresOptions { durable: true })
+            .expect("a private PostgreSQL (apt-get install postgresql)")
+    })
+}
+
+async fn pg(db: &str) -> tokio_postgres::Client {
+    let conninfo = pg_server().conninfo(db);
+    let (client, connection) = tokio_postgres::connect(&conninfo, tokio_postgres::NoTls)
         .await
-        .expect("the machine's PostgreSQL on 127.0.0.1:5432");
+        .unwrap_or_else(|e| panic!("the private PostgreSQL ({conninfo}): {e}"));
     tokio::spawn(connection);
     client
 }
 
 fn pg_url() -> String {
-    format!("postgresql://postgres@127.0.0.1:5432/{PG_DB}")
+    pg_server().url(PG_DB)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -117,10 +126,7 @@ async fn direct(kind: Kind, batches: &[RecordBatch], out: &std::path::Path, roun
                 .unwrap();
         }
         Kind::Postgres => {
-            let mut client = pg(&format!(
-                "host=127.0.0.1 port=5432 user=postgres dbname={PG_DB}"
-            ))
-            .await;
+            let mut client = pg(PG_DB).await;
             let tx = client.transaction().await.unwrap();
             tx.batch_execute(&format!(
                 "CREATE TABLE direct_{round} (_op text, _position text, _commit_ts timestamptz, id bigint, a integer, b text, c numeric(12,2), d timestamp, e double precision, f numeric(20,0))"
@@ -282,10 +288,7 @@ async fn freshness(
         Kind::Postgres => (
             format!("POSTGRES '{}' TABLE 'fresh'", pg_url()),
             Poller::Postgres {
-                client: pg(&format!(
-                    "host=127.0.0.1 port=5432 user=postgres dbname={PG_DB}"
-                ))
-                .await,
+                client: pg(PG_DB).await,
                 last: String::new(),
             },
         ),
@@ -400,15 +403,7 @@ async fn main() {
     };
     let (server, _conn) = common::server_with_rows(total).await;
 
-    let admin = pg(PG_ADMIN).await;
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {PG_DB}"))
-        .await
-        .unwrap();
+    pg_server().create_database(PG_DB).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");

@@ -9,7 +9,49 @@ as_root() {
 apt_updated=
 apt_install() {
   if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Dpkg::Use-Pty=0 "$@" >/dev/null
+}
+
+# The toolchain rust-toolchain.toml pins, with rustfmt and clippy: rustup's when the cargo on
+# the PATH is another version (a distribution's cargo, or rustup without that toolchain).
+ensure_rust() {
+  local pinned
+  pinned=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+  if ! command -v rustup >/dev/null && [ -x "$HOME/.cargo/bin/rustup" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  if ! command -v rustup >/dev/null; then
+    if command -v cargo >/dev/null && cargo --version | grep -q "^cargo $pinned "; then
+      return
+    fi
+    echo "installing the Rust toolchain $pinned (rustup)"
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs |
+      sh -s -- -y --profile minimal --default-toolchain none
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  if ! rustup toolchain list | grep -q "^$pinned-"; then
+    echo "installing the Rust toolchain $pinned"
+    rustup toolchain install "$pinned" --profile minimal -c rustfmt,clippy
+  fi
+  # Inside the checkout, rustup's cargo is the pinned one (rust-toolchain.toml).
+  if ! cargo --version | grep -q "^cargo $pinned "; then
+    echo "cargo on the PATH ($(command -v cargo)) is not rustup's $pinned; put ~/.cargo/bin first" >&2
+    return 1
+  fi
+}
+
+# Debian packages for the client comparisons (pgjdbc under Java, node-postgres under Node.js),
+# installed when missing; tests call this too when run without scripts/test.sh.
+ensure_test_clients() {
+  local want=()
+  command -v java >/dev/null || want+=(default-jre-headless)
+  [ -f /usr/share/java/postgresql.jar ] || want+=(libpostgresql-jdbc-java)
+  command -v node >/dev/null || want+=(nodejs)
+  command -v npm >/dev/null || want+=(npm)
+  if [ ${#want[@]} -gt 0 ]; then
+    echo "installing: ${want[*]}"
+    apt_install "${want[@]}"
+  fi
 }
 
 ensure_tools() {
@@ -19,7 +61,9 @@ ensure_tools() {
   command -v psql >/dev/null || want+=(postgresql-client)
   # A test stops and starts a private PostgreSQL server: it needs the server's programs.
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || want+=(postgresql)
-  command -v python3 >/dev/null || want+=(python3 python3-pip)
+  command -v python3 >/dev/null || want+=(python3)
+  # Test clients are installed with `python3 -m pip install --target` (no system site).
+  python3 -m pip --version >/dev/null 2>&1 || want+=(python3-pip)
   command -v openssl >/dev/null || want+=(openssl)
   command -v gcc >/dev/null || want+=(build-essential)
   command -v curl >/dev/null || want+=(curl ca-certificates)
@@ -27,15 +71,7 @@ ensure_tools() {
     echo "installing: ${want[*]}"
     apt_install "${want[@]}"
   fi
-  if ! command -v cargo >/dev/null; then
-    if [ -x "$HOME/.cargo/bin/cargo" ]; then
-      export PATH="$HOME/.cargo/bin:$PATH"
-    else
-      echo "installing the Rust toolchain (rustup)"
-      curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal -c rustfmt,clippy
-      export PATH="$HOME/.cargo/bin:$PATH"
-    fi
-  fi
+  ensure_rust
   # Builds are large: keep them outside the checkout, and share them between checkouts.
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cdcfusion/target}"
 }

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_tools
+ensure_test_clients
 cargo fmt --check
 cargo clippy --all-targets --quiet -- -D warnings
 cargo test

@@ -4,7 +4,7 @@
 //! with `MADV_DONTNEED`, so reusing them later faults every page in again and has the kernel
 //! zero it. A stream of changes frees and allocates the same sizes all the time (framed events,
 //! each run's arrays, merged changelog segments): that refaulting took 6–7% of the streaming
-//! apply's throughput (docs/operations.md, "Streaming apply and freshness"). [`tune`] has
+//! apply's throughput (docs/benchmarks.md, "Streaming apply and freshness"). [`tune`] has
 //! mimalloc purge with `MADV_FREE` instead: the pages still go back as soon as the system is
 //! short of memory, and reusing them before that costs nothing.
 //!

@@ -20,8 +20,8 @@
 //! * [`failpoint`]: named points where tests make the engine fail on purpose (no crate
 //!   imports, so every stage may use it).
 //! * [`allocator`]: how the allocator returns freed memory (no crate imports).
-//! * [`devserver`]: a private MariaDB server with binlog enabled, started on its own port and
-//!   data directory, used by the test suite, the demo and the benchmarks.
+//! * [`devserver`]: private MariaDB (binlog on) and PostgreSQL servers, each started on its own
+//!   port and data directory, used by the test suite, the demo and the benchmarks.
 #![deny(clippy::clone_on_ref_ptr)]
 #![deny(unused_must_use)]
 #![warn(missing_debug_implementations)]

@@ -20,7 +20,7 @@ use cdcfusion::config::{
 };
 use cdcfusion::durable::DurableOptions;
 use cdcfusion::engine::{Engine, EngineError, EngineOptions};
-use cdcfusion::frontend::{console, MetricsServer, Server};
+use cdcfusion::frontend::{console, InitGate, MetricsServer, Server};
 use cdcfusion::sql::{parse_cdc_statement, parse_user_statement, split_statements, CdcStatement};
 use clap::{Parser, Subcommand};
 use mysql_async::prelude::Queryable;
@@ -74,8 +74,12 @@ enum Command {
         /// SQL file run at start (repeatable, in order).
         #[arg(long)]
         init: Vec<PathBuf>,
-        /// TOML file with the same settings (`listen`, `state_dir`, `init`,
-        /// `checkpoint_interval`, `state_snapshot_min_changes`, `changelog_memory_budget`).
+        /// TOML settings file: `listen`, `metrics_listen`, `state_dir`, `init`,
+        /// `checkpoint_interval`, `state_snapshot_min_changes`, `changelog_memory_budget`,
+        /// `auth`, `[[users]]` (`name`, `password`, `method`, `role`), `tls_cert`, `tls_key`,
+        /// `tls_required`, `max_connections`, `idle_session_timeout_ms`,
+        /// `statement_timeout_ms`, `query_memory_limit`, `max_result_size`,
+        /// `shutdown_grace_ms`, `auth_failure_delay_ms`, `allowed_locations` (docs/operations.md)
         #[arg(long)]
         config: Option<PathBuf>,
         /// Time between checkpoints of each source (`500ms`, `10s`, `1m`) [default: 10s]
@@ -103,6 +107,11 @@ enum Command {
         /// Print again every `--interval` until Ctrl-C.
         #[arg(long)]
         watch: bool,
+        /// PEM file of the CA (or certificate) the server's certificate must chain to; without
+        /// it, TLS (`sslmode=prefer` or `require` in the URL) encrypts without verifying the
+        /// server, as libpq does.
+        #[arg(long)]
+        ssl_root_cert: Option<PathBuf>,
         /// Time between prints with `--watch` (`500ms`, `2s`).
         #[arg(long, value_parser = parse_duration, default_value = "2s")]
         interval: Duration,
@@ -188,8 +197,9 @@ async fn main() -> Result<()> {
         Command::Status {
             url,
             watch,
+            ssl_root_cert,
             interval,
-        } => status(&url, watch, interval).await,
+        } => status(&url, ssl_root_cert.as_deref(), watch, interval).await,
         Command::Capture {
             url,
             server_id,
@@ -303,12 +313,28 @@ async fn serve(settings: Settings, fail_fast: bool, bars: indicatif::MultiProgre
         tls = settings.frontend.tls.is_some(),
         "engine running; the PostgreSQL front end is listening"
     );
+    if server.nobody_can_log_in() {
+        tracing::warn!(
+            "no user can log in yet: set CDCFUSION_USER and CDCFUSION_PASSWORD (an admin), or add \
+             [[users]] with name, password and role = \"admin\" to the settings file (--config), \
+             then restart; auth = \"trust\" lets anyone in without a password (local tests only)"
+        );
+    }
+    let init_gate = InitGate::pending();
     let _metrics = match settings.metrics_listen {
         Some(addr) => {
-            let metrics = MetricsServer::bind(Arc::clone(&engine), Some(server.stats()), addr)
-                .await
-                .with_context(|| format!("--metrics-listen {addr}"))?;
-            tracing::info!(listen = %metrics.local_addr(), "metrics endpoint at /metrics");
+            let metrics = MetricsServer::bind(
+                Arc::clone(&engine),
+                Some(server.stats()),
+                init_gate.clone(),
+                addr,
+            )
+            .await
+            .with_context(|| format!("--metrics-listen {addr}"))?;
+            tracing::info!(
+                listen = %metrics.local_addr(),
+                "metrics endpoint at /metrics, probes at /health and /ready"
+            );
             Some(metrics)
         }
         None => None,
@@ -325,6 +351,7 @@ async fn serve(settings: Settings, fail_fast: bool, bars: indicatif::MultiProgre
     };
     let init = async {
         init.await?;
+        init_gate.finish();
         // Done: keep serving.
         std::future::pending::<Result<()>>().await
     };
@@ -432,27 +459,19 @@ impl std::io::Write for BelowBars {
 }
 
 /// `cdcfusion status`: the engine's status tables, once or every `interval`.
-async fn status(url: &str, watch: bool, interval: Duration) -> Result<()> {
-    let mut config: tokio_postgres::Config =
-        url.parse().with_context(|| format!("--url {url:?}"))?;
-    if config.get_user().is_none() {
-        let user = std::env::var("PGUSER")
-            .or_else(|_| std::env::var("USER"))
-            .unwrap_or_else(|_| "postgres".into());
-        config.user(user);
-    }
-    if config.get_password().is_none() {
-        if let Ok(password) = std::env::var("PGPASSWORD") {
-            config.password(password);
-        }
-    }
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .with_context(|| format!("connecting to {url}"))?;
-    tokio::spawn(connection);
+async fn status(
+    url: &str,
+    root_cert: Option<&std::path::Path>,
+    watch: bool,
+    interval: Duration,
+) -> Result<()> {
+    let client = cdcfusion::frontend::status_client::connect(url, root_cert).await?;
     loop {
-        let text = console::render(&console::read_status(&client).await?);
+        // Fit a terminal; a pipe gets whole rows.
+        let width = ::console::Term::stdout()
+            .size_checked()
+            .map(|(_, columns)| columns);
+        let text = console::render(&console::read_status(&client).await?, width);
         if watch {
             // Clear the screen and print from its top.
             print!("\x1b[2J\x1b[H");

@@ -467,7 +467,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let lake_log = dir.path().join("lake_log");
     let files = dir.path().join("files");
     let pg = "cdcfusion_it_crash_sinks";
-    let pg_url = pg_database(pg, 5432).await;
+    let pg_url = pg_database(pg).await;
     // Five sinks, one per kind of target and mode, written while the engine is killed.
     let sinks = [
         format!("CREATE SINK IF NOT EXISTS pg_copy INTO POSTGRES '{pg_url}' TABLE 't_copy' WITH (commit_interval = '200ms') AS SELECT id, k, v, n FROM crash.{db}.t"),

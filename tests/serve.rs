@@ -292,3 +292,132 @@ async fn serve_is_up_at_once_and_shows_a_failed_init_source() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("source broken stopped"), "{stderr}");
 }
+
+/// `GET path` on 127.0.0.1:`port`: the status code and the body.
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(conn, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let code = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+/// The probes an orchestrator asks: `/health` answers while the process serves; `/ready` is
+/// 503 while a source's snapshot cannot finish (its table is locked at the server), naming the
+/// source and its phase, and 200 once the snapshot is published. With no user configured,
+/// `serve` says how to add one.
+#[tokio::test]
+async fn ready_waits_for_the_snapshot_and_health_answers_at_once() {
+    let db = "serve_ready";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, v INT); \
+         INSERT INTO {db}.t SELECT seq, seq FROM {db}.seq_1_to_100"
+    ))
+    .await
+    .unwrap();
+    // The snapshot cannot read the table while this session holds it.
+    let mut locker = root_conn(server()).await;
+    locker
+        .query_drop(format!("LOCK TABLES {db}.t WRITE"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let init = dir.path().join("init.sql");
+    std::fs::write(
+        &init,
+        format!(
+            "CREATE SOURCE probed FROM MYSQL '{}' WITH (tables = '{db}.*', server_id = {});\n",
+            server().cdc_url(),
+            source_server_id()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdcfusion"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--init",
+        ])
+        .arg(&init)
+        .env("RUST_LOG", "cdcfusion=info")
+        .env("NO_COLOR", "1")
+        .env_remove("CDCFUSION_USER")
+        .env_remove("CDCFUSION_PASSWORD")
+        .env_remove("CDCFUSION_AUTH")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = log_lines(&mut child);
+    let (_, rx) = wait_for_line(rx, "no user can log in yet").await;
+    let (metrics_line, _rx) = wait_for_line(rx, "metrics endpoint").await;
+    let port = port_in(&metrics_line);
+
+    assert_eq!(http_get(port, "/health"), (200, "ok\n".to_string()));
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    let body = loop {
+        let (code, body) = http_get(port, "/ready");
+        assert_eq!(code, 503, "ready while the table is locked: {body}");
+        if body.contains("\"source\":\"probed\"") {
+            break body;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["ready"], false, "{body}");
+    let source = answer["not_ready"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["source"] == "probed")
+        .unwrap();
+    assert!(
+        ["planning", "snapshot"].contains(&source["phase"].as_str().unwrap()),
+        "{body}"
+    );
+
+    locker.query_drop("UNLOCK TABLES").await.unwrap();
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let (code, body) = http_get(port, "/ready");
+        if code == 200 {
+            let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(answer["ready"], true, "{body}");
+            assert_eq!(answer["not_ready"], serde_json::json!([]), "{body}");
+            break;
+        }
+        assert_eq!(code, 503, "{body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never ready: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(http_get(port, "/health").0, 200);
+    assert_eq!(http_get(port, "/nothing").0, 404);
+    Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status}");
+}

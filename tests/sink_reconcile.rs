@@ -115,7 +115,7 @@ async fn a_postgres_target_changed_behind_the_sink_shows_exactly_those_keys() {
          CREATE TABLE {db}.u (id INT PRIMARY KEY);"
     ))
     .await;
-    let url = pg_database(pg, 5432).await;
+    let url = pg_database(pg).await;
     let (state, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let engine = engine_on(state.path(), out.path(), source, db).await;
     engine

@@ -518,7 +518,7 @@ async fn postgres_sinks_upsert_and_append_exactly_once_across_crashes() {
          INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq, seq * 1.25, '2024-01-02 03:04:05.678' FROM {db}.seq_1_to_60;"
     ))
     .await;
-    let url = pg_database(pg, 5432).await;
+    let url = pg_database(pg).await;
     let state = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let engine = open(state.path(), out.path()).await;
@@ -630,8 +630,8 @@ async fn proxied_target(
          INSERT INTO {db}.t SELECT seq, CONCAT('v', seq) FROM {db}.seq_1_to_{rows};"
     ))
     .await;
-    let proxy = common::proxy::FaultProxy::start(5432).await;
-    let url = pg_database(pg, proxy.port()).await;
+    let proxy = common::proxy::FaultProxy::start(common::readers::shared_pg().port()).await;
+    let url = pg_database_via(pg, proxy.port()).await;
     let state = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let engine = open(state.path(), out.path()).await;
@@ -823,8 +823,8 @@ async fn postgres_sinks_wait_out_a_stopped_server_and_catch_up_exactly() {
          INSERT INTO {db}.t SELECT seq, CONCAT('v', seq), seq FROM {db}.seq_1_to_40;"
     ))
     .await;
-    let pg = common::private_pg::PrivatePostgres::start();
-    let url = pg.database("stopped");
+    let pg = cdcfusion::devserver::DevPostgres::start().unwrap();
+    let url = pg.create_database("stopped").unwrap();
     let state = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
     let engine = open(state.path(), out.path()).await;
@@ -839,7 +839,7 @@ async fn postgres_sinks_wait_out_a_stopped_server_and_catch_up_exactly() {
     sink_caught_up(&engine, "pgs", "copy").await;
     sink_caught_up(&engine, "pgs", "log").await;
 
-    pg.stop();
+    pg.stop().unwrap();
     exec(&format!(
         "UPDATE {db}.t SET v = 'while down', n = n + 100 WHERE id <= 12; DELETE FROM {db}.t WHERE id = 40;"
     ))
@@ -854,7 +854,7 @@ async fn postgres_sinks_wait_out_a_stopped_server_and_catch_up_exactly() {
     ))
     .await;
     sync_source(&engine, "pgs").await;
-    pg.start_again();
+    pg.start_again().unwrap();
     sink_caught_up(&engine, "pgs", "copy").await;
     sink_caught_up(&engine, "pgs", "log").await;
 
@@ -864,7 +864,8 @@ async fn postgres_sinks_wait_out_a_stopped_server_and_catch_up_exactly() {
     )
     .await;
     assert_eq!(
-        pg.psql("stopped", "SELECT id, v, n FROM t ORDER BY id"),
+        pg.psql("stopped", "SELECT id, v, n FROM t ORDER BY id")
+            .unwrap(),
         rows
     );
     let log = changelog_lines(&engine, "pgs", db, "t", "").await;
@@ -872,7 +873,8 @@ async fn postgres_sinks_wait_out_a_stopped_server_and_catch_up_exactly() {
         pg.psql(
             "stopped",
             "SELECT _position, _op, id, v FROM t_log ORDER BY _position COLLATE \"C\""
-        ),
+        )
+        .unwrap(),
         log
     );
     assert!(log.len() > 40 + 12, "the changes while down are there");

@@ -504,7 +504,7 @@ impl Engine {
                     .collect();
                 let phase = sources
                     .iter()
-                    .map(|s| Some(format!("{:?}", s.progress.report().phase).to_lowercase()))
+                    .map(|s| Some(s.progress.report().phase.as_str().to_string()))
                     .collect();
                 let position = sources
                     .iter()

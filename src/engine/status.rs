@@ -31,7 +31,7 @@ use crate::change::position::ChangePosition;
 use crate::provider::as_of::oldest_point;
 use crate::provider::reconcile::ReconcileLog;
 use crate::provider::{memory_scan, version_for};
-use crate::source::snapshot::incremental::{ChunkState, Phase};
+use crate::source::snapshot::incremental::ChunkState;
 
 /// Name of the schema holding the status tables.
 pub const STATUS_SCHEMA: &str = "cdc";
@@ -134,16 +134,6 @@ impl TableProvider for ReconciliationsTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let batch = reconciliations_batch(&self.log)?;
         memory_scan(&[vec![batch]], self.schema(), projection, limit)
-    }
-}
-
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Planning => "planning",
-        Phase::Snapshot => "snapshot",
-        Phase::CatchUp => "catch-up",
-        Phase::Streaming => "streaming",
-        Phase::Done => "done",
     }
 }
 
@@ -254,7 +244,7 @@ fn build(
                 cols[0].push(Some(s.name.clone()));
                 cols[1].push(Some(status.flavor.clone()).filter(|f| !f.is_empty()));
                 cols[2].push(Some(status.server_version.clone()).filter(|v| !v.is_empty()));
-                cols[3].push(Some(phase_name(report.phase).to_string()));
+                cols[3].push(Some(report.phase.as_str().to_string()));
                 cols[4].push(version.position.as_ref().map(ToString::to_string));
                 cols[5].push(report.position.as_ref().map(ToString::to_string));
                 cols[6].push(status.error.clone());
@@ -386,7 +376,7 @@ fn build(
                     cols[0].push(Some(s.name.clone()));
                     cols[1].push(Some(t.id.db.clone()));
                     cols[2].push(Some(t.id.table.clone()));
-                    cols[3].push(Some(phase_name(report.phase).to_string()));
+                    cols[3].push(Some(report.phase.as_str().to_string()));
                     cols[4].push(highs.iter().min().cloned());
                     cols[5].push(highs.iter().max().cloned());
                     rows.push(version.tables.get(i).map(|v| v.len() as u64));

@@ -15,7 +15,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use comfy_table::Table;
+use comfy_table::{ContentArrangement, Table};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::engine::Engine;
@@ -24,8 +24,10 @@ use crate::engine::Engine;
 pub const STATUS_QUERIES: &[(&str, &str)] = &[
     (
         "Sources",
-        "SELECT name, phase, state, position, lag_seconds, lag_bytes, transactions, changes, \
-         snapshot_rows, snapshot_eta_seconds, checkpoint_age_seconds, error \
+        "SELECT name, phase, state, position, round(lag_seconds, 1) AS lag_seconds, lag_bytes, \
+         transactions, changes, snapshot_rows, \
+         CAST(round(snapshot_eta_seconds) AS BIGINT) AS snapshot_eta_seconds, \
+         round(checkpoint_age_seconds, 1) AS checkpoint_age_seconds, error \
          FROM cdc.sources ORDER BY name",
     ),
     (
@@ -35,8 +37,9 @@ pub const STATUS_QUERIES: &[(&str, &str)] = &[
     ),
     (
         "Sinks",
-        "SELECT name, source, mode, state, committed_position, lag_entries, lag_seconds, \
-         rows_written, commits, error FROM cdc.sinks ORDER BY name",
+        "SELECT name, source, mode, state, committed_position, lag_entries, \
+         round(lag_seconds, 1) AS lag_seconds, rows_written, commits, error \
+         FROM cdc.sinks ORDER BY name",
     ),
 ];
 
@@ -83,8 +86,9 @@ pub async fn read_status(
     Ok(out)
 }
 
-/// The status as text tables, one per part; an empty part says so.
-pub fn render(tables: &[TextTable]) -> String {
+/// The status as text tables, one per part; an empty part says so. With `width` (a
+/// terminal's), each table fits in it, long cells wrapped; without, rows are never wrapped.
+pub fn render(tables: &[TextTable], width: Option<u16>) -> String {
     let mut out = String::new();
     for part in tables {
         out.push_str(&part.title);
@@ -95,6 +99,15 @@ pub fn render(tables: &[TextTable]) -> String {
         }
         let mut table = Table::new();
         table.load_preset(UTF8_FULL_CONDENSED);
+        match width {
+            Some(width) => {
+                table.set_content_arrangement(ContentArrangement::Dynamic);
+                table.set_width(width);
+            }
+            None => {
+                table.set_content_arrangement(ContentArrangement::Disabled);
+            }
+        }
         table.set_header(&part.columns);
         for row in &part.rows {
             table.add_row(row.iter().map(|v| v.as_deref().unwrap_or("")));
@@ -257,7 +270,7 @@ mod tests {
                 rows: vec![],
             },
         ];
-        let text = render(&parts);
+        let text = render(&parts, None);
         assert!(text.starts_with("Sources\n"), "{text}");
         assert!(
             text.contains("shop") && text.contains("lag_seconds"),

@@ -1,12 +1,13 @@
 //! The Prometheus endpoint (`--metrics-listen`): what an operator of a CDC pipeline watches,
-//! in the text exposition format, at `GET /metrics`.
+//! in the text exposition format, at `GET /metrics`; the same listener answers the probes
+//! (`/health`, `/ready`, see `probes`).
 //!
 //! # Invariant
 //! Every figure is read from the same status tables users query (`cdc.sources`, `cdc.tables`,
 //! `cdc.sinks`) at scrape time (the front end's own counters come from `stats`), so the endpoint and SQL never disagree; a scrape never blocks
-//! capture (it plans ordinary queries over status snapshots). The HTTP side is one route
-//! answered on a plain TCP listener: a scrape needs no more, and an HTTP server crate would add
-//! its build to every build.
+//! capture (it plans ordinary queries over status snapshots). The HTTP side is three routes
+//! answered on a plain TCP listener: a scrape or a probe needs no more, and an HTTP server
+//! crate would add its build to every build.
 
 use std::fmt::Write;
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ use arrow::datatypes::{DataType, Float64Type, UInt64Type};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::probes::{readiness, InitGate};
 use super::server::FrontendMetrics;
 use super::stats::BUCKETS;
 use crate::engine::Engine;
@@ -272,25 +274,42 @@ async fn request_line(stream: &mut TcpStream) -> Option<String> {
     head.lines().next().map(str::to_string)
 }
 
-async fn answer(engine: &Engine, frontend: Option<&FrontendMetrics>, mut stream: TcpStream) {
+/// Content types of the answers.
+const TEXT: &str = "text/plain; charset=utf-8";
+const EXPOSITION: &str = "text/plain; version=0.0.4; charset=utf-8";
+const JSON: &str = "application/json";
+
+async fn answer(
+    engine: &Engine,
+    frontend: Option<&FrontendMetrics>,
+    init: &InitGate,
+    mut stream: TcpStream,
+) {
     let Some(line) = request_line(&mut stream).await else {
         return;
     };
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, body) = match (method, path.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => ("200 OK", render(engine, frontend).await),
+    let (status, content_type, body) = match (method, path.split('?').next().unwrap_or("")) {
+        ("GET", "/metrics") => ("200 OK", EXPOSITION, render(engine, frontend).await),
+        ("GET", "/health") => ("200 OK", TEXT, "ok\n".to_string()),
+        ("GET", "/ready") => match readiness(engine, init).await {
+            (true, body) => ("200 OK", JSON, body),
+            (false, body) => ("503 Service Unavailable", JSON, body),
+        },
         ("GET", _) => (
             "404 Not Found",
-            "only /metrics is served here\n".to_string(),
+            TEXT,
+            "served here: /metrics, /health, /ready\n".to_string(),
         ),
         _ => (
             "405 Method Not Allowed",
+            TEXT,
             "only GET is served here\n".to_string(),
         ),
     };
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = stream.write_all(response.as_bytes()).await;
@@ -311,10 +330,12 @@ impl Drop for MetricsServer {
 }
 
 impl MetricsServer {
-    /// Listens on `addr` and answers scrapes of `engine` and its front end.
+    /// Listens on `addr` and answers scrapes of `engine` and its front end, and the probes
+    /// (`/ready` waits for `init` too).
     pub async fn bind(
         engine: Arc<Engine>,
         frontend: Option<FrontendMetrics>,
+        init: InitGate,
         addr: SocketAddr,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
@@ -325,9 +346,10 @@ impl MetricsServer {
                     Ok((stream, _)) => {
                         let engine = Arc::clone(&engine);
                         let frontend = frontend.clone();
-                        tokio::spawn(
-                            async move { answer(&engine, frontend.as_ref(), stream).await },
-                        );
+                        let init = init.clone();
+                        tokio::spawn(async move {
+                            answer(&engine, frontend.as_ref(), &init, stream).await
+                        });
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "metrics endpoint: accept failed");
@@ -357,9 +379,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("cdcfusion_metrics_errors 0"), "{text}");
-        let server = MetricsServer::bind(engine, None, "127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
+        let server = MetricsServer::bind(
+            engine,
+            None,
+            InitGate::open(),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
         let mut conn = TcpStream::connect(server.local_addr()).await.unwrap();
         conn.write_all(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
             .await

@@ -47,7 +47,9 @@
 //! * `wire`: the connection's bytes checked before pgwire decodes them, and its message loop;
 //! * `stats`: what the front end counts (connections, statements, their time, errors);
 //! * `metrics`: the Prometheus endpoint, the operator's other window onto the same status;
-//! * `console`: the same status on a terminal (`cdcfusion status`, `serve`'s progress bars).
+//! * `probes`: `/health` and `/ready` on the same listener, for an orchestrator;
+//! * `console`: the same status on a terminal (`cdcfusion status`, `serve`'s progress bars);
+//! * `status_client`: `cdcfusion status`'s connection, over TLS when the server wants it.
 //!
 //! The wire protocol itself is pgwire's; `pg_catalog` with the functions psql calls, and the
 //! PostgreSQL compatibility rewrites of catalog queries, are datafusion-pg-catalog's; Arrow to
@@ -80,6 +82,7 @@ mod pg_functions;
 mod pg_settings;
 mod planner;
 mod privileges;
+mod probes;
 mod query;
 mod reflect;
 mod results;
@@ -87,6 +90,7 @@ mod server;
 mod session;
 mod statement;
 mod stats;
+pub mod status_client;
 mod subqueries;
 mod subscribe;
 mod tls;
@@ -98,5 +102,6 @@ mod wire;
 pub use catalog::DEFAULT_DATABASE;
 pub use error::{engine_sqlstate, FrontendError};
 pub use metrics::{render as render_metrics, MetricsServer};
+pub use probes::InitGate;
 pub use server::{FrontendMetrics, Server};
 pub use session::SERVER_VERSION;

@@ -106,7 +106,12 @@ impl Server {
         })
     }
 
-    /// The address the server listens on (useful with port 0).
+    /// Whether no login can succeed yet (see `Users::nobody_can_log_in`); `serve` then says
+    /// how to add a user.
+    pub fn nobody_can_log_in(&self) -> bool {
+        self.shared.users.nobody_can_log_in()
+    }
+
     /// The front end's counters and its open connections, for the metrics endpoint.
     pub fn stats(&self) -> FrontendMetrics {
         FrontendMetrics {
@@ -114,6 +119,7 @@ impl Server {
         }
     }
 
+    /// The address the server listens on (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()

@@ -149,6 +149,12 @@ impl Users {
         self.default == AuthMethod::Trust && self.settings.is_empty()
     }
 
+    /// Whether no login can succeed: no user is configured or created by SQL, and `trust` is
+    /// not the method (a fresh installation before its operator adds a user).
+    pub fn nobody_can_log_in(&self) -> bool {
+        self.default != AuthMethod::Trust && self.settings.is_empty() && self.sql_users().is_empty()
+    }
+
     /// Every user by name, with its role and origin.
     pub fn listed(&self) -> Vec<(String, Role, Origin)> {
         let mut listed: BTreeMap<String, (Role, Origin)> = self

@@ -114,6 +114,15 @@ impl ConnectOptions {
     pub fn from_url(url: &str) -> SourceResult<Self> {
         let opts =
             Opts::from_url(url).map_err(|e| SourceError::Config(format!("bad MySQL URL: {e}")))?;
+        // The driver is built without TLS and would panic setting it up.
+        if opts.ssl_opts().is_some() {
+            return Err(SourceError::Config(
+                "TLS to the source (require_ssl in the URL) is not supported: cdcfusion \
+                 connects without TLS; remove require_ssl and reach the server over a private \
+                 network or a tunnel"
+                    .into(),
+            ));
+        }
         Ok(Self {
             opts,
             max_attempts: 8,
@@ -121,11 +130,30 @@ impl ConnectOptions {
         })
     }
 
-    /// [`preflight`] within the read timeout.
+    /// [`preflight`] within the read timeout. A server without full row metadata is warned
+    /// about once per process, not once per connection a capture opens.
     pub async fn checked(&self, conn: &mut Conn) -> SourceResult<ServerInfo> {
+        static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
         let user = self.user();
-        self.bounded(|| "checking the server".into(), preflight(conn, &user))
-            .await
+        let info = self
+            .bounded(|| "checking the server".into(), preflight(conn, &user))
+            .await?;
+        if !info.full_row_metadata {
+            let server = format!("{}:{}", self.opts.ip_or_hostname(), self.opts.tcp_port());
+            let mut warned = WARNED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !warned.contains(&server) {
+                warned.push(server.clone());
+                tracing::warn!(
+                    %server,
+                    "binlog_row_metadata is not FULL: events written before a schema change can \
+                     only be decoded while the stream keeps up; SET GLOBAL binlog_row_metadata = \
+                     'FULL' to lift this"
+                );
+            }
+        }
+        Ok(info)
     }
 
     /// The schema of table `id`, read within the read timeout; it must exist.
@@ -177,20 +205,63 @@ impl ConnectOptions {
         }
     }
 
-    /// The driver's options: the session settings, and the Unix socket only for a loopback
-    /// address. The driver moves a connection to the socket path the server reports whatever
-    /// the address; for a remote server that path could name another server on this machine.
+    /// Whether a connection may move to the server's Unix socket: the options prefer sockets
+    /// (`mysql_async`'s default) and the address is this machine's loopback, so the path the
+    /// server reports may be one on this machine.
+    pub fn socket_allowed(&self) -> bool {
+        self.opts.prefer_socket() && self.is_loopback()
+    }
+
+    /// The server's Unix socket, when a connection may move to it: [`Self::socket_allowed`],
+    /// and the server listens on the URL's port itself (`@@port`). A server reached through a
+    /// forwarded port (a container's, a tunnel's) reports a path of its own filesystem, which
+    /// on this machine is missing or, worse, another server's.
+    pub async fn local_socket(&self, conn: &mut Conn) -> Option<String> {
+        if !self.socket_allowed() {
+            return None;
+        }
+        let ask = conn.query_first::<(Option<String>, Option<u16>), _>("SELECT @@socket, @@port");
+        match tokio::time::timeout(self.read_timeout, ask).await {
+            Ok(Ok(Some((Some(path), Some(port)))))
+                if !path.is_empty() && port == self.opts.tcp_port() =>
+            {
+                Some(path)
+            }
+            _ => None,
+        }
+    }
+
+    /// The driver's options: the session settings, over TCP. The driver would move any
+    /// loopback connection to the socket path the server reports; [`Self::connect`] does it
+    /// itself, only where [`Self::local_socket`] says the path is the same server's.
     fn driver_opts(&self) -> Opts {
-        let local = self.opts.prefer_socket() && self.is_loopback();
         OptsBuilder::from_opts(self.opts.clone())
             .init(SESSION_INIT.to_vec())
-            .prefer_socket(local)
+            .prefer_socket(false)
             .into()
+    }
+
+    /// A TCP connection `conn` moved to the server's Unix socket where that is the same
+    /// server (see [`Self::local_socket`]); `conn` itself when not, or when the socket cannot
+    /// be reached.
+    async fn via_local_socket(&self, opts: &Opts, mut conn: Conn) -> Conn {
+        let Some(path) = self.local_socket(&mut conn).await else {
+            return conn;
+        };
+        let local = OptsBuilder::from_opts(opts.clone()).socket(Some(path));
+        match tokio::time::timeout(self.read_timeout, Conn::new(local)).await {
+            Ok(Ok(local)) => {
+                let _ = conn.disconnect().await;
+                local
+            }
+            _ => conn,
+        }
     }
 
     /// Opens a connection, retrying transient failures with backoff. Every connection uses
     /// utf8mb4 and UTC, so text and `TIMESTAMP` values read by `SELECT` are exact, and moves
-    /// to the server's Unix socket only when the address is a loopback one.
+    /// to the server's Unix socket only where that is the same server (see
+    /// [`Self::local_socket`]).
     pub async fn connect(&self) -> SourceResult<Conn> {
         let opts = self.driver_opts();
         let mut delay = INITIAL_BACKOFF;
@@ -199,7 +270,7 @@ impl ConnectOptions {
             attempt += 1;
             let context = || format!("connecting to {}", self.address());
             let err = match tokio::time::timeout(self.read_timeout, Conn::new(opts.clone())).await {
-                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Ok(conn)) => return Ok(self.via_local_socket(&opts, conn).await),
                 Ok(Err(e)) => SourceError::from_mysql(context(), e),
                 // Accepted but never answered (a stalled link, a paused server).
                 Err(_) => SourceError::ReadTimeout {
@@ -335,12 +406,6 @@ pub async fn preflight(conn: &mut Conn, user: &str) -> SourceResult<ServerInfo> 
     let full_row_metadata = variable(conn, "binlog_row_metadata")
         .await?
         .is_some_and(|v| v.eq_ignore_ascii_case("FULL"));
-    if !full_row_metadata {
-        tracing::warn!(
-            "binlog_row_metadata is not FULL: events written before a schema change can only be \
-             decoded while the stream keeps up; SET GLOBAL binlog_row_metadata = 'FULL' to lift this"
-        );
-    }
     Ok(ServerInfo {
         flavor,
         version,
@@ -540,14 +605,64 @@ mod tests {
         assert!(e.to_string().contains("no answer"), "{e}");
     }
 
-    /// The driver keeps its move to the server's socket only for a loopback address.
+    /// Where `conn` came from as the server sees it: `localhost` over the Unix socket,
+    /// `127.0.0.1:<port>` over TCP.
+    async fn client_host(conn: &mut Conn) -> String {
+        conn.query_first::<String, _>(
+            "SELECT host FROM information_schema.processlist WHERE id = CONNECTION_ID()",
+        )
+        .await
+        .unwrap()
+        .unwrap()
+    }
+
+    /// Through a forwarded port, as a container's published port is, the socket path the
+    /// server reports is not taken for its own (its `@@port` is not the URL's): the connection
+    /// stays on TCP. On the server's own port it moves to the socket.
+    #[tokio::test]
+    async fn a_forwarded_port_keeps_the_connection_on_tcp() {
+        use crate::devserver::{DevServer, CDC_PASSWORD, CDC_USER};
+        let server = DevServer::shared();
+        let direct = ConnectOptions::from_url(&server.cdc_url()).unwrap();
+        let mut conn = direct.connect().await.unwrap();
+        assert_eq!(
+            client_host(&mut conn).await,
+            "localhost",
+            "the server's own port"
+        );
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = server.port();
+        let forward = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut upstream = tokio::net::TcpStream::connect(("127.0.0.1", target))
+                        .await
+                        .unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                });
+            }
+        });
+        let url = format!("mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{port}");
+        let forwarded = ConnectOptions::from_url(&url).unwrap();
+        let mut conn = forwarded.connect().await.unwrap();
+        assert!(forwarded.local_socket(&mut conn).await.is_none());
+        assert!(
+            client_host(&mut conn).await.starts_with("127.0.0.1:"),
+            "over the forwarded TCP port"
+        );
+        forward.abort();
+    }
+
+    /// A connection moves to the server's socket only for a loopback address, and never by
+    /// the driver's own move (which would not check the port).
     #[test]
-    fn the_driver_moves_to_a_socket_only_for_a_loopback_address() {
+    fn a_connection_moves_to_a_socket_only_for_a_loopback_address() {
         let prefers = |url: &str| {
-            ConnectOptions::from_url(url)
-                .unwrap()
-                .driver_opts()
-                .prefer_socket()
+            let options = ConnectOptions::from_url(url).unwrap();
+            assert!(!options.driver_opts().prefer_socket(), "{url}");
+            options.socket_allowed()
         };
         assert!(prefers("mysql://u:p@127.0.0.1:3306"));
         assert!(prefers("mysql://u:p@localhost:3306"));

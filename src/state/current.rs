@@ -47,7 +47,7 @@ const COMPACT_FRACTION: usize = 8;
 /// Overlays smaller than this are never merged (small tables would rebuild too often). Not
 /// larger: the first change to an overlay node after each published version copies the node
 /// with every entry in it, so a larger overlay costs every change more (4,096 cost more
-/// instructions per change than the merges 1,024 adds; `docs/operations.md`).
+/// instructions per change than the merges 1,024 adds; `docs/benchmarks.md`).
 const COMPACT_MIN: usize = 1024;
 
 use super::key::KeyBytes;

@@ -4,7 +4,6 @@
 
 pub mod durable;
 pub mod http_faults;
-pub mod private_pg;
 pub mod proxy;
 pub mod readers;
 pub mod workload;
@@ -247,13 +246,25 @@ pub async fn query_reading(
     batches.iter().flat_map(row_strings).collect()
 }
 
-/// Installs Python packages from PyPI into `dir` under the test build directory, once (when
-/// `marker`, a path inside `dir`, is missing); returns `dir` for `PYTHONPATH`. `requirement`
-/// may name several packages, separated by spaces.
+/// Installs Python packages from PyPI into `dir` under the test build directory, once (again
+/// when the pins change); returns `dir` for `PYTHONPATH`. `requirement` may name several
+/// packages, separated by spaces; every version, dependencies included, is pinned by
+/// `tests/clients/python-constraints.txt`. `marker`, a path inside `dir`, shows an install
+/// that finished.
 #[allow(dead_code)] // Not every test binary runs Python clients.
 pub fn pip_install(dir: &str, marker: &str, requirement: &str) -> String {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
-    if !dir.join(marker).exists() {
+    let constraints = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients/python-constraints.txt");
+    let pins = format!(
+        "{requirement}\n{}",
+        std::fs::read_to_string(&constraints).expect("tests/clients/python-constraints.txt")
+    );
+    let stamp = dir.join(".cdcfusion-pins");
+    let installed = std::fs::read_to_string(&stamp).is_ok_and(|s| s == pins);
+    if !installed || !dir.join(marker).exists() {
+        setup_script("python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip");
+        let _ = std::fs::remove_dir_all(&dir);
         let status = std::process::Command::new("python3")
             .args([
                 "-m",
@@ -261,13 +272,33 @@ pub fn pip_install(dir: &str, marker: &str, requirement: &str) -> String {
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
+                "--no-warn-conflicts",
             ])
             .arg("--target")
             .arg(&dir)
+            .arg("--constraint")
+            .arg(&constraints)
             .args(requirement.split_whitespace())
             .status()
             .unwrap_or_else(|e| panic!("python3 with pip is needed to install {requirement}: {e}"));
         assert!(status.success(), "pip install {requirement} failed");
+        std::fs::write(&stamp, pins).unwrap();
     }
     dir.display().to_string()
+}
+
+/// Runs `command` in a shell that has sourced `scripts/lib.sh`, whose helpers install Debian
+/// packages (through `as_root`: directly as root, else with sudo). Panics with the command when
+/// it fails.
+pub fn setup_script(command: &str) {
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(". scripts/lib.sh && {command}"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap_or_else(|e| panic!("bash cannot run `{command}`: {e}"));
+    assert!(
+        status.success(),
+        "`{command}` (scripts/lib.sh) failed: {status}"
+    );
 }

@@ -1,8 +1,10 @@
-//! Readers of sink targets that are not ours: DuckDB and Python `deltalake` from PyPI, `psql`
-//! and the machine's PostgreSQL (127.0.0.1:5432, user `postgres`, trust authentication).
+//! Readers of sink targets that are not ours: DuckDB and Python `deltalake` from PyPI, and
+//! `psql` against a private PostgreSQL the test binary starts (`devserver::DevPostgres`).
 #![allow(dead_code)] // Each test binary uses part of it.
 
 use std::process::Command;
+
+use cdcfusion::devserver::DevPostgres;
 
 use super::{pip_install, query, sync_source, HANG_GUARD};
 
@@ -44,52 +46,30 @@ pub fn duckdb(sql: &str) -> Vec<String> {
     python("duckdb", deps, &script)
 }
 
-/// A fresh database `name` on the machine's PostgreSQL; returns its URL through `port`
-/// (5432, or a proxy in front of it).
-pub async fn pg_database(name: &str, port: u16) -> String {
-    let (admin, connection) = tokio_postgres::connect(
-        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
-        tokio_postgres::NoTls,
-    )
-    .await
-    .expect("the machine's PostgreSQL on 127.0.0.1:5432");
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
+/// The private PostgreSQL this test binary shares (started on first use; never the
+/// machine's own server).
+pub fn shared_pg() -> &'static DevPostgres {
+    DevPostgres::shared()
+}
+
+/// A fresh database `name` on the shared private PostgreSQL; returns its URL.
+pub async fn pg_database(name: &str) -> String {
+    shared_pg()
+        .create_database(name)
+        .unwrap_or_else(|e| panic!("creating database {name}: {e}"))
+}
+
+/// [`pg_database`], with the URL pointing at `port` of 127.0.0.1 (a proxy in front of the
+/// server) instead of the server itself.
+pub async fn pg_database_via(name: &str, port: u16) -> String {
+    pg_database(name).await;
     format!("postgresql://postgres@127.0.0.1:{port}/{name}")
 }
 
-/// Rows of `sql` in database `db`, read by psql (a reader that is not ours), `|`-separated,
-/// NULL as `NULL`.
+/// Rows of `sql` in database `db` of the shared private PostgreSQL, read by psql (a reader
+/// that is not ours), `|`-separated, NULL as `NULL`.
 pub fn psql(db: &str, sql: &str) -> Vec<String> {
-    psql_at(5432, db, sql)
-}
-
-/// [`psql`] against the server on `port` of 127.0.0.1.
-pub fn psql_at(port: u16, db: &str, sql: &str) -> Vec<String> {
-    let mut command = Command::new("psql");
-    command.arg("-p").arg(port.to_string()).args([
-        "-h",
-        "127.0.0.1",
-        "-U",
-        "postgres",
-        "-d",
-        db,
-        "-AtX",
-        "-P",
-        "null=NULL",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-c",
-        sql,
-    ]);
-    output_lines(&format!("psql {sql}"), command)
+    shared_pg().psql(db, sql).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Rows of a DuckDB query over Delta tables (`delta_scan('<dir>')`), one line each: DuckDB

@@ -1,4 +1,4 @@
-//! The clients people use, each run against cdcfusion and against the machine's PostgreSQL 15
+//! The clients people use, each run against cdcfusion and against a private PostgreSQL (the installed package's)
 //! holding the same rows: SQLAlchemy 2 on psycopg 3 with pandas, and psycopg 2 (Python);
 //! pgjdbc's `DatabaseMetaData`, result metadata, typed values, prepared statements and cursor
 //! fetch (Java, the driver under DBeaver and Metabase); node-postgres with parameters of every
@@ -134,25 +134,21 @@ async fn sqlalchemy_pandas_and_psycopg2_see_what_they_see_on_postgresql() {
         command
     };
     let ours = run(client("127.0.0.1", f.addr.port(), USER, PASSWORD)).await;
-    let theirs = run(client("127.0.0.1", 5432, "postgres", "unused")).await;
+    let theirs = run(client(
+        "127.0.0.1",
+        crate::reference::server().port(),
+        "postgres",
+        "unused",
+    ))
+    .await;
     assert_same("SQLAlchemy/pandas/psycopg2", &ours, &theirs, &[]);
     reference.drop_database().await;
 }
 
-/// pgjdbc from Debian's package, installed when missing.
+/// pgjdbc and a Java runtime from Debian's packages, installed when missing.
 fn pgjdbc_jar() -> PathBuf {
-    let jar = PathBuf::from("/usr/share/java/postgresql.jar");
-    if !jar.exists() || Command::new("java").arg("-version").output().is_err() {
-        let status = Command::new("sh")
-            .args([
-                "-c",
-                "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless libpostgresql-jdbc-java",
-            ])
-            .status()
-            .expect("installing pgjdbc");
-        assert!(status.success(), "installing pgjdbc failed");
-    }
-    jar
+    setup_script("ensure_test_clients");
+    PathBuf::from("/usr/share/java/postgresql.jar")
 }
 
 #[tokio::test]
@@ -179,7 +175,10 @@ async fn pgjdbc_metadata_values_and_cursors_match_postgresql() {
     ))
     .await;
     let theirs = run(client(
-        "jdbc:postgresql://127.0.0.1:5432/cdc_eco_jdbc?sslmode=disable".into(),
+        format!(
+            "jdbc:postgresql://127.0.0.1:{}/cdc_eco_jdbc?sslmode=disable",
+            crate::reference::server().port()
+        ),
         "postgres",
         "unused",
     ))
@@ -188,28 +187,26 @@ async fn pgjdbc_metadata_values_and_cursors_match_postgresql() {
     reference.drop_database().await;
 }
 
-/// node-postgres, installed from npm into the test build directory once.
+/// node-postgres, installed from npm into the test build directory (again when the pins
+/// change): the versions `tests/clients/node/package-lock.json` records, by `npm ci`.
 fn node_modules() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nodeclients");
-    if !dir.join("node_modules/pg").exists() {
-        if Command::new("npm").arg("--version").output().is_err() {
-            let status = Command::new("sh")
-                .args([
-                    "-c",
-                    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm",
-                ])
-                .status()
-                .expect("installing node");
-            assert!(status.success(), "installing nodejs and npm failed");
-        }
+    let pins = clients_dir().join("node");
+    let lock = std::fs::read(pins.join("package-lock.json")).unwrap();
+    let installed = std::fs::read(dir.join("package-lock.json")).is_ok_and(|l| l == lock);
+    if !installed || !dir.join("node_modules/pg").exists() {
+        setup_script("ensure_test_clients");
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(pins.join(file), dir.join(file)).unwrap();
+        }
         let status = Command::new("npm")
-            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .args(["ci", "--silent", "--no-audit", "--no-fund", "--prefix"])
             .arg(&dir)
-            .arg("pg@8")
             .status()
             .expect("running npm");
-        assert!(status.success(), "npm install pg failed");
+        assert!(status.success(), "npm ci of tests/clients/node failed");
     }
     dir.join("node_modules")
 }
@@ -233,9 +230,10 @@ async fn node_postgres_parameters_of_every_type_match_postgresql() {
         f.addr.port()
     )))
     .await;
-    let theirs = run(client(
-        "postgresql://postgres@127.0.0.1:5432/cdc_eco_node?sslmode=disable".into(),
-    ))
+    let theirs = run(client(format!(
+        "postgresql://postgres@127.0.0.1:{}/cdc_eco_node?sslmode=disable",
+        crate::reference::server().port()
+    )))
     .await;
     assert_same("node-postgres", &ours, &theirs, &[]);
     reference.drop_database().await;

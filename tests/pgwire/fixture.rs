@@ -238,20 +238,7 @@ fn psql_command(fixture: &Fixture, database: &str) -> Command {
 pub fn ensure_psql() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let found = Command::new("psql")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            let status = Command::new("sh")
-                .args([
-                    "-c",
-                    "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-client",
-                ])
-                .status()
-                .expect("installing postgresql-client");
-            assert!(status.success(), "installing postgresql-client failed");
-        }
+        crate::common::setup_script("command -v psql >/dev/null || apt_install postgresql-client")
     });
 }
 

@@ -1,10 +1,14 @@
-//! The machine's PostgreSQL as the reference clients are compared with: a fresh database per
-//! test on the local server (trust authentication, user `postgres`), dropped at the end.
+//! The PostgreSQL the clients are compared with: a private server this test binary starts
+//! from the installed `postgresql` package (`devserver::DevPostgres`, trust authentication,
+//! user `postgres`), a fresh database per test, dropped at the end.
 
+use cdcfusion::devserver::DevPostgres;
 use tokio_postgres::{Client, NoTls};
 
-/// Where the reference server listens.
-const ADMIN: &str = "host=127.0.0.1 port=5432 user=postgres dbname=postgres";
+/// The reference server, shared by the tests of this binary.
+pub fn server() -> &'static DevPostgres {
+    DevPostgres::shared()
+}
 
 /// A database of its own on the reference PostgreSQL.
 pub struct Reference {
@@ -26,7 +30,7 @@ impl Reference {
     /// Creates database `name` afresh (dropping a leftover of an earlier run) and runs
     /// `setup` in it.
     pub async fn create(name: &str, setup: &str) -> Self {
-        let admin = connect(ADMIN).await;
+        let admin = connect(&server().conninfo("postgres")).await;
         admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .await
@@ -45,10 +49,7 @@ impl Reference {
 
     /// A libpq-style connection string for the database.
     pub fn conninfo(&self) -> String {
-        format!(
-            "host=127.0.0.1 port=5432 user=postgres dbname={}",
-            self.database
-        )
+        server().conninfo(&self.database)
     }
 
     pub async fn client(&self) -> Client {

@@ -1,4 +1,4 @@
-//! The PostgreSQL target against the machine's PostgreSQL (127.0.0.1:5432, trust
+//! The PostgreSQL target against a private PostgreSQL (`devserver::DevPostgres`, trust
 //! authentication), each test in a database of its own.
 
 use std::sync::Arc;
@@ -12,24 +12,11 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use super::*;
 use crate::sinks::fixtures::{commit, id_v, id_v_n, id_v_schema, keys, layout};
 
-/// A fresh database `name`; returns its URL.
+/// A fresh database `name` on the private PostgreSQL this test binary shares; returns its URL.
 async fn database(name: &str) -> String {
-    let (admin, connection) = tokio_postgres::connect(
-        "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
-        NoTls,
-    )
-    .await
-    .expect("the machine's PostgreSQL on 127.0.0.1:5432");
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .await
-        .unwrap();
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    format!("postgresql://postgres@127.0.0.1:5432/{name}")
+    crate::devserver::DevPostgres::shared()
+        .create_database(name)
+        .unwrap_or_else(|e| panic!("creating database {name}: {e}"))
 }
 
 async fn client(url: &str) -> Client {

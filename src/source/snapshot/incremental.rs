@@ -21,7 +21,7 @@
 //! `scenario_6`, which now runs both methods), and the promise itself, checked against the
 //! binlog while writers commit, has held in every run
 //! (`snapshot_modes::consistent_snapshot_positions_match_their_read_views`); the server sets
-//! that position and makes commits visible under one lock (`docs/operations.md`). The failure
+//! that position and makes commits visible under one lock (`docs/benchmarks.md`). The failure
 //! came in the hour when the watermark method had no barrier yet and the binlog reader's
 //! handling of heartbeats was being fixed, so it may have been ours; until that is shown,
 //! `Auto` uses watermarks, whose correctness needs no such promise.

@@ -24,6 +24,19 @@ pub enum Phase {
     Done,
 }
 
+impl Phase {
+    /// The phase as status tables, `SHOW SOURCES` and metrics name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Planning => "planning",
+            Phase::Snapshot => "snapshot",
+            Phase::CatchUp => "catch-up",
+            Phase::Streaming => "streaming",
+            Phase::Done => "done",
+        }
+    }
+}
+
 /// State of one chunk, for status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChunkState {

@@ -152,8 +152,8 @@ impl SnapshotRun {
     }
 
     /// Our own connection for the `SELECT`s of keyed chunks and consistent snapshots (see
-    /// `source::wire`), over the server's Unix socket when the options name a loopback
-    /// address and prefer sockets (as `mysql_async` does for any address); `None` when it
+    /// `source::wire`), over the server's Unix socket when it is the same server's (a loopback
+    /// address, the URL's port; see `ConnectOptions::local_socket`); `None` when it
     /// cannot be had. The driver's connection `sql` has just been made with the same options,
     /// so a failure here is ours, not the server's: the chunk reads through the driver instead
     /// of failing, and after a failure that will not pass (a method this connection does not
@@ -162,20 +162,11 @@ impl SnapshotRun {
         if self.driver_rows_only.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        // Only a loopback address makes the server's socket path one on this machine.
-        let local = self.connect.opts.prefer_socket() && self.connect.is_loopback();
+        // Only the same server's socket (a loopback address and the URL's port, see
+        // `ConnectOptions::local_socket`).
         let socket = self
             .socket
-            .get_or_init(|| async {
-                if !local {
-                    return None;
-                }
-                let ask = sql.query_first::<Option<String>, _>("SELECT @@socket");
-                match tokio::time::timeout(self.connect.read_timeout, ask).await {
-                    Ok(Ok(Some(Some(path)))) if !path.is_empty() => Some(path),
-                    _ => None,
-                }
-            })
+            .get_or_init(|| self.connect.local_socket(sql))
             .await;
         let init: Vec<&str> = SESSION_INIT.iter().copied().chain([ISOLATION]).collect();
         let reason = match WireConnection::open(&self.connect, socket.as_deref(), &init).await {

@@ -2,7 +2,7 @@
 //!
 //! `mysql_async` turns every result row into a `Row` of owned `Value`s, after trying the row
 //! packet as an OK and as an ERR packet; on the snapshot's read path that was about 2,300 of
-//! 3,840 instructions a row (`docs/operations.md`). This connection speaks only what a chunk's
+//! 3,840 instructions a row (`docs/benchmarks.md`). This connection speaks only what a chunk's
 //! read needs: the handshake, `COM_QUERY` for session settings, `COM_PING`, and prepared
 //! statements whose binary result rows are read from one buffer and handed out as borrowed
 //! values ([`row`]): no allocation per row or per value. The handshake and the prepare and

@@ -13,12 +13,17 @@
 //!   The server's time zone is deliberately not UTC, to catch time zone bugs.
 
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use super::process::{find_program, free_port, missing, running_as_root, spawn_watchdog};
+
+/// What provides the server's programs on Debian.
+const MARIADB_PACKAGES: &str = "mariadb-server mariadb-client";
 
 /// The CDC user every dev server creates.
 pub const CDC_USER: &str = "cdc";
@@ -72,52 +77,15 @@ pub struct DevServer {
     log: PathBuf,
 }
 
-/// Finds a program in `PATH` or the usual sbin directories.
-fn find_program(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
-    dirs.extend(["/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/bin"].map(PathBuf::from));
-    for name in names {
-        for dir in &dirs {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return Some(candidate);
-            }
-        }
-    }
-    None
-}
-
-fn missing(what: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotFound,
-        format!(
-            "{what} not found: install it with `apt-get install -y mariadb-server mariadb-client`"
-        ),
-    )
-}
-
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-fn free_port() -> io::Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
 impl DevServer {
     /// Initialises a data directory and starts a server on a free port; waits until it
     /// accepts connections and the CDC user exists.
     pub fn start(options: DevServerOptions) -> io::Result<Self> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let mariadbd = find_program(&["mariadbd", "mysqld"]).ok_or_else(|| missing("mariadbd"))?;
+        let mariadbd = find_program(&["mariadbd", "mysqld"])
+            .ok_or_else(|| missing("mariadbd", MARIADB_PACKAGES))?;
         let install = find_program(&["mariadb-install-db", "mysql_install_db"])
-            .ok_or_else(|| missing("mariadb-install-db"))?;
+            .ok_or_else(|| missing("mariadb-install-db", MARIADB_PACKAGES))?;
         let dir = std::env::temp_dir().join(format!(
             "cdcfusion-mariadb-{}-{}",
             std::process::id(),
@@ -129,7 +97,7 @@ impl DevServer {
         std::fs::create_dir_all(dir.join("data"))?;
         // A private tmpdir: concurrent bootstraps sharing /tmp trip over each other's files.
         std::fs::create_dir_all(dir.join("tmp"))?;
-        let watchdog = spawn_watchdog(&dir)?;
+        let watchdog = spawn_watchdog(&dir, &dir.join("mariadbd.pid"))?;
         let mut user_arg = Vec::new();
         if running_as_root() {
             user_arg.push("--user=root".to_string());
@@ -272,8 +240,8 @@ impl DevServer {
     /// Runs SQL as root through the `mariadb` client over the private socket; returns its
     /// tab-separated output.
     pub fn sql(&self, sql: &str) -> io::Result<String> {
-        let client =
-            find_program(&["mariadb", "mysql"]).ok_or_else(|| missing("mariadb client"))?;
+        let client = find_program(&["mariadb", "mysql"])
+            .ok_or_else(|| missing("mariadb client", MARIADB_PACKAGES))?;
         let out = Command::new(client)
             .arg("--no-defaults")
             .arg("--user=root")
@@ -314,7 +282,8 @@ impl DevServer {
     /// Stops the server gracefully (keeping its data) and starts it again on the same port.
     pub fn restart(&mut self) -> io::Result<()> {
         self.stop_server();
-        let mariadbd = find_program(&["mariadbd", "mysqld"]).ok_or_else(|| missing("mariadbd"))?;
+        let mariadbd = find_program(&["mariadbd", "mysqld"])
+            .ok_or_else(|| missing("mariadbd", MARIADB_PACKAGES))?;
         // The port was just released by our own server; rebinding it can take a moment.
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
@@ -393,25 +362,4 @@ impl Drop for DevServer {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
-}
-
-/// A shell that waits for this process to end, then kills the server and removes `dir`.
-fn spawn_watchdog(dir: &Path) -> io::Result<Child> {
-    const SCRIPT: &str = r#"
-owner=$1; dir=$2
-while kill -0 "$owner" 2>/dev/null; do sleep 1; done
-if [ -f "$dir/mariadbd.pid" ]; then kill -9 "$(cat "$dir/mariadbd.pid")" 2>/dev/null; fi
-sleep 1
-rm -rf "$dir"
-"#;
-    Command::new("sh")
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg("cdcfusion-watchdog")
-        .arg(std::process::id().to_string())
-        .arg(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
 }
