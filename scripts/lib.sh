@@ -54,6 +54,14 @@ ensure_test_clients() {
   fi
 }
 
+# cargo-deb, which builds the Debian package (tests/package.rs, docs/operations.md).
+ensure_cargo_deb() {
+  if ! cargo deb --version >/dev/null 2>&1; then
+    echo "installing cargo-deb"
+    cargo install --quiet --locked cargo-deb --version 3.8.0
+  fi
+}
+
 ensure_tools() {
   local want=()
   command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || want+=(mariadb-server)

@@ -391,6 +391,29 @@ async fn ready_waits_for_the_snapshot_and_health_answers_at_once() {
         ["planning", "snapshot"].contains(&source["phase"].as_str().unwrap()),
         "{body}"
     );
+    // cdc.tables (read here through the metrics) lists the table once its snapshot has
+    // reached it, with no rows yet, while the source stays not ready.
+    let listed = "cdcfusion_table_state{source=\"probed\",db=\"serve_ready\",table=\"t\",state=\"capturing\"} 1";
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let (code, metrics) = http_get(port, "/metrics");
+        assert_eq!(code, 200);
+        if metrics.lines().any(|l| l == listed) {
+            assert!(
+                !metrics
+                    .lines()
+                    .any(|l| l.starts_with("cdcfusion_table_rows{")),
+                "rows before the hand-off:\n{metrics}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{listed} never in:\n{metrics}"
+        );
+        assert_eq!(http_get(port, "/ready").0, 503);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 
     locker.query_drop("UNLOCK TABLES").await.unwrap();
     let deadline = tokio::time::Instant::now() + HANG_GUARD;

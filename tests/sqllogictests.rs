@@ -3,8 +3,9 @@
 //! Conventions of the files (see each file's header): a statement starting with `MYSQL ` runs
 //! on the MariaDB server as root instead of on cdcfusion; every other statement or query runs on
 //! the engine after every source has caught up with the server, so results are deterministic.
-//! `$CDC_URL` is the CDC user's URL and `$SERVER_ID` a replica id unique to the file. A
-//! `CREATE SOURCE` waits until the source's snapshot is consistent.
+//! `$CDC_URL` is the CDC user's URL and `$SERVER_ID` a replica id unique to the file; `$LAKE`
+//! is a directory of the file's own that sinks may write to (the engine's allowed location).
+//! A `CREATE SOURCE` waits until the source's snapshot is consistent.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use cdcfusion::change::schema::Flavor;
 use cdcfusion::devserver::DevServer;
-use cdcfusion::engine::{Engine, EngineError};
+use cdcfusion::engine::{AllowedLocations, Engine, EngineError};
 use cdcfusion::source::connect::current_position;
 use cdcfusion::sql::{parse_cdc_statement, CdcStatement};
 use mysql_async::prelude::Queryable;
@@ -122,11 +123,15 @@ async fn main() {
     let (mut passed, mut failed) = (0, 0);
     for (i, file) in files.iter().enumerate() {
         let url = server.root_url();
+        let lake = tempfile::tempdir().expect("a directory for the file's sinks");
+        let allowed = AllowedLocations::parse(&[format!("file://{}/", lake.path().display())])
+            .expect("a local directory is an allowed location");
         let mut runner = sqllogictest::Runner::new(move || {
             let url = url.clone();
+            let allowed = allowed.clone();
             async move {
                 Ok::<_, SltError>(SltDb {
-                    engine: Arc::new(Engine::new()),
+                    engine: Arc::new(Engine::new().with_allowed_locations(allowed)),
                     mysql: mysql_async::Conn::from_url(url).await?,
                     sources: Vec::new(),
                 })
@@ -134,6 +139,7 @@ async fn main() {
         });
         runner.set_var("CDC_URL".into(), server.cdc_url());
         runner.set_var("SERVER_ID".into(), (7000 + 10 * i).to_string());
+        runner.set_var("LAKE".into(), format!("file://{}", lake.path().display()));
         match runner.run_file_async(file).await {
             Ok(()) => {
                 println!("ok   {}", file.display());

@@ -28,6 +28,7 @@ use super::source_status::{micros, now_micros};
 use super::status_rows::{table, text};
 use crate::capture::describe_columns;
 use crate::change::position::ChangePosition;
+use crate::change::schema::TableId;
 use crate::provider::as_of::oldest_point;
 use crate::provider::reconcile::ReconcileLog;
 use crate::provider::{memory_scan, version_for};
@@ -367,22 +368,38 @@ fn build(
                 let version = version(s);
                 let status = s.status();
                 let consistent_from = status.consistent_from.clone();
-                for (i, t) in status.tables.iter().enumerate() {
-                    let chunks: Vec<_> = report.chunks.iter().filter(|c| c.table == t.id).collect();
+                // The tables the capture serves, then those its running snapshot has planned
+                // but not handed over yet (listed so its progress shows per table).
+                let mut listed: Vec<(TableId, Option<usize>, bool)> = status
+                    .tables
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.id.clone(), Some(i), t.primary_key.is_empty()))
+                    .collect();
+                for (id, _) in &report.estimated_rows {
+                    if !listed.iter().any(|(known, _, _)| known == id) {
+                        let keyless = report.keyless_tables.contains(id);
+                        listed.push((id.clone(), None, keyless));
+                    }
+                }
+                for (id, index, is_keyless) in &listed {
+                    let served = |f: &dyn Fn(usize) -> Option<u64>| index.and_then(f);
+                    let chunks: Vec<_> = report.chunks.iter().filter(|c| c.table == *id).collect();
                     let highs: Vec<String> = chunks
                         .iter()
                         .filter_map(|c| c.high.as_ref().map(ToString::to_string))
                         .collect();
                     cols[0].push(Some(s.name.clone()));
-                    cols[1].push(Some(t.id.db.clone()));
-                    cols[2].push(Some(t.id.table.clone()));
+                    cols[1].push(Some(id.db.clone()));
+                    cols[2].push(Some(id.table.clone()));
                     cols[3].push(Some(report.phase.as_str().to_string()));
                     cols[4].push(highs.iter().min().cloned());
                     cols[5].push(highs.iter().max().cloned());
-                    rows.push(version.tables.get(i).map(|v| v.len() as u64));
-                    schema_versions
-                        .push(version.tables.get(i).map(|v| u64::from(v.schema().version)));
-                    let log = version.changelogs.get(i);
+                    rows.push(served(&|i| version.tables.get(i).map(|v| v.len() as u64)));
+                    schema_versions.push(served(&|i| {
+                        version.tables.get(i).map(|v| u64::from(v.schema().version))
+                    }));
+                    let log = index.and_then(|i| version.changelogs.get(i));
                     log_rows.push(log.map(|l| l.retained_rows() as u64));
                     log_trimmed.push(log.map(|l| l.trimmed().rows as u64));
                     history_from.push(
@@ -407,14 +424,14 @@ fn build(
                         report
                             .estimated_rows
                             .iter()
-                            .find(|(id, _)| *id == t.id)
+                            .find(|(table, _)| table == id)
                             .map(|(_, n)| *n),
                     );
-                    keyless.push(t.primary_key.is_empty());
+                    keyless.push(*is_keyless);
                     // False while the rows are the chunks done so far of a running snapshot.
-                    complete.push(version.consistent);
-                    let stop = version.stopped.get(&i);
-                    let fault = s.health.fault_of(&t.id, stop);
+                    complete.push(version.consistent && index.is_some());
+                    let stop = index.and_then(|i| version.stopped.get(&i));
+                    let fault = s.health.fault_of(id, stop);
                     let state = match (&fault, stop) {
                         (None, _) => "capturing",
                         (Some(_), Some(_)) => "stopped",

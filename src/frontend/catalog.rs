@@ -504,6 +504,11 @@ impl KeySource for CatalogKeys {
                             .iter()
                             .map(|&p| fields.field(p).name().clone())
                             .collect(),
+                        rows: table
+                            .provider
+                            .statistics()
+                            .and_then(|s| s.num_rows.get_value().copied())
+                            .map_or(0, |n| n as u64),
                     });
                 }
             }

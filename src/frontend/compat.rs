@@ -11,8 +11,9 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    visit_expressions_mut, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArguments, Ident,
-    OrderByExpr, OrderByKind, Query, SelectItem, SetExpr, Statement, Value,
+    visit_expressions_mut, BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Ident, OrderByExpr, OrderByKind, Query, SelectItem, SetExpr, Statement,
+    TableFactor, Value,
 };
 
 use super::catalog_ast::{call, ident_is, is_catalog_relation, wrap_in_max};
@@ -50,6 +51,8 @@ pub fn rewrite(mut statement: Statement) -> Statement {
             *expr = value;
         } else if let Some(series) = super::reflect::rewrite(expr) {
             *expr = series;
+        } else if let Some(compared) = regproc_by_name(expr) {
+            *expr = compared;
         } else if is_missing_column(expr, &aliases) {
             *expr = null_text_array();
         } else if let Expr::Subquery(query) = expr {
@@ -124,6 +127,87 @@ fn postgres_column_name(expr: &Expr) -> Option<String> {
         Expr::Exists { .. } => Some("exists".into()),
         Expr::Subquery(_) => None,
         _ => Some("?column?".into()),
+    }
+}
+
+/// `pg_type`'s columns of type `regproc`, which this catalog keeps as function names.
+const REGPROC_COLUMNS: [&str; 7] = [
+    "typinput",
+    "typoutput",
+    "typreceive",
+    "typsend",
+    "typmodin",
+    "typmodout",
+    "typanalyze",
+];
+
+/// `column = (SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'schema.name')`, which
+/// datafusion-pg-catalog makes of `column = 'schema.name'::regproc`, as `column = 'name'`
+/// when `column` is a `regproc` column (kept as a name): comparing the name with an oid would
+/// cast every name to an integer and fail.
+fn regproc_by_name(expr: &Expr) -> Option<Expr> {
+    let Expr::BinaryOp { left, op, right } = expr else {
+        return None;
+    };
+    if !matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
+        return None;
+    }
+    let column = match left.as_ref() {
+        Expr::Identifier(i) => i,
+        Expr::CompoundIdentifier(parts) => parts.last()?,
+        _ => return None,
+    };
+    if !REGPROC_COLUMNS.contains(&column.value.to_ascii_lowercase().as_str()) {
+        return None;
+    }
+    let name = proc_lookup_name(right)?;
+    let bare = name.rsplit('.').next().unwrap_or(&name).to_string();
+    Some(Expr::BinaryOp {
+        left: left.clone(),
+        op: op.clone(),
+        right: Box::new(Expr::Value(Value::SingleQuotedString(bare).into())),
+    })
+}
+
+/// The `'name'` of `(SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'name')`.
+fn proc_lookup_name(expr: &Expr) -> Option<String> {
+    let Expr::Subquery(query) = expr else {
+        return None;
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let [from] = select.from.as_slice() else {
+        return None;
+    };
+    let TableFactor::Table { name, .. } = &from.relation else {
+        return None;
+    };
+    let table = name.0.last()?.as_ident()?;
+    if !table.value.eq_ignore_ascii_case("pg_proc") {
+        return None;
+    }
+    let Some(Expr::BinaryOp { left, op, right }) = &select.selection else {
+        return None;
+    };
+    if !matches!(op, BinaryOperator::Eq) || !ident_is(identifier(left), "proname") {
+        return None;
+    }
+    match right.as_ref() {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) => Some(s.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The last part of a plain or qualified column name.
+fn identifier(expr: &Expr) -> Option<&Ident> {
+    match expr {
+        Expr::Identifier(i) => Some(i),
+        Expr::CompoundIdentifier(parts) => parts.last(),
+        _ => None,
     }
 }
 
@@ -323,6 +407,18 @@ mod tests {
     fn rewritten(sql: &str) -> String {
         let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
         rewrite(statements.remove(0)).to_string()
+    }
+
+    #[test]
+    fn a_regproc_column_compares_by_function_name() {
+        // What datafusion-pg-catalog makes of pgjdbc's `typinput='pg_catalog.array_in'::regproc`.
+        assert_eq!(
+            rewritten("SELECT typinput = (SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'pg_catalog.array_in') AS is_array FROM pg_catalog.pg_type"),
+            "SELECT typinput = 'array_in' AS is_array FROM pg_catalog.pg_type"
+        );
+        // Another column, or another lookup, is left alone.
+        let other = "SELECT typrelid = (SELECT oid FROM pg_catalog.pg_proc WHERE proname = 'x') FROM pg_catalog.pg_type";
+        assert!(rewritten(other).contains("pg_proc"), "{}", rewritten(other));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -124,7 +124,7 @@ const REFRESH: Duration = Duration::from_millis(500);
 /// Draws a bar for each table being snapshotted and a line with each source's phase and lag
 /// on `bars`; never returns (a status the engine cannot give is skipped).
 pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
-    let mut tables: HashMap<String, ProgressBar> = HashMap::new();
+    let mut tables: HashMap<String, TableBar> = HashMap::new();
     let mut sources: HashMap<String, ProgressBar> = HashMap::new();
     let style = ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} rows  {msg}")
         .expect("a valid template")
@@ -148,34 +148,44 @@ pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
             };
             let name = format!("{source}.{db}.{table}");
             let snapshotting = matches!(phase.as_str(), "planning" | "snapshot");
+            let rows_read: u64 = rows_read.parse().unwrap_or(0);
+            // Planned, but neither estimated nor read yet: nothing to draw a bar of.
+            if snapshotting && rows_read == 0 && estimated.parse::<u64>().unwrap_or(0) == 0 {
+                continue;
+            }
             match (snapshotting, tables.get(&name)) {
-                (true, bar) => {
-                    let bar = bar.cloned().unwrap_or_else(|| {
+                (true, seen) => {
+                    let seen = seen.cloned().unwrap_or_else(|| {
                         let bar = bars.add(ProgressBar::new(0));
                         bar.set_style(style.clone());
                         bar.set_prefix(format!("{db}.{table}"));
-                        tables.insert(name.clone(), bar.clone());
-                        bar
+                        let seen = TableBar {
+                            bar,
+                            since: Instant::now(),
+                            rows_then: rows_read,
+                        };
+                        tables.insert(name.clone(), seen.clone());
+                        seen
                     });
                     // The server's estimate can be short of the rows there are.
-                    let rows_read: u64 = rows_read.parse().unwrap_or(0);
                     let estimated: u64 = estimated.parse().unwrap_or(0);
-                    bar.set_length(estimated.max(rows_read));
-                    bar.set_position(rows_read);
-                    let chunks = format!("{done}/{total} chunks");
-                    bar.set_message(snapshot_message(
-                        &chunks,
-                        rows_read,
-                        bar.elapsed(),
-                        bar.eta(),
-                    ));
+                    let length = estimated.max(rows_read);
+                    seen.bar.set_length(length);
+                    seen.bar.set_position(rows_read);
+                    let progress = Progress {
+                        chunks_done: done.parse().unwrap_or(0),
+                        chunks_total: total.parse().unwrap_or(0),
+                        rows: rows_read.saturating_sub(seen.rows_then),
+                        left: length - rows_read,
+                        elapsed: seen.since.elapsed(),
+                    };
+                    seen.bar.set_message(snapshot_message(&progress));
                 }
-                (false, Some(bar)) => {
-                    bar.finish_and_clear();
+                (false, Some(seen)) => {
+                    seen.bar.finish_and_clear();
                     let _ = bars.println(format!(
-                        "{db}.{table}: snapshot done ({} rows in {:.1} s)",
-                        rows_read,
-                        bar.elapsed().as_secs_f64()
+                        "{db}.{table}: snapshot done ({rows_read} rows in {})",
+                        duration_text(seen.since.elapsed())
                     ));
                     tables.remove(&name);
                 }
@@ -205,15 +215,50 @@ pub async fn show_progress(engine: Arc<Engine>, bars: MultiProgress) {
     }
 }
 
-/// The figures of a running snapshot: chunks done, the rate of rows read, and the time left.
-fn snapshot_message(chunks: &str, rows: u64, elapsed: Duration, eta: Duration) -> String {
-    let rate = rows as f64 / elapsed.as_secs_f64().max(1e-3);
-    let eta = if eta.is_zero() {
-        String::new()
-    } else {
-        format!(", ETA {}s", eta.as_secs())
-    };
-    format!("{chunks}, {rate:.0} rows/s{eta}")
+/// A table's bar, and when and at how many rows it was first drawn: its rate counts only the
+/// rows read since (the chunks done before the first refresh came in no time at all).
+#[derive(Clone)]
+struct TableBar {
+    bar: ProgressBar,
+    since: Instant,
+    rows_then: u64,
+}
+
+/// What a running snapshot of one table has done since its bar was first drawn.
+struct Progress {
+    chunks_done: u64,
+    chunks_total: u64,
+    /// Rows read in `elapsed`.
+    rows: u64,
+    /// Rows still to read (by the server's estimate).
+    left: u64,
+    elapsed: Duration,
+}
+
+/// `d` as a person reads it: `42s`, `3m 05s`, `2h 07m`.
+fn duration_text(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{:.1}s", d.as_secs_f64()),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The figures of a running snapshot: chunks done, the rate of rows read, and the time left
+/// at that rate; the rate and time only once a second of reading shows them.
+fn snapshot_message(p: &Progress) -> String {
+    let chunks = format!("{}/{} chunks", p.chunks_done, p.chunks_total);
+    let seconds = p.elapsed.as_secs_f64();
+    if seconds < 1.0 || p.rows == 0 {
+        return chunks;
+    }
+    let rate = p.rows as f64 / seconds;
+    let left = Duration::from_secs_f64(p.left as f64 / rate);
+    format!(
+        "{chunks}, {rate:.0} rows/s, {} left",
+        duration_text(left).replace(".0s", "s")
+    )
 }
 
 /// A source's phase, state and lag in one line.
@@ -281,15 +326,27 @@ mod tests {
 
     #[test]
     fn progress_lines_read_plainly() {
+        let progress = |rows, left, elapsed| Progress {
+            chunks_done: 3,
+            chunks_total: 8,
+            rows,
+            left,
+            elapsed,
+        };
         assert_eq!(
-            snapshot_message(
-                "3/8 chunks",
-                5000,
-                Duration::from_secs(2),
-                Duration::from_secs(3)
-            ),
-            "3/8 chunks, 2500 rows/s, ETA 3s"
+            snapshot_message(&progress(5000, 7500, Duration::from_secs(2))),
+            "3/8 chunks, 2500 rows/s, 3s left"
         );
+        assert_eq!(
+            snapshot_message(&progress(5000, 7_500_000, Duration::from_secs(2))),
+            "3/8 chunks, 2500 rows/s, 50m 00s left"
+        );
+        // Nothing to rate yet.
+        assert_eq!(
+            snapshot_message(&progress(5000, 7500, Duration::from_millis(300))),
+            "3/8 chunks"
+        );
+        assert_eq!(duration_text(Duration::from_secs(7_400)), "2h 03m");
         assert_eq!(
             source_message("streaming", "running", "0.2", "120"),
             "streaming, running, lag 0.2 s (120 bytes)"

@@ -13,6 +13,8 @@
 //! * **timestamptz** in text: shown in the session's `TimeZone` ([`in_time_zone`]) and written
 //!   as PostgreSQL writes it ([`TimestampTz`]): trailing fraction zeros dropped, and the offset's
 //!   minutes kept (`+05:45`), which `arrow-pg` drops.
+//! * **float4, float8, timestamp, time, interval** in text: as PostgreSQL writes them (see
+//!   `pg_text`): `1e+300`, `Infinity`, and no trailing zeros in the seconds' fraction.
 //!
 //! # Invariant
 //! The fields a statement is described with ([`pg_fields`]) are the fields its rows are encoded
@@ -25,7 +27,8 @@ use bytes::{BufMut, BytesMut};
 use chrono::{DateTime, FixedOffset};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{
-    DataType, Decimal128Type, Decimal256Type, DecimalType, Field, Int8Type, Schema,
+    DataType, Decimal128Type, Decimal256Type, DecimalType, Field, Float32Type, Float64Type,
+    Int8Type, Schema,
 };
 use futures::{Stream, StreamExt};
 use pgwire::api::portal::Format;
@@ -35,6 +38,8 @@ use pgwire::error::PgWireResult;
 use pgwire::types::format::FormatOptions;
 use pgwire::types::ToSqlText;
 use postgres_types::{to_sql_checked, IsNull, ToSql};
+
+use super::pg_text::{PgFloat, TrimFraction};
 
 /// Field metadata key holding a captured column's MySQL type.
 const MYSQL_TYPE_KEY: &str = "mysql.type";
@@ -157,6 +162,24 @@ pub fn encode_value<S: RowSink>(
         }
         DataType::Timestamp(_, Some(_)) => {
             sink.encode_field(&TimestampTz::from_array(array, row)?, field)
+        }
+        DataType::Float64 => {
+            let value =
+                (!array.is_null(row)).then(|| array.as_primitive::<Float64Type>().value(row));
+            sink.encode_field(&PgFloat::Double(value), field)
+        }
+        DataType::Float32 => {
+            let value =
+                (!array.is_null(row)).then(|| array.as_primitive::<Float32Type>().value(row));
+            sink.encode_field(&PgFloat::Single(value), field)
+        }
+        // PostgreSQL drops the trailing zeros of the seconds' fraction; arrow-pg writes six digits.
+        DataType::Timestamp(_, None)
+        | DataType::Time32(_)
+        | DataType::Time64(_)
+        | DataType::Duration(_)
+        | DataType::Interval(_) => {
+            arrow_pg::encoder::encode_value(&mut TrimFraction(sink), array, row, arrow, field)
         }
         // Sent as int2 (PostgreSQL has no one-byte integer); arrow-pg would write one byte.
         DataType::Int8 => {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
-    new_null_array, Array, ArrayRef, AsArray, RecordBatch, StringBuilder,
+    new_null_array, Array, ArrayRef, AsArray, Float64Array, RecordBatch, StringBuilder,
 };
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Int32Type, SchemaRef};
@@ -203,6 +203,15 @@ impl ClassWithIndexes {
                 "relpersistence" => text(&|_| "p".into())?,
                 "relreplident" => text(&|_| "n".into())?,
                 "relispopulated" => ScalarValue::Boolean(Some(true)).to_array_of_size(n)?,
+                // The key's index holds a row for every row of the table (pgjdbc's
+                // `getIndexInfo` reads it as CARDINALITY). `relpages` stays 0: the index is
+                // in memory, not in pages.
+                "reltuples" => {
+                    let values: ArrayRef = Arc::new(Float64Array::from_iter_values(
+                        keys.iter().map(|k| k.rows as f64),
+                    ));
+                    cast(&values, dt)?
+                }
                 _ => return Ok(None),
             }))
         };
@@ -218,6 +227,36 @@ impl ClassWithIndexes {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(RecordBatch::try_new(Arc::clone(schema), arrays)?)
+    }
+}
+
+impl ClassWithIndexes {
+    /// `batch` of `pg_class` rows with each keyed table's `reltuples` set to its row count
+    /// (the catalog leaves it 0: no statistics).
+    fn with_table_rows(batch: RecordBatch, keys: &[PrimaryKey]) -> Result<RecordBatch> {
+        let schema = batch.schema();
+        let (Ok(oid), Ok(tuples)) = (schema.index_of("oid"), schema.index_of("reltuples")) else {
+            return Ok(batch);
+        };
+        let rows: HashMap<i32, f64> = keys.iter().map(|k| (k.table_oid, k.rows as f64)).collect();
+        let oids = cast(batch.column(oid), &DataType::Int32)?;
+        let oids = oids.as_primitive::<Int32Type>();
+        let old = cast(batch.column(tuples), &DataType::Float64)?;
+        let old = old.as_primitive::<datafusion::arrow::datatypes::Float64Type>();
+        let new: Float64Array = (0..batch.num_rows())
+            .map(|i| {
+                let known = oids.is_valid(i).then(|| rows.get(&oids.value(i))).flatten();
+                known
+                    .copied()
+                    .or_else(|| old.is_valid(i).then(|| old.value(i)))
+            })
+            .collect();
+        let mut columns = batch.columns().to_vec();
+        columns[tuples] = cast(
+            &(Arc::new(new) as ArrayRef),
+            schema.field(tuples).data_type(),
+        )?;
+        Ok(RecordBatch::try_new(schema, columns)?)
     }
 }
 
@@ -239,8 +278,12 @@ impl TableProvider for ClassWithIndexes {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let schema = self.inner.schema();
-        let mut batches = all_rows(self.inner.as_ref(), state).await?;
         let keys = self.keys.primary_keys(state).await?;
+        let mut batches = all_rows(self.inner.as_ref(), state)
+            .await?
+            .into_iter()
+            .map(|batch| Self::with_table_rows(batch, &keys))
+            .collect::<Result<Vec<_>>>()?;
         batches.push(Self::index_rows(&schema, &keys)?);
         let all = concat_batches(&schema, &batches)?;
         scan_rows(schema, vec![all], state, projection, filters, limit).await
@@ -259,6 +302,7 @@ mod tests {
             schema: "shop".into(),
             columns: vec![2, 1],
             column_names: vec!["b".into(), "Order Id".into()],
+            rows: 12,
         }
     }
 

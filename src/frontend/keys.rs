@@ -46,6 +46,9 @@ pub struct PrimaryKey {
     pub columns: Vec<i16>,
     /// Their names, in key order.
     pub column_names: Vec<String>,
+    /// Rows of the table now (exact: the current table's count), which PostgreSQL's planner
+    /// statistics estimate as `pg_class.reltuples` of the table and of its key's index.
+    pub rows: u64,
 }
 
 impl PrimaryKey {
@@ -357,6 +360,7 @@ mod tests {
             schema: "shop".into(),
             columns: vec![2, 1],
             column_names: vec!["b".into(), "a".into()],
+            rows: 12,
         }];
         let index = KeyTable::Index.batch(&keys).unwrap();
         let constraint = KeyTable::Constraint.batch(&keys).unwrap();

@@ -41,6 +41,7 @@
 //! * `subqueries`: SQLAlchemy's catalog subqueries, in forms DataFusion decorrelates;
 //! * `catalog_ast`: the syntax-tree helpers `compat` and `reflect` share;
 //! * `encode`: Arrow to PostgreSQL types and wire formats;
+//! * `pg_text`: the text of floats and fractional seconds as PostgreSQL writes them;
 //! * `origins`: each result column's table oid and column number, for row descriptions;
 //! * `datarows`: the `DataRow`s of a whole batch, written into one buffer;
 //! * `error`: SQLSTATEs of every error a client can see;
@@ -80,6 +81,7 @@ mod origins;
 mod params;
 mod pg_functions;
 mod pg_settings;
+mod pg_text;
 mod planner;
 mod privileges;
 mod probes;

@@ -38,9 +38,12 @@ const ALWAYS_TRUE: [&str; 13] = [
 ];
 
 /// Text functions with nothing to say here: no object has a comment, the built-in functions
-/// listed in `pg_proc` have no SQL definition in cdcfusion, and no column has a sequence.
+/// listed in `pg_proc` have no SQL definition in cdcfusion, no column has a sequence, and no
+/// catalog row holds an expression (no column default, index predicate or check constraint:
+/// `pg_get_expr` is NULL, which pgjdbc reads as an index without a filter).
 /// (`pg_get_indexdef` is `indexes`'.)
-const NO_TEXT: [&str; 9] = [
+const NO_TEXT: [&str; 10] = [
+    "pg_get_expr",
     "obj_description",
     "col_description",
     "shobj_description",

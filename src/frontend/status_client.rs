@@ -5,16 +5,20 @@
 //! A server certificate is verified (chain and host name) exactly when a root certificate is
 //! given (`--ssl-root-cert`, what libpq calls `verify-full`); without one, TLS encrypts the
 //! session but does not authenticate the server, as libpq's `prefer` and `require` do, so a
-//! self-signed certificate works without a flag. Nothing is ever sent unencrypted to a server
-//! that requires TLS: `prefer` asks for TLS first.
+//! self-signed certificate works without a flag. A self-signed certificate given as its own
+//! root is trusted for the names it carries, as OpenSSL under libpq trusts it (webpki alone
+//! refuses a CA certificate as a server's). Nothing is ever sent unencrypted to a server that
+//! requires TLS: `prefer` asks for TLS first.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{verify_server_name, WebPkiServerVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::server::ParsedCertificate;
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -90,6 +94,58 @@ impl ServerCertVerifier for EncryptOnly {
     }
 }
 
+/// Verifies a server's certificate against the given roots, trusting a root presented as the
+/// server's own certificate (a self-signed one) for the names it carries.
+#[derive(Debug)]
+struct AgainstRoots {
+    chains: Arc<WebPkiServerVerifier>,
+    roots: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for AgainstRoots {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        if self
+            .roots
+            .iter()
+            .any(|root| root.as_ref() == end_entity.as_ref())
+        {
+            verify_server_name(&ParsedCertificate::try_from(end_entity)?, server_name)?;
+            return Ok(ServerCertVerified::assertion());
+        }
+        self.chains
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chains.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.chains.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.chains.supported_verify_schemes()
+    }
+}
+
 /// The rustls client configuration: verifying against `root_cert` when given, else
 /// encrypting only.
 fn tls_config(root_cert: Option<&Path>) -> Result<rustls::ClientConfig, StatusClientError> {
@@ -103,16 +159,27 @@ fn tls_config(root_cert: Option<&Path>) -> Result<rustls::ClientConfig, StatusCl
                 path: path.display().to_string(),
                 message,
             };
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
-                roots
-                    .add(cert.map_err(|e| bad(e.to_string()))?)
-                    .map_err(|e| bad(e.to_string()))?;
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| bad(e.to_string()))?;
+            let mut store = rustls::RootCertStore::empty();
+            for cert in &certs {
+                store.add(cert.clone()).map_err(|e| bad(e.to_string()))?;
             }
-            if roots.is_empty() {
+            if store.is_empty() {
                 return Err(bad("holds no certificate".into()));
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            let chains =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(store), Arc::clone(&provider))
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AgainstRoots {
+                    chains,
+                    roots: certs,
+                }))
+                .with_no_client_auth()
         }
         None => builder
             .dangerous()

@@ -48,13 +48,25 @@ public class JdbcClients {
             rows("schemas", schemas, "TABLE_SCHEM", "TABLE_CATALOG");
             rows("tables", md.getTables(null, schema, "%", new String[] {"TABLE"}),
                 "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE");
-            rows("columns", md.getColumns(null, schema, "items", "%"),
-                "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME", "COLUMN_SIZE", "DECIMAL_DIGITS",
-                "NULLABLE", "IS_NULLABLE", "ORDINAL_POSITION");
+            // Every table of every type, as a tool's tree of tables lists them.
+            rows("allTables", md.getTables(null, schema, "%", null),
+                "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE", "REMARKS");
+            // Every column of every table (changelogs included in the query, as a tool asks,
+            // though not printed), as DBeaver, DataGrip and Metabase read them.
+            rows("columns", md.getColumns(null, schema, "%", "%"),
+                "TABLE_NAME", "COLUMN_NAME", "DATA_TYPE", "TYPE_NAME", "COLUMN_SIZE",
+                "DECIMAL_DIGITS", "NUM_PREC_RADIX", "NULLABLE", "REMARKS", "COLUMN_DEF",
+                "CHAR_OCTET_LENGTH", "ORDINAL_POSITION", "IS_NULLABLE", "IS_AUTOINCREMENT",
+                "IS_GENERATEDCOLUMN");
             rows("primaryKeys", md.getPrimaryKeys(null, schema, "lines"),
                 "TABLE_NAME", "COLUMN_NAME", "KEY_SEQ", "PK_NAME");
-            rows("indexInfo", md.getIndexInfo(null, schema, "items", false, true),
-                "TABLE_NAME", "NON_UNIQUE", "INDEX_NAME", "ORDINAL_POSITION", "COLUMN_NAME");
+            // PAGES is the index's size in PostgreSQL's pages, which has no counterpart here.
+            for (String table : new String[] {"items", "lines", "kinds"}) {
+                rows("indexInfo", md.getIndexInfo(null, schema, table, false, true),
+                    "TABLE_NAME", "NON_UNIQUE", "INDEX_QUALIFIER", "INDEX_NAME", "TYPE",
+                    "ORDINAL_POSITION", "COLUMN_NAME", "ASC_OR_DESC", "CARDINALITY",
+                    "FILTER_CONDITION");
+            }
             rows("importedKeys", md.getImportedKeys(null, schema, "lines"),
                 "PKTABLE_NAME", "FKCOLUMN_NAME");
             rows("exportedKeys", md.getExportedKeys(null, schema, "items"),
@@ -89,6 +101,18 @@ public class JdbcClients {
                     List<String> values = new ArrayList<>();
                     for (int i = 1; i <= rm.getColumnCount(); i++) values.add(typed(rs.getObject(i)));
                     line("row", String.join(", ", values));
+                }
+            }
+
+            // The text of every temporal and float type, as the server writes it.
+            try (Statement st = conn.createStatement();
+                 ResultSet rs = st.executeQuery("SELECT * FROM " + schema + ".kinds ORDER BY id")) {
+                ResultSetMetaData rm = rs.getMetaData();
+                while (rs.next()) {
+                    List<String> values = new ArrayList<>();
+                    for (int i = 1; i <= rm.getColumnCount(); i++)
+                        values.add(rm.getColumnLabel(i) + "=" + rs.getString(i));
+                    line("text", String.join(", ", values));
                 }
             }
 

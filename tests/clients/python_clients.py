@@ -12,10 +12,12 @@ import json
 import sys
 
 import pandas
+import psycopg
 import psycopg2
 import psycopg2.extras
 import sqlalchemy
 from sqlalchemy import inspect
+from psycopg.types.string import TextLoader
 
 host, port, user, password, dbname, schema = sys.argv[1:7]
 
@@ -145,6 +147,17 @@ dict_cur = conn2.cursor(cursor_factory=psycopg2.extras.RealDictCursor)
 dict_cur.execute(f"SELECT id, doc FROM {schema}.items WHERE id = %s", (1,))
 out["psycopg2.dict"] = {k: plain(v) for k, v in dict_cur.fetchone().items()}
 conn2.close()
+
+# The text of every temporal and float type, as the server writes it (loaded as text, not
+# parsed).
+with psycopg.connect(
+    host=host, port=port, user=user, password=password, dbname=dbname
+) as conn3:
+    for name in ["timestamp", "timestamptz", "date", "time", "interval", "float4", "float8"]:
+        conn3.adapters.register_loader(name, TextLoader)
+    out["psycopg.text.kinds"] = [
+        list(row) for row in conn3.execute(f"SELECT * FROM {schema}.kinds ORDER BY id")
+    ]
 
 for key in sorted(out):
     print(key, json.dumps(out[key], sort_keys=True, default=str))

@@ -26,7 +26,23 @@ const MARIADB_SETUP: &str = "
       FROM {db}.seq_1_to_12;
     CREATE TABLE {db}.lines (order_id INT, line INT, item_id INT NOT NULL,
         PRIMARY KEY (order_id, line));
-    INSERT INTO {db}.lines VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3);";
+    INSERT INTO {db}.lines VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3);
+    CREATE TABLE {db}.kinds (id INT PRIMARY KEY, code VARCHAR(64) NOT NULL, ts TIMESTAMP(3) NULL,
+        dt DATETIME, dt3 DATETIME(3), dt6 DATETIME(6), d DATE, t TIME, t3 TIME(3), f FLOAT,
+        dbl DOUBLE);
+    SET time_zone = '+00:00';
+    INSERT INTO {db}.kinds VALUES
+      (1, 'a', '2020-01-02 18:49:42.554', '2020-01-02 18:49:42', '2020-01-02 18:49:42.554',
+       '2020-01-02 18:49:42.554321', '2020-01-02', '18:49:42', '18:49:42.5', 1.5, 1e300),
+      (2, 'b', '2020-01-02 18:49:42.000', '1999-12-31 23:59:59', '1999-12-31 23:59:59.100',
+       '1999-12-31 23:59:59.000001', '1999-12-31', '-838:59:59', '838:59:59.999', 0.1, 1.5e-5),
+      (3, 'c', '1970-01-01 00:00:01.010', '2038-01-19 03:14:07', '2000-02-29 00:00:00.000',
+       '2000-02-29 12:00:00.120000', '2000-02-29', '00:00:00', '-00:00:01.250', 1e10,
+       123456789012345),
+      (4, 'd', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1234567, 1e15),
+      (5, 'e', '2024-06-30 23:59:59.999', '2024-06-30 23:59:59', '2024-06-30 23:59:59.999',
+       '2024-06-30 23:59:59.999999', '2024-06-30', '100:00:00', '-12:34:56.789', -0.000015,
+       -2.5e-300);";
 
 /// The same tables and rows in PostgreSQL's own types.
 const REFERENCE_SETUP: &str = "
@@ -41,7 +57,23 @@ const REFERENCE_SETUP: &str = "
       FROM generate_series(1, 12) s;
     CREATE TABLE {db}.lines (order_id integer, line integer, item_id integer NOT NULL,
         PRIMARY KEY (order_id, line));
-    INSERT INTO {db}.lines VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3);";
+    INSERT INTO {db}.lines VALUES (1, 1, 1), (1, 2, 2), (2, 1, 3);
+    CREATE TABLE {db}.kinds (id integer PRIMARY KEY, code varchar(64) NOT NULL,
+        ts timestamptz(3), dt timestamp(0), dt3 timestamp(3), dt6 timestamp(6), d date,
+        t interval, t3 interval, f real, dbl double precision);
+    INSERT INTO {db}.kinds VALUES
+      (1, 'a', '2020-01-02 18:49:42.554+00', '2020-01-02 18:49:42', '2020-01-02 18:49:42.554',
+       '2020-01-02 18:49:42.554321', '2020-01-02', '18:49:42', '18:49:42.5', 1.5, 1e300),
+      (2, 'b', '2020-01-02 18:49:42.000+00', '1999-12-31 23:59:59', '1999-12-31 23:59:59.100',
+       '1999-12-31 23:59:59.000001', '1999-12-31', '-838:59:59', '838:59:59.999', 0.1, 1.5e-5),
+      (3, 'c', '1970-01-01 00:00:01.010+00', '2038-01-19 03:14:07', '2000-02-29 00:00:00.000',
+       '2000-02-29 12:00:00.120000', '2000-02-29', '00:00:00', '-00:00:01.250', 1e10,
+       123456789012345),
+      (4, 'd', NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1234567, 1e15),
+      (5, 'e', '2024-06-30 23:59:59.999+00', '2024-06-30 23:59:59', '2024-06-30 23:59:59.999',
+       '2024-06-30 23:59:59.999999', '2024-06-30', '100:00:00', '-12:34:56.789', -0.000015,
+       -2.5e-300);
+    ANALYZE;";
 
 /// Where the client programs are.
 fn clients_dir() -> PathBuf {
@@ -183,6 +215,15 @@ async fn pgjdbc_metadata_values_and_cursors_match_postgresql() {
         "unused",
     ))
     .await;
+    // What tools read of every table, and the text of every temporal and float type, is there.
+    for line in [
+        "columns | TABLE_NAME=kinds COLUMN_NAME=dt6 DATA_TYPE=93 TYPE_NAME=timestamp",
+        "indexInfo | TABLE_NAME=kinds NON_UNIQUE=f INDEX_QUALIFIER=null INDEX_NAME=kinds_pkey",
+        "text | id=1, code=a, ts=2020-01-02 18:49:42.554",
+        "f=1.234567e+06, dbl=1e+15",
+    ] {
+        assert!(ours.contains(line), "{line} not in:\n{ours}");
+    }
     assert_same("pgjdbc", &ours, &theirs, &[]);
     reference.drop_database().await;
 }

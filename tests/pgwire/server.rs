@@ -88,7 +88,9 @@ async fn tls_with_sslmode_require() {
         .args([
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
         ])
-        .args(["-subj", "/CN=localhost", "-keyout"])
+        .args(["-subj", "/CN=localhost", "-addext"])
+        .arg("subjectAltName=IP:127.0.0.1,DNS:localhost")
+        .arg("-keyout")
         .arg(&key)
         .arg("-out")
         .arg(&cert)
@@ -97,7 +99,7 @@ async fn tls_with_sslmode_require() {
         .expect("openssl");
     assert!(status.success());
     let mut settings = settings();
-    settings.tls = Some((cert, key));
+    settings.tls = Some((cert.clone(), key));
     settings.tls_required = true;
     let f = Fixture::start("pg_tls", "tls", SETUP, settings).await;
     let conninfo = format!(
@@ -117,6 +119,49 @@ async fn tls_with_sslmode_require() {
     // Without TLS the server refuses: 28000.
     let error = f.client_as(USER, PASSWORD, "tls").await.unwrap_err();
     assert_eq!(sqlstate(&error), "28000");
+
+    // `cdcfusion status` speaks TLS as libpq does: by default (`prefer`) without checking the
+    // certificate, with `--ssl-root-cert` checking it; a certificate of another CA is refused,
+    // and `sslmode=disable` meets the server's refusal.
+    let status = |url: String, root: Option<&std::path::Path>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_cdcfusion"));
+        command.args(["status", "--url", &url]);
+        if let Some(root) = root {
+            command.arg("--ssl-root-cert").arg(root);
+        }
+        command.env("PGPASSWORD", PASSWORD).output().unwrap()
+    };
+    let url = format!("postgresql://{USER}@127.0.0.1:{}/tls", f.addr.port());
+    for root in [None, Some(cert.as_path())] {
+        let out = status(url.clone(), root);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("Sources"),
+            "{root:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let other = dir.path().join("other.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=other", "-keyout"])
+        .arg(dir.path().join("other.key"))
+        .arg("-out")
+        .arg(&other)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = status(url.clone(), Some(&other));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("certificate"), "{stderr}");
+    let out = status(format!("{url}?sslmode=disable"), None);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("TLS connections only"), "{stderr}");
 }
 
 #[tokio::test]

@@ -257,6 +257,8 @@ pub async fn plan_snapshot(
     for (t, schema) in tables.iter().enumerate() {
         let estimate = estimate_rows(&mut conn, schema, connect.read_timeout).await?;
         estimates.push((schema.id.clone(), estimate.unwrap_or(0)));
+        // Shown at once, so a long plan of many tables says which it has reached.
+        progress.update(|r| r.estimated_rows = estimates.clone());
         let key = chunk_key(schema, options.chunk_keys.get(&schema.id))?;
         let ranges = match (resume, key) {
             // The interrupted snapshot's plan, bounds exactly as the server returned them.
@@ -287,7 +289,6 @@ pub async fn plan_snapshot(
         }));
     }
     drop(conn);
-    progress.update(|r| r.estimated_rows = estimates);
     let plan: Vec<PlannedChunk> = planned
         .iter()
         .enumerate()
