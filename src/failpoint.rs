@@ -7,12 +7,18 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Whether any point is armed: the fast path of [`hit`].
 static ARMED: AtomicBool = AtomicBool::new(false);
 /// Armed points, by name and scope, and how many more hits pass before each one fires.
 static POINTS: Mutex<Option<Points>> = Mutex::new(None);
+
+/// The armed points, whatever a panicking holder left (this module imports nothing of the
+/// crate, so it takes the lock itself rather than through `locks`).
+fn points() -> MutexGuard<'static, Option<Points>> {
+    POINTS.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Hits left before each armed point fires, by name and scope.
 type Points = HashMap<(String, Option<String>), u64>;
@@ -23,7 +29,7 @@ pub const PANIC_MESSAGE: &str = "failpoint fired";
 /// Makes point `name` panic on its hit number `skip + 1`, once; with a `scope`, only hits in
 /// that scope (e.g. one source's name) count.
 pub fn arm(name: &str, scope: Option<&str>, skip: u64) {
-    let mut points = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut points = points();
     points
         .get_or_insert_with(HashMap::new)
         .insert((name.to_string(), scope.map(str::to_string)), skip);
@@ -32,14 +38,14 @@ pub fn arm(name: &str, scope: Option<&str>, skip: u64) {
 
 /// Disarms every point.
 pub fn disarm_all() {
-    let mut points = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut points = points();
     *points = None;
     ARMED.store(false, Ordering::SeqCst);
 }
 
 /// Whether point `name` (in `scope`) is still armed: it has not fired yet.
 pub fn is_armed(name: &str, scope: Option<&str>) -> bool {
-    let points = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+    let points = points();
     let key = (name.to_string(), scope.map(str::to_string));
     points.as_ref().is_some_and(|p| p.contains_key(&key))
 }
@@ -63,7 +69,7 @@ pub fn hit_in(name: &str, scope: &str) {
 
 fn fire(name: &str, scope: Option<&str>) {
     let due = {
-        let mut points = POINTS.lock().unwrap_or_else(|e| e.into_inner());
+        let mut points = points();
         let Some(points) = points.as_mut() else {
             return;
         };

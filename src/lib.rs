@@ -20,6 +20,10 @@
 //! * [`failpoint`]: named points where tests make the engine fail on purpose (no crate
 //!   imports, so every stage may use it).
 //! * [`allocator`]: how the allocator returns freed memory (no crate imports).
+//! * [`location`]: where the engine keeps or writes files, parsed once (no crate imports).
+//! * [`locks`]: taking a lock whatever a panicking holder left (no crate imports).
+//! * [`sqlstate`]: the SQLSTATE type every error names its class with, and the wrapper that
+//!   carries a code through DataFusion (no crate imports).
 //! * [`devserver`]: private MariaDB (binlog on) and PostgreSQL servers, each started on its own
 //!   port and data directory, used by the test suite, the demo and the benchmarks.
 #![deny(clippy::clone_on_ref_ptr)]
@@ -35,8 +39,11 @@ pub mod durable;
 pub mod engine;
 pub mod failpoint;
 pub mod frontend;
+pub mod location;
+pub mod locks;
 pub mod provider;
 pub mod sinks;
 pub mod source;
 pub mod sql;
+pub mod sqlstate;
 pub mod state;

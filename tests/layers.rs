@@ -13,10 +13,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The stages, bottom first. `failpoint`, `devserver` and `allocator` are support code that
-/// imports nothing of the crate, so every stage (and the tests) may use them.
+/// The stages, bottom first. `failpoint`, `sqlstate`, `locks`, `location`, `devserver` and
+/// `allocator` are support code that imports no stage of the crate, so every stage (and the
+/// tests) may use them.
 const LAYERS: &[&str] = &[
     "failpoint",
+    "sqlstate",
+    "locks",
+    "location",
     "devserver",
     "allocator",
     "change",
@@ -368,7 +372,7 @@ fn references(file: &File) -> Vec<Reference> {
         }
         search = at + end;
     }
-    let code: String = rest.into_iter().collect();
+    let code = blank_visibility_paths(&rest.into_iter().collect::<String>());
     // Inline paths: `crate::a::b`, `super::x`, `self::y`, `child::z`.
     let chars: Vec<(usize, char)> = code.char_indices().collect();
     let mut k = 0;
@@ -406,6 +410,22 @@ fn references(file: &File) -> Vec<Reference> {
             }
         }
         k = j.max(k + 1);
+    }
+    out
+}
+
+/// `code` with every visibility restriction (`pub(in crate::frontend)`) blanked: it names a
+/// module without using anything of it.
+fn blank_visibility_paths(code: &str) -> String {
+    let mut out = code.to_string();
+    let mut from = 0;
+    while let Some(at) = out[from..].find("pub(in ") {
+        let start = from + at;
+        let Some(len) = out[start..].find(')') else {
+            break;
+        };
+        out.replace_range(start..=start + len, &" ".repeat(len + 1));
+        from = start + len + 1;
     }
     out
 }
@@ -666,7 +686,7 @@ fn the_checker_sees_what_it_must() {
         code: strip_test_items(&strip_comments_and_strings(
             "use super::{wire::{Cursor, Wire}, decimal};\nuse crate::state::merge::X as Y;\n\
              // use crate::engine::Engine;\nlet s = \"crate::frontend::x\";\n\
-             fn f() { crate::capture::Capture::start(); }\n#[cfg(test)]\nmod tests { use crate::sql::A; }\n",
+             fn f() { crate::capture::Capture::start(); }\npub(in crate::source) fn g() {}\n#[cfg(test)]\nmod tests { use crate::sql::A; }\n",
         )),
         lines: vec![],
     };

@@ -301,12 +301,15 @@ fn refused(result: Result<datafusion::prelude::DataFrame, EngineError>) -> Strin
 }
 
 /// The SQLSTATE a client gets for a refused statement, and its message.
-fn refused_with(
-    result: Result<datafusion::prelude::DataFrame, EngineError>,
-) -> (&'static str, String) {
+fn refused_with(result: Result<datafusion::prelude::DataFrame, EngineError>) -> (String, String) {
     match result {
         Ok(_) => panic!("the statement should be refused"),
-        Err(e) => (cdcfusion::frontend::engine_sqlstate(&e), e.to_string()),
+        Err(e) => (
+            cdcfusion::sqlstate::HasSqlState::sqlstate(&e)
+                .code()
+                .to_string(),
+            e.to_string(),
+        ),
     }
 }
 

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use crate::change::schema::TableId;
+use crate::locks::RwLocked;
 use crate::source::binlog::{table_filter, TableFilter};
 use crate::source::error::SourceResult;
 
@@ -45,11 +46,5 @@ impl std::fmt::Debug for Patterns {
 /// any created later (its rows may come in the transaction that creates it).
 pub(super) fn live_tables(pattern: TableFilter, stopped: &Stopped) -> TableFilter {
     let stopped = Arc::clone(stopped);
-    Arc::new(move |t: &TableId| {
-        pattern(t)
-            && !stopped
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(t)
-    })
+    Arc::new(move |t: &TableId| pattern(t) && !stopped.read_locked().contains(t))
 }

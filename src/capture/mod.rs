@@ -87,6 +87,7 @@ use crate::source::snapshot::incremental::{
 use crate::state::current::TableSnapshot;
 use crate::state::merge::TableState;
 
+use crate::locks::RwLocked;
 use apply::{empty_states, EagerChunks};
 use filter::{live_tables, Patterns, Stopped};
 use handoff::Ordinals;
@@ -485,10 +486,7 @@ impl Capture {
         state: TableState,
     ) -> TableState {
         self.parked.remove(&table);
-        self.stopped
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&self.tables[table].id);
+        self.stopped.write_locked().remove(&self.tables[table].id);
         self.tables[table] = schema;
         std::mem::replace(&mut self.states[table], state)
     }
@@ -526,11 +524,7 @@ impl Capture {
     /// again (see [`TableStop::read_again`]).
     fn stop(&mut self, t: usize, reason: String, position: BinlogCoord, read_again: bool) {
         let id = self.tables[t].id.clone();
-        let newly = self
-            .stopped
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone());
+        let newly = self.stopped.write_locked().insert(id.clone());
         if newly {
             tracing::warn!(table = %id, at = %position, %reason, "capture of the table stopped");
             self.new_stops.push(TableStop {
@@ -543,10 +537,7 @@ impl Capture {
     }
 
     pub fn is_stopped(&self, t: usize) -> bool {
-        self.stopped
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&self.tables[t].id)
+        self.stopped.read_locked().contains(&self.tables[t].id)
     }
 
     /// The tables stopped since the last call.

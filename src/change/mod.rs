@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 
+use crate::sqlstate::{HasSqlState, SqlState};
 use position::{BinlogCoord, ChangePosition, Gtid};
 use schema::TableSchema;
 
@@ -33,7 +34,14 @@ pub enum Op {
     Delete,
 }
 
+/// A changelog entry whose `_op` is none of the four codes: the entry was not written by
+/// cdcfusion (or was damaged), so whoever reads it stops rather than guess what it meant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown changelog operation {0:?} (an entry's _op is r, c, u or d)")]
+pub struct UnknownOp(pub String);
+
 impl Op {
+    /// The one-letter code of `_op`.
     pub fn code(self) -> &'static str {
         match self {
             Op::Read => "r",
@@ -41,6 +49,22 @@ impl Op {
             Op::Update => "u",
             Op::Delete => "d",
         }
+    }
+
+    /// The operation `code` stands for; any other text is an [`UnknownOp`].
+    pub fn from_code(code: &str) -> Result<Self, UnknownOp> {
+        match code {
+            "r" => Ok(Op::Read),
+            "c" => Ok(Op::Insert),
+            "u" => Ok(Op::Update),
+            "d" => Ok(Op::Delete),
+            other => Err(UnknownOp(other.to_string())),
+        }
+    }
+
+    /// Whether the entry leaves a row under its key (everything but a delete).
+    pub fn keeps_row(self) -> bool {
+        !matches!(self, Op::Delete)
     }
 }
 
@@ -172,5 +196,12 @@ impl SourceTransaction {
 
     pub fn num_rows(&self) -> usize {
         self.changes.iter().map(ChangeBatch::num_rows).sum()
+    }
+}
+
+impl HasSqlState for UnknownOp {
+    /// `data_corrupted`: the entry was not written by cdcfusion, or was damaged.
+    fn sqlstate(&self) -> SqlState {
+        SqlState::DATA_CORRUPTED
     }
 }

@@ -50,6 +50,7 @@ use super::store::{FileKind, Store, StoreError, FORMAT_VERSION};
 use crate::capture::version::SourceVersion;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
+use crate::locks::Locked;
 use crate::state::changelog::{Changelog, Trimmed, COMMIT_TS_COLUMN, POSITION_COLUMN};
 
 /// Covered segments are merged beyond this many per table.
@@ -139,17 +140,11 @@ impl Checkpointer {
     /// How many changelog entries of each table (offsets count trimmed ones) the committed
     /// checkpoints hold; a table not listed has none yet.
     pub fn durable_rows(&self) -> Vec<usize> {
-        self.durable
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.durable.locked().clone()
     }
 
     fn set_durable(&self, persisted: &[usize]) {
-        *self
-            .durable
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = persisted.to_vec();
+        *self.durable.locked() = persisted.to_vec();
     }
 
     pub fn store(&self) -> &Store {

@@ -4,6 +4,7 @@ use arrow::error::ArrowError;
 
 use super::manifest::ManifestError;
 use super::store::StoreError;
+use crate::sqlstate::{HasSqlState, SqlState};
 
 /// Errors writing or reading a source's checkpoints.
 #[derive(Debug, thiserror::Error)]
@@ -30,25 +31,24 @@ pub enum DurableError {
 }
 
 impl DurableError {
-    /// The SQLSTATE a client is given: a damaged file is data corruption, a checkpoint that
-    /// cannot continue on this server needs repair, anything else is an I/O error.
-    pub fn sqlstate(&self) -> &'static str {
-        match self {
-            // data_corrupted
-            DurableError::Store(StoreError::Corrupt { .. }) | DurableError::Decode { .. } => {
-                "XX001"
-            }
-            // object_not_in_prerequisite_state
-            DurableError::Resume { .. } => "55000",
-            // snapshot_too_old
-            DurableError::Trimmed { .. } => "72000",
-            // io_error
-            _ => "58030",
-        }
-    }
-
     /// Whether writing the checkpoint again can succeed (see [`StoreError::is_transient`]).
     pub fn is_transient(&self) -> bool {
         matches!(self, DurableError::Store(e) if e.is_transient())
+    }
+}
+
+impl HasSqlState for DurableError {
+    /// The SQLSTATE a client is given: a damaged file is data corruption, a checkpoint that
+    /// cannot continue on this server needs repair, anything else is an I/O error.
+    fn sqlstate(&self) -> SqlState {
+        match self {
+            // data_corrupted
+            DurableError::Store(StoreError::Corrupt { .. }) | DurableError::Decode { .. } => {
+                SqlState::DATA_CORRUPTED
+            }
+            DurableError::Resume { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            DurableError::Trimmed { .. } => SqlState::SNAPSHOT_TOO_OLD,
+            _ => SqlState::IO_ERROR,
+        }
     }
 }

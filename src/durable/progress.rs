@@ -22,6 +22,7 @@ use super::manifest::{commit_json, numbered, numbered_path, read_json, source_di
 use super::store::{FileKind, FileRef, Store};
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{TableId, TableSchema};
+use crate::locks::Locked;
 use crate::source::snapshot::chunks::ChunkRange;
 use crate::source::snapshot::incremental::{
     PlannedChunk, SnapshotChunk, SnapshotJournal, SnapshotResume,
@@ -169,10 +170,7 @@ impl ProgressJournal {
         tables: &[Arc<TableSchema>],
         plan: &[PlannedChunk],
     ) -> Result<(), DurableError> {
-        *self
-            .tables
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = tables.to_vec();
+        *self.tables.locked() = tables.to_vec();
         let mut last = self.last.lock().await;
         let next = ProgressFile {
             format: super::store::FORMAT_VERSION,
@@ -199,12 +197,7 @@ impl ProgressJournal {
     }
 
     async fn record_done(&self, chunk: &SnapshotChunk) -> Result<(), DurableError> {
-        let schema = Arc::clone(
-            &self
-                .tables
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)[chunk.table],
-        );
+        let schema = Arc::clone(&self.tables.locked()[chunk.table]);
         let bytes =
             ipc::encode(&schema.arrow, std::slice::from_ref(&chunk.rows)).map_err(|source| {
                 DurableError::Encode {

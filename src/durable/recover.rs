@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 
 use super::error::DurableError;
@@ -31,7 +31,8 @@ use crate::capture::SchemaChange;
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{TableId, TableSchema};
-use crate::state::changelog::{Changelog, ChangelogSegment, Trimmed, META_COLUMNS};
+use crate::change::Op;
+use crate::state::changelog::{Changelog, ChangelogRows, ChangelogSegment, Trimmed};
 use crate::state::current::CurrentTable;
 use crate::state::merge::TableState;
 
@@ -160,27 +161,24 @@ async fn read_batches(
 
 /// Replays one changelog batch onto `current`; see the module docs.
 fn apply(current: &mut CurrentTable, codec: &RowCodec, batch: &RecordBatch) -> Result<(), String> {
-    let first = META_COLUMNS.len();
-    let width = codec.schema().columns.len();
-    let image = RecordBatch::try_new(
-        Arc::clone(&codec.schema().arrow),
-        batch.columns()[first..first + width].to_vec(),
-    )
-    .map_err(|e| e.to_string())?;
+    let entries = ChangelogRows::new(batch).map_err(|e| e.to_string())?;
+    let image = RecordBatch::try_new(Arc::clone(&codec.schema().arrow), entries.image().to_vec())
+        .map_err(|e| e.to_string())?;
     let (keys, rows) = codec.encode(&image).map_err(|e| e.to_string())?;
-    let ops = batch.column(0).as_string::<i32>();
     let keyless = codec.keyless();
-    for i in 0..batch.num_rows() {
+    for i in 0..entries.len() {
         let key = keys.row(i);
         let count = current.count(key.as_ref());
-        let value = match (ops.value(i), keyless) {
-            ("d", false) => None,
-            ("c" | "u" | "r", false) => Some((Arc::new(rows.row(i).owned()), 1)),
-            ("c" | "r", true) => Some((Arc::new(rows.row(i).owned()), count + 1)),
-            ("d", true) => (count > 1).then(|| (Arc::new(rows.row(i).owned()), count - 1)),
-            (op, _) => {
+        let op = entries.op(i).map_err(|e| format!("row {i}: {e}"))?;
+        let value = match (op, keyless) {
+            (Op::Delete, false) => None,
+            (Op::Insert | Op::Update | Op::Read, false) => Some((Arc::new(rows.row(i).owned()), 1)),
+            (Op::Insert | Op::Read, true) => Some((Arc::new(rows.row(i).owned()), count + 1)),
+            (Op::Delete, true) => (count > 1).then(|| (Arc::new(rows.row(i).owned()), count - 1)),
+            // A keyless table's change is a delete and an insert, never an update.
+            (Op::Update, true) => {
                 return Err(format!(
-                    "row {i} has operation {op:?}, which cannot be replayed"
+                    "row {i} is an update of a keyless table, which cannot be replayed"
                 ))
             }
         };

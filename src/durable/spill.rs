@@ -23,6 +23,8 @@ use super::ipc;
 use super::manifest::{load_newest_manifest, SegmentRef};
 use super::store::{FileKind, Store, StoreError};
 use crate::change::schema::TableId;
+use crate::locks::RwLocked;
+use crate::sqlstate::HasSqlState;
 use crate::state::changelog::{Changelog, SegmentStore, StoredSegmentError, POSITION_COLUMN};
 
 /// The changelog files of one table of one source, as a [`SegmentStore`].
@@ -39,18 +41,12 @@ pub struct StoredChangelog {
 impl StoredChangelog {
     /// The table's name as the newest manifests record it.
     fn table(&self) -> TableId {
-        self.table
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.table.read_locked().clone()
     }
 
     /// The table is named `to` in the manifests from now on.
     pub fn rename(&self, to: TableId) {
-        *self
-            .table
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = to;
+        *self.table.write_locked() = to;
     }
 
     pub fn new(store: Store, source_id: &str, index: usize, table: TableId) -> Self {
@@ -221,13 +217,14 @@ pub fn spill_over_budget(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::changelog::format;
     use arrow::array::{Int32Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
 
     fn batch(positions: &[&str]) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
-            Field::new("_op", DataType::Utf8, false),
-            Field::new("_position", DataType::Utf8, false),
+            Field::new(format::OP, DataType::Utf8, false),
+            Field::new(format::POSITION, DataType::Utf8, false),
             Field::new("v", DataType::Int32, false),
         ]));
         RecordBatch::try_new(

@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::location::Location;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -168,30 +169,23 @@ impl LocalSync {
 }
 
 impl Store {
-    /// Opens `location`: a directory path or `file://` URL (created if needed), `memory://`
-    /// (tests), or `s3://bucket/prefix` (with the `s3` feature).
+    /// Opens `location` ([`Location`]): a directory path or `file://` URL (created if needed),
+    /// `memory://` (tests), or `s3://bucket/prefix` (with the `s3` feature).
     pub fn open(location: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         let err = |message: String| StoreError::Open {
             location: location.to_string(),
             message,
         };
-        if location == "memory://" {
-            return Ok(Self::memory());
-        }
-        if location.starts_with("s3://") {
-            return open_s3(location, options).map_err(err);
-        }
-        if location.contains("://") && !location.starts_with("file://") {
-            return Err(err(
-                "unknown scheme: use a directory, file://, s3:// or memory://".into(),
-            ));
-        }
-        let dir = location.strip_prefix("file://").unwrap_or(location);
+        let dir = match Location::parse(location).map_err(|e| err(e.to_string()))? {
+            Location::Memory => return Ok(Self::memory()),
+            Location::S3 { prefix, .. } => return open_s3(location, &prefix, options).map_err(err),
+            Location::Local(dir) => dir,
+        };
         if !options.is_empty() {
             return Err(err("a local directory takes no store options".into()));
         }
-        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-        let root = std::fs::canonicalize(dir).map_err(|e| err(e.to_string()))?;
+        std::fs::create_dir_all(&dir).map_err(|e| err(e.to_string()))?;
+        let root = std::fs::canonicalize(&dir).map_err(|e| err(e.to_string()))?;
         let fs = object_store::local::LocalFileSystem::new_with_prefix(&root)
             .map_err(|e| err(e.to_string()))?;
         Ok(Self {
@@ -392,7 +386,7 @@ impl Store {
 }
 
 #[cfg(feature = "s3")]
-fn open_s3(location: &str, options: &StoreOptions) -> Result<Store, String> {
+fn open_s3(location: &str, prefix: &str, options: &StoreOptions) -> Result<Store, String> {
     use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
     let mut builder = AmazonS3Builder::from_env().with_url(location);
     let mut retry = object_store::RetryConfig::default();
@@ -418,15 +412,13 @@ fn open_s3(location: &str, options: &StoreOptions) -> Result<Store, String> {
         .with_retry(retry)
         .build()
         .map_err(|e| e.to_string())?;
-    let prefix = location
-        .strip_prefix("s3://")
-        .and_then(|rest| rest.split_once('/'))
-        .map(|(_, p)| p.trim_matches('/').to_string())
-        .unwrap_or_default();
     let inner: Arc<dyn ObjectStore> = if prefix.is_empty() {
         Arc::new(s3)
     } else {
-        Arc::new(object_store::prefix::PrefixStore::new(s3, prefix))
+        Arc::new(object_store::prefix::PrefixStore::new(
+            s3,
+            prefix.to_string(),
+        ))
     };
     Ok(Store {
         inner,
@@ -436,7 +428,7 @@ fn open_s3(location: &str, options: &StoreOptions) -> Result<Store, String> {
 }
 
 #[cfg(not(feature = "s3"))]
-fn open_s3(_: &str, _: &StoreOptions) -> Result<Store, String> {
+fn open_s3(_: &str, _: &str, _: &StoreOptions) -> Result<Store, String> {
     Err("this build has no S3 support (it was built with `--no-default-features`); rebuild with the `s3` feature".into())
 }
 

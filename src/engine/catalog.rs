@@ -17,6 +17,7 @@ use super::sinks::SinksRef;
 use super::source::{RunningSource, SourcesRef};
 use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::version::Published;
+use crate::locks::RwLocked;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
 use crate::provider::reconcile::ReconcileLog;
@@ -44,24 +45,14 @@ impl CatalogProviderList for EngineCatalogs {
     fn catalog_names(&self) -> Vec<String> {
         let mut names = self.others.catalog_names();
         if let Some(sources) = self.sources.upgrade() {
-            names.extend(
-                sources
-                    .read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .keys()
-                    .cloned(),
-            );
+            names.extend(sources.read_locked().keys().cloned());
         }
         names
     }
 
     fn catalog(&self, name: &str) -> Option<Arc<dyn CatalogProvider>> {
         let sources = self.sources.upgrade()?;
-        let source = sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(name)
-            .cloned();
+        let source = sources.read_locked().get(name).cloned();
         match source {
             Some(source) => Some(Arc::new(SourceCatalog {
                 source,

@@ -17,6 +17,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::location::Location;
+use crate::sqlstate::SqlState;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::source_as_provider;
@@ -33,13 +35,13 @@ pub struct FileAccessDenied {
 
 impl FileAccessDenied {
     /// `insufficient_privilege`.
-    pub const SQLSTATE: &'static str = "42501";
+    pub const SQLSTATE: SqlState = SqlState::INSUFFICIENT_PRIVILEGE;
 }
 
-/// An allowed location that is neither an absolute path nor a URL.
+/// An allowed location that is not an absolute path or a location the engine reaches.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("allowed location {0:?} is not an absolute path or a URL (such as s3://bucket/prefix/ or file:///data/exports/)")]
-pub struct BadLocation(pub String);
+#[error("allowed location {0:?} is not an absolute path or a URL (such as s3://bucket/prefix/ or file:///data/exports/){1}")]
+pub struct BadLocation(pub String, String);
 
 /// The object-store locations (URL prefixes) SQL may read and write; none by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,10 +57,15 @@ impl AllowedLocations {
             .iter()
             .map(|l| {
                 let l = l.as_ref();
-                let relative = !Path::new(l).is_absolute() && Url::parse(l).is_err();
+                // The forms every place that writes files accepts (`Location`), relative
+                // paths excepted: what is allowed must not depend on the working directory.
+                if let Err(e) = Location::parse(l) {
+                    return Err(BadLocation(l.to_string(), format!(": {e}")));
+                }
+                let relative = !Path::new(l).is_absolute() && !l.contains("://");
                 normalize(l)
                     .filter(|_| !relative)
-                    .ok_or_else(|| BadLocation(l.to_string()))
+                    .ok_or_else(|| BadLocation(l.to_string(), String::new()))
             })
             .collect::<Result<_, _>>()?;
         Ok(Self { prefixes })

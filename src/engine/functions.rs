@@ -24,10 +24,13 @@ use datafusion::logical_expr::Expr;
 use super::sinks::{Sinks, SinksRef};
 use super::source::{RunningSource, Sources, SourcesRef};
 use crate::change::position::StartPosition;
+use crate::locks::RwLocked;
 use crate::provider::as_of::{AsOf, AsOfError, AsOfTable};
+use crate::provider::crossing::through_datafusion;
 use crate::provider::mysql::{MysqlBinlogTable, MysqlSnapshotTable};
 use crate::provider::reconcile::{ReconcileLog, ReconcileTable};
 use crate::provider::tail::ChangelogTail;
+use crate::sqlstate::SqlState;
 use crate::state::changelog::changelog_schema;
 
 /// Registers the functions of this module on `ctx`.
@@ -158,8 +161,7 @@ impl TableFunctionImpl for SourceFunction {
                     Arc::clone(&changelog),
                 );
                 if let Some(Some(after)) = texts.get(2) {
-                    let point =
-                        AsOf::parse(after).map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    let point = AsOf::parse(after).map_err(through_datafusion)?;
                     tail = tail.after(&point)?;
                 }
                 Arc::new(
@@ -228,11 +230,10 @@ impl TableFunctionImpl for AsOfFunction {
             .iter()
             .position(|t| t.id.db == db && t.id.table == table)
             .ok_or_else(|| {
-                DataFusionError::External(Box::new(AsOfError::new(
-                    // undefined_table
-                    "42P01",
+                through_datafusion(AsOfError::new(
+                    SqlState::UNDEFINED_TABLE,
                     format!("source \"{source}\" captures no table {db}.{table}"),
-                )))
+                ))
             })?;
         let at = point(at, session)?;
         Ok(Arc::new(AsOfTable::new(
@@ -280,15 +281,14 @@ impl TableFunctionImpl for ReconcileFunction {
                 Some(against["sink:".len()..].to_string())
             }
             Some(other) => {
-                return Err(DataFusionError::External(Box::new(AsOfError::new(
-                    // feature_not_supported
-                    "0A000",
+                return Err(through_datafusion(AsOfError::new(
+                    SqlState::FEATURE_NOT_SUPPORTED,
                     format!(
                         "reconcile compares the server with the engine ('engine') or a sink's \
                          target with its query ('sink:name'); comparing with {other:?} is not \
                          supported"
                     ),
-                ))));
+                )));
             }
         };
         let running = source_named(&self.sources, source)?;
@@ -298,10 +298,10 @@ impl TableFunctionImpl for ReconcileFunction {
             .iter()
             .position(|t| t.id.to_string() == *table)
             .ok_or_else(|| {
-                DataFusionError::External(Box::new(AsOfError::new(
-                    "42P01",
+                through_datafusion(AsOfError::new(
+                    SqlState::UNDEFINED_TABLE,
                     format!("source \"{source}\" captures no table {table}"),
-                )))
+                ))
             })?;
         if let Some(sink) = sink {
             let table = status.tables[index].id.to_string();
@@ -334,12 +334,7 @@ impl ReconcileFunction {
         let sink = self
             .sinks
             .upgrade()
-            .and_then(|s| {
-                s.read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .get(name)
-                    .cloned()
-            })
+            .and_then(|s| s.read_locked().get(name).cloned())
             .ok_or_else(|| SinkReconcileError::NoSuchSink(name.to_string()).into_df())?;
         if sink.source != source.name {
             return Err(SinkReconcileError::OtherTable {
@@ -405,7 +400,7 @@ fn qualified(name: &str, session: &dyn datafusion::catalog::Session) -> Result<[
 pub(super) fn point(at: &Expr, session: &dyn datafusion::catalog::Session) -> Result<AsOf> {
     use arrow::datatypes::{DataType, TimeUnit};
     if let Some(text) = text(at) {
-        return AsOf::parse(&text).map_err(|e| DataFusionError::External(Box::new(e)));
+        return AsOf::parse(&text).map_err(through_datafusion);
     }
     let schema = datafusion::common::DFSchema::empty();
     let expr = session.create_physical_expr(at.clone(), &schema)?;
@@ -421,9 +416,7 @@ pub(super) fn point(at: &Expr, session: &dyn datafusion::catalog::Session) -> Re
     match &value {
         ScalarValue::Utf8(Some(s))
         | ScalarValue::Utf8View(Some(s))
-        | ScalarValue::LargeUtf8(Some(s)) => {
-            AsOf::parse(s).map_err(|e| DataFusionError::External(Box::new(e)))
-        }
+        | ScalarValue::LargeUtf8(Some(s)) => AsOf::parse(s).map_err(through_datafusion),
         v if matches!(v.data_type(), DataType::Timestamp(..)) && !v.is_null() => {
             match v.cast_to(&DataType::Timestamp(TimeUnit::Microsecond, None))? {
                 ScalarValue::TimestampMicrosecond(Some(t), _) => Ok(AsOf::Time(t)),
@@ -442,10 +435,6 @@ fn source_named(sources: &SourcesRef, name: &str) -> Result<Arc<RunningSource>> 
     let sources = sources
         .upgrade()
         .ok_or_else(|| DataFusionError::Plan("the engine is gone".into()))?;
-    let running = sources
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(name)
-        .cloned();
+    let running = sources.read_locked().get(name).cloned();
     running.ok_or_else(|| DataFusionError::Plan(format!("source \"{name}\" does not exist")))
 }

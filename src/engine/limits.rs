@@ -21,6 +21,7 @@
 
 use std::ops::ControlFlow;
 
+use crate::sqlstate::SqlState;
 use datafusion::sql::parser::{CopyToSource, Statement as DFStatement};
 use sqlparser::ast::{Expr, Query, Select, SetExpr, Statement, Visit, Visitor};
 use sqlparser::dialect::GenericDialect;
@@ -55,7 +56,7 @@ pub enum TooComplex {
 
 impl TooComplex {
     /// `statement_too_complex`.
-    pub const SQLSTATE: &'static str = "54001";
+    pub const SQLSTATE: SqlState = SqlState::STATEMENT_TOO_COMPLEX;
 }
 
 /// Whether a parser error is its recursion limit.

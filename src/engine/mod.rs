@@ -11,11 +11,11 @@
 //! * `task`: how a capture task starts (fresh, recovered, resumed) and appends;
 //! * `resnapshot`: `ALTER SOURCE ... RESNAPSHOT [TABLE]`;
 //! * `run`: the capture task's loop with its retries, and the checkpoint loop;
-//! * `status_rows`: building the rows of the `cdc` tables;
 //! * `source`: one running source and the engine's set of them;
-//! * `sinks`: the running sinks and `cdc.sinks`; `sink_plan`: a sink's query planned and its
+//! * `sinks`: the running sinks; `sink_plan`: a sink's query planned and its
 //!   target named;
-//! * `status`, `functions`, `catalog`: the `cdc` tables, table functions and catalogs;
+//! * `status`, `functions`, `catalog`: the `cdc` tables (one declared type each), table
+//!   functions and catalogs;
 //! * `reuse`: logical plans kept for running again, and when they may be;
 //! * `session`: the [`Engine`] itself; `durable`: its state store (open, create, drop);
 //! * `pipeline`: `CREATE`/`DROP`/`ALTER SINK`, planning a sink and starting its runner;
@@ -40,12 +40,11 @@ mod sinks;
 pub mod source;
 mod source_status;
 mod status;
-mod status_rows;
 mod stop;
 mod subscribe;
 mod task;
 
-pub use error::{parser_error, EngineError};
+pub use error::{datafusion_message, datafusion_sqlstate, parser_error, EngineError};
 pub use files::{AllowedLocations, BadLocation, FileAccessDenied};
 pub use limits::TooComplex;
 pub use reuse::{CatalogGeneration, KeptPlan};

@@ -17,6 +17,7 @@ use super::source_status::SourceStatus;
 use crate::capture::version::{Published, SourceVersion};
 use crate::change::keys::RowCodec;
 use crate::change::schema::TableSchema;
+use crate::locks::Locked;
 use crate::source::snapshot::incremental::SnapshotChunk;
 use crate::source::snapshot::journal::{PlannedChunk, SnapshotJournal};
 use crate::state::current::{CurrentTable, TableSnapshot};
@@ -101,27 +102,18 @@ impl PartialTable {
 #[async_trait::async_trait]
 impl SnapshotJournal for PartialView {
     async fn planned(&self, tables: &[Arc<TableSchema>], _plan: &[PlannedChunk]) {
-        let mut partial = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut partial = self.state.locked();
         let Some(shown) = tables.iter().map(empty).collect::<Option<Vec<_>>>() else {
             return;
         };
         partial.tables = shown;
         // The tables are listed from now on (empty until their first chunk is done).
-        self.status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .set_tables(tables.to_vec());
+        self.status.locked().set_tables(tables.to_vec());
         self.publish(&partial);
     }
 
     async fn done(&self, chunk: &SnapshotChunk) {
-        let mut partial = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut partial = self.state.locked();
         let Some(table) = partial.tables.get_mut(chunk.table) else {
             return;
         };

@@ -27,11 +27,13 @@ use super::source::RunningSource;
 use crate::change::position::ChangePosition;
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{CatalogSink, DurableError};
+use crate::locks::{Locked, RwLocked};
 use crate::sinks::{
     layout_of, Replan, SinkError, SinkInput, SinkQuery, SinkRunner, SinkState, SinkStatus, StartAt,
     Target, TargetSpec,
 };
 use crate::sql::{parse_cdc_statement, CdcStatement, CreateSink};
+use crate::sqlstate::HasSqlState;
 
 impl Engine {
     fn sink_error(name: &str) -> impl Fn(SinkError) -> EngineError + '_ {
@@ -115,12 +117,7 @@ impl Engine {
         if name.is_empty() {
             return Err(EngineError::BadName(name.to_string(), "empty"));
         }
-        if self
-            .sinks
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(name)
-        {
+        if self.sinks.read_locked().contains_key(name) {
             return Err(EngineError::SinkExists(name.to_string()));
         }
         Ok(())
@@ -179,9 +176,7 @@ impl Engine {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::error!(sink = %name, error = %e, "sink cannot start");
-                    let mut s = task_status
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut s = task_status.locked();
                     s.state = SinkState::Failed;
                     s.sqlstate = Some(e.sqlstate());
                     s.error = Some(e.to_string());
@@ -211,8 +206,7 @@ impl Engine {
             task,
         };
         self.sinks
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .write_locked()
             .insert(running.name.clone(), Arc::new(running));
     }
 
@@ -233,8 +227,7 @@ impl Engine {
             *catalog = next;
         }
         self.sinks
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .write_locked()
             .remove(name)
             .map(drop)
             .ok_or_else(|| EngineError::NoSuchSink(name.to_string()))
@@ -244,8 +237,7 @@ impl Engine {
     pub(super) async fn alter_sink(&self, name: &str, pause: bool) -> Result<(), EngineError> {
         let sink = self
             .sinks
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .read_locked()
             .get(name)
             .cloned()
             .ok_or_else(|| EngineError::NoSuchSink(name.to_string()))?;
@@ -328,8 +320,7 @@ impl Engine {
     /// Names of the sinks reading `source`.
     pub(super) fn sinks_reading(&self, source: &str) -> Vec<String> {
         self.sinks
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .read_locked()
             .values()
             .filter(|s| s.source == source)
             .map(|s| s.name.clone())

@@ -60,6 +60,7 @@ use crate::capture::{Capture, CaptureOptions, SchemaChange, SnapshotMode, TableC
 use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::Op;
+use crate::locks::Locked;
 use crate::source::error::SourceError;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress};
 use crate::state::changelog::Changelog;
@@ -69,11 +70,7 @@ use crate::state::merge::{ChangelogEvent, TableState};
 
 /// The schemas of the tables the source captures now (its status).
 fn previous_schemas(task: &Task) -> Vec<Arc<TableSchema>> {
-    task.status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .tables
-        .clone()
+    task.status.locked().tables.clone()
 }
 
 /// Snapshots every table again and appends only the differences to the published state.
@@ -144,10 +141,7 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
     if let Some(c) = &task.checkpointer {
         c.set_consistent_from(end.clone()).await;
     }
-    task.status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .error = None;
+    task.status.locked().error = None;
     Ok(Started {
         capture,
         changelogs,
@@ -168,12 +162,7 @@ pub(super) async fn resnapshot_table(
     let from = previous.position.clone().ok_or_else(|| {
         precondition("the source has published no state yet; RESNAPSHOT TABLE needs one".into())
     })?;
-    let consistent_from = task
-        .status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .consistent_from
-        .clone();
+    let consistent_from = task.status.locked().consistent_from.clone();
     // Every table resumes at `from` with its schema there (a followed DDL changed them);
     // table `t` is read under the schema the server gives it now, which may be newer.
     let old_schemas: Vec<Arc<TableSchema>> = previous
@@ -329,10 +318,7 @@ pub(super) async fn resnapshot_table(
     append(&capture, &mut changelogs, &changes, None, &mut numbers)?;
     // Every table now reflects exactly the transactions before `at`.
     task.progress.set_position(at);
-    task.status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .error = None;
+    task.status.locked().error = None;
     Ok(Started {
         capture,
         changelogs,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::source_status::now_micros;
 use crate::durable::Checkpointer;
+use crate::locks::{Locked, RwLocked};
 use crate::sinks::SinkStatus;
 use crate::state::changelog::Changelog;
 use crate::state::retention::{trimmable, Floor, RetainHistory};
@@ -50,44 +51,30 @@ impl Retention {
     }
 
     pub fn policy(&self) -> RetainHistory {
-        *self
-            .policy
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        *self.policy.read_locked()
     }
 
     pub fn set_policy(&self, policy: RetainHistory) {
-        *self
-            .policy
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+        *self.policy.write_locked() = policy;
     }
 
     /// Sink `name` reads the source from now on: what it needs is held (replacing a sink of
     /// the same name that was dropped).
     pub fn hold(&self, name: &str, status: &Arc<Mutex<SinkStatus>>) {
-        let mut holders = self
-            .holders
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut holders = self.holders.locked();
         holders.retain(|(n, s)| n != name && s.strong_count() > 0);
         holders.push((name.to_string(), Arc::downgrade(status)));
     }
 
     /// What the sinks reading table `t` still need of its changelog.
     fn floor(&self, t: usize) -> Floor {
-        let mut holders = self
-            .holders
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut holders = self.holders.locked();
         holders.retain(|(_, s)| s.strong_count() > 0);
         holders
             .iter()
             .filter_map(|(_, s)| s.upgrade())
             .fold(Floor::Free, |floor, status| {
-                let s = status
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let s = status.locked();
                 // Before its first attempt a sink has not said which tables it reads: it
                 // holds them all.
                 let reads = s.covered.is_empty() || s.covered.iter().any(|(table, _)| *table == t);
@@ -115,10 +102,7 @@ impl Retention {
         }
         let durable = checkpointer.map(Checkpointer::durable_rows);
         {
-            let mut last = self
-                .last_trim
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut last = self.last_trim.locked();
             let checkpointed = durable.is_some() && last.durable != durable;
             if !checkpointed && last.at.is_some_and(|at| at.elapsed() < TRIM_EVERY) {
                 return Vec::new();

@@ -18,6 +18,7 @@ use rand::Rng;
 
 use super::stop::Stop;
 use crate::change::schema::{TableId, TableSchema};
+use crate::locks::Locked;
 use crate::source::snapshot::incremental::SnapshotChunk;
 use crate::source::snapshot::journal::{PlannedChunk, SnapshotJournal, SnapshotResume};
 
@@ -77,9 +78,7 @@ impl MemoryJournal {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Kept>> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.locked()
     }
 }
 
@@ -104,6 +103,8 @@ impl SnapshotJournal for MemoryJournal {
 mod tests {
     use super::*;
     use crate::source::error::SourceError;
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
 
     #[test]
     fn backoff_doubles_up_to_its_cap_with_jitter() {
@@ -147,7 +148,7 @@ mod tests {
             after: Duration::from_secs(1),
         };
         assert!(is_transient(&Stop::Source(timeout())));
-        assert_eq!(timeout().sqlstate(), "08006");
+        assert_eq!(timeout().sqlstate(), SqlState::CONNECTION_FAILURE);
         let feed = SourceError::WindowReader(Arc::new(timeout()));
         assert!(feed.is_transient());
         assert!(is_transient(&Stop::Source(feed)));
@@ -155,7 +156,10 @@ mod tests {
             needed: "f.000001:4".into(),
             message: "purged".into(),
         }));
-        assert_eq!(purged.sqlstate(), "55000");
+        assert_eq!(
+            purged.sqlstate(),
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+        );
         assert!(!is_transient(&Stop::Source(purged)));
     }
 }

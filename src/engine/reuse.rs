@@ -44,6 +44,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 
 use super::status::StatusTable;
+use crate::locks::Locked;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
 use crate::provider::current_scan::CurrentScanExec;
@@ -97,9 +98,7 @@ impl KeptPlan {
             return Ok(());
         };
         let unbound = fresh_copy(Arc::clone(physical), |scan| Ok(scan.unbound()))?;
-        *slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(unbound);
+        *slot.locked() = Some(unbound);
         Ok(())
     }
 
@@ -110,10 +109,7 @@ impl KeptPlan {
         config: &SessionConfig,
     ) -> DFResult<Option<Arc<dyn ExecutionPlan>>> {
         let kept = match &self.physical {
-            Some(slot) => slot
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone(),
+            Some(slot) => slot.locked().clone(),
             None => None,
         };
         let Some(kept) = kept else {

@@ -21,8 +21,10 @@ use super::task::{append, fresh, recover, resume_published, Mode, Started, Strea
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Burst, RunChanges, TableStop};
 use crate::durable::Checkpointer;
+use crate::locks::Locked;
 use crate::provider::health::{Fault, SharedHealth};
 use crate::source::error::SourceError;
+use crate::sqlstate::HasSqlState;
 use crate::state::changelog::Changelog;
 
 pub(crate) async fn run(task: Task, mode: Mode) {
@@ -57,10 +59,7 @@ pub(crate) async fn run(task: Task, mode: Mode) {
         let fault = stop.fault();
         tracing::warn!(error = %fault.describe(), attempt, ?wait, "source interrupted; retrying");
         {
-            let mut s = task
-                .status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut s = task.status.locked();
             s.retries += 1;
             s.retrying = true;
             s.last_error = Some(fault);
@@ -77,10 +76,7 @@ pub(crate) async fn run(task: Task, mode: Mode) {
             mode = Mode::Resnapshot;
         }
     };
-    task.status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .retrying = false;
+    task.status.locked().retrying = false;
     if let Some(fault) = fault {
         let fault = Fault {
             position: fault.position.or_else(|| task.progress.report().position),
@@ -133,9 +129,7 @@ pub(crate) async fn checkpoint_loop(
                 return;
             }
         };
-        let mut s = status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = status.locked();
         match result {
             Ok(done) => {
                 if let Some(position) = done {
@@ -221,9 +215,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     }
     let mut published_stops = Arc::new(stopped.clone());
     {
-        let mut s = status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = status.locked();
         s.set_tables(capture.tables().to_vec());
         s.server_version = capture.server().version.clone();
         s.flavor = format!("{:?}", capture.server().flavor);
@@ -251,9 +243,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     }
     task.journal.clear();
     {
-        let mut s = status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = status.locked();
         s.retrying = false;
     }
     let _ = ready.send(true);
@@ -368,9 +358,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         versions.send_modify(|v| *v += 1);
         read_again(&published_stops)?;
         {
-            let mut s = status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut s = status.locked();
             if !evolved.is_empty() {
                 // New names resolve to the new schemas; kept plans are made again.
                 s.set_tables(capture.tables().to_vec());

@@ -39,6 +39,7 @@ use super::source::{RunningSource, Sources};
 use super::status::{CdcSchema, STATUS_SCHEMA};
 use crate::capture::CaptureOptions;
 use crate::durable::{Checkpointer, Durability, DurableOptions, StoreOptions};
+use crate::locks::{Locked, RwLocked};
 use crate::provider::pin;
 use crate::provider::reconcile::ReconcileLog;
 use crate::sql::{mask_password, parse_cdc_statement, AlterSourceAction, CdcStatement};
@@ -69,12 +70,7 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field(
                 "sources",
-                &self
-                    .sources
-                    .read()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .keys()
-                    .collect::<Vec<_>>(),
+                &self.sources.read_locked().keys().collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
     }
@@ -94,32 +90,12 @@ impl Engine {
 
     /// Every running source, taken out of the lock.
     pub(super) fn running_sources(&self) -> Vec<Arc<RunningSource>> {
-        self.sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    /// Every sink, taken out of the lock.
-    pub(super) fn running_sinks(&self) -> Vec<Arc<RunningSink>> {
-        self.sinks
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
+        self.sources.read_locked().values().cloned().collect()
     }
 
     /// Names of the sources.
     pub fn source_names(&self) -> Vec<String> {
-        self.sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .keys()
-            .cloned()
-            .collect()
+        self.sources.read_locked().keys().cloned().collect()
     }
 
     pub(super) fn build(durable: Option<Arc<Durability>>) -> Self {
@@ -220,12 +196,7 @@ impl Engine {
                 "it is the engine's default catalog",
             ));
         }
-        if self
-            .sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains_key(name)
-        {
+        if self.sources.read_locked().contains_key(name) {
             return Err(EngineError::SourceExists(name.to_string()));
         }
         Ok(())
@@ -240,10 +211,7 @@ impl Engine {
         checkpointer: Option<Arc<Checkpointer>>,
     ) -> Result<(), EngineError> {
         self.check_name(name)?;
-        let mut sources = self
-            .sources
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sources = self.sources.write_locked();
         if sources.contains_key(name) {
             return Err(EngineError::SourceExists(name.to_string()));
         }
@@ -275,8 +243,7 @@ impl Engine {
     /// Sink `name`, for its status without a query.
     pub fn sink(&self, name: &str) -> Result<Arc<RunningSink>, EngineError> {
         self.sinks
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .read_locked()
             .get(name)
             .cloned()
             .ok_or_else(|| EngineError::NoSuchSink(name.to_string()))
@@ -284,8 +251,7 @@ impl Engine {
 
     pub fn source(&self, name: &str) -> Result<Arc<RunningSource>, EngineError> {
         self.sources
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .read_locked()
             .get(name)
             .cloned()
             .ok_or_else(|| EngineError::NoSuchSource(name.to_string()))
@@ -293,11 +259,7 @@ impl Engine {
 
     /// Stops and removes source `name`.
     pub fn drop_source(&self, name: &str) -> Result<(), EngineError> {
-        let removed = self
-            .sources
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name);
+        let removed = self.sources.write_locked().remove(name);
         match removed {
             Some(_) => {
                 self.catalog_changed();
@@ -389,12 +351,10 @@ impl Engine {
 
     /// The catalog as plans resolve it (see `reuse`).
     pub fn catalog_generation(&self) -> CatalogGeneration {
-        let tables = self.running_sources().into_iter().map(|s| {
-            s.status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .tables_changes
-        });
+        let tables = self
+            .running_sources()
+            .into_iter()
+            .map(|s| s.status.locked().tables_changes);
         CatalogGeneration::new(self.generation.load(Ordering::Acquire), tables)
     }
 
@@ -438,10 +398,7 @@ impl Engine {
 
     fn pin_in(&self, config: &mut SessionConfig) {
         let pinned = {
-            let sources = self
-                .sources
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let sources = self.sources.read_locked();
             pin(sources.iter().map(|(n, s)| (n.as_str(), &s.published)))
         };
         config.set_extension(Arc::new(pinned));
@@ -544,8 +501,10 @@ impl Engine {
                 Ok(self.ctx.read_empty()?)
             }
             CdcStatement::ShowSinks => {
-                let sinks: Vec<Arc<RunningSink>> = self.running_sinks();
-                let batch = super::sinks::sinks_batch(&sinks, &Arc::downgrade(&self.sources))?;
+                let batch = super::status::show_sinks(
+                    &Arc::downgrade(&self.sources),
+                    &Arc::downgrade(&self.sinks),
+                )?;
                 Ok(self.ctx.read_batch(batch)?)
             }
             CdcStatement::AlterSink(alter) => {

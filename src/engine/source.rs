@@ -42,6 +42,7 @@ use crate::capture::{Capture, CaptureOptions};
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{Flavor, TableId};
 use crate::durable::{Checkpointer, DurableError};
+use crate::locks::{Locked, RwLocked};
 use crate::provider::health::SharedHealth;
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
@@ -86,12 +87,7 @@ pub struct RunningSource {
 
 impl Drop for RunningSource {
     fn drop(&mut self) {
-        if let Some(task) = self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-        {
+        if let Some(task) = self.task.locked().take() {
             task.abort();
         }
         self.poller.abort();
@@ -169,10 +165,7 @@ impl RunningSource {
 
     /// The `CREATE SOURCE` statement, password masked (empty when created from Rust).
     pub fn definition(&self) -> String {
-        self.definition
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.definition.read_locked().clone()
     }
 
     /// How much history the source keeps, and the sinks that hold it.
@@ -186,10 +179,7 @@ impl RunningSource {
         if let Some(policy) = changes.retain_history {
             self.shared.retention.set_policy(policy);
         }
-        let mut definition = self
-            .definition
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut definition = self.definition.write_locked();
         if let Ok(Some(CdcStatement::CreateSource(mut create))) = parse_cdc_statement(&definition) {
             create.options = create.options.altered(changes);
             *definition = create.to_string();
@@ -201,27 +191,7 @@ impl RunningSource {
     /// `engine::resnapshot`); returns once the new capture task runs (see [`Self::wait_ready`]).
     pub async fn resnapshot(&self) {
         let _restarting = self.restarting.lock().await;
-        let old = self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(old) = old {
-            old.abort();
-            // Wait until it is gone: it must not publish after the new task read the state.
-            let _ = old.await;
-        }
-        let _ = self.shared.ready.send(false);
-        self.status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .error = None;
-        self.health.clear_source();
-        let task = tokio::spawn(run(self.shared.clone(), Mode::Resnapshot));
-        *self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
+        self.restart(Mode::Resnapshot).await;
     }
 
     /// `ALTER SOURCE ... RESNAPSHOT TABLE db.t`: reads one table again and repairs its state
@@ -261,28 +231,24 @@ impl RunningSource {
             }
             Err(e) => return Err(e.into()),
         }
-        let old = self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        self.restart(Mode::ResnapshotTable(index)).await;
+        Ok(())
+    }
+
+    /// Stops the capture task, clears its status and faults, and starts a new task in `mode`
+    /// (the caller holds `restarting`).
+    async fn restart(&self, mode: Mode) {
+        let old = self.task.locked().take();
         if let Some(old) = old {
             old.abort();
             // Wait until it is gone: it must not publish after the new task read the state.
             let _ = old.await;
         }
         let _ = self.shared.ready.send(false);
-        self.status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .error = None;
+        self.status.locked().error = None;
         self.health.clear_source();
-        let task = tokio::spawn(run(self.shared.clone(), Mode::ResnapshotTable(index)));
-        *self
-            .task
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(task);
-        Ok(())
+        let task = tokio::spawn(run(self.shared.clone(), mode));
+        *self.task.locked() = Some(task);
     }
 
     /// Writes a checkpoint of the published version now (a clean stop); `Ok(None)` when the
@@ -293,10 +259,7 @@ impl RunningSource {
         };
         let position = c.checkpoint(&self.published.load_full()).await?;
         if let Some(p) = &position {
-            self.status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .durable_position = Some(p.clone());
+            self.status.locked().durable_position = Some(p.clone());
         }
         Ok(position)
     }
@@ -306,13 +269,7 @@ impl RunningSource {
     pub async fn wait_ready(&self) -> Result<(), String> {
         let mut ready = self.ready.clone();
         let _ = ready.wait_for(|r| *r).await;
-        match self
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .error
-            .clone()
-        {
+        match self.status.locked().error.clone() {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -322,13 +279,7 @@ impl RunningSource {
     /// from the server), or the capture failed.
     pub async fn wait_for(&self, target: &BinlogCoord) -> Result<(), String> {
         loop {
-            if let Some(e) = self
-                .status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .error
-                .clone()
-            {
+            if let Some(e) = self.status.locked().error.clone() {
                 return Err(e);
             }
             if self
@@ -355,10 +306,7 @@ impl RunningSource {
     }
 
     pub fn status(&self) -> SourceStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.status.locked().clone()
     }
 }
 
@@ -378,24 +326,14 @@ async fn poll_server(
             if conn.is_none() {
                 conn = connect.connect().await.ok();
             }
-            let flavor = if status
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .flavor
-                == "MySql"
-            {
+            let flavor = if status.locked().flavor == "MySql" {
                 Flavor::MySql
             } else {
                 Flavor::MariaDb
             };
             if let Some(c) = conn.as_mut() {
                 match connect.position(c, flavor).await {
-                    Ok((position, _)) => {
-                        status
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .server_position = Some(position)
-                    }
+                    Ok((position, _)) => status.locked().server_position = Some(position),
                     Err(_) => conn = None,
                 }
             }

@@ -9,8 +9,11 @@ use std::sync::Mutex;
 
 use super::source_status::SourceStatus;
 use crate::durable::DurableError;
-use crate::provider::health::{Fault, Health, SQLSTATE_INTERNAL};
+use crate::locks::Locked;
+use crate::provider::health::{Fault, Health};
 use crate::source::error::SourceError;
+use crate::sqlstate::HasSqlState;
+use crate::sqlstate::SqlState;
 
 /// Why a capture task stopped.
 #[derive(Debug, thiserror::Error)]
@@ -30,18 +33,15 @@ pub(super) enum Stop {
 pub(super) fn panicked(what: &str, payload: &(dyn std::any::Any + Send)) -> Fault {
     let message = crate::failpoint::panic_message(payload);
     Fault::new(
-        SQLSTATE_INTERNAL,
+        SqlState::INTERNAL_ERROR,
         format!("the {what} task failed unexpectedly ({message}); capture stopped"),
     )
 }
 
 /// Records that the source stopped: its status and its health (which the scans check).
 pub(super) fn fail(status: &Mutex<SourceStatus>, health: &Health, fault: Fault) {
-    tracing::error!(error = %fault.describe(), sqlstate = fault.sqlstate, "source stopped");
-    status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .error = Some(fault.describe());
+    tracing::error!(error = %fault.describe(), sqlstate = fault.sqlstate.code(), "source stopped");
+    status.locked().error = Some(fault.describe());
     health.fail_source(fault);
 }
 
@@ -51,7 +51,7 @@ impl Stop {
         let sqlstate = match self {
             Stop::Source(e) => e.sqlstate(),
             Stop::State(e) => e.sqlstate(),
-            Stop::ReadAgain(_) => SQLSTATE_INTERNAL,
+            Stop::ReadAgain(_) => SqlState::INTERNAL_ERROR,
         };
         Fault::new(sqlstate, self.to_string())
     }

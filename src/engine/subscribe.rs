@@ -32,10 +32,12 @@ use crate::provider::subscribe::{
 use crate::provider::tail::{skip_text, TailReader};
 use crate::provider::version_for;
 use crate::sql::Subscribe;
+use crate::sqlstate::SqlState;
+use crate::state::changelog::format;
 
 fn unsupported(what: &str, why: &str) -> DataFusionError {
     SubscribeError::new(
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED,
         format!(
             "SUBSCRIBE cannot maintain {what}: {why}; a subscription sends the changes of \
              projections, filters and scalar expressions over one captured table"
@@ -176,7 +178,7 @@ impl Engine {
             version.position.clone(),
         ) else {
             return Err(SubscribeError::new(
-                "55000",
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(
                     "source \"{}\" has not published its tables yet: subscribe once its \
                      snapshot is handed over (cdc.sources.consistent_from)",
@@ -196,10 +198,10 @@ impl Engine {
             version.stopped.get(&scanned.index),
         )?;
         let query = Arc::new(RowQuery::new(steps, &table.arrow)?);
-        for reserved in ["_position", "_op", "_before"] {
+        for reserved in [format::POSITION, format::OP, format::BEFORE] {
             if query.output().field_with_name(reserved).is_ok() {
                 return Err(SubscribeError::new(
-                    "42701",
+                    SqlState::DUPLICATE_COLUMN,
                     format!(
                         "a subscribed query cannot have a column named {reserved}: the \
                          subscription adds it; rename the column (AS ...)"
@@ -227,7 +229,7 @@ impl Engine {
             (None, snapshot) => {
                 if snapshot && !version.consistent {
                     return Err(SubscribeError::new(
-                        "55000",
+                        SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                         format!(
                             "source \"{}\" has not handed its snapshot over yet: until then {shown} \
                              is not the server's state at any one position; subscribe once \

@@ -34,6 +34,7 @@ use crate::change::schema::{TableId, TableSchema};
 use crate::change::SourceTransaction;
 use crate::durable::progress::{self, ProgressJournal};
 use crate::durable::{recover, Checkpointer, DurableError};
+use crate::locks::Locked;
 use crate::provider::health::SharedHealth;
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
@@ -263,10 +264,7 @@ pub(super) async fn recover(
         schema_history: Arc::new(schema_history.clone()),
     }));
     {
-        let mut s = task
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = task.status.locked();
         s.set_tables(tables.clone());
         s.consistent_from = Some(recovered.consistent_from.clone());
         s.durable_position = Some(recovered.position.clone());
@@ -319,12 +317,7 @@ pub(super) async fn resume_published(
     let position = previous.position.clone().ok_or_else(|| {
         SourceError::Internal("resuming a source that has published nothing".into())
     })?;
-    let consistent_from = task
-        .status
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .consistent_from
-        .clone();
+    let consistent_from = task.status.locked().consistent_from.clone();
     // The schemas at the version's position (a followed DDL changed them).
     let tables = previous
         .tables

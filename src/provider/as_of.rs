@@ -26,9 +26,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::RecordBatch;
 use arrow::compute::{concat_batches, filter_record_batch};
-use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::{DataFusionError, Result};
@@ -43,29 +43,26 @@ use super::{memory_scan, version_for};
 use crate::capture::version::{Published, SourceVersion};
 use crate::change::position::{BinlogCoord, ChangePosition};
 use crate::change::schema::TableSchema;
-use crate::state::changelog::{read_segments, Changelog, POSITION_COLUMN};
+use crate::provider::crossing::through_datafusion;
+use crate::sqlstate::{HasSqlState, SqlState};
+use crate::state::changelog::{read_segments, Changelog, ChangelogRows};
 use crate::state::history::{undo, UndoError};
-
-/// invalid_parameter_value: a point outside what the history can answer.
-const SQLSTATE_OUT_OF_HISTORY: &str = "22023";
-/// invalid_text_representation: a point that is not one.
-const SQLSTATE_BAD_POINT: &str = "22P02";
 
 /// A read AS OF a point failed; `sqlstate` says why (see the module docs).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct AsOfError {
     pub message: String,
-    pub sqlstate: &'static str,
+    pub sqlstate: SqlState,
 }
 
 impl AsOfError {
-    pub fn new(sqlstate: &'static str, message: String) -> Self {
+    pub fn new(sqlstate: SqlState, message: String) -> Self {
         Self { message, sqlstate }
     }
 
     fn into_df(self) -> DataFusionError {
-        DataFusionError::External(Box::new(self))
+        through_datafusion(self)
     }
 }
 
@@ -91,7 +88,7 @@ impl AsOf {
             return Ok(Self::Binlog(coord));
         }
         Err(AsOfError::new(
-            SQLSTATE_BAD_POINT,
+            SqlState::INVALID_TEXT_REPRESENTATION,
             format!(
                 "AS OF {text:?} is not a position: give a changelog _position \
                  (file:offset:event:row:sub), a binlog position (file:offset, as \
@@ -204,20 +201,20 @@ impl AsOfTable {
             version.position.as_ref(),
         ) else {
             return Err(AsOfError::new(
-                "55000",
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!("{shown} has no published state yet; AS OF reads it once its snapshot is handed over"),
             )
             .into_df());
         };
         if snap.schema().arrow != self.table.arrow {
-            return Err(DataFusionError::External(Box::new(SchemaChanged {
+            return Err(through_datafusion(SchemaChanged {
                 table: self.table.id.to_string(),
                 version: snap.schema().version,
-            })));
+            }));
         }
         let Some(from) = self.consistent_from.as_ref().filter(|_| version.consistent) else {
             return Err(AsOfError::new(
-                "55000",
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                 format!(
                     "source \"{}\" has not handed its snapshot over yet: before that its \
                      tables are not the server's state at any one position, so AS OF cannot \
@@ -252,8 +249,7 @@ impl AsOfTable {
             .find(|c| c.table == self.index && Cut::at(c.position.clone()) >= cut)
         {
             return Err(AsOfError::new(
-                // feature_not_supported
-                "0A000",
+                SqlState::FEATURE_NOT_SUPPORTED,
                 format!(
                     "AS OF {} is before a schema change of {shown} at {} ({}); AS OF reads \
                      only positions after its last schema change, i.e. after the transaction \
@@ -269,7 +265,13 @@ impl AsOfTable {
         let entries = entries_from(log, &cut).await?;
         let earlier = undo(snap, &entries, Some(cut.coord.clone())).map_err(|e| match e {
             UndoError::Arrow(e) => DataFusionError::ArrowError(Box::new(e), None),
-            e @ UndoError::Mismatch { .. } => AsOfError::new("XX000", e.to_string()).into_df(),
+            e @ UndoError::Mismatch { .. } => {
+                AsOfError::new(SqlState::INTERNAL_ERROR, e.to_string()).into_df()
+            }
+            // data_corrupted: an entry cdcfusion did not write.
+            e @ UndoError::UnknownOp(_) => {
+                AsOfError::new(SqlState::DATA_CORRUPTED, e.to_string()).into_df()
+            }
         })?;
         Ok((earlier.scan_all()?, cut))
     }
@@ -325,7 +327,7 @@ pub fn oldest_point(log: &Changelog, consistent_from: Option<&BinlogCoord>) -> O
 }
 
 fn out_of_history(message: String) -> DataFusionError {
-    AsOfError::new(SQLSTATE_OUT_OF_HISTORY, message).into_df()
+    AsOfError::new(SqlState::INVALID_PARAMETER_VALUE, message).into_df()
 }
 
 /// The cut `at` stands for in `log`, whose version is at `position`.
@@ -350,16 +352,13 @@ async fn first_committed_after(log: &Changelog, t: i64) -> Result<Option<ChangeP
         .cloned()
         .collect();
     let batches: Vec<RecordBatch> = read_segments(later, Arc::clone(&log.schema))
-        .map_err(|e| DataFusionError::External(Box::new(e)))
+        .map_err(through_datafusion)
         .try_collect()
         .await?;
     for batch in batches {
-        let ts = batch
-            .column(crate::state::changelog::COMMIT_TS_COLUMN)
-            .as_primitive::<TimestampMicrosecondType>();
-        let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
-        if let Some(i) = (0..batch.num_rows()).find(|i| ts.is_valid(*i) && ts.value(*i) > t) {
-            let text = positions.value(i);
+        let rows = ChangelogRows::new(&batch)?;
+        if let Some(i) = (0..rows.len()).find(|i| rows.commit_ts(*i).is_some_and(|ts| ts > t)) {
+            let text = rows.position(i);
             return text.parse().map(Some).map_err(|e| {
                 DataFusionError::Internal(format!("a changelog position {text:?}: {e}"))
             });
@@ -379,13 +378,13 @@ pub(crate) async fn entries_from(log: &Changelog, cut: &Cut) -> Result<RecordBat
         .collect();
     let schema = Arc::clone(&log.written);
     let batches: Vec<RecordBatch> = read_segments(segments, Arc::clone(&schema))
-        .map_err(|e| DataFusionError::External(Box::new(e)))
+        .map_err(through_datafusion)
         .try_collect()
         .await?;
     let mut after = Vec::with_capacity(batches.len());
     for batch in batches {
-        let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
-        let keep: arrow::array::BooleanArray = positions
+        let keep: arrow::array::BooleanArray = ChangelogRows::new(&batch)?
+            .positions()
             .iter()
             .map(|p| Some(p.is_some_and(|p| p >= text.as_str())))
             .collect();
@@ -426,6 +425,12 @@ impl TableProvider for AsOfTable {
     }
 }
 
+impl HasSqlState for AsOfError {
+    fn sqlstate(&self) -> SqlState {
+        self.sqlstate.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,7 +460,7 @@ mod tests {
             AsOf::Binlog(BinlogCoord::new("binlog.000002", 1234))
         );
         let error = AsOf::parse("yesterday").unwrap_err();
-        assert_eq!(error.sqlstate, "22P02");
+        assert_eq!(error.sqlstate, SqlState::INVALID_TEXT_REPRESENTATION);
         assert!(error.message.contains("file:offset"), "{}", error.message);
         // Cuts order by transaction, then event.
         assert!(Cut::at(BinlogCoord::new("binlog.000002", 1234)) < Cut::after(&p));

@@ -14,7 +14,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{DataFusionError, Result, ScalarValue, Statistics};
+use datafusion::common::{Result, ScalarValue, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
@@ -24,6 +24,8 @@ use super::segments::segments_scan;
 use super::{memory_scan, version_for, CHANGELOG_SUFFIX};
 use crate::capture::version::Published;
 use crate::change::schema::TableId;
+use crate::provider::crossing::through_datafusion;
+use crate::state::changelog::format;
 use crate::state::changelog::{adapted, ChangelogSegment};
 
 /// The changelog of table `index` of a source.
@@ -99,12 +101,12 @@ fn bound(filter: &Expr) -> Option<Bound> {
     };
     match (column.name.as_str(), value) {
         (
-            "_position",
+            format::POSITION,
             ScalarValue::Utf8(Some(s))
             | ScalarValue::Utf8View(Some(s))
             | ScalarValue::LargeUtf8(Some(s)),
         ) => Some(Bound::Position(op, s.clone())),
-        ("_commit_ts", ScalarValue::TimestampMicrosecond(Some(t), _)) => {
+        (format::COMMIT_TS, ScalarValue::TimestampMicrosecond(Some(t), _)) => {
             Some(Bound::CommitTs(op, *t))
         }
         _ => None,
@@ -202,7 +204,7 @@ impl TableProvider for ChangelogProvider {
                     .into_iter()
                     .map(|b| adapted(b, &self.schema))
                     .collect::<std::result::Result<Vec<_>, _>>()
-                    .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    .map_err(through_datafusion)?;
                 memory_scan(&[batches], self.schema(), projection, limit)
             }
             None => segments_scan(segments, &self.schema, projection, limit),

@@ -21,10 +21,9 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, ScalarValue, Statistics};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::memory::MemoryStream;
 use datafusion::physical_plan::{
@@ -33,9 +32,12 @@ use datafusion::physical_plan::{
 use datafusion::prelude::SessionConfig;
 
 use super::health::SharedHealth;
+use super::plans::leaf::{LeafExec, LeafScan};
 use super::version_in;
 use crate::capture::version::Published;
 use crate::change::schema::TableSchema;
+use crate::provider::crossing::through_datafusion;
+use crate::sqlstate::{HasSqlState, SqlState};
 use crate::state::current::TableSnapshot;
 use crate::state::key::KeyBytes;
 
@@ -49,10 +51,10 @@ pub struct SchemaChanged {
     pub version: u32,
 }
 
-impl SchemaChanged {
+impl HasSqlState for SchemaChanged {
     /// `serialization_failure`: the statement may simply be run again.
-    pub fn sqlstate(&self) -> &'static str {
-        "40001"
+    fn sqlstate(&self) -> SqlState {
+        SqlState::T_R_SERIALIZATION_FAILURE
     }
 }
 
@@ -87,10 +89,10 @@ impl ScanTarget {
             return Ok(vec![Vec::new(); self.partitions]);
         };
         if snap.schema().arrow != self.table.arrow {
-            return Err(DataFusionError::External(Box::new(SchemaChanged {
+            return Err(through_datafusion(SchemaChanged {
                 table: self.table.id.to_string(),
                 version: snap.schema().version,
-            })));
+            }));
         }
         let batches = match &self.keys {
             Some(values) => {
@@ -130,9 +132,12 @@ pub(super) fn deal(
     out
 }
 
-/// A current-table scan (see the module docs).
+/// A current-table scan as a plan (see the module docs).
+pub type CurrentScanExec = LeafExec<CurrentScan>;
+
+/// What a [`CurrentScanExec`] reads: a current table's rows at the version it is bound to.
 #[derive(Debug)]
-pub struct CurrentScanExec {
+pub struct CurrentScan {
     target: Arc<ScanTarget>,
     /// The rows of the version this scan is bound to, by partition.
     bound: Option<Arc<Vec<Vec<RecordBatch>>>>,
@@ -154,37 +159,37 @@ impl CurrentScanExec {
             Boundedness::Bounded,
         ));
         let bound = Some(Arc::new(target.read(config)?));
-        Ok(Self {
+        Ok(LeafExec::new(CurrentScan {
             target: Arc::new(target),
             bound,
             schema,
             properties,
-        })
+        }))
     }
 
     /// This scan bound to what it reads under `config`: the version pinned there, checked
     /// for health there. The plan's shape is unchanged.
     pub fn bind(&self, config: &SessionConfig) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self {
+        Ok(Arc::new(LeafExec::new(CurrentScan {
             target: Arc::clone(&self.target),
             bound: Some(Arc::new(self.target.read(config)?)),
             schema: Arc::clone(&self.schema),
             properties: Arc::clone(&self.properties),
-        }))
+        })))
     }
 
     /// This scan holding no rows, to be bound before it runs again.
     pub fn unbound(&self) -> Arc<dyn ExecutionPlan> {
-        Arc::new(Self {
+        Arc::new(LeafExec::new(CurrentScan {
             target: Arc::clone(&self.target),
             bound: None,
             schema: Arc::clone(&self.schema),
             properties: Arc::clone(&self.properties),
-        })
+        }))
     }
 }
 
-impl DisplayAs for CurrentScanExec {
+impl DisplayAs for CurrentScan {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "CurrentTableExec: table={}", self.target.table.id)?;
         if let Some(keys) = &self.target.keys {
@@ -203,31 +208,13 @@ impl DisplayAs for CurrentScanExec {
     }
 }
 
-impl ExecutionPlan for CurrentScanExec {
-    fn name(&self) -> &str {
+impl LeafScan for CurrentScan {
+    fn name(&self) -> &'static str {
         "CurrentTableExec"
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        super::plans::leaf::leaf(self, children)
     }
 
     fn execute(

@@ -20,17 +20,15 @@ use datafusion::prelude::SessionConfig;
 use crate::capture::TableStop;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableId;
-
-/// `internal_error`: the engine itself failed (a panic, an invariant broken).
-pub const SQLSTATE_INTERNAL: &str = "XX000";
-/// `object_not_in_prerequisite_state`: the table needs repair (`RESNAPSHOT`) before it is read.
-pub const SQLSTATE_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+use crate::locks::Locked;
+use crate::provider::crossing::through_datafusion;
+use crate::sqlstate::{HasSqlState, SqlState};
 
 /// Why capture of a source or of one table stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
     /// The SQLSTATE queries of the stopped tables answer with.
-    pub sqlstate: &'static str,
+    pub sqlstate: SqlState,
     pub message: String,
     /// The binlog position where it happened, when known.
     pub position: Option<BinlogCoord>,
@@ -40,7 +38,7 @@ pub struct Fault {
 }
 
 impl Fault {
-    pub fn new(sqlstate: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(sqlstate: SqlState, message: impl Into<String>) -> Self {
         Self {
             sqlstate,
             message: message.into(),
@@ -110,7 +108,7 @@ impl Health {
     pub fn fault_of(&self, table: &TableId, stop: Option<&TableStop>) -> Option<Fault> {
         self.source_fault().or_else(|| {
             stop.map(|s| {
-                Fault::new(SQLSTATE_NOT_IN_PREREQUISITE_STATE, s.reason.clone())
+                Fault::new(SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE, s.reason.clone())
                     .at_position(Some(s.position.clone()))
                     .in_table(Some(table.clone()))
             })
@@ -137,7 +135,7 @@ impl Health {
                 Ok(())
             }
             Ok(None) => Ok(()),
-            Err(error) => Err(DataFusionError::External(error)),
+            Err(error) => Err(through_datafusion(*error)),
         }
     }
 
@@ -169,7 +167,7 @@ impl Health {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
         // The state is plain data replaced whole; a panic elsewhere cannot leave it half-set.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 }
 
@@ -185,10 +183,6 @@ pub struct TableUnavailable {
 }
 
 impl TableUnavailable {
-    pub fn sqlstate(&self) -> &'static str {
-        self.fault.sqlstate
-    }
-
     fn fix(&self) -> String {
         if self.being_read {
             return format!(
@@ -219,6 +213,12 @@ impl TableUnavailable {
     }
 }
 
+impl HasSqlState for TableUnavailable {
+    fn sqlstate(&self) -> SqlState {
+        self.fault.sqlstate.clone()
+    }
+}
+
 /// A session's choice about stopped tables, and the warnings its query collected (a session
 /// config extension, set per statement by the front end).
 #[derive(Debug, Clone, Default)]
@@ -237,7 +237,7 @@ impl ReadPolicy {
     }
 
     fn warn(&self, warning: String) {
-        let mut w = self.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = self.warnings.locked();
         if !w.contains(&warning) {
             w.push(warning);
         }
@@ -245,7 +245,7 @@ impl ReadPolicy {
 
     /// The warnings collected so far, each once; they are removed.
     pub fn take_warnings(&self) -> Vec<String> {
-        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.warnings.locked())
     }
 }
 
@@ -289,8 +289,10 @@ mod tests {
         let DataFusionError::External(e) = &err else {
             panic!("{err}")
         };
-        let e = e.downcast_ref::<TableUnavailable>().expect("typed");
-        assert_eq!(e.sqlstate(), "55000");
+        let coded = e.downcast_ref::<crate::sqlstate::Coded>().expect("coded");
+        assert_eq!(coded.code(), &SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
+        let e = coded.downcast_ref::<TableUnavailable>().expect("typed");
+        assert_eq!(e.sqlstate(), SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
         assert!(e.to_string().contains("RESNAPSHOT TABLE shop.t"), "{e}");
         health
             .check(state.config(), "src", &other, "shop.u", None)
@@ -303,7 +305,7 @@ mod tests {
         let e = *health
             .admit(false, "src", &t, "shop.t", Some(&reading))
             .unwrap_err();
-        assert_eq!(e.sqlstate(), "55000");
+        assert_eq!(e.sqlstate(), SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
         assert!(e.to_string().contains("being read now"), "{e}");
         assert!(!e.to_string().contains("RESNAPSHOT"), "{e}");
 
@@ -324,8 +326,8 @@ mod tests {
     #[test]
     fn a_source_fault_stops_every_table_and_keeps_its_first_cause() {
         let health = Health::default();
-        health.fail_source(Fault::new(SQLSTATE_INTERNAL, "first"));
-        health.fail_source(Fault::new(SQLSTATE_INTERNAL, "second"));
+        health.fail_source(Fault::new(SqlState::INTERNAL_ERROR, "first"));
+        health.fail_source(Fault::new(SqlState::INTERNAL_ERROR, "second"));
         let t = TableId::new("shop", "t");
         assert_eq!(
             health.fault_of(&t, Some(&stop())).map(|f| f.message),

@@ -24,11 +24,13 @@
 //!   read) and `mysql_binlog` (the raw change stream), for reconciliation and debugging;
 //! * [`reconcile`]: `reconcile('source', 'db.table')`, the differences between the server's
 //!   table and the engine's at one position, from chunk checksums and the changelog;
+//! * [`crossing`]: how an error of ours crosses DataFusion, with its SQLSTATE;
 //! * [`plans`]: the execution plans that read the server: a snapshot's chunks as partitions,
 //!   and a table's binlog changes as an unbounded stream.
 
 pub mod as_of;
 pub mod changelog;
+pub mod crossing;
 pub mod current;
 pub mod current_scan;
 pub mod health;

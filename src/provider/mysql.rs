@@ -35,13 +35,15 @@ use super::plans::{BinlogStreamExec, SnapshotExec};
 use crate::capture::{Capture, CaptureOptions, SnapshotMode};
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::TableSchema;
+use crate::locks::Locked;
+use crate::provider::crossing::through_datafusion;
 use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
 use crate::source::snapshot::incremental::{plan_snapshot, Progress, SnapshotOptions};
 use crate::state::changelog::changelog_schema;
 
 fn external(e: SourceError) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
+    through_datafusion(e)
 }
 
 /// A replica server id unlikely to be used by anything else on the server.
@@ -132,7 +134,7 @@ impl TableProvider for MysqlSnapshotTable {
         .map_err(external)?;
         Ok(Arc::new(ConsistentReadExec::new(
             self.connect.clone(),
-            Arc::new(SnapshotExec::new(run, 0)),
+            Arc::new(SnapshotExec::of_table(run, 0)),
             progress,
             projection.cloned(),
         )?))
@@ -193,12 +195,7 @@ impl DisplayAs for ConsistentReadExec {
             f,
             "ConsistentReadExec: table={table}, aligns chunks to max(HIGH) by binlog catch-up"
         )?;
-        if let Some(position) = self
-            .position
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-        {
+        if let Some(position) = self.position.locked().as_ref() {
             write!(f, ", position={position}")?;
         }
         Ok(())
@@ -278,9 +275,7 @@ impl ExecutionPlan for ConsistentReadExec {
             capture.check_schemas_unchanged().map_err(external)?;
             let at = capture.progress().report().position;
             let table = capture.snapshot_table(0, at.clone()).map_err(external)?;
-            *position
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = at;
+            *position.locked() = at;
             let batches = table.scan_all()?;
             let batches = batches
                 .into_iter()
@@ -356,7 +351,7 @@ impl TableProvider for MysqlBinlogTable {
             }
             other => other.clone(),
         };
-        Ok(Arc::new(BinlogStreamExec::new(
+        Ok(Arc::new(BinlogStreamExec::from_start(
             self.connect.clone(),
             Arc::clone(&self.table),
             start,

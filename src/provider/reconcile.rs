@@ -50,12 +50,16 @@ use super::mysql::current_schema;
 use crate::capture::version::{Published, SourceVersion};
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{ColumnKind, Flavor, TableSchema};
+use crate::change::Op;
+use crate::locks::Locked;
+use crate::provider::crossing::through_datafusion;
 use crate::source::checksum::{chunk_checksum, row_checksum, value_columns, ChunkSum};
 use crate::source::connect::{current_position, ConnectOptions};
 use crate::source::error::SourceError;
 use crate::source::snapshot::chunks::{estimate_rows, plan_chunks, ChunkRange};
 use crate::source::snapshot::select::{select_batches_within, visibility_barrier};
-use crate::state::changelog::META_COLUMNS;
+use crate::sqlstate::SqlState;
+use crate::state::changelog::ChangelogRows;
 
 /// The longest wait for the source to capture through a window's end.
 const CATCH_UP: Duration = Duration::from_secs(120);
@@ -93,9 +97,7 @@ pub type ReconcileLog = Arc<Mutex<VecDeque<ReconcileReport>>>;
 
 /// Adds `report` to `log`, dropping the oldest beyond the reports kept.
 pub fn log_report(log: &ReconcileLog, report: ReconcileReport) {
-    let mut log = log
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut log = log.locked();
     if log.len() >= REPORTS_KEPT {
         log.pop_front();
     }
@@ -116,11 +118,11 @@ pub fn reconcile_schema() -> SchemaRef {
 }
 
 fn external(e: SourceError) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
+    through_datafusion(e)
 }
 
-fn refused(sqlstate: &'static str, message: String) -> DataFusionError {
-    DataFusionError::External(Box::new(AsOfError::new(sqlstate, message)))
+fn refused(sqlstate: SqlState, message: String) -> DataFusionError {
+    through_datafusion(AsOfError::new(sqlstate, message))
 }
 
 /// `reconcile('src', 'db.table')`; see the module docs.
@@ -211,7 +213,7 @@ impl<'a> Run<'a> {
     async fn new(table: &'a ReconcileTable) -> Result<Run<'a>> {
         if table.table.primary_key.is_empty() {
             return Err(refused(
-                "0A000",
+                SqlState::FEATURE_NOT_SUPPORTED,
                 format!(
                     "reconcile compares rows by primary key, and {} has none",
                     table.table.id
@@ -440,7 +442,7 @@ impl<'a> Run<'a> {
             }
             if Instant::now() >= deadline {
                 return Err(refused(
-                    "55000",
+                    SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
                     format!(
                         "source \"{}\" has not captured through {position} after {} s (it is \
                          at {}); reconcile compares once it has: see cdc.sources",
@@ -469,28 +471,18 @@ impl<'a> Run<'a> {
         };
         let batch = entries_from(log, from).await?;
         let to = to.text();
-        let ops = batch.column(0).as_string::<i32>();
-        let positions = batch.column(1).as_string::<i32>();
-        let width = self.schema.columns.len();
-        let first = META_COLUMNS.len();
-        let after = render_batch(
-            &self.schema,
-            self.chunk_column,
-            &batch.columns()[first..first + width],
-        )?;
-        let before = match batch.column(first + width).as_struct_opt() {
-            Some(s) => render_batch(&self.schema, self.chunk_column, s.columns())?,
-            None => Vec::new(),
-        };
+        let rows = ChangelogRows::new(&batch)?;
+        let after = render_batch(&self.schema, self.chunk_column, rows.image())?;
+        let before = render_batch(&self.schema, self.chunk_column, rows.before().columns())?;
         let mut out = Vec::new();
         for (i, after) in after.into_iter().enumerate() {
-            if positions.value(i) >= to.as_str() {
+            if rows.position(i) >= to.as_str() {
                 break;
             }
-            let op = ops.value(i).to_string();
+            let op = rows.op(i).map_err(through_datafusion)?;
             out.push(Entry {
-                position: positions.value(i).to_string(),
-                before: before.get(i).filter(|_| op == "u").cloned(),
+                position: rows.position(i).to_string(),
+                before: before.get(i).filter(|_| op == Op::Update).cloned(),
                 op,
                 after,
             });
@@ -539,30 +531,30 @@ impl<'a> Run<'a> {
         let low = Cut::at(low).text();
         // Forward through the window: the server's rows at HIGH'.
         for e in entries.iter().filter(|e| e.position >= low) {
-            match e.op.as_str() {
-                "d" => {
+            match e.op {
+                Op::Delete => {
                     rows.remove(&e.after.key);
                 }
-                "u" => {
+                Op::Update => {
                     if let Some(b) = &e.before {
                         rows.remove(&b.key);
                     }
                     put(&mut rows, &e.after);
                 }
-                _ => put(&mut rows, &e.after),
+                Op::Insert | Op::Read => put(&mut rows, &e.after),
             }
         }
         // Back to H: every entry after it undone, newest first.
         for e in entries.iter().rev() {
-            match e.op.as_str() {
-                "d" => put(&mut rows, &e.after),
-                "u" => {
+            match e.op {
+                Op::Delete => put(&mut rows, &e.after),
+                Op::Update => {
                     rows.remove(&e.after.key);
                     if let Some(b) = &e.before {
                         put(&mut rows, b);
                     }
                 }
-                _ => {
+                Op::Insert | Op::Read => {
                     rows.remove(&e.after.key);
                 }
             }
@@ -573,7 +565,7 @@ impl<'a> Run<'a> {
 
 /// A changelog entry rendered: its op, position and images.
 struct Entry {
-    op: String,
+    op: Op,
     position: String,
     /// The after image (for `d`, the deleted row).
     after: Rendered,

@@ -11,13 +11,14 @@
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 
+use crate::provider::crossing::through_datafusion;
 use crate::state::changelog::{read_segments, ChangelogSegment};
 
 /// See the module docs.
@@ -34,7 +35,7 @@ impl PartitionStream for Segments {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let batches = read_segments(self.segments.clone(), Arc::clone(&self.schema))
-            .map_err(|e| DataFusionError::External(Box::new(e)));
+            .map_err(through_datafusion);
         Box::pin(RecordBatchStreamAdapter::new(
             Arc::clone(&self.schema),
             batches,

@@ -33,7 +33,7 @@ use arrow::array::{
 };
 use arrow::buffer::NullBuffer;
 use arrow::compute::{and, cast, filter_record_batch, interleave, is_not_null, take};
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, UInt32Type};
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::physical_expr::PhysicalExpr;
@@ -43,7 +43,10 @@ use super::as_of::Cut;
 use super::tail::{TailReader, TailStep};
 use crate::change::position::ChangePosition;
 use crate::change::schema::TableSchema;
-use crate::state::changelog::POSITION_COLUMN;
+use crate::change::Op;
+use crate::provider::crossing::through_datafusion;
+use crate::sqlstate::{HasSqlState, SqlState};
+use crate::state::changelog::{format, ChangelogRows};
 
 /// How long a caught-up subscription with progress on stays quiet before it says how far it
 /// has read.
@@ -53,12 +56,12 @@ pub const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct SubscribeError {
-    pub sqlstate: &'static str,
+    pub sqlstate: SqlState,
     pub message: String,
 }
 
 impl SubscribeError {
-    pub fn new(sqlstate: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(sqlstate: SqlState, message: impl Into<String>) -> Self {
         Self {
             sqlstate,
             message: message.into(),
@@ -66,7 +69,7 @@ impl SubscribeError {
     }
 
     pub fn into_df(self) -> DataFusionError {
-        DataFusionError::External(Box::new(self))
+        through_datafusion(self)
     }
 }
 
@@ -165,12 +168,12 @@ fn nullable(fields: &Fields) -> SchemaRef {
 /// The columns a subscription sends for `query` (see the module docs).
 pub fn output_schema(query: &SchemaRef) -> SchemaRef {
     let mut fields = vec![
-        Field::new("_position", DataType::Utf8, false),
-        Field::new("_op", DataType::Utf8, false),
+        Field::new(format::POSITION, DataType::Utf8, false),
+        Field::new(format::OP, DataType::Utf8, false),
     ];
     fields.extend(query.fields().iter().map(|f| f.as_ref().clone()));
     fields.push(Field::new(
-        "_before",
+        format::BEFORE,
         DataType::Struct(query.fields().clone()),
         true,
     ));
@@ -345,36 +348,39 @@ impl Subscription {
     /// The rows changelog `entries` send (see the module docs); `None` when they touch
     /// nothing in the result.
     fn changes(&self, entries: &RecordBatch) -> Result<Option<RecordBatch>> {
-        self.check_schema(entries)?;
-        let ops = column(entries, "_op")?;
-        let ops = ops.as_string::<i32>();
+        let rows = ChangelogRows::new(entries)?;
+        self.check_schema(&rows)?;
+        let ops = (0..rows.len())
+            .map(|i| rows.op(i))
+            .collect::<std::result::Result<Vec<Op>, _>>()
+            .map_err(through_datafusion)?;
         let after = conform(entries, &self.query.input)?;
         let (after_values, after_kept) = self.query.eval(&after)?;
         // Before images of updates only: the other entries have none.
         let updates: Vec<u32> = (0..entries.num_rows())
-            .filter(|&i| ops.value(i) == "u")
+            .filter(|&i| ops[i] == Op::Update)
             .map(|i| i as u32)
             .collect();
-        let before_rows = before_images(entries, &self.query.input)?;
+        let before_rows = before_images(&rows, &self.query.input)?;
         let before_rows = take_rows(&before_rows, &UInt32Array::from(updates.clone()))?;
         let (before_values, before_kept) = self.query.eval(&before_rows)?;
         // (op, which image, its row, the entry, the before image's row of a `u`)
-        let mut out: Vec<(&'static str, usize, usize, usize, Option<usize>)> = Vec::new();
+        let mut out: Vec<(Op, usize, usize, usize, Option<usize>)> = Vec::new();
         let mut update = 0;
-        for i in 0..entries.num_rows() {
+        for (i, op) in ops.iter().enumerate() {
             let in_after = after_kept.value(i);
-            match ops.value(i) {
-                "u" => {
+            match op {
+                Op::Update => {
                     let in_before = before_kept.value(update);
                     match (in_before, in_after) {
-                        (true, true) => out.push(("u", 0, i, i, Some(update))),
-                        (true, false) => out.push(("d", 1, update, i, None)),
-                        (false, true) => out.push(("c", 0, i, i, None)),
+                        (true, true) => out.push((Op::Update, 0, i, i, Some(update))),
+                        (true, false) => out.push((Op::Delete, 1, update, i, None)),
+                        (false, true) => out.push((Op::Insert, 0, i, i, None)),
                         (false, false) => {}
                     }
                     update += 1;
                 }
-                op if in_after => out.push((known_op(op)?, 0, i, i, None)),
+                op if in_after => out.push((*op, 0, i, i, None)),
                 _ => {}
             }
         }
@@ -382,11 +388,11 @@ impl Subscription {
             return Ok(None);
         }
         let entry_rows = UInt32Array::from(out.iter().map(|o| o.3 as u32).collect::<Vec<_>>());
-        let positions = take(entries.column(POSITION_COLUMN), &entry_rows, None)?;
+        let positions = take(rows.positions(), &entry_rows, None)?;
         let mut columns: Vec<ArrayRef> = vec![
             positions,
             Arc::new(StringArray::from(
-                out.iter().map(|o| o.0).collect::<Vec<_>>(),
+                out.iter().map(|o| o.0.code()).collect::<Vec<_>>(),
             )),
         ];
         let picks: Vec<(usize, usize)> = out.iter().map(|o| (o.1, o.2)).collect();
@@ -413,53 +419,28 @@ impl Subscription {
     }
 
     /// Refuses entries captured under another schema of the table than the subscription's.
-    fn check_schema(&self, entries: &RecordBatch) -> Result<()> {
-        let versions = column(entries, "_schema_version")?;
-        let Some(versions) = versions.as_primitive_opt::<UInt32Type>() else {
+    fn check_schema(&self, entries: &ChangelogRows<'_>) -> Result<()> {
+        let Some(i) = (0..entries.len()).find(|&i| entries.schema_version(i) != self.table.version)
+        else {
             return Ok(());
         };
-        let Some(i) = (0..versions.len()).find(|&i| versions.value(i) != self.table.version) else {
-            return Ok(());
-        };
-        let position = entries
-            .column(POSITION_COLUMN)
-            .as_string::<i32>()
-            .value(i)
-            .to_string();
+        let position = entries.position(i).to_string();
         Err(SubscribeError::new(
             // serialization_failure: run it again.
-            "40001",
+            SqlState::T_R_SERIALIZATION_FAILURE,
             format!(
                 "{} changed its columns: the change at _position {position} was captured under \
                  schema version {} and this subscription reads version {} (cdc.schema_history \
                  shows the change); subscribe again AS OF '{}' WITH (snapshot = false) to go on \
                  under the new columns",
                 self.table.id,
-                versions.value(i),
+                entries.schema_version(i),
                 self.table.version,
                 self.last
             ),
         )
         .into_df())
     }
-}
-
-/// An entry's op as the subscription sends it.
-fn known_op(op: &str) -> Result<&'static str> {
-    match op {
-        "c" => Ok("c"),
-        "d" => Ok("d"),
-        "r" => Ok("r"),
-        other => Err(DataFusionError::Internal(format!(
-            "a changelog entry with op {other:?}"
-        ))),
-    }
-}
-
-fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
-    batch
-        .column_by_name(name)
-        .ok_or_else(|| DataFusionError::Internal(format!("a changelog batch without {name}")))
 }
 
 /// `batch`'s columns named as `schema`'s, in its order and types: a column the batch lacks
@@ -470,9 +451,9 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
 }
 
 /// The before images of changelog `entries`, as rows of `schema`.
-fn before_images(entries: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    let before = column(entries, "_before")?.as_struct();
-    conform_columns(entries.num_rows(), schema, |name| {
+fn before_images(entries: &ChangelogRows<'_>, schema: &SchemaRef) -> Result<RecordBatch> {
+    let before = entries.before();
+    conform_columns(entries.len(), schema, |name| {
         before.column_by_name(name).cloned()
     })
 }
@@ -508,6 +489,12 @@ fn take_rows(batch: &RecordBatch, rows: &UInt32Array) -> Result<RecordBatch> {
         columns,
         &RecordBatchOptions::new().with_row_count(Some(rows.len())),
     )?)
+}
+
+impl HasSqlState for SubscribeError {
+    fn sqlstate(&self) -> SqlState {
+        self.sqlstate.clone()
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -36,7 +36,9 @@ use tokio::sync::watch;
 use super::as_of::{AsOf, AsOfError, Cut};
 use crate::capture::version::Published;
 use crate::change::position::BinlogCoord;
-use crate::state::changelog::{read_segments, Changelog, POSITION_COLUMN};
+use crate::provider::crossing::through_datafusion;
+use crate::sqlstate::SqlState;
+use crate::state::changelog::{read_segments, Changelog, ChangelogRows};
 
 /// The entries of `log` from entry `from` on, in order and in `schema` (the tail's, fixed when
 /// it started: columns a DDL adds later are not in it); segments merged since entries were
@@ -48,7 +50,7 @@ pub fn entries_from(
 ) -> BoxStream<'static, Result<RecordBatch>> {
     let (segments, mut skip) = log.segments_from(from);
     read_segments(segments, schema)
-        .map_err(|e| DataFusionError::External(Box::new(e)))
+        .map_err(through_datafusion)
         .try_filter_map(move |batch| {
             let n = batch.num_rows();
             let out = match skip {
@@ -122,14 +124,14 @@ pub async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
         .as_deref()
         .filter(|last| *last > through)
     {
-        return Err(DataFusionError::External(Box::new(AsOfError::new(
-            "22023",
+        return Err(through_datafusion(AsOfError::new(
+            SqlState::INVALID_PARAMETER_VALUE,
             format!(
                 "changelog_tail after {through:?}: retention (retain_history) removed the \
                  entries after it up to {last}, so the tail cannot continue without a gap; \
                  start again from the current table"
             ),
-        ))));
+        )));
     }
     let mut skip = log.trimmed().rows;
     for segment in log.segments() {
@@ -141,9 +143,9 @@ pub async fn entries_through(log: &Changelog, through: &str) -> Result<usize> {
             let batch = segment
                 .batch(&log.schema)
                 .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            let positions = batch.column(POSITION_COLUMN).as_string::<i32>();
-            skip += positions
+                .map_err(through_datafusion)?;
+            skip += ChangelogRows::new(&batch)?
+                .positions()
                 .iter()
                 .take_while(|p| p.is_some_and(|p| p <= through))
                 .count();
@@ -163,15 +165,14 @@ fn keeps_up(log: &Changelog, sent: &mut usize, started: &mut bool) -> Result<()>
         return Ok(());
     }
     if trimmed > *sent {
-        return Err(DataFusionError::External(Box::new(AsOfError::new(
-            // snapshot_too_old
-            "72000",
+        return Err(through_datafusion(AsOfError::new(
+            SqlState::SNAPSHOT_TOO_OLD,
             format!(
                 "changelog_tail fell behind retention (retain_history): {} entries it had not \
                  sent yet were removed; tail again after the last _position received",
                 trimmed - *sent
             ),
-        ))));
+        )));
     }
     Ok(())
 }

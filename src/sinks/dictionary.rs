@@ -60,6 +60,7 @@ pub(super) fn without_dictionary(
 
 #[cfg(test)]
 mod tests {
+    use crate::state::changelog::format;
     use std::sync::Arc;
 
     use arrow::array::{Array, ArrayRef, Int64Array, StringArray, StructArray};
@@ -76,8 +77,8 @@ mod tests {
             Arc::new(Int64Array::from_iter_values(0..n)) as ArrayRef,
         )]);
         let schema = Arc::new(Schema::new(vec![
-            Field::new("_position", DataType::Utf8, false),
-            Field::new("_op", DataType::Utf8, false),
+            Field::new(format::POSITION, DataType::Utf8, false),
+            Field::new(format::OP, DataType::Utf8, false),
             Field::new("half", DataType::Int64, false),
             Field::new("s", nested.data_type().clone(), false),
         ]));
@@ -95,10 +96,10 @@ mod tests {
         )
         .unwrap();
         let columns = mostly_distinct(&rows);
-        assert_eq!(columns, ["_position"]);
+        assert_eq!(columns, [format::POSITION]);
         let properties = without_dictionary(WriterProperties::builder(), &columns).build();
-        assert!(!properties.dictionary_enabled(&ColumnPath::from("_position")));
-        assert!(properties.dictionary_enabled(&ColumnPath::from("_op")));
+        assert!(!properties.dictionary_enabled(&ColumnPath::from(format::POSITION)));
+        assert!(properties.dictionary_enabled(&ColumnPath::from(format::OP)));
         assert!(mostly_distinct(&rows.slice(0, 0)).is_empty());
     }
 }

@@ -5,6 +5,8 @@
 //! runner retries it with backoff and keeps what is committed; anything else stops the sink
 //! with its SQLSTATE and a message naming the fix.
 
+use crate::sqlstate::{HasSqlState, SqlState};
+
 /// Errors of a sink: its query, its target, or its input.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
@@ -37,27 +39,26 @@ impl SinkError {
         matches!(self, SinkError::Unavailable { .. })
     }
 
-    /// The SQLSTATE a client is given.
-    pub fn sqlstate(&self) -> &'static str {
-        match self {
-            // feature_not_supported
-            SinkError::Unsupported(_) => "0A000",
-            // invalid_parameter_value
-            SinkError::Invalid(_) => "22023",
-            // object_not_in_prerequisite_state
-            SinkError::Conflict(_) | SinkError::SchemaChange(_) => "55000",
-            // connection_failure
-            SinkError::Unavailable { .. } => "08006",
-            // internal_error
-            SinkError::Input(_) => "XX000",
-        }
-    }
-
     /// A target failure that passes, naming what failed.
     pub fn unavailable(what: impl Into<String>, message: impl std::fmt::Display) -> Self {
         SinkError::Unavailable {
             what: what.into(),
             message: message.to_string(),
+        }
+    }
+}
+
+impl HasSqlState for SinkError {
+    /// The SQLSTATE a client is given.
+    fn sqlstate(&self) -> SqlState {
+        match self {
+            SinkError::Unsupported(_) => SqlState::FEATURE_NOT_SUPPORTED,
+            SinkError::Invalid(_) => SqlState::INVALID_PARAMETER_VALUE,
+            SinkError::Conflict(_) | SinkError::SchemaChange(_) => {
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            SinkError::Unavailable { .. } => SqlState::CONNECTION_FAILURE,
+            SinkError::Input(_) => SqlState::INTERNAL_ERROR,
         }
     }
 }

@@ -16,6 +16,8 @@ use arrow::row::{OwnedRow, RowConverter, SortField};
 
 use super::error::SinkError;
 use crate::change::schema::TableSchema;
+use crate::change::Op;
+use crate::state::changelog::format;
 
 /// One commit's outcome for one table, as rows of the current table's columns.
 #[derive(Debug)]
@@ -101,12 +103,12 @@ pub fn net_changes(
     for (b, batch) in entries.iter().enumerate() {
         let after = pick(schema, &names, |n| batch.column_by_name(n).cloned())?;
         let before_struct = batch
-            .column_by_name("_before")
+            .column_by_name(format::BEFORE)
             .and_then(|c| c.as_any().downcast_ref::<StructArray>().cloned())
             .ok_or_else(|| input_error("the changelog has no _before column".into()))?;
         let before = pick(schema, &names, |n| before_struct.column_by_name(n).cloned())?;
         let ops = batch
-            .column_by_name("_op")
+            .column_by_name(format::OP)
             .and_then(|c| c.as_any().downcast_ref::<StringArray>().cloned())
             .ok_or_else(|| input_error("the changelog has no _op column".into()))?;
         let keys_of = |columns: &[ArrayRef]| {
@@ -118,11 +120,12 @@ pub fn net_changes(
         let after_keys = keys_of(&after)?;
         let before_keys = keys_of(&before)?;
         for row in 0..batch.num_rows() {
-            match ops.value(row) {
-                "d" => {
+            let op = Op::from_code(ops.value(row)).map_err(|e| input_error(e.to_string()))?;
+            match op {
+                Op::Delete => {
                     outcome.insert(after_keys.row(row).owned(), (false, Image::After, b, row));
                 }
-                "u" if before_struct.is_valid(row) => {
+                Op::Update if before_struct.is_valid(row) => {
                     let old = before_keys.row(row);
                     let new = after_keys.row(row);
                     if old != new {
@@ -130,7 +133,7 @@ pub fn net_changes(
                     }
                     outcome.insert(new.owned(), (true, Image::After, b, row));
                 }
-                _ => {
+                Op::Update | Op::Insert | Op::Read => {
                     outcome.insert(after_keys.row(row).owned(), (true, Image::After, b, row));
                 }
             }
@@ -227,7 +230,7 @@ mod tests {
         .unwrap();
         RecordBatch::try_from_iter(vec![
             (
-                "_op",
+                format::OP,
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))) as ArrayRef,
             ),
             (
@@ -238,7 +241,7 @@ mod tests {
                 "v",
                 Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))) as _,
             ),
-            ("_before", Arc::new(before) as _),
+            (format::BEFORE, Arc::new(before) as _),
         ])
         .unwrap()
     }

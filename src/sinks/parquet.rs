@@ -28,6 +28,7 @@ use super::dictionary::{mostly_distinct, without_dictionary};
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use crate::durable::store::{Store, StoreError};
+use crate::location::Location;
 
 const SINK_KEY: &str = "cdcfusion.sink";
 const COMMIT_KEY: &str = "cdcfusion.commit";
@@ -37,6 +38,7 @@ const POSITION_KEY: &str = "cdcfusion.position";
 #[derive(Debug)]
 pub struct ParquetTarget {
     url: String,
+    location: Location,
     store: Option<Store>,
     sink: String,
 }
@@ -44,17 +46,14 @@ pub struct ParquetTarget {
 impl ParquetTarget {
     /// A target at `url`: a directory (`file:///dir` or a path) or `s3://bucket/prefix`.
     pub fn new(url: &str) -> Result<Self, SinkError> {
-        let scheme_ok = url.starts_with("file://")
-            || url.starts_with("s3://")
-            || url.starts_with("memory://")
-            || !url.contains("://");
-        if !scheme_ok || url.trim().is_empty() {
-            return Err(SinkError::Invalid(format!(
-                "PARQUET takes a directory ('file:///dir' or a path) or 's3://bucket/prefix', not '{url}'"
-            )));
-        }
+        let location = Location::parse(url).map_err(|e| {
+            SinkError::Invalid(format!(
+                "PARQUET takes a directory ('file:///dir' or a path) or 's3://bucket/prefix': {e}"
+            ))
+        })?;
         Ok(Self {
             url: url.to_string(),
+            location,
             store: None,
             sink: String::new(),
         })
@@ -114,7 +113,7 @@ impl ParquetTarget {
     fn open_store(&self) -> Result<Store, SinkError> {
         // On S3, fail fast on an unreachable store: the runner retries with its own backoff and
         // shows the sink as `retrying` meanwhile (the store's default retries for minutes).
-        let options: Vec<(String, String)> = if self.url.starts_with("s3://") {
+        let options: Vec<(String, String)> = if self.location.is_s3() {
             vec![
                 ("max_retries".into(), "2".into()),
                 ("retry_timeout_ms".into(), "10000".into()),
@@ -369,6 +368,9 @@ impl Target for ParquetTarget {
 
 #[cfg(test)]
 mod tests {
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
+    use crate::state::changelog::format;
     use std::sync::Arc;
 
     use super::*;
@@ -436,7 +438,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}", dir.path().display());
         let schema: SchemaRef = Arc::new(Schema::new(vec![
-            Field::new("_op", DataType::Utf8, false),
+            Field::new(format::OP, DataType::Utf8, false),
             Field::new("id", DataType::Int64, false),
         ]));
         let mut target = ParquetTarget::new(&url).unwrap();
@@ -477,7 +479,7 @@ mod tests {
             .open(&l)
             .await
             .unwrap_err();
-        assert_eq!(err.sqlstate(), "0A000");
+        assert_eq!(err.sqlstate(), SqlState::FEATURE_NOT_SUPPORTED);
     }
 
     /// The parallel writer's file reads back as the rows, in row groups of the configured

@@ -26,6 +26,7 @@ use super::target::SinkMode;
 use crate::change::schema::TableSchema;
 use crate::provider::changelog::ChangelogProvider;
 use crate::provider::current::CurrentTableProvider;
+use crate::state::changelog::format;
 
 /// What a scan of the query reads.
 #[derive(Debug, Clone)]
@@ -294,7 +295,7 @@ impl SinkQuery {
         let mut key = Vec::new();
         match mode {
             SinkMode::Changelog => {
-                for required in ["_op", "_position"] {
+                for required in [format::OP, format::POSITION] {
                     if !names.contains(&required) {
                         return Err(SinkError::Invalid(format!(
                             "a changelog sink's query must select {required} (add it, or SELECT *): without it the target cannot tell the changes apart"

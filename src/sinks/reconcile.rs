@@ -236,6 +236,7 @@ fn shown(names: &[&str], values: &[Option<String>], which: &[usize]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crate::state::changelog::format;
     use std::sync::Arc;
 
     use arrow::array::{Decimal128Array, Int64Array, StringArray, UInt64Array};
@@ -306,7 +307,7 @@ mod tests {
     #[test]
     fn a_row_held_twice_is_extra_and_a_value_that_does_not_cast_differs() {
         let schema = Arc::new(Schema::new(vec![
-            Field::new("_position", DataType::Utf8, false),
+            Field::new(format::POSITION, DataType::Utf8, false),
             Field::new("n", DataType::Int32, true),
         ]));
         let expected = RecordBatch::try_new(
@@ -327,7 +328,7 @@ mod tests {
                 Arc::new(StringArray::from(vec!["1", "1", "two"])) as ArrayRef,
             ),
         ]);
-        let found = compare(&["_position".to_string()], &expected, &[held]).unwrap();
+        let found = compare(&[format::POSITION.to_string()], &expected, &[held]).unwrap();
         let kinds: Vec<_> = found
             .differences
             .iter()

@@ -32,6 +32,8 @@ use super::step::{Prepare, Step};
 use super::target::{Commit, Committed, Target, TargetLayout};
 use crate::capture::version::{Published, SourceVersion};
 use crate::change::position::ChangePosition;
+use crate::locks::Locked;
+use crate::sqlstate::HasSqlState;
 
 /// Plans the sink's query again (after a schema change of a table it reads).
 pub type Replan = Arc<dyn Fn() -> BoxFuture<'static, Result<SinkQuery, SinkError>> + Send + Sync>;
@@ -114,10 +116,7 @@ fn merge_type(old: &DataType, new: &DataType) -> Option<DataType> {
 
 impl SinkRunner {
     fn set(&self, f: impl FnOnce(&mut SinkStatus)) {
-        f(&mut self
-            .status
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner));
+        f(&mut self.status.locked());
     }
 
     /// Runs until the source is dropped or the sink fails; see the module docs.

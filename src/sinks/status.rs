@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::target::Committed;
+use crate::sqlstate::SqlState;
 
 /// Where a sink is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -53,5 +54,5 @@ pub struct SinkStatus {
     pub retries: u64,
     /// The last error and its SQLSTATE.
     pub error: Option<String>,
-    pub sqlstate: Option<&'static str>,
+    pub sqlstate: Option<SqlState>,
 }

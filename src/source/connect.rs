@@ -33,6 +33,7 @@ use mysql_async::{Conn, Opts, OptsBuilder};
 
 use crate::change::position::{BinlogCoord, GtidSet};
 use crate::change::schema::{Charset, Flavor, TableId, TableSchema};
+use crate::locks::Locked;
 use crate::source::binlog::rows::CollationMap;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::schema::load_table_schema;
@@ -140,9 +141,7 @@ impl ConnectOptions {
             .await?;
         if !info.full_row_metadata {
             let server = format!("{}:{}", self.opts.ip_or_hostname(), self.opts.tcp_port());
-            let mut warned = WARNED
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut warned = WARNED.locked();
             if !warned.contains(&server) {
                 warned.push(server.clone());
                 tracing::warn!(
@@ -565,6 +564,8 @@ pub async fn collations(conn: &mut Conn) -> SourceResult<CollationMap> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
 
     #[tokio::test]
     async fn a_read_without_an_answer_fails_transiently_after_the_limit() {
@@ -575,7 +576,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, SourceError::ReadTimeout { after, .. } if after == limit));
         assert!(e.is_transient(), "{e}");
-        assert_eq!(e.sqlstate(), "08006");
+        assert_eq!(e.sqlstate(), SqlState::CONNECTION_FAILURE);
         assert!(e.to_string().contains("reading x"), "{e}");
         let answered = bounded(limit, || unreachable!(), async { Ok(7) }).await;
         assert_eq!(answered.unwrap(), 7);

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::change::position::BinlogCoord;
+use crate::sqlstate::{HasSqlState, SqlState};
 
 /// The MySQL/MariaDB server error codes the capture acts on, by their server names.
 pub mod codes {
@@ -183,50 +184,6 @@ pub enum SourceError {
 }
 
 impl SourceError {
-    /// The SQLSTATE a client is given for this error (and a stopped source's queries).
-    pub fn sqlstate(&self) -> &'static str {
-        match self {
-            // connection_exception: the server could not be reached.
-            SourceError::Transient { .. }
-            | SourceError::ReadTimeout { .. }
-            | SourceError::Unreachable { .. } => "08006",
-            SourceError::WindowReader(e) => e.sqlstate(),
-            // invalid_authorization_specification
-            SourceError::AccessDenied { .. } => "28000",
-            // insufficient_privilege
-            SourceError::MissingPrivileges { .. } => "42501",
-            // object_not_in_prerequisite_state: the server or the table must change first.
-            SourceError::BadSetting { .. }
-            | SourceError::BinlogUnavailable { .. }
-            | SourceError::PartialRowImage { .. }
-            | SourceError::SchemaMismatch { .. } => "55000",
-            // feature_not_supported
-            SourceError::UnsupportedType { .. } => "0A000",
-            // data_corrupted
-            SourceError::Decode { .. } | SourceError::Checksum { .. } => "XX001",
-            // data_exception: a stored value the engine cannot read exactly.
-            SourceError::BadValue { .. } => "22000",
-            // undefined_table
-            SourceError::NoSuchTable(_) => "42P01",
-            // invalid_parameter_value
-            SourceError::Config(_) => "22023",
-            // feature_not_supported
-            SourceError::NotSupported(_) => "0A000",
-            // object_not_in_prerequisite_state
-            SourceError::Precondition(_) => "55000",
-            // serialization_failure: retried by the engine.
-            SourceError::Raced { .. }
-            | SourceError::SchemaChangedDuringSnapshot { .. }
-            | SourceError::ColumnsChanged { .. } => "40001",
-            // internal_error
-            SourceError::Arrow { .. } => "XX000",
-            // system_error: a query the capture needs failed.
-            SourceError::Query { .. } => "58000",
-            // internal_error
-            SourceError::Internal(_) => "XX000",
-        }
-    }
-
     /// Whether a DDL on the table being read broke the read: it is done again under the
     /// table's new schema.
     pub fn is_schema_change(&self) -> bool {
@@ -323,6 +280,42 @@ impl SourceError {
                 context,
                 source: err,
             },
+        }
+    }
+}
+
+impl HasSqlState for SourceError {
+    /// The SQLSTATE a client is given for this error (and a stopped source's queries).
+    fn sqlstate(&self) -> SqlState {
+        match self {
+            // connection_exception: the server could not be reached.
+            SourceError::Transient { .. }
+            | SourceError::ReadTimeout { .. }
+            | SourceError::Unreachable { .. } => SqlState::CONNECTION_FAILURE,
+            SourceError::WindowReader(e) => e.sqlstate(),
+            SourceError::AccessDenied { .. } => SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SourceError::MissingPrivileges { .. } => SqlState::INSUFFICIENT_PRIVILEGE,
+            // object_not_in_prerequisite_state: the server or the table must change first.
+            SourceError::BadSetting { .. }
+            | SourceError::BinlogUnavailable { .. }
+            | SourceError::PartialRowImage { .. }
+            | SourceError::SchemaMismatch { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            SourceError::UnsupportedType { .. } => SqlState::FEATURE_NOT_SUPPORTED,
+            SourceError::Decode { .. } | SourceError::Checksum { .. } => SqlState::DATA_CORRUPTED,
+            // data_exception: a stored value the engine cannot read exactly.
+            SourceError::BadValue { .. } => SqlState::DATA_EXCEPTION,
+            SourceError::NoSuchTable(_) => SqlState::UNDEFINED_TABLE,
+            SourceError::Config(_) => SqlState::INVALID_PARAMETER_VALUE,
+            SourceError::NotSupported(_) => SqlState::FEATURE_NOT_SUPPORTED,
+            SourceError::Precondition(_) => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            // serialization_failure: retried by the engine.
+            SourceError::Raced { .. }
+            | SourceError::SchemaChangedDuringSnapshot { .. }
+            | SourceError::ColumnsChanged { .. } => SqlState::T_R_SERIALIZATION_FAILURE,
+            SourceError::Arrow { .. } => SqlState::INTERNAL_ERROR,
+            // system_error: a query the capture needs failed.
+            SourceError::Query { .. } => SqlState::SYSTEM_ERROR,
+            SourceError::Internal(_) => SqlState::INTERNAL_ERROR,
         }
     }
 }

@@ -13,19 +13,9 @@
 
 use std::fmt;
 
+use crate::sqlstate::{HasSqlState, SqlState};
 use sqlparser::parser::ParserError;
 use sqlparser::tokenizer::Location;
-
-/// `syntax_error`: the statement text does not follow the grammar.
-pub const SQLSTATE_SYNTAX_ERROR: &str = "42601";
-/// `invalid_parameter_value`: an option or URL has a value of the wrong type or range.
-pub const SQLSTATE_INVALID_PARAMETER_VALUE: &str = "22023";
-/// `feature_not_supported`: well-formed, but not something cdcfusion does.
-pub const SQLSTATE_FEATURE_NOT_SUPPORTED: &str = "0A000";
-/// `undefined_object`: the statement names a source (or a role) that does not exist.
-pub const SQLSTATE_UNDEFINED_OBJECT: &str = "42704";
-/// `duplicate_object`: the statement creates a source that already exists.
-pub const SQLSTATE_DUPLICATE_OBJECT: &str = "42710";
 
 /// An error of a cdcfusion SQL statement; see the module docs.
 #[derive(Debug, thiserror::Error)]
@@ -104,26 +94,6 @@ pub enum SqlError {
 }
 
 impl SqlError {
-    /// The PostgreSQL SQLSTATE the pgwire layer reports for this error.
-    pub fn sqlstate(&self) -> &'static str {
-        match self {
-            SqlError::Syntax { .. }
-            | SqlError::Tokenize { .. }
-            | SqlError::Expression { .. }
-            | SqlError::UnknownOption { .. }
-            | SqlError::DuplicateOption { .. }
-            | SqlError::Grammar { .. } => SQLSTATE_SYNTAX_ERROR,
-            SqlError::InvalidValue { .. } | SqlError::InvalidUrl { .. } => {
-                SQLSTATE_INVALID_PARAMETER_VALUE
-            }
-            SqlError::Unsupported { .. } => SQLSTATE_FEATURE_NOT_SUPPORTED,
-            SqlError::UndefinedSource { .. } | SqlError::UndefinedRole { .. } => {
-                SQLSTATE_UNDEFINED_OBJECT
-            }
-            SqlError::DuplicateSource { .. } => SQLSTATE_DUPLICATE_OBJECT,
-        }
-    }
-
     /// Where in the statement text the error is, when the error points at one token.
     pub fn location(&self) -> Option<Location> {
         match self {
@@ -140,6 +110,28 @@ impl SqlError {
             | SqlError::Grammar { .. }
             | SqlError::UndefinedSource { .. }
             | SqlError::DuplicateSource { .. } => None,
+        }
+    }
+}
+
+impl HasSqlState for SqlError {
+    /// The PostgreSQL SQLSTATE the pgwire layer reports for this error.
+    fn sqlstate(&self) -> SqlState {
+        match self {
+            SqlError::Syntax { .. }
+            | SqlError::Tokenize { .. }
+            | SqlError::Expression { .. }
+            | SqlError::UnknownOption { .. }
+            | SqlError::DuplicateOption { .. }
+            | SqlError::Grammar { .. } => SqlState::SYNTAX_ERROR,
+            SqlError::InvalidValue { .. } | SqlError::InvalidUrl { .. } => {
+                SqlState::INVALID_PARAMETER_VALUE
+            }
+            SqlError::Unsupported { .. } => SqlState::FEATURE_NOT_SUPPORTED,
+            SqlError::UndefinedSource { .. } | SqlError::UndefinedRole { .. } => {
+                SqlState::UNDEFINED_OBJECT
+            }
+            SqlError::DuplicateSource { .. } => SqlState::DUPLICATE_OBJECT,
         }
     }
 }
@@ -181,7 +173,7 @@ mod tests {
             found: "EOF".into(),
             location: at,
         };
-        assert_eq!(syntax.sqlstate(), "42601");
+        assert_eq!(syntax.sqlstate(), SqlState::SYNTAX_ERROR);
         assert_eq!(
             syntax.to_string(),
             "syntax error: expected FROM, found EOF at Line: 1, Column: 8"
@@ -191,7 +183,7 @@ mod tests {
             message: "0 is out of range 1..=64".into(),
             location: None,
         };
-        assert_eq!(value.sqlstate(), "22023");
+        assert_eq!(value.sqlstate(), SqlState::INVALID_PARAMETER_VALUE);
         assert_eq!(
             value.to_string(),
             "invalid value for option parallelism: 0 is out of range 1..=64"
@@ -201,15 +193,15 @@ mod tests {
             hint: Some("only MYSQL sources exist".into()),
             location: at,
         };
-        assert_eq!(unsupported.sqlstate(), "0A000");
+        assert_eq!(unsupported.sqlstate(), SqlState::FEATURE_NOT_SUPPORTED);
         assert_eq!(
             unsupported.to_string(),
             "source type POSTGRES is not supported at Line: 1, Column: 8; only MYSQL sources exist"
         );
         let missing = SqlError::UndefinedSource { name: "s".into() };
-        assert_eq!(missing.sqlstate(), "42704");
+        assert_eq!(missing.sqlstate(), SqlState::UNDEFINED_OBJECT);
         assert_eq!(missing.to_string(), "source \"s\" does not exist");
         let dup = SqlError::DuplicateSource { name: "s".into() };
-        assert_eq!(dup.sqlstate(), "42710");
+        assert_eq!(dup.sqlstate(), SqlState::DUPLICATE_OBJECT);
     }
 }

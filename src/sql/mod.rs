@@ -54,10 +54,7 @@ mod users;
 mod value;
 
 pub use as_of::rewrite_as_of;
-pub use error::{
-    SqlError, SQLSTATE_DUPLICATE_OBJECT, SQLSTATE_FEATURE_NOT_SUPPORTED,
-    SQLSTATE_INVALID_PARAMETER_VALUE, SQLSTATE_SYNTAX_ERROR, SQLSTATE_UNDEFINED_OBJECT,
-};
+pub use error::SqlError;
 pub use mysql_url::{mask_password, MySqlUrl};
 pub use options::{
     OptionSpec, SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID,

@@ -250,6 +250,8 @@ impl Grammar<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
 
     const URL: &str = "mysql://cdc:secret@127.0.0.1:3306";
 
@@ -276,7 +278,7 @@ mod tests {
                     message.contains(fragment),
                     "{sql:?}: {message:?} lacks {fragment:?}"
                 );
-                assert_eq!(e.sqlstate(), sqlstate, "{sql:?}: {message}");
+                assert_eq!(e.sqlstate().code(), sqlstate, "{sql:?}: {message}");
             }
             Ok(other) => panic!("{sql:?} should fail, got {other:?}"),
         }
@@ -400,17 +402,17 @@ mod tests {
         assert_eq!(parse(&statement.to_string()), statement);
         assert_error(
             "ALTER SOURCE s SET (chunk_size = 10)",
-            "0A000",
+            SqlState::FEATURE_NOT_SUPPORTED.code(),
             "changing chunk_size of a running source is not supported",
         );
         assert_error(
             "ALTER SOURCE s SET (retain_history = 'forever')",
-            "22023",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
             "'<n> changes'",
         );
         assert_error(
             "ALTER SOURCE s SET (retain = '1h')",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "retain_history",
         );
         // The option is a CREATE SOURCE option too, written back only when set.
@@ -602,7 +604,7 @@ mod tests {
             ),
         ];
         for (sql, fragment) in &cases {
-            assert_error(sql, "42601", fragment);
+            assert_error(sql, SqlState::SYNTAX_ERROR.code(), fragment);
         }
     }
 
@@ -610,7 +612,7 @@ mod tests {
     fn positions_count_lines_and_columns() {
         assert_error(
             "CREATE SOURCE s\n  FROM MYSQL 'mysql://u@h'\n  WITH (chunk_size = 5\n    parallelism = 2)",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "found parallelism at Line: 4, Column: 5",
         );
     }
@@ -619,12 +621,12 @@ mod tests {
     fn an_unterminated_string_in_our_statement_is_a_syntax_error() {
         assert_error(
             "CREATE SOURCE s FROM MYSQL 'mysql://u:p@h",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "syntax error: Unterminated string literal at Line: 1, Column: 28",
         );
         assert_error(
             "DROP SOURCE \"s",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "syntax error: Expected close delimiter '\"' before EOF. at Line: 1, Column: 13",
         );
     }
@@ -633,25 +635,25 @@ mod tests {
     fn unsupported_forms_are_feature_not_supported() {
         assert_error(
             &format!("CREATE OR REPLACE SOURCE s FROM MYSQL '{URL}'"),
-            "0A000",
+            SqlState::FEATURE_NOT_SUPPORTED.code(),
             "CREATE OR REPLACE SOURCE is not supported at Line: 1, Column: 8; \
              DROP SOURCE, then CREATE SOURCE",
         );
         assert_error(
             "CREATE SOURCE s FROM postgres 'postgres://u@h'",
-            "0A000",
+            SqlState::FEATURE_NOT_SUPPORTED.code(),
             "source type POSTGRES is not supported at Line: 1, Column: 22; \
              MYSQL is the only source type (it also reads MariaDB)",
         );
         assert_error(
             "CREATE SOURCE s FROM MARIADB 'mysql://u@h'",
-            "0A000",
+            SqlState::FEATURE_NOT_SUPPORTED.code(),
             "source type MARIADB is not supported",
         );
         // The driver would panic setting TLS up; the statement says what to do instead.
         assert_error(
             "CREATE SOURCE s FROM MYSQL 'mysql://u:secret@h:3306?require_ssl=true'",
-            "0A000",
+            SqlState::FEATURE_NOT_SUPPORTED.code(),
             "TLS to the source (require_ssl in the URL) is not supported at Line: 1, \
              Column: 28; cdcfusion connects to MySQL and MariaDB without TLS",
         );
@@ -680,7 +682,7 @@ mod tests {
         ];
         for (url, fragment) in cases {
             let sql = format!("CREATE SOURCE s FROM MYSQL '{url}'");
-            assert_error(&sql, "22023", fragment);
+            assert_error(&sql, SqlState::INVALID_PARAMETER_VALUE.code(), fragment);
             let Err(e) = parse_cdc_statement(&sql) else {
                 panic!("{sql} should fail");
             };

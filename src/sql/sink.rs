@@ -262,6 +262,8 @@ mod tests {
     use super::super::parse::parse_cdc_statement;
     use super::super::statement::CdcStatement;
     use super::*;
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
     use std::time::Duration;
 
     fn create(sql: &str) -> CreateSink {
@@ -340,13 +342,17 @@ mod tests {
         assert!(e.to_string().contains("commit_interval"), "{e}");
         let e =
             error("CREATE SINK s INTO PARQUET '/tmp/x' WITH (commit_interval = '0s') AS SELECT 1");
-        assert_eq!(e.sqlstate(), "22023", "{e}");
+        assert_eq!(e.sqlstate(), SqlState::INVALID_PARAMETER_VALUE, "{e}");
         for bad in ["0", "'10'", "-3", "100000001"] {
             let e = error(&format!(
                 "CREATE SINK s INTO PARQUET '/tmp/x' WITH (max_commit_entries = {bad}) AS SELECT 1"
             ));
             assert!(e.to_string().contains("max_commit_entries"), "{bad}: {e}");
-            assert_eq!(e.sqlstate(), "22023", "{bad}: {e}");
+            assert_eq!(
+                e.sqlstate(),
+                SqlState::INVALID_PARAMETER_VALUE,
+                "{bad}: {e}"
+            );
         }
         let e = error("CREATE SINK s INTO POSTGRES 'mysql://x' TABLE 't' AS SELECT 1");
         assert!(e.to_string().contains("postgresql://"), "{e}");

@@ -461,6 +461,8 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
 
     fn subscribe(sql: &str) -> Subscribe {
         match parse_subscribe(sql) {
@@ -536,7 +538,7 @@ mod tests {
             }
         );
         let error = parse_cursor_command("FETCH PRIOR FROM c").unwrap_err();
-        assert_eq!(error.sqlstate(), "0A000", "{error}");
+        assert_eq!(error.sqlstate(), SqlState::FEATURE_NOT_SUPPORTED, "{error}");
         assert!(parse_cursor_command("FETCH 1 FROM").is_err());
         assert!(parse_cursor_command("SELECT 1").unwrap().is_none());
     }

@@ -14,20 +14,23 @@
 
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::array::{RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::error::ArrowError;
 use arrow::row::Rows;
 
-use super::changelog::{META_COLUMNS, POSITION_COLUMN};
+use super::changelog::ChangelogRows;
 use super::current::{CurrentTable, TableSnapshot};
 use crate::change::position::BinlogCoord;
+use crate::change::{Op, UnknownOp};
 
 /// Undoing entries failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UndoError {
     #[error(transparent)]
     Arrow(#[from] ArrowError),
+    #[error(transparent)]
+    UnknownOp(#[from] UnknownOp),
     /// The later state does not hold what an entry produced.
     #[error(
         "the {op:?} entry at position {position} of {table} does not match the table's later \
@@ -51,28 +54,25 @@ pub fn undo(
     let codec = Arc::clone(later.codec());
     let table = codec.schema();
     let width = table.arrow.fields().len();
-    let first = META_COLUMNS.len();
-    if entries.num_columns() != first + width + 1 {
+    let rows = ChangelogRows::new(entries)?;
+    if rows.image().len() != width {
         return Err(ArrowError::SchemaError(format!(
-            "changelog entries of {} have {} columns, where {} were expected",
+            "changelog entries of {} have {} columns of the table, where {width} were expected",
             table.id,
-            entries.num_columns(),
-            first + width + 1
+            rows.image().len(),
         ))
         .into());
     }
-    let ops = entries.column(0).as_string::<i32>();
-    let positions = entries.column(POSITION_COLUMN).as_string::<i32>();
-    let images = RecordBatch::try_new(
-        Arc::clone(&table.arrow),
-        entries.columns()[first..first + width].to_vec(),
-    )?;
+    let ops = (0..rows.len())
+        .map(|i| rows.op(i))
+        .collect::<Result<Vec<Op>, UnknownOp>>()?;
+    let images = RecordBatch::try_new(Arc::clone(&table.arrow), rows.image().to_vec())?;
     let (image_keys, image_rows) = codec.encode(&images)?;
     // Before images exist for updates only; the others are NULL and cannot be keyed.
     let updates: Vec<u32> = (0..entries.num_rows() as u32)
-        .filter(|i| ops.value(*i as usize) == "u")
+        .filter(|i| ops[*i as usize] == Op::Update)
         .collect();
-    let befores = before_images(entries, &table.arrow, &updates)?;
+    let befores = before_images(&rows, &table.arrow, &updates)?;
     let (before_keys, before_rows) = codec.encode(&befores)?;
     let mut update_of = vec![None; entries.num_rows()];
     for (j, i) in updates.iter().enumerate() {
@@ -83,20 +83,19 @@ pub fn undo(
     for i in (0..entries.num_rows()).rev() {
         let mismatch = || UndoError::Mismatch {
             table: table.id.to_string(),
-            op: ops.value(i).to_string(),
-            position: positions.value(i).to_string(),
+            op: ops[i].code().to_string(),
+            position: rows.position(i).to_string(),
         };
-        match ops.value(i) {
-            "c" | "r" => {
+        match ops[i] {
+            Op::Insert | Op::Read => {
                 remove_copy(&mut state, &image_keys, &image_rows, i).ok_or_else(mismatch)?
             }
-            "d" => add_copy(&mut state, &image_keys, &image_rows, i),
-            "u" => {
+            Op::Delete => add_copy(&mut state, &image_keys, &image_rows, i),
+            Op::Update => {
                 let j = update_of[i].ok_or_else(mismatch)?;
                 remove_copy(&mut state, &image_keys, &image_rows, i).ok_or_else(mismatch)?;
                 add_copy(&mut state, &before_keys, &before_rows, j);
             }
-            _ => return Err(mismatch()),
         }
     }
     Ok(state.snapshot(position)?)
@@ -104,13 +103,13 @@ pub fn undo(
 
 /// The `_before` images of entries `rows` as a batch of the table's schema.
 fn before_images(
-    entries: &RecordBatch,
+    entries: &ChangelogRows<'_>,
     table: &arrow::datatypes::SchemaRef,
     rows: &[u32],
 ) -> Result<RecordBatch, ArrowError> {
-    let before = entries.column(entries.num_columns() - 1).as_struct();
     let rows = UInt32Array::from(rows.to_vec());
-    let columns = before
+    let columns = entries
+        .before()
         .columns()
         .iter()
         .map(|c| take(c, &rows, None))

@@ -194,8 +194,8 @@ pub async fn query(engine: &cdcfusion::engine::Engine, sql: &str) -> Vec<String>
     query_reading(engine, sql, false).await
 }
 
-/// The SQLSTATE and message of the typed error (`AsOfError`) `sql` fails with on `engine`
-/// (panics naming the query when it answers or fails otherwise).
+/// The SQLSTATE and message of the error of ours `sql` fails with on `engine`, as it crossed
+/// DataFusion (a `Coded` error; panics naming the query when it answers or fails otherwise).
 pub async fn sqlstate_error(engine: &cdcfusion::engine::Engine, sql: &str) -> (String, String) {
     use datafusion::error::DataFusionError;
     let error = match engine.sql(sql).await {
@@ -207,12 +207,10 @@ pub async fn sqlstate_error(engine: &cdcfusion::engine::Engine, sql: &str) -> (S
         Err(e) => panic!("{sql}: {e}"),
     };
     match error.find_root() {
-        DataFusionError::External(e) => {
-            match e.downcast_ref::<cdcfusion::provider::as_of::AsOfError>() {
-                Some(e) => (e.sqlstate.to_string(), e.message.clone()),
-                None => panic!("{sql}: {e}"),
-            }
-        }
+        DataFusionError::External(e) => match e.downcast_ref::<cdcfusion::sqlstate::Coded>() {
+            Some(coded) => (coded.code().code().to_string(), coded.to_string()),
+            None => panic!("{sql}: {e}"),
+        },
         other => panic!("{sql}: {other}"),
     }
 }

@@ -36,12 +36,15 @@ use super::super::sinks::RunningSink;
 use super::super::source::RunningSource;
 use crate::capture::version::SourceVersion;
 use crate::change::position::ChangePosition;
-use crate::provider::as_of::{AsOf, AsOfError, AsOfTable};
+use crate::provider::as_of::{AsOf, AsOfTable};
+use crate::provider::crossing::through_datafusion;
 use crate::provider::memory_scan;
 use crate::provider::reconcile::{
     answer, log_report, reconcile_schema, ReconcileLog, ReconcileReport,
 };
 use crate::sinks::{compare, expected_rows, layout_of, SinkError, SinkMode, SinkQuery, StartAt};
+use crate::sqlstate::{HasSqlState, SqlState};
+use crate::state::changelog::format;
 use crate::state::changelog::{adapt, read_segments};
 
 /// The longest wait for the source to capture through the target's position (after a
@@ -90,23 +93,23 @@ pub enum SinkReconcileError {
 }
 
 impl SinkReconcileError {
-    pub fn sqlstate(&self) -> &'static str {
-        match self {
-            // undefined_object
-            Self::NoSuchSink(_) => "42704",
-            // invalid_parameter_value
-            Self::OtherTable { .. } => "22023",
-            // object_not_in_prerequisite_state
-            Self::NeverCommitted(_) | Self::UnknownStart(_) | Self::NotCaughtUp { .. } => "55000",
-            // data_corrupted
-            Self::BadPosition { .. } => "XX001",
-            Self::Sink { source, .. } => source.sqlstate(),
-        }
-    }
-
     /// As the error the frontend reads a SQLSTATE from.
     pub fn into_df(self) -> DataFusionError {
-        DataFusionError::External(Box::new(AsOfError::new(self.sqlstate(), self.to_string())))
+        through_datafusion(self)
+    }
+}
+
+impl HasSqlState for SinkReconcileError {
+    fn sqlstate(&self) -> SqlState {
+        match self {
+            Self::NoSuchSink(_) => SqlState::UNDEFINED_OBJECT,
+            Self::OtherTable { .. } => SqlState::INVALID_PARAMETER_VALUE,
+            Self::NeverCommitted(_) | Self::UnknownStart(_) | Self::NotCaughtUp { .. } => {
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
+            Self::BadPosition { .. } => SqlState::DATA_CORRUPTED,
+            Self::Sink { source, .. } => source.sqlstate(),
+        }
     }
 }
 
@@ -224,7 +227,7 @@ impl SinkReconcileTable {
                 let entries = self
                     .entries_up_to(&query, &version, after.as_deref(), &committed.position)
                     .await?;
-                (entries, vec!["_position".to_string()], after)
+                (entries, vec![format::POSITION.to_string()], after)
             }
         };
         let expected = expected_rows(state, &query, &inputs)
@@ -358,13 +361,13 @@ impl SinkReconcileTable {
                 .cloned()
                 .collect();
             let batches: Vec<RecordBatch> = read_segments(segments, Arc::clone(&log.schema))
-                .map_err(|e| DataFusionError::External(Box::new(e)))
+                .map_err(through_datafusion)
                 .try_collect()
                 .await?;
             let mut kept = Vec::with_capacity(batches.len());
             for batch in batches {
                 let positions = batch
-                    .column_by_name("_position")
+                    .column_by_name(format::POSITION)
                     .ok_or_else(|| {
                         DataFusionError::Internal("a changelog without _position".into())
                     })?
@@ -389,7 +392,7 @@ impl SinkReconcileTable {
 fn after_position(rows: Vec<RecordBatch>, after: &str) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::with_capacity(rows.len());
     for batch in rows {
-        let Some(positions) = batch.column_by_name("_position") else {
+        let Some(positions) = batch.column_by_name(format::POSITION) else {
             out.push(batch);
             continue;
         };

@@ -1,4 +1,4 @@
-//! The binlog changes of one table as an unbounded DataFusion [`ExecutionPlan`].
+//! The binlog changes of one table as an unbounded DataFusion `ExecutionPlan`.
 //!
 //! # Invariant
 //! The single partition yields, in binlog order and with nothing skipped, every row change of
@@ -15,29 +15,31 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Partitioning, PlanProperties};
 use futures::StreamExt;
 
+use super::leaf::{LeafExec, LeafScan};
 use crate::change::keys::RowCodec;
 use crate::change::position::StartPosition;
 use crate::change::schema::{TableId, TableSchema};
+use crate::provider::crossing::through_datafusion;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
 use crate::state::changelog::{changelog_batch, changelog_schema};
 use crate::state::merge::{ChangelogEvent, TableState};
 
-/// See the module docs.
+/// One table's binlog changes as a plan; see the module docs.
+pub type BinlogStreamExec = LeafExec<BinlogStream>;
+
+/// What a [`BinlogStreamExec`] reads: one table's changes from a start position.
 #[derive(Debug)]
-pub struct BinlogStreamExec {
+pub struct BinlogStream {
     connect: ConnectOptions,
     table: Arc<TableSchema>,
     start: StartPosition,
@@ -50,7 +52,7 @@ pub struct BinlogStreamExec {
 impl BinlogStreamExec {
     /// A stream of `table`'s changes from `start` (not [`StartPosition::Current`]: resolve it
     /// first so the plan names a real position), read as replica `server_id`.
-    pub fn new(
+    pub fn from_start(
         connect: ConnectOptions,
         table: Arc<TableSchema>,
         start: StartPosition,
@@ -70,18 +72,18 @@ impl BinlogStreamExec {
                 requires_infinite_memory: false,
             },
         );
-        Ok(Self {
+        Ok(LeafExec::new(BinlogStream {
             connect,
             table,
             start,
             server_id,
             projection,
             properties: Arc::new(properties),
-        })
+        }))
     }
 }
 
-impl DisplayAs for BinlogStreamExec {
+impl DisplayAs for BinlogStream {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let start = match &self.start {
             StartPosition::Current => "current end of the binlog".to_string(),
@@ -109,7 +111,7 @@ struct Tail {
 impl Tail {
     /// The next transaction that changed the table, as one batch.
     async fn next_batch(&mut self) -> Result<RecordBatch> {
-        let external = |e: SourceError| DataFusionError::External(Box::new(e));
+        let external = |e: SourceError| through_datafusion(e);
         loop {
             let tx = self.reader.next().await.map_err(external)?;
             let mut events: Vec<ChangelogEvent> = Vec::new();
@@ -140,8 +142,8 @@ impl Tail {
     }
 }
 
-impl ExecutionPlan for BinlogStreamExec {
-    fn name(&self) -> &str {
+impl LeafScan for BinlogStream {
+    fn name(&self) -> &'static str {
         "BinlogStreamExec"
     }
 
@@ -149,34 +151,11 @@ impl ExecutionPlan for BinlogStreamExec {
         &self.properties
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        super::leaf::leaf(self, children)
-    }
-
     fn execute(
         &self,
-        partition: usize,
+        _partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "BinlogStreamExec has one partition, asked for {partition}"
-            )));
-        }
         let connect = self.connect.clone();
         let table = Arc::clone(&self.table);
         let id = table.id.clone();
@@ -187,7 +166,7 @@ impl ExecutionPlan for BinlogStreamExec {
         let open = async move {
             let reader = BinlogReader::open(connect, options)
                 .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                .map_err(through_datafusion)?;
             Ok::<_, DataFusionError>(Tail {
                 reader,
                 codec: RowCodec::new(Arc::clone(&table))?,
@@ -212,8 +191,9 @@ impl ExecutionPlan for BinlogStreamExec {
                 })
             })
             .flatten();
+        let schema = self.properties.eq_properties.schema();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.schema(),
+            Arc::clone(schema),
             batches,
         )))
     }

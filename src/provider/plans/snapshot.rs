@@ -1,4 +1,4 @@
-//! The snapshot of one table as a DataFusion [`ExecutionPlan`]: one partition per chunk.
+//! The snapshot of one table as a DataFusion `ExecutionPlan`: one partition per chunk.
 //!
 //! # Invariant
 //! Partition `i` yields exactly the rows of chunk `i` normalised to that chunk's HIGH (the
@@ -13,24 +13,27 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, Partitioning, PlanProperties};
 
+use super::leaf::{LeafExec, LeafScan};
+
+use crate::provider::crossing::through_datafusion;
 use crate::source::snapshot::incremental::SnapshotRun;
 
 /// Chunks listed by a default `EXPLAIN`; `EXPLAIN VERBOSE` lists all.
 const LISTED_CHUNKS: usize = 8;
 
-/// See the module docs.
+/// The snapshot of one table as a plan; see the module docs.
+pub type SnapshotExec = LeafExec<SnapshotChunks>;
+
+/// What a [`SnapshotExec`] reads: the chunks of one table of a snapshot run.
 #[derive(Debug)]
-pub struct SnapshotExec {
+pub struct SnapshotChunks {
     run: Arc<SnapshotRun>,
     /// Index of the table in the run.
     table: usize,
@@ -38,7 +41,7 @@ pub struct SnapshotExec {
 }
 
 impl SnapshotExec {
-    pub fn new(run: Arc<SnapshotRun>, table: usize) -> Self {
+    pub fn of_table(run: Arc<SnapshotRun>, table: usize) -> Self {
         let planned = &run.tables()[table];
         let properties = PlanProperties::new(
             EquivalenceProperties::new(Arc::clone(&planned.schema.arrow)),
@@ -47,13 +50,15 @@ impl SnapshotExec {
             EmissionType::Final,
             Boundedness::Bounded,
         );
-        Self {
+        LeafExec::new(SnapshotChunks {
             run,
             table,
             properties: Arc::new(properties),
-        }
+        })
     }
+}
 
+impl SnapshotChunks {
     pub fn run(&self) -> &Arc<SnapshotRun> {
         &self.run
     }
@@ -63,7 +68,7 @@ impl SnapshotExec {
     }
 }
 
-impl DisplayAs for SnapshotExec {
+impl DisplayAs for SnapshotChunks {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let planned = &self.run.tables()[self.table];
         let key = planned.key.map_or("none (one chunk)", |k| {
@@ -97,8 +102,8 @@ impl DisplayAs for SnapshotExec {
     }
 }
 
-impl ExecutionPlan for SnapshotExec {
-    fn name(&self) -> &str {
+impl LeafScan for SnapshotChunks {
+    fn name(&self) -> &'static str {
         "SnapshotExec"
     }
 
@@ -106,42 +111,22 @@ impl ExecutionPlan for SnapshotExec {
         &self.properties
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        super::leaf::leaf(self, children)
-    }
-
     fn execute(
         &self,
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let chunks = self.run.tables()[self.table].ranges.len();
-        if partition >= chunks {
-            return Err(DataFusionError::Internal(format!(
-                "SnapshotExec has {chunks} partitions, asked for {partition}"
-            )));
-        }
         let run = Arc::clone(&self.run);
         let table = self.table;
         let rows = futures::stream::once(async move {
             run.read_chunk(table, partition)
                 .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))
+                .map_err(through_datafusion)
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema(), rows)))
+        let schema = self.properties.eq_properties.schema();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(schema),
+            rows,
+        )))
     }
 }

@@ -41,6 +41,7 @@ use super::dictionary::{mostly_distinct, without_dictionary};
 use super::error::SinkError;
 use super::target::{Commit, Committed, SinkMode, Target, TargetLayout, TargetRows};
 use super::text::quote_identifier as quote;
+use crate::location::Location;
 use conform::{conform, delta_schema};
 
 const SINK_KEY: &str = "cdcfusion.sink";
@@ -89,17 +90,19 @@ fn classify(what: &str, e: DeltaTableError) -> SinkError {
 impl DeltaTarget {
     /// A target at `url`: a directory (`file:///dir` or a path) or `s3://bucket/prefix`.
     pub fn new(url: &str) -> Result<Self, SinkError> {
-        let scheme_ok =
-            url.starts_with("file://") || url.starts_with("s3://") || !url.contains("://");
-        if !scheme_ok || url.trim().is_empty() {
-            return Err(SinkError::Invalid(format!(
-                "DELTA takes a directory ('file:///dir' or a path) or 's3://bucket/prefix', not '{url}'"
-            )));
-        }
-        if url.starts_with("s3://") && !cfg!(feature = "s3") {
-            return Err(SinkError::Unsupported(
-                "this build has no S3 support (it was built without the `s3` feature)".into(),
-            ));
+        let refused = |why: String| {
+            SinkError::Invalid(format!(
+                "DELTA takes a directory ('file:///dir' or a path) or 's3://bucket/prefix': {why}"
+            ))
+        };
+        match Location::parse(url).map_err(|e| refused(e.to_string()))? {
+            Location::Memory => return Err(refused(format!("{url:?} is in memory"))),
+            Location::S3 { .. } if !cfg!(feature = "s3") => {
+                return Err(SinkError::Unsupported(
+                    "this build has no S3 support (it was built without the `s3` feature)".into(),
+                ))
+            }
+            Location::S3 { .. } | Location::Local(_) => {}
         }
         Ok(Self {
             url: url.to_string(),

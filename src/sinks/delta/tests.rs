@@ -6,6 +6,7 @@ use arrow::util::pretty::pretty_format_batches;
 
 use super::*;
 use crate::sinks::fixtures::{commit, id_v, id_v_n, id_v_schema, keys, layout};
+use crate::sqlstate::{HasSqlState, SqlState};
 
 /// The table at `dir` as a sorted text table.
 async fn contents(dir: &std::path::Path, select: &str) -> String {
@@ -177,6 +178,6 @@ async fn bad_locations_are_refused() {
     assert!(DeltaTarget::new("postgresql://x/y").is_err());
     assert_eq!(
         DeltaTarget::new("http://x/y").unwrap_err().sqlstate(),
-        "22023"
+        SqlState::INVALID_PARAMETER_VALUE
     );
 }

@@ -11,6 +11,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::*;
 use crate::sinks::fixtures::{commit, id_v, id_v_n, id_v_schema, keys, layout};
+use crate::sqlstate::{HasSqlState, SqlState};
 
 /// A fresh database `name` on the private PostgreSQL this test binary shares; returns its URL.
 async fn database(name: &str) -> String {
@@ -154,7 +155,7 @@ async fn tables_that_cannot_take_the_rows_are_refused_with_the_fix() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("column id"), "{err}");
-    assert_eq!(err.sqlstate(), "55000");
+    assert_eq!(err.sqlstate(), SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE);
     // A changelog into the key-less table is fine.
     PostgresTarget::new(&url, "nokey")
         .unwrap()

@@ -100,6 +100,8 @@ pub fn accepts(typname: &str, data_type: &DataType) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
     use arrow::datatypes::TimeUnit;
 
     #[test]
@@ -133,7 +135,7 @@ mod tests {
             ),
         )
         .unwrap_err();
-        assert_eq!(err.sqlstate(), "0A000");
+        assert_eq!(err.sqlstate(), SqlState::FEATURE_NOT_SUPPORTED);
         assert!(err.to_string().contains("column m"), "{err}");
     }
 

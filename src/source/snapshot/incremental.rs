@@ -62,6 +62,7 @@ use super::window::{RangeCheck, WindowFeed};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{Flavor, TableId, TableSchema};
+use crate::locks::Locked;
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::wire::WireConnection;
@@ -449,12 +450,7 @@ impl SnapshotRun {
         each: &mut (dyn FnMut(&SnapshotChunk) -> SourceResult<()> + Send),
     ) -> SourceResult<ChunkReads> {
         self.progress.set_phase(Phase::Snapshot);
-        let done = std::mem::take(
-            &mut *self
-                .done
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let done = std::mem::take(&mut *self.done.locked());
         let parts: Vec<(usize, usize)> = match &self.only {
             Some(only) => only.clone(),
             None => self
@@ -494,12 +490,7 @@ impl SnapshotRun {
         drop(reading);
         // The chunk connections are not needed past the run's chunks. Our own say goodbye, so
         // the server does not log and count each as an aborted connection.
-        let idle = std::mem::take(
-            &mut *self
-                .idle
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let idle = std::mem::take(&mut *self.idle.locked());
         for conn in idle {
             if let Some(rows) = conn.rows {
                 rows.quit().await;
@@ -627,17 +618,12 @@ impl SnapshotRun {
         batches: &[RecordBatch],
     ) -> SourceResult<SnapshotChunk> {
         crate::failpoint::hit("snapshot.chunk");
-        let outcome = self
-            .outcomes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&(t, index))
-            .ok_or_else(|| {
-                SourceError::Internal(format!(
-                    "chunk {index} of {} reported no HIGH",
-                    self.tables[t].schema.id
-                ))
-            })?;
+        let outcome = self.outcomes.locked().remove(&(t, index)).ok_or_else(|| {
+            SourceError::Internal(format!(
+                "chunk {index} of {} reported no HIGH",
+                self.tables[t].schema.id
+            ))
+        })?;
         let schema = &self.tables[t].schema;
         // A partition yields its chunk as one batch: take it rather than copy it.
         let rows = match batches {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableId;
+use crate::locks::Locked;
 
 /// The phase a capture is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,42 +163,26 @@ impl Default for Progress {
 
 impl Progress {
     pub fn report(&self) -> ProgressReport {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.state.locked().clone()
     }
 
     pub fn set_phase(&self, phase: Phase) {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .phase = phase;
+        self.state.locked().phase = phase;
     }
 
     /// The position the state reflects (see [`ProgressReport::position`]), without copying
     /// the rest of the report.
     pub fn position(&self) -> Option<BinlogCoord> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .position
-            .clone()
+        self.state.locked().position.clone()
     }
 
     pub fn set_position(&self, position: BinlogCoord) {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .position = Some(position);
+        self.state.locked().position = Some(position);
     }
 
     /// Notes the table being worked on (`None` between tables).
     pub fn set_working_on(&self, table: Option<&TableId>) {
-        let mut w = self
-            .working_on
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut w = self.working_on.locked();
         if w.as_ref() != table {
             *w = table.cloned();
         }
@@ -205,16 +190,9 @@ impl Progress {
 
     /// The table a failure happened in: the one being applied, else a chunk being read.
     pub fn working_on(&self) -> Option<TableId> {
-        let w = self
-            .working_on
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let w = self.working_on.locked().clone();
         w.or_else(|| {
-            let s = self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let s = self.state.locked();
             s.chunks
                 .iter()
                 .find(|c| c.state == ChunkState::Running)
@@ -223,10 +201,7 @@ impl Progress {
     }
 
     pub(super) fn update(&self, f: impl FnOnce(&mut ProgressReport)) {
-        let mut s = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = self.state.locked();
         f(&mut s);
         s.chunks_total = s.chunks.len();
         s.chunks_done = s

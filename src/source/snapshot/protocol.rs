@@ -42,6 +42,7 @@ use super::select::{
 use super::window::{normalize, WindowFeed};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::{Flavor, TableId, TableSchema};
+use crate::locks::Locked;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::SESSION_INIT;
 use crate::source::error::{SourceError, SourceResult};
@@ -122,11 +123,7 @@ impl SnapshotRun {
     /// row written in between twice. Autocommit reads take a new view either way.
     async fn chunk_connection(&self) -> SourceResult<ChunkConnection> {
         loop {
-            let idle = self
-                .idle
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .pop();
+            let idle = self.idle.locked().pop();
             let Some(mut conn) = idle else {
                 let mut sql = self.connect.connect().await?;
                 self.run(&mut sql, ISOLATION, || {
@@ -298,21 +295,15 @@ impl SnapshotRun {
         tracing::debug!(table = %schema.id, chunk = index, range = %range.describe(), %low, %high, rows = n, window_changes, "chunk done");
         // Only a chunk that ended cleanly gives its connection back: after an error its state
         // (an open transaction, a half-read result) is unknown, and it is dropped.
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(conn);
-        self.outcomes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                (t, index),
-                ChunkOutcome {
-                    low,
-                    high,
-                    window_changes,
-                },
-            );
+        self.idle.locked().push(conn);
+        self.outcomes.locked().insert(
+            (t, index),
+            ChunkOutcome {
+                low,
+                high,
+                window_changes,
+            },
+        );
         Ok(rows)
     }
 

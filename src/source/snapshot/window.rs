@@ -33,6 +33,7 @@ use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{ColumnKind, TableId, TableSchema};
 use crate::change::SourceTransaction;
+use crate::locks::Locked;
 use crate::source::binlog::BinlogReader;
 use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
@@ -95,11 +96,7 @@ impl WindowFeed {
             loop {
                 crate::failpoint::hit("window.feed");
                 match reader.step().await {
-                    Ok(Some(t)) => shared
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .txs
-                        .push_back(Arc::new(t)),
+                    Ok(Some(t)) => shared.locked().txs.push_back(Arc::new(t)),
                     Ok(None) => {}
                     Err(e) => {
                         let _ = tx.send(FeedStatus::Failed(Arc::new(e)));
@@ -107,9 +104,7 @@ impl WindowFeed {
                     }
                 }
                 if let Some(reached) = reader.idle_position() {
-                    let mut buf = shared
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut buf = shared.locked();
                     // Nothing before the smallest running LOW (or, with none running, before
                     // what has been read: a later LOW is at or after it) is needed any more.
                     let keep_from = buf
@@ -164,21 +159,12 @@ impl WindowFeed {
 
     /// Marks a chunk with this LOW as running, so its window is kept.
     pub fn hold(&self, low: &BinlogCoord) {
-        *self
-            .buffer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .lows
-            .entry(low.clone())
-            .or_default() += 1;
+        *self.buffer.locked().lows.entry(low.clone()).or_default() += 1;
     }
 
     /// Releases a LOW taken with [`WindowFeed::hold`].
     pub fn release(&self, low: &BinlogCoord) {
-        let mut buf = self
-            .buffer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut buf = self.buffer.locked();
         if let Some(n) = buf.lows.get_mut(low) {
             *n -= 1;
             if *n == 0 {
@@ -215,10 +201,7 @@ impl WindowFeed {
         if let Some(e) = reached.error() {
             return Err(e);
         }
-        let buf = self
-            .buffer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let buf = self.buffer.locked();
         Ok(buf
             .txs
             .iter()

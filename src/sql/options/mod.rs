@@ -33,6 +33,8 @@ mod tests {
     use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
     use crate::change::schema::TableId;
     use crate::sql::{parse_cdc_statement, CdcStatement, SqlError};
+    use crate::sqlstate::HasSqlState;
+    use crate::sqlstate::SqlState;
 
     /// The options of `CREATE SOURCE s FROM MYSQL '...' WITH (<with>)`.
     fn options(with: &str) -> Result<SourceOptions, SqlError> {
@@ -55,7 +57,7 @@ mod tests {
                     e.to_string().contains(fragment),
                     "{with:?}: {e:?} lacks {fragment:?}"
                 );
-                assert_eq!(e.sqlstate(), sqlstate, "{with:?}: {e}");
+                assert_eq!(e.sqlstate().code(), sqlstate, "{with:?}: {e}");
             }
             Ok(o) => panic!("{with:?} should be refused, got {o:?}"),
         }
@@ -166,7 +168,7 @@ mod tests {
         assert_eq!(ok(&short.to_string()), short);
         assert_refused(
             "read_timeout_seconds = 0",
-            "22023",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
             "read_timeout_seconds: 0 is out of range 1..=86400",
         );
     }
@@ -178,7 +180,7 @@ mod tests {
         assert_eq!(ok("\"chunk_size\" = 5").chunk_size, 5);
         assert_refused(
             "\"CHUNK_SIZE\" = 5",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "unknown option \"CHUNK_SIZE\" at Line: 1, Column: 48",
         );
     }
@@ -208,15 +210,19 @@ mod tests {
     fn unknown_and_repeated_options_are_refused() {
         assert_refused(
             "chunk_sz = 5",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "unknown option \"chunk_sz\" at Line: 1, Column: 48; valid options are tables, \
              chunk_size, parallelism, chunk_key, snapshot_mode, start_position, server_id",
         );
         // Named even when its value would not parse.
-        assert_refused("frobnicate = )", "42601", "unknown option \"frobnicate\"");
+        assert_refused(
+            "frobnicate = )",
+            SqlState::SYNTAX_ERROR.code(),
+            "unknown option \"frobnicate\"",
+        );
         assert_refused(
             "chunk_size = 5, parallelism = 2, CHUNK_SIZE = 6",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "option chunk_size is given more than once at Line: 1, Column: 81",
         );
     }
@@ -331,7 +337,7 @@ mod tests {
             ),
         ];
         for (with, fragment) in cases {
-            assert_refused(with, "22023", fragment);
+            assert_refused(with, SqlState::INVALID_PARAMETER_VALUE.code(), fragment);
         }
     }
 
@@ -339,7 +345,7 @@ mod tests {
     fn a_value_sqlparser_cannot_read_is_a_syntax_error_naming_the_option() {
         assert_refused(
             "chunk_size = )",
-            "42601",
+            SqlState::SYNTAX_ERROR.code(),
             "invalid value for option chunk_size: sql parser error: Expected: an expression, \
              found: ) at Line: 1, Column: 61",
         );
@@ -381,7 +387,7 @@ mod tests {
         assert_eq!(ok(&rendered), o);
         assert_refused(
             "validate = 2",
-            "22023",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
             "invalid value for option validate: expected true or false, found number 2",
         );
     }

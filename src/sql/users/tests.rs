@@ -1,6 +1,7 @@
 //! The user statements' grammar against the statements it must read and refuse.
 
 use super::*;
+use crate::sqlstate::{HasSqlState, SqlState};
 
 fn parse(sql: &str) -> UserStatement {
     match parse_user_statement(sql) {
@@ -13,7 +14,7 @@ fn parse(sql: &str) -> UserStatement {
 fn refused(sql: &str, sqlstate: &str, fragment: &str) {
     match parse_user_statement(sql) {
         Err(e) => {
-            assert_eq!(e.sqlstate(), sqlstate, "{sql}: {e}");
+            assert_eq!(e.sqlstate().code(), sqlstate, "{sql}: {e}");
             assert!(e.to_string().contains(fragment), "{sql}: {e}");
         }
         other => panic!("{sql:?} should be refused, got {other:?}"),
@@ -128,87 +129,143 @@ fn other_texts_are_not_claimed() {
 
 #[test]
 fn what_cdcfusion_does_not_have_is_refused_by_name() {
-    refused("CREATE ROLE analysts", "0A000", "cannot log in");
     refused(
-        "CREATE USER ann NOLOGIN PASSWORD 'x'",
-        "0A000",
+        "CREATE ROLE analysts",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "cannot log in",
     );
-    refused("CREATE USER ann", "0A000", "without a password");
-    refused("CREATE USER ann PASSWORD NULL", "0A000", "PASSWORD NULL");
+    refused(
+        "CREATE USER ann NOLOGIN PASSWORD 'x'",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "cannot log in",
+    );
+    refused(
+        "CREATE USER ann",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "without a password",
+    );
+    refused(
+        "CREATE USER ann PASSWORD NULL",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "PASSWORD NULL",
+    );
     refused(
         "CREATE USER ann SUPERUSER PASSWORD 'x'",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "SUPERUSER",
     );
     refused(
         "CREATE USER ann PASSWORD 'x' VALID UNTIL '2030-01-01'",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "VALID UNTIL",
     );
     refused(
         "CREATE USER ann CONNECTION LIMIT 3 PASSWORD 'x'",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "CONNECTION LIMIT",
     );
     refused(
         "CREATE USER ann PASSWORD 'x' IN ROLE auditors",
-        "42704",
+        SqlState::UNDEFINED_OBJECT.code(),
         "role \"auditors\" does not exist",
     );
     refused(
         "CREATE ROLE a, b LOGIN PASSWORD 'x'",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "several users",
     );
-    refused("ALTER USER ann RENAME TO bob", "0A000", "RENAME");
-    refused("ALTER USER ann SET search_path = x", "0A000", "SET");
-    refused("ALTER USER ann CREATEDB", "0A000", "CREATEDB");
-    refused("DROP USER ann CASCADE", "0A000", "CASCADE");
-    refused("GRANT SELECT ON t TO ann", "0A000", "GRANT of privileges");
     refused(
-        "GRANT ALL PRIVILEGES ON t TO ann",
-        "0A000",
+        "ALTER USER ann RENAME TO bob",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "RENAME",
+    );
+    refused(
+        "ALTER USER ann SET search_path = x",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "SET",
+    );
+    refused(
+        "ALTER USER ann CREATEDB",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "CREATEDB",
+    );
+    refused(
+        "DROP USER ann CASCADE",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "CASCADE",
+    );
+    refused(
+        "GRANT SELECT ON t TO ann",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "GRANT of privileges",
     );
-    refused("GRANT auditors TO ann", "42704", "\"auditors\"");
-    refused("GRANT admin TO PUBLIC", "0A000", "PUBLIC");
+    refused(
+        "GRANT ALL PRIVILEGES ON t TO ann",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "GRANT of privileges",
+    );
+    refused(
+        "GRANT auditors TO ann",
+        SqlState::UNDEFINED_OBJECT.code(),
+        "\"auditors\"",
+    );
+    refused(
+        "GRANT admin TO PUBLIC",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "PUBLIC",
+    );
     refused(
         "GRANT admin TO ann WITH ADMIN OPTION",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "WITH ADMIN",
     );
-    refused("REVOKE reader FROM ann", "0A000", "REVOKE reader");
+    refused(
+        "REVOKE reader FROM ann",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
+        "REVOKE reader",
+    );
     refused(
         "REVOKE ADMIN OPTION FOR admin FROM ann",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "OPTION FOR",
     );
     refused(
         "REVOKE SELECT ON t FROM ann",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "REVOKE of privileges",
     );
-    refused("CREATE USER ann PASSWORD 'x' garbage", "42601", "garbage");
+    refused(
+        "CREATE USER ann PASSWORD 'x' garbage",
+        SqlState::SYNTAX_ERROR.code(),
+        "garbage",
+    );
     refused(
         "CREATE USER ann PASSWORD 'unterminated",
-        "42601",
+        SqlState::SYNTAX_ERROR.code(),
         "syntax error",
     );
 }
 
 #[test]
 fn passwords_are_plain_non_empty_strings_and_never_shown() {
-    refused("CREATE USER ann PASSWORD ''", "22023", "cannot be empty");
-    refused("ALTER USER ann PASSWORD 42", "22023", "string literal");
+    refused(
+        "CREATE USER ann PASSWORD ''",
+        SqlState::INVALID_PARAMETER_VALUE.code(),
+        "cannot be empty",
+    );
+    refused(
+        "ALTER USER ann PASSWORD 42",
+        SqlState::INVALID_PARAMETER_VALUE.code(),
+        "string literal",
+    );
     refused(
         "ALTER USER ann PASSWORD 'md5d41d8cd98f00b204e9800998ecf8427e'",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "already hashed",
     );
     refused(
         "ALTER USER ann PASSWORD 'SCRAM-SHA-256$4096:c2FsdA==$a2V5:a2V5'",
-        "0A000",
+        SqlState::FEATURE_NOT_SUPPORTED.code(),
         "already hashed",
     );
     // Not a verifier: md5 and too short.

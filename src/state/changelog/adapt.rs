@@ -18,7 +18,7 @@ use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use arrow::error::ArrowError;
 
-use super::batch::META_COLUMNS;
+use super::format::META_COLUMNS;
 
 /// The name of the column that says which schema version an entry was captured under.
 const VERSION_COLUMN: &str = "_schema_version";
@@ -144,7 +144,7 @@ fn column_as(array: &ArrayRef, field: &Field) -> Result<ArrayRef, ArrowError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::changelog::batch::changelog_schema;
+    use crate::state::changelog::format::changelog_schema;
     use arrow::array::{Int32Array, Int64Array, StringArray};
 
     fn table(fields: Vec<Field>) -> SchemaRef {

@@ -1,15 +1,5 @@
-//! Building changelog batches: the schema of a table's changelog and the batches of its
+//! Building changelog batches, in the row format `format` owns: the batches of a table's
 //! entries, from binlog changes or from an applied snapshot chunk.
-//!
-//! # Columns
-//! The table's own columns hold the after image, or for deletes the deleted row, so
-//! `WHERE id = 42` finds every change of row 42. `_before` is a struct of the table's columns
-//! holding the before image of updates (NULL otherwise). Metadata: `_op` (`r`, `c`, `u`, `d`),
-//! `_position` (sortable text), `_gtid`, `_tx` (transaction sequence, 0 for snapshot reads),
-//! `_commit_ts`, `_table`, `_schema_version` (the table's [`TableSchema::version`] the entry was
-//! captured under; see `adapt` for reading entries of several versions as one table).
-//!
-//! [`TableSchema::version`]: crate::change::schema::TableSchema::version
 
 use std::sync::Arc;
 
@@ -21,7 +11,7 @@ use arrow::array::{
 };
 use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::compute::{nullif, take};
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 
 use crate::change::keys::RowCodec;
@@ -31,48 +21,10 @@ use crate::change::{Op, SourceTransaction};
 use crate::state::handoff::ChunkEntries;
 use crate::state::merge::{ChangelogEvent, TableState};
 
-/// Metadata columns that precede the table's columns.
-pub const META_COLUMNS: [&str; 7] = [
-    "_op",
-    "_position",
-    "_gtid",
-    "_tx",
-    "_commit_ts",
-    "_table",
-    "_schema_version",
-];
-
-/// Column index of `_position` and `_commit_ts` in a changelog batch.
-pub const POSITION_COLUMN: usize = 1;
-pub const COMMIT_TS_COLUMN: usize = 4;
-/// Column index of `_tx`.
-pub const TX_COLUMN: usize = 3;
-
-/// The Arrow schema of a table's changelog.
-pub fn changelog_schema(table: &Schema) -> SchemaRef {
-    let mut fields = vec![
-        Field::new("_op", DataType::Utf8, false),
-        Field::new("_position", DataType::Utf8, false),
-        Field::new("_gtid", DataType::Utf8, true),
-        Field::new("_tx", DataType::UInt64, false),
-        Field::new(
-            "_commit_ts",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
-        Field::new("_table", DataType::Utf8, false),
-        Field::new("_schema_version", DataType::UInt32, false),
-    ];
-    // The row columns may be NULL in no image; keep their nullability.
-    fields.extend(table.fields().iter().map(|f| f.as_ref().clone()));
-    let before: Fields = table
-        .fields()
-        .iter()
-        .map(|f| Arc::new(f.as_ref().clone().with_nullable(true)))
-        .collect();
-    fields.push(Field::new("_before", DataType::Struct(before), true));
-    Arc::new(Schema::new(fields))
-}
+use super::format::{
+    before_fields, changelog_schema, COMMIT_TS_COLUMN, GTID_COLUMN, META_COLUMNS, OP_COLUMN,
+    POSITION_COLUMN,
+};
 
 /// Builds the changelog batch of `events` (all of one table); `tx[i]` is the transaction
 /// sequence number of event `i` (0 for snapshot reads).
@@ -311,14 +263,6 @@ fn chunk_positions(high: &BinlogCoord, first: u32, n: usize) -> Result<StringArr
     positions.finish()
 }
 
-/// The fields of the `_before` struct, the last column of a changelog schema.
-pub(super) fn before_fields(schema: &SchemaRef) -> Fields {
-    match schema.field(schema.fields().len() - 1).data_type() {
-        DataType::Struct(fields) => fields.clone(),
-        _ => unreachable!("the last changelog column is the _before struct"),
-    }
-}
-
 /// A changelog batch from its metadata columns before `_table` (`_op`, `_position`, `_gtid`,
 /// `_tx`, `_commit_ts`), the image columns and `_before`; `_table` and `_schema_version` come
 /// from `table`.
@@ -347,7 +291,7 @@ pub(super) fn assemble(
 
 /// A changelog batch as it is printed: every column but `_tx`, `_table` and `_before`.
 pub fn display_columns(batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
-    let keep: Vec<usize> = [0, POSITION_COLUMN, 2, COMMIT_TS_COLUMN]
+    let keep: Vec<usize> = [OP_COLUMN, POSITION_COLUMN, GTID_COLUMN, COMMIT_TS_COLUMN]
         .into_iter()
         .chain(META_COLUMNS.len()..batch.num_columns().saturating_sub(1))
         .collect();
@@ -393,6 +337,7 @@ pub fn transaction_batches(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::datatypes::DataType;
 
     #[test]
     fn chunk_positions_are_written_as_positions_write_them() {

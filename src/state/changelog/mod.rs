@@ -9,20 +9,22 @@
 //! * Entries are immutable once appended; readers take a prefix (the segments published at a
 //!   position) and never see a later append or half a transaction.
 //!
-//! [`batch`] builds the entries' Arrow batches (the columns are described there), [`streamed`]
+//! [`format`] owns the entries' row format (the columns are described there) and reads it;
+//! [`batch`] builds the entries' Arrow batches, [`streamed`]
 //! those of changes applied after the hand-off straight from their images;
 //! [`segments`] holds them; [`adapt`] reads entries written under several schemas of the table
 //! as one table.
 
 mod adapt;
 mod batch;
+pub mod format;
 mod segments;
 mod streamed;
 
 pub use adapt::{adapt, union_schema};
-pub use batch::{
-    changelog_batch, changelog_schema, chunk_batch, display_columns, transaction_batches,
-    COMMIT_TS_COLUMN, META_COLUMNS, POSITION_COLUMN, TX_COLUMN,
+pub use batch::{changelog_batch, chunk_batch, display_columns, transaction_batches};
+pub use format::{
+    changelog_schema, ChangelogRows, COMMIT_TS_COLUMN, META_COLUMNS, POSITION_COLUMN, TX_COLUMN,
 };
 pub use segments::{
     adapted, read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore,

@@ -46,9 +46,12 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use arrow::row::OwnedRow;
 
 use super::adapt::{adapt, union_schema};
-use super::batch::{changelog_schema, chunk_batch, COMMIT_TS_COLUMN, POSITION_COLUMN, TX_COLUMN};
+use super::batch::chunk_batch;
+use super::format::{changelog_schema, COMMIT_TS_COLUMN, POSITION_COLUMN, TX_COLUMN};
 use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, ChangePosition};
+use crate::locks::RwLocked;
+use crate::sqlstate::{HasSqlState, SqlState};
 use crate::state::handoff::ChunkEntries;
 
 /// Segments of one size class merge once this many follow each other at the tail.
@@ -65,7 +68,7 @@ const READ_GROUP_ROWS: usize = 256 * 1024;
 #[error("reading changelog entries back from the state store: {message}")]
 pub struct StoredSegmentError {
     pub message: String,
-    pub sqlstate: &'static str,
+    pub sqlstate: SqlState,
     pub transient: bool,
 }
 
@@ -78,8 +81,7 @@ impl StoredSegmentError {
                  written; the state store is damaged",
                 range.0, range.1
             ),
-            // data_corrupted
-            sqlstate: "XX001",
+            sqlstate: SqlState::DATA_CORRUPTED,
             transient: false,
         }
     }
@@ -120,7 +122,7 @@ impl ChunkSegment {
         )
         .map_err(|e| StoredSegmentError {
             message: format!("building the changelog of a snapshot chunk: {e}"),
-            sqlstate: "XX000",
+            sqlstate: SqlState::INTERNAL_ERROR,
             transient: false,
         })
     }
@@ -231,10 +233,7 @@ impl ChangelogSegment {
     }
 
     fn held(&self) -> Held {
-        self.held
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.held.read_locked().clone()
     }
 
     /// The entries, when they are held in memory (a snapshot chunk's are built now).
@@ -257,10 +256,7 @@ impl ChangelogSegment {
     /// Drops the entries from memory; from now on they are read from `store`, which must hold
     /// every one of them.
     pub fn spill(&self, store: Arc<dyn SegmentStore>) {
-        *self
-            .held
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Held::Store(store);
+        *self.held.write_locked() = Held::Store(store);
     }
 
     fn range(&self) -> (String, String) {
@@ -287,7 +283,7 @@ impl ChangelogSegment {
             .collect::<Result<Vec<_>, _>>()?;
         concat_batches(schema, &batches).map_err(|e| StoredSegmentError {
             message: e.to_string(),
-            sqlstate: "XX000",
+            sqlstate: SqlState::INTERNAL_ERROR,
             transient: false,
         })
     }
@@ -298,7 +294,7 @@ impl ChangelogSegment {
 pub fn adapted(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, StoredSegmentError> {
     adapt(batch, schema).map_err(|e| StoredSegmentError {
         message: e.to_string(),
-        sqlstate: "22000",
+        sqlstate: SqlState::DATA_EXCEPTION,
         transient: false,
     })
 }
@@ -581,6 +577,12 @@ impl Changelog {
     }
 }
 
+impl HasSqlState for StoredSegmentError {
+    fn sqlstate(&self) -> SqlState {
+        self.sqlstate.clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -797,7 +799,7 @@ mod tests {
             .try_collect::<Vec<_>>()
             .await
             .unwrap_err();
-        assert_eq!(error.sqlstate, "XX001");
+        assert_eq!(error.sqlstate, SqlState::DATA_CORRUPTED);
         assert!(log.segments().next().unwrap().batch(&schema).await.is_ok());
         assert!(log.segments().nth(4).unwrap().batch(&schema).await.is_err());
     }

@@ -15,7 +15,8 @@ use arrow::compute::interleave;
 use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 
-use super::batch::{assemble, before_fields, position_and_gtid_columns, EntryAt};
+use super::batch::{assemble, position_and_gtid_columns, EntryAt};
+use super::format::before_fields;
 use crate::change::keys::RowCodec;
 use crate::change::SourceTransaction;
 use crate::state::streamed::{EntryImage, StreamedBatch};
