@@ -13,6 +13,7 @@
 
 mod common;
 
+use cdcfusion::change::kinds::SimpleKind;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,7 +68,7 @@ fn schema() -> TableSchema {
                 false,
             ),
             col("d", ColumnKind::DateTime { fsp: 6 }, false),
-            col("e", ColumnKind::Double, false),
+            col("e", ColumnKind::Simple(SimpleKind::Double), false),
             col("f", int(64, true), true),
         ],
         vec![0],

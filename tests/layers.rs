@@ -684,7 +684,7 @@ fn the_checker_sees_what_it_must() {
         path: PathBuf::from("src/source/binlog/rows.rs"),
         module: vec!["source".into(), "binlog".into(), "rows".into()],
         code: strip_test_items(&strip_comments_and_strings(
-            "use super::{wire::{Cursor, Wire}, decimal};\nuse crate::state::merge::X as Y;\n\
+            "use super::{layout::{Cursor, Layout}, decimal};\nuse crate::state::merge::X as Y;\n\
              // use crate::engine::Engine;\nlet s = \"crate::frontend::x\";\n\
              fn f() { crate::capture::Capture::start(); }\npub(in crate::source) fn g() {}\n#[cfg(test)]\nmod tests { use crate::sql::A; }\n",
         )),
@@ -697,8 +697,8 @@ fn the_checker_sees_what_it_must() {
     assert_eq!(
         paths,
         [
-            "1:source::binlog::wire::Cursor",
-            "1:source::binlog::wire::Wire",
+            "1:source::binlog::layout::Cursor",
+            "1:source::binlog::layout::Layout",
             "1:source::binlog::decimal",
             "2:state::merge::X",
             "5:capture::Capture::start",

@@ -6,7 +6,9 @@
 //! is neither UTC nor the server's. The rows are then updated and deleted. Insert after-images
 //! and update before-images must equal a `SELECT` taken after the insert; update after-images
 //! and delete before-images must equal a `SELECT` taken after the update. The snapshot's own
-//! row connection (`source::wire`) must read every `SELECT` exactly as the driver does.
+//! row connection (`source::mysql_client`) must read every `SELECT` exactly as the driver does.
+//! The kinds of the table of kinds (`change::kinds`) are held to the same, and to the server's
+//! checksum, in [`KIND_COLUMNS`].
 
 mod common;
 
@@ -15,11 +17,14 @@ use arrow::compute::{concat_batches, sort_to_indices, take_record_batch};
 use cdcfusion::change::position::StartPosition;
 use cdcfusion::change::schema::{TableId, TableSchema};
 use cdcfusion::change::{Op, SourceTransaction};
+use std::time::Duration;
+
+use cdcfusion::source::checksum::{chunk_checksum, row_checksum, ChunkSum};
 use cdcfusion::source::connect::{ConnectOptions, SESSION_INIT};
+use cdcfusion::source::mysql_client::{Opened, WireConnection};
 use cdcfusion::source::schema::load_table_schema;
 use cdcfusion::source::snapshot::columns::select_batches_wire;
 use cdcfusion::source::snapshot::select_batches;
-use cdcfusion::source::wire::{Opened, WireConnection};
 use common::*;
 use mysql_async::prelude::Queryable;
 
@@ -299,4 +304,120 @@ async fn binlog_and_select_decode_every_type_identically() {
         .downcast_ref::<arrow::array::Float32Array>()
         .unwrap();
     assert_eq!(f.value(4), 1.1f32);
+}
+
+/// A column of each kind of the table of kinds (`change::kinds`) that is not in `TABLE`, with
+/// five values each (row `i` takes the `i`-th): a new kind is one entry here.
+const KIND_COLUMNS: &[(&str, &str, [&str; 5])] = &[(
+    "u",
+    "UUID",
+    [
+        "NULL",
+        "'00000000-0000-0000-0000-000000000000'",
+        // A time-based UUID, which MariaDB stores with its groups swapped.
+        "UUID()",
+        "'6ccd780c-baba-1026-9564-5b8c656024db'",
+        // Trailing zero bytes, which the binlog strips.
+        "'ffffffff-ffff-4fff-bfff-ffffffffff00'",
+    ],
+)];
+
+/// The kinds of the table of kinds read the same through the binlog, the driver's `SELECT` and
+/// the row connection's, and the server's checksum of them is the engine's.
+#[tokio::test]
+async fn every_kind_of_the_table_reads_alike_on_both_paths_and_in_checksums() {
+    let server = server();
+    let mut conn = root_conn(server).await;
+    fresh_db(&mut conn, "types_kt").await;
+    let columns: Vec<String> = KIND_COLUMNS
+        .iter()
+        .map(|(name, ty, _)| format!("{name} {ty}"))
+        .collect();
+    conn.query_drop(format!(
+        "CREATE TABLE types_kt.t (id INT PRIMARY KEY, {})",
+        columns.join(", ")
+    ))
+    .await
+    .unwrap();
+    let mut reader = reader(server, "types_kt", StartPosition::Current).await;
+    let rows: Vec<String> = (0..5)
+        .map(|i| {
+            let values: Vec<&str> = KIND_COLUMNS.iter().map(|(_, _, v)| v[i]).collect();
+            format!("({}, {})", i + 1, values.join(", "))
+        })
+        .collect();
+    conn.query_drop(format!("INSERT INTO types_kt.t VALUES {}", rows.join(",")))
+        .await
+        .unwrap();
+
+    let options = ConnectOptions::from_url(&server.cdc_url()).unwrap();
+    let mut snap = options.connect().await.unwrap();
+    let mut wire = match WireConnection::open(&options, None, &SESSION_INIT).await {
+        Ok(Opened::Ready(wire)) => *wire,
+        other => panic!("expected a row connection, got {other:?}"),
+    };
+    let id = TableId::new("types_kt", "t");
+    let schema = load_table_schema(&mut snap, &id).await.unwrap().unwrap();
+    let order = Some("1 = 1 ORDER BY id");
+    let selected = sorted(
+        &select_batches(&mut snap, &schema, order, vec![], 2)
+            .await
+            .unwrap(),
+        &schema,
+    );
+    let selected_wire = sorted(
+        &select_batches_wire(&mut wire, &schema, order, &[], 2)
+            .await
+            .unwrap(),
+        &schema,
+    );
+    assert_eq!(
+        selected_wire, selected,
+        "the row connection read other values"
+    );
+    // The text the server shows is the value.
+    let texts = row_strings(&selected);
+    for (name, _, _) in KIND_COLUMNS {
+        let shown: Vec<(i32, Option<String>)> = conn
+            .query(format!(
+                "SELECT id, CAST({name} AS CHAR) FROM types_kt.t ORDER BY id"
+            ))
+            .await
+            .unwrap();
+        for (id, text) in shown {
+            let expected = format!("{name}={}", text.as_deref().unwrap_or("NULL"));
+            assert!(
+                texts[id as usize - 1].contains(&expected),
+                "{expected} in {texts:?}"
+            );
+        }
+    }
+
+    // Reconciliation's two sides: the server's checksum of its rows, the engine's of the
+    // rows it read.
+    let server_sum = chunk_checksum(&mut snap, &schema, None, vec![], Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut engine_sum = ChunkSum::default();
+    let mut text = String::new();
+    for row in 0..selected.num_rows() {
+        engine_sum.add(row_checksum(&schema, &selected, row, &mut text));
+    }
+    assert_eq!(engine_sum, server_sum, "checksums differ");
+
+    conn.query_drop("DELETE FROM types_kt.t").await.unwrap();
+    let txs = read_until(&mut reader, |t| {
+        t.changes.iter().any(|c| c.op == Op::Delete)
+    })
+    .await;
+    assert_same(
+        &images(&txs, Op::Insert, true, &schema),
+        &selected,
+        "inserts",
+    );
+    assert_same(
+        &images(&txs, Op::Delete, false, &schema),
+        &selected,
+        "deletes",
+    );
 }

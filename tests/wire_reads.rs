@@ -1,4 +1,4 @@
-//! The snapshot's own row connection (`source::wire`) against the driver's reads: the same
+//! The snapshot's own row connection (`source::mysql_client`) against the driver's reads: the same
 //! batches for every column type, NULLs, long values and a row past one packet; the same
 //! errors; parameters, the statement cache, the socket fallback, what it declines to speak,
 //! and a stalled server noticed within the read timeout.
@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use cdcfusion::change::schema::TableId;
 use cdcfusion::devserver::{CDC_PASSWORD, CDC_USER};
 use cdcfusion::source::connect::{ConnectOptions, SESSION_INIT};
+use cdcfusion::source::mysql_client::{Opened, WireConnection};
 use cdcfusion::source::snapshot::columns::select_batches_wire;
 use cdcfusion::source::snapshot::select::select_batches;
-use cdcfusion::source::wire::{Opened, WireConnection};
 use cdcfusion::source::SourceError;
 use common::proxy::FaultProxy;
 use common::*;

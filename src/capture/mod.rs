@@ -1,6 +1,7 @@
 //! Capturing a set of tables from one server: snapshot, hand-off, stream.
 //!
-//! This module only wires the stages together; the argument for each lives in its own module.
+//! This module wires the stages together (`start_planned` reads as the list of them); the
+//! argument for each lives in its own module.
 //!
 //! # Hand-off
 //! Chunks finish at different HIGHs, so their union is no point-in-time snapshot. Every chunk
@@ -245,101 +246,16 @@ impl Capture {
         run: Option<Arc<SnapshotRun>>,
         progress: Arc<Progress>,
     ) -> SourceResult<(Self, HandoffLog)> {
-        let index = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id.clone(), i))
-            .collect();
         let states = empty_states(&tables)?;
-        let pattern = Patterns::new(&options.tables)?;
-        let stopped = Stopped::default();
-        let only_captured = live_tables(Arc::clone(&pattern.filter), &stopped);
-        let mut capture = Capture {
-            info,
-            tables,
-            index,
-            states,
-            reader: None,
-            pending: None,
-            progress,
-            resume_from: None,
-            stopped,
-            new_stops: Vec::new(),
-            schema_changes: Vec::new(),
-            parked: Default::default(),
-            pattern,
-            created: HashMap::new(),
-            connect: connect.clone(),
-            handoff_codecs: Some(Vec::new()),
-        };
-        let open_reader = |start| {
-            BinlogReader::open(
-                connect.clone(),
-                BinlogReaderOptions::new(options.server_id, start)
-                    .with_filter(Arc::clone(&only_captured)),
-            )
-        };
+        let mut capture = Capture::new(connect, &options, info, tables, states, progress)?;
         if let SnapshotMode::StreamOnly(start) = &options.mode {
-            let reader = open_reader(start.clone()).await?;
-            // The state is (empty and) consistent at the start, when it is a file position.
-            if let StartPosition::Coord(at) = reader.resume_position() {
-                capture.progress.set_position(at.clone());
-            }
-            capture.reader = Some(reader);
-            for state in &mut capture.states {
-                state
-                    .finish_handoff()
-                    .map_err(|e| SourceError::arrow("starting the stream", e))?;
-            }
-            capture.progress.set_phase(Phase::Streaming);
-            capture.handoff_codecs = None;
+            capture.stream_from(&options, start.clone()).await?;
             return Ok((capture, HandoffLog::default()));
         }
-        let started = std::time::Instant::now();
         let run = run.ok_or_else(|| {
             SourceError::Internal("a snapshot mode needs a planned snapshot".into())
         })?;
-        // Where the schemas the chunks are read under are known to hold: a DDL between there
-        // and the first chunk's window would otherwise go unseen.
-        let planned_at = capture.schemas_hold_at(&connect, &options).await?;
-        // Each chunk is applied as soon as it is read (see `apply`).
-        let planned = run.tables().iter().map(|t| t.ranges.len()).collect();
-        let mut eager = EagerChunks::new(std::mem::take(&mut capture.states), planned);
-        let settled = capture
-            .read_chunks(&connect, &options, &run, &planned_at, &mut |chunk| {
-                eager.apply(chunk)
-            })
-            .await?;
-        let max_high = settled.max_high;
-        tracing::info!(chunks = settled.ready.len() + settled.deferred.len(), read_again = settled.deferred.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
-        let mut log = HandoffLog::default();
-        let mut ordinals = Ordinals::default();
-        capture.states = eager.settle(&capture.tables, settled.ready, &mut log, &mut ordinals)?;
-        tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
-        capture.progress.set_phase(Phase::CatchUp);
-        let mut reader = open_reader(StartPosition::Coord(settled.stream_from)).await?;
-        capture
-            .follow_handoff(
-                &mut reader,
-                &max_high,
-                settled.deferred,
-                &mut log,
-                &mut ordinals,
-            )
-            .await?;
-        tracing::info!(elapsed = ?started.elapsed(), "caught up to the last HIGH");
-        // Stable: already in binlog order, which is position order.
-        log.changes
-            .sort_by(|a, b| a.event.position.cmp(&b.event.position));
-        // Chunks read again after a DDL were applied in the order of their DDL.
-        log.chunks.sort_by_key(ChunkChange::start);
-        log.codecs = capture.handoff_codecs.take().unwrap_or_default();
-        for state in &mut capture.states {
-            state
-                .finish_handoff()
-                .map_err(|e| SourceError::arrow("ending the hand-off", e))?;
-        }
-        tracing::info!(elapsed = ?started.elapsed(), "hand-off complete");
+        let (log, reader, max_high) = capture.snapshot_and_handoff(&options, &run).await?;
         capture.progress.set_position(max_high);
         if options.mode == SnapshotMode::SnapshotOnly {
             capture.progress.set_phase(Phase::Done);
@@ -349,6 +265,133 @@ impl Capture {
             capture.reader = Some(reader);
         }
         Ok((capture, log))
+    }
+
+    /// A capture of `tables` in `states`, before anything is read.
+    fn new(
+        connect: ConnectOptions,
+        options: &CaptureOptions,
+        info: ServerInfo,
+        tables: Vec<Arc<TableSchema>>,
+        states: Vec<TableState>,
+        progress: Arc<Progress>,
+    ) -> SourceResult<Self> {
+        let index = tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.id.clone(), i))
+            .collect();
+        Ok(Capture {
+            info,
+            tables,
+            index,
+            states,
+            reader: None,
+            pending: None,
+            progress,
+            resume_from: None,
+            stopped: Stopped::default(),
+            new_stops: Vec::new(),
+            schema_changes: Vec::new(),
+            parked: Default::default(),
+            pattern: Patterns::new(&options.tables)?,
+            created: HashMap::new(),
+            connect,
+            handoff_codecs: Some(Vec::new()),
+        })
+    }
+
+    /// A binlog reader from `start` that decodes only the rows of captured, unstopped tables.
+    async fn open_reader(
+        &self,
+        options: &CaptureOptions,
+        start: StartPosition,
+    ) -> SourceResult<BinlogReader> {
+        let only_captured = live_tables(Arc::clone(&self.pattern.filter), &self.stopped);
+        BinlogReader::open(
+            self.connect.clone(),
+            BinlogReaderOptions::new(options.server_id, start).with_filter(only_captured),
+        )
+        .await
+    }
+
+    /// `StreamOnly`: no snapshot, the (empty) states consistent from `start` on.
+    async fn stream_from(
+        &mut self,
+        options: &CaptureOptions,
+        start: StartPosition,
+    ) -> SourceResult<()> {
+        let reader = self.open_reader(options, start).await?;
+        // The state is (empty and) consistent at the start, when it is a file position.
+        if let StartPosition::Coord(at) = reader.resume_position() {
+            self.progress.set_position(at.clone());
+        }
+        self.reader = Some(reader);
+        self.finish_handoff("starting the stream")?;
+        self.progress.set_phase(Phase::Streaming);
+        self.handoff_codecs = None;
+        Ok(())
+    }
+
+    /// The snapshot's chunks read and applied, then the binlog followed from `min(HIGH)` to
+    /// `max(HIGH)` (see the module docs): the hand-off's changelog, the reader positioned just
+    /// past it, and `max(HIGH)`.
+    async fn snapshot_and_handoff(
+        &mut self,
+        options: &CaptureOptions,
+        run: &Arc<SnapshotRun>,
+    ) -> SourceResult<(HandoffLog, BinlogReader, BinlogCoord)> {
+        let started = std::time::Instant::now();
+        let connect = self.connect.clone();
+        // Where the schemas the chunks are read under are known to hold: a DDL between there
+        // and the first chunk's window would otherwise go unseen.
+        let planned_at = self.schemas_hold_at(&connect, options).await?;
+        // Each chunk is applied as soon as it is read (see `apply`).
+        let planned = run.tables().iter().map(|t| t.ranges.len()).collect();
+        let mut eager = EagerChunks::new(std::mem::take(&mut self.states), planned);
+        let settled = self
+            .read_chunks(&connect, options, run, &planned_at, &mut |chunk| {
+                eager.apply(chunk)
+            })
+            .await?;
+        let max_high = settled.max_high;
+        tracing::info!(chunks = settled.ready.len() + settled.deferred.len(), read_again = settled.deferred.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
+        let mut log = HandoffLog::default();
+        let mut ordinals = Ordinals::default();
+        self.states = eager.settle(&self.tables, settled.ready, &mut log, &mut ordinals)?;
+        tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
+        self.progress.set_phase(Phase::CatchUp);
+        let mut reader = self
+            .open_reader(options, StartPosition::Coord(settled.stream_from))
+            .await?;
+        self.follow_handoff(
+            &mut reader,
+            &max_high,
+            settled.deferred,
+            &mut log,
+            &mut ordinals,
+        )
+        .await?;
+        tracing::info!(elapsed = ?started.elapsed(), "caught up to the last HIGH");
+        // Stable: already in binlog order, which is position order.
+        log.changes
+            .sort_by(|a, b| a.event.position.cmp(&b.event.position));
+        // Chunks read again after a DDL were applied in the order of their DDL.
+        log.chunks.sort_by_key(ChunkChange::start);
+        log.codecs = self.handoff_codecs.take().unwrap_or_default();
+        self.finish_handoff("ending the hand-off")?;
+        tracing::info!(elapsed = ?started.elapsed(), "hand-off complete");
+        Ok((log, reader, max_high))
+    }
+
+    /// Every table's state past its hand-off: from here on it takes streamed changes only.
+    fn finish_handoff(&mut self, doing: &'static str) -> SourceResult<()> {
+        for state in &mut self.states {
+            state
+                .finish_handoff()
+                .map_err(|e| SourceError::arrow(doing, e))?;
+        }
+        Ok(())
     }
 
     /// Checks the server and loads the schemas of the tables `patterns` selects, in the order
@@ -404,40 +447,16 @@ impl Capture {
         progress: Arc<Progress>,
     ) -> SourceResult<Self> {
         Self::check_binlog(&connect, &position).await?;
-        let index = tables
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.id.clone(), i))
-            .collect();
-        let pattern = Patterns::new(&options.tables)?;
-        let stopped = Stopped::default();
-        let only_captured = live_tables(Arc::clone(&pattern.filter), &stopped);
-        let reader = BinlogReader::open(
-            connect.clone(),
-            BinlogReaderOptions::new(options.server_id, StartPosition::Coord(position.clone()))
-                .with_filter(only_captured),
-        )
-        .await?;
-        progress.set_phase(Phase::Streaming);
-        progress.set_position(position.clone());
-        Ok(Capture {
-            info,
-            tables,
-            index,
-            states,
-            reader: Some(reader),
-            pending: None,
-            progress,
-            resume_from: Some(position),
-            stopped,
-            new_stops: Vec::new(),
-            schema_changes: Vec::new(),
-            parked: Default::default(),
-            pattern,
-            created: HashMap::new(),
-            connect,
-            handoff_codecs: None,
-        })
+        let mut capture = Capture::new(connect, options, info, tables, states, progress)?;
+        let reader = capture
+            .open_reader(options, StartPosition::Coord(position.clone()))
+            .await?;
+        capture.reader = Some(reader);
+        capture.progress.set_phase(Phase::Streaming);
+        capture.progress.set_position(position.clone());
+        capture.resume_from = Some(position);
+        capture.handoff_codecs = None;
+        Ok(capture)
     }
 
     /// Fails with [`SourceError::BinlogUnavailable`] unless the server still has the binlog

@@ -280,6 +280,7 @@ impl RowCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::kinds::SimpleKind;
     use crate::change::schema::{ColumnKind, ColumnSpec, TableId};
     use arrow::array::{Date32Array, Int32Array};
 
@@ -287,7 +288,7 @@ mod tests {
         let columns = vec![
             ColumnSpec {
                 name: "d".into(),
-                kind: ColumnKind::Date,
+                kind: ColumnKind::Simple(SimpleKind::Date),
                 nullable: false,
             },
             ColumnSpec {

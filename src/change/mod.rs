@@ -7,9 +7,11 @@
 //! Arrow batches of the table's schema, and every row has a [`ChangePosition`] that is unique and
 //! totally ordered within the server's history (see [`position`]).
 //!
-//! [`keys`] gives rows their identity (primary key, or the whole row for keyless tables).
+//! [`keys`] gives rows their identity (primary key, or the whole row for keyless tables);
+//! [`kinds`] is the one table of the column kinds without parameters.
 
 pub mod keys;
+pub mod kinds;
 pub mod position;
 pub mod schema;
 

@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
+use super::kinds::SimpleKind;
+
 /// `db.table` on the source server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TableId {
@@ -172,13 +174,10 @@ pub enum ColumnKind {
         bits: u8,
         unsigned: bool,
     },
-    Float,
-    Double,
     Decimal {
         precision: u8,
         scale: u8,
     },
-    Date,
     Time {
         fsp: u8,
     },
@@ -188,7 +187,6 @@ pub enum ColumnKind {
     Timestamp {
         fsp: u8,
     },
-    Year,
     /// Character data. `length` is the declared length in characters of `CHAR(n)` and
     /// `VARCHAR(n)` (sent to clients as `varchar(n)`); `None` for the `TEXT` types.
     Text {
@@ -209,12 +207,19 @@ pub enum ColumnKind {
     Bit {
         bits: u16,
     },
-    Json,
-    Geometry,
-    Vector,
+    /// A kind without parameters, whose facts are one row of `kinds`.
+    Simple(SimpleKind),
 }
 
 impl ColumnKind {
+    /// The simple kind this is, if it is one.
+    pub fn simple(&self) -> Option<SimpleKind> {
+        match self {
+            ColumnKind::Simple(kind) => Some(*kind),
+            _ => None,
+        }
+    }
+
     /// The Arrow type of this kind.
     pub fn data_type(&self) -> DataType {
         match self {
@@ -228,8 +233,6 @@ impl ColumnKind {
                 (_, false) => DataType::Int64,
                 (_, true) => DataType::UInt64,
             },
-            ColumnKind::Float => DataType::Float32,
-            ColumnKind::Double => DataType::Float64,
             ColumnKind::Decimal { precision, scale } => {
                 if *precision <= DECIMAL128_MAX_PRECISION {
                     DataType::Decimal128(*precision, *scale as i8)
@@ -237,21 +240,17 @@ impl ColumnKind {
                     DataType::Decimal256(*precision, *scale as i8)
                 }
             }
-            ColumnKind::Date => DataType::Date32,
             ColumnKind::Time { .. } => DataType::Duration(TimeUnit::Microsecond),
             ColumnKind::DateTime { .. } => DataType::Timestamp(TimeUnit::Microsecond, None),
             ColumnKind::Timestamp { .. } => {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
             }
-            ColumnKind::Year => DataType::Int16,
-            ColumnKind::Text { .. }
-            | ColumnKind::Enum { .. }
-            | ColumnKind::Set { .. }
-            | ColumnKind::Json => DataType::Utf8,
-            ColumnKind::Binary { .. } | ColumnKind::Geometry | ColumnKind::Vector => {
-                DataType::Binary
+            ColumnKind::Text { .. } | ColumnKind::Enum { .. } | ColumnKind::Set { .. } => {
+                DataType::Utf8
             }
+            ColumnKind::Binary { .. } => DataType::Binary,
             ColumnKind::Bit { .. } => DataType::UInt64,
+            ColumnKind::Simple(kind) => kind.row().arrow.data_type(),
         }
     }
 
@@ -272,14 +271,10 @@ impl ColumnKind {
                     base.to_string()
                 }
             }
-            ColumnKind::Float => "float".into(),
-            ColumnKind::Double => "double".into(),
             ColumnKind::Decimal { precision, scale } => format!("decimal({precision},{scale})"),
-            ColumnKind::Date => "date".into(),
             ColumnKind::Time { fsp } => format!("time({fsp})"),
             ColumnKind::DateTime { fsp } => format!("datetime({fsp})"),
             ColumnKind::Timestamp { fsp } => format!("timestamp({fsp})"),
-            ColumnKind::Year => "year".into(),
             ColumnKind::Text {
                 length: Some(n), ..
             } => format!("varchar({n})"),
@@ -288,9 +283,7 @@ impl ColumnKind {
             ColumnKind::Enum { .. } => "enum".into(),
             ColumnKind::Set { .. } => "set".into(),
             ColumnKind::Bit { bits } => format!("bit({bits})"),
-            ColumnKind::Json => "json".into(),
-            ColumnKind::Geometry => "geometry".into(),
-            ColumnKind::Vector => "vector".into(),
+            ColumnKind::Simple(kind) => kind.name().into(),
         }
     }
 
@@ -323,10 +316,11 @@ impl ColumnKind {
     /// Whether columns of this kind hold values that have no Arrow value and are read as NULL
     /// even when the column is `NOT NULL` (zero and invalid dates, the zero timestamp).
     pub fn has_unrepresentable_values(&self) -> bool {
-        matches!(
-            self,
-            ColumnKind::Date | ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. }
-        )
+        match self {
+            ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => true,
+            ColumnKind::Simple(kind) => kind.row().always_nullable,
+            _ => false,
+        }
     }
 
     /// The Arrow field for a column of this kind; nullable when the column is, and always for

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::capture::SchemaChange;
+use crate::change::kinds::SimpleKind;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 
@@ -79,6 +80,10 @@ pub enum StoredKind {
     Json,
     Geometry,
     Vector,
+    /// Any other kind of the table of kinds, by its name there (`{"type":"simple","name":"uuid"}`).
+    Simple {
+        name: String,
+    },
 }
 
 /// One followed schema change in a manifest.
@@ -100,17 +105,13 @@ impl From<&ColumnKind> for StoredKind {
                 bits: *bits,
                 unsigned: *unsigned,
             },
-            ColumnKind::Float => StoredKind::Float,
-            ColumnKind::Double => StoredKind::Double,
             ColumnKind::Decimal { precision, scale } => StoredKind::Decimal {
                 precision: *precision,
                 scale: *scale,
             },
-            ColumnKind::Date => StoredKind::Date,
             ColumnKind::Time { fsp } => StoredKind::Time { fsp: *fsp },
             ColumnKind::DateTime { fsp } => StoredKind::DateTime { fsp: *fsp },
             ColumnKind::Timestamp { fsp } => StoredKind::Timestamp { fsp: *fsp },
-            ColumnKind::Year => StoredKind::Year,
             ColumnKind::Text { charset, length } => StoredKind::Text {
                 charset: match charset {
                     Charset::Utf8 => "utf8",
@@ -127,9 +128,20 @@ impl From<&ColumnKind> for StoredKind {
                 labels: labels.to_vec(),
             },
             ColumnKind::Bit { bits } => StoredKind::Bit { bits: *bits },
-            ColumnKind::Json => StoredKind::Json,
-            ColumnKind::Geometry => StoredKind::Geometry,
-            ColumnKind::Vector => StoredKind::Vector,
+            // The kinds that had a tag of their own before the table of kinds keep it, so
+            // manifests read both ways.
+            ColumnKind::Simple(simple) => match simple {
+                SimpleKind::Float => StoredKind::Float,
+                SimpleKind::Double => StoredKind::Double,
+                SimpleKind::Date => StoredKind::Date,
+                SimpleKind::Year => StoredKind::Year,
+                SimpleKind::Json => StoredKind::Json,
+                SimpleKind::Geometry => StoredKind::Geometry,
+                SimpleKind::Vector => StoredKind::Vector,
+                other => StoredKind::Simple {
+                    name: other.name().to_string(),
+                },
+            },
         }
     }
 }
@@ -143,17 +155,17 @@ impl TryFrom<&StoredKind> for ColumnKind {
                 bits: *bits,
                 unsigned: *unsigned,
             },
-            StoredKind::Float => ColumnKind::Float,
-            StoredKind::Double => ColumnKind::Double,
+            StoredKind::Float => ColumnKind::Simple(SimpleKind::Float),
+            StoredKind::Double => ColumnKind::Simple(SimpleKind::Double),
             StoredKind::Decimal { precision, scale } => ColumnKind::Decimal {
                 precision: *precision,
                 scale: *scale,
             },
-            StoredKind::Date => ColumnKind::Date,
+            StoredKind::Date => ColumnKind::Simple(SimpleKind::Date),
             StoredKind::Time { fsp } => ColumnKind::Time { fsp: *fsp },
             StoredKind::DateTime { fsp } => ColumnKind::DateTime { fsp: *fsp },
             StoredKind::Timestamp { fsp } => ColumnKind::Timestamp { fsp: *fsp },
-            StoredKind::Year => ColumnKind::Year,
+            StoredKind::Year => ColumnKind::Simple(SimpleKind::Year),
             StoredKind::Text { charset, length } => ColumnKind::Text {
                 charset: match charset.as_str() {
                     "utf8" => Charset::Utf8,
@@ -170,9 +182,13 @@ impl TryFrom<&StoredKind> for ColumnKind {
                 labels: labels.clone().into(),
             },
             StoredKind::Bit { bits } => ColumnKind::Bit { bits: *bits },
-            StoredKind::Json => ColumnKind::Json,
-            StoredKind::Geometry => ColumnKind::Geometry,
-            StoredKind::Vector => ColumnKind::Vector,
+            StoredKind::Json => ColumnKind::Simple(SimpleKind::Json),
+            StoredKind::Geometry => ColumnKind::Simple(SimpleKind::Geometry),
+            StoredKind::Vector => ColumnKind::Simple(SimpleKind::Vector),
+            StoredKind::Simple { name } => ColumnKind::Simple(
+                SimpleKind::from_name(name)
+                    .ok_or_else(|| format!("unknown column kind {name:?}"))?,
+            ),
         };
         kind.check()?;
         Ok(kind)
@@ -286,14 +302,14 @@ mod tests {
                 labels: vec!["x".to_string()].into(),
             },
             ColumnKind::Bit { bits: 7 },
-            ColumnKind::Json,
-        ];
+        ]
+        .into_iter()
+        .chain(SimpleKind::all().map(ColumnKind::Simple));
         let columns: Vec<ColumnSpec> = kinds
-            .iter()
             .enumerate()
             .map(|(i, kind)| ColumnSpec {
                 name: format!("c{i}"),
-                kind: kind.clone(),
+                kind,
                 nullable: i % 2 == 0,
             })
             .collect();

@@ -32,6 +32,7 @@ use arrow::datatypes::{
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
+use crate::change::kinds::Checksum;
 use crate::change::schema::{quote_ident, ColumnKind, ColumnSpec, TableSchema};
 use crate::source::connect::bounded;
 use crate::source::error::{SourceError, SourceResult};
@@ -43,10 +44,7 @@ const SEPARATOR: char = ',';
 
 /// Whether a column of `kind` is in the checksum (else it is a value column).
 pub fn has_canonical_text(kind: &ColumnKind) -> bool {
-    !matches!(
-        kind,
-        ColumnKind::Float | ColumnKind::Json | ColumnKind::Geometry | ColumnKind::Vector
-    )
+    !matches!(kind, ColumnKind::Simple(simple) if simple.row().checksum == Checksum::Value)
 }
 
 /// The indexes of `schema`'s columns compared as values, not through the checksum.
@@ -62,10 +60,8 @@ pub fn canonical_sql(column: &ColumnSpec) -> Option<String> {
     let c = quote_ident(&column.name);
     Some(match &column.kind {
         ColumnKind::Int { .. } => format!("CAST({c} AS CHAR)"),
-        ColumnKind::Year => format!("CAST({c} + 0 AS CHAR)"),
         ColumnKind::Bit { .. } => format!("CAST(CAST({c} AS UNSIGNED) AS CHAR)"),
-        ColumnKind::Decimal { .. } | ColumnKind::Double => format!("CAST({c} AS CHAR)"),
-        ColumnKind::Date => format!("DATE_FORMAT({c}, '%Y-%m-%d')"),
+        ColumnKind::Decimal { .. } => format!("CAST({c} AS CHAR)"),
         ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => {
             format!("DATE_FORMAT({c}, '%Y-%m-%d %H:%i:%s.%f')")
         }
@@ -76,9 +72,10 @@ pub fn canonical_sql(column: &ColumnSpec) -> Option<String> {
             format!("HEX(CONVERT({c} USING utf8mb4))")
         }
         ColumnKind::Binary { .. } => format!("HEX({c})"),
-        ColumnKind::Float | ColumnKind::Json | ColumnKind::Geometry | ColumnKind::Vector => {
-            return None
-        }
+        ColumnKind::Simple(simple) => match simple.row().checksum {
+            Checksum::Sql(template) => template.replace("{c}", &c),
+            Checksum::Value => return None,
+        },
     })
 }
 
@@ -304,6 +301,7 @@ fn push_hex(bytes: &[u8], out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::kinds::SimpleKind;
     use std::sync::Arc;
 
     use arrow::array::{
@@ -416,7 +414,7 @@ mod tests {
                 },
                 ColumnSpec {
                     name: "f".into(),
-                    kind: ColumnKind::Float,
+                    kind: ColumnKind::Simple(SimpleKind::Float),
                     nullable: true,
                 },
                 ColumnSpec {

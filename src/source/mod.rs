@@ -8,7 +8,7 @@
 //! * [`evolve`]: what one such statement does to a captured table's rows and columns, when
 //!   that can be followed exactly;
 //! * [`binlog`]: the replica stream, decoded into whole source transactions;
-//! * [`wire`]: a connection of our own whose `SELECT` rows are read in place, for the
+//! * [`mysql_client`]: a connection of our own whose `SELECT` rows are read in place, for the
 //!   snapshot's reads;
 //! * [`snapshot`]: `SELECT` results decoded into the same Arrow values, and the chunked,
 //!   lock-free incremental snapshot built on them;
@@ -23,9 +23,9 @@ pub mod connect;
 pub mod ddl;
 pub mod error;
 pub mod evolve;
+pub mod mysql_client;
 pub mod schema;
 pub mod snapshot;
 pub mod types;
-pub mod wire;
 
 pub use error::{SourceError, SourceResult};

@@ -9,6 +9,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
+use crate::change::kinds::SimpleKind;
 use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
 
@@ -184,17 +185,12 @@ fn kind_from_info(col: &InfoColumn, is_json: bool) -> Result<ColumnKind, String>
             precision: col.precision.unwrap_or(10) as u8,
             scale: col.scale.unwrap_or(0) as u8,
         }),
-        "float" => Ok(ColumnKind::Float),
-        "double" | "real" => Ok(ColumnKind::Double),
-        "date" => Ok(ColumnKind::Date),
         "time" => Ok(ColumnKind::Time { fsp }),
         "datetime" => Ok(ColumnKind::DateTime { fsp }),
         "timestamp" => Ok(ColumnKind::Timestamp { fsp }),
-        "year" => Ok(ColumnKind::Year),
-        "json" => Ok(ColumnKind::Json),
         "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" => {
             if is_json {
-                return Ok(ColumnKind::Json);
+                return Ok(ColumnKind::Simple(SimpleKind::Json));
             }
             let length = matches!(col.data_type.as_str(), "char" | "varchar")
                 .then_some(col.max_chars)
@@ -220,13 +216,15 @@ fn kind_from_info(col: &InfoColumn, is_json: bool) -> Result<ColumnKind, String>
         "bit" => Ok(ColumnKind::Bit {
             bits: col.precision.unwrap_or(1) as u16,
         }),
-        "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
-        | "multipolygon" | "geometrycollection" | "geomcollection" => Ok(ColumnKind::Geometry),
-        "vector" => Ok(ColumnKind::Vector),
-        other => Err(format!(
-            "MySQL type '{other}' ({}) has no exact Arrow mapping yet",
-            col.column_type
-        )),
+        // The kinds without parameters, by their names in the table of kinds.
+        other => SimpleKind::from_name(other)
+            .map(ColumnKind::Simple)
+            .ok_or_else(|| {
+                format!(
+                    "MySQL type '{other}' ({}) has no exact Arrow mapping yet",
+                    col.column_type
+                )
+            }),
     }
 }
 

@@ -39,11 +39,10 @@ use pgwire::types::format::FormatOptions;
 use pgwire::types::ToSqlText;
 use postgres_types::{to_sql_checked, IsNull, ToSql};
 
+use crate::change::kinds::{Pg, SimpleKind};
+use crate::change::schema::MYSQL_TYPE_KEY;
 use crate::frontend::protocol::pg_text::{PgFloat, TrimFraction};
 use crate::sqlstate::SqlState;
-
-/// Field metadata key holding a captured column's MySQL type.
-const MYSQL_TYPE_KEY: &str = "mysql.type";
 
 /// The PostgreSQL type a column is sent as.
 pub fn pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
@@ -51,7 +50,9 @@ pub fn pg_type(field: &Arc<Field>) -> PgWireResult<Type> {
         DataType::Decimal128(..) | DataType::Decimal256(..) => Ok(Type::NUMERIC),
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
             match field.metadata().get(MYSQL_TYPE_KEY).map(String::as_str) {
-                Some("json") => Ok(Type::JSON),
+                Some(t) if SimpleKind::from_name(t).is_some_and(|k| k.row().pg == Pg::Json) => {
+                    Ok(Type::JSON)
+                }
                 Some(t) if varchar_length(t).is_some() => Ok(Type::VARCHAR),
                 _ => arrow_pg::datatypes::field_into_pg_type(field),
             }

@@ -20,6 +20,7 @@
 //!   precision, `BIT`, `SET` labels, latin1, `BINARY(n)` padding) are the shared functions of
 //!   `source::types`, which the snapshot's `ColumnBuilder` also calls.
 
+use crate::change::kinds::SimpleKind;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BinaryArray, PrimitiveArray, StringArray};
@@ -33,11 +34,12 @@ use arrow::datatypes::{
 use super::buffers::{Bytes, Validity};
 use super::cursor::{Cursor, RowsError};
 use super::decimal::DecimalLayout;
-use super::mysql_json;
-use super::wire::{
+use super::layout::{
     read_date, read_datetime2, read_datetime_old, read_len, read_time2, read_time_old,
-    read_timestamp2, read_u24, sign_extend, Wire,
+    read_timestamp2, read_u24, sign_extend, Layout,
 };
+use super::mysql_json;
+use crate::change::kinds::{Binlog, Render};
 use crate::change::schema::{Charset, ColumnKind};
 use crate::source::types::{
     append_padded, bit_value, decimal128_fits, decimal256_fits, decode_text, epoch_to_micros,
@@ -74,10 +76,14 @@ macro_rules! on_values {
             | V::Binary { bytes: $b, .. }
             | V::Enum { text: $b, .. }
             | V::Set { text: $b, .. }
-            | V::Json { text: $b, .. } => $bytes,
+            | V::Json { text: $b, .. }
+            | V::Rendered { text: $b, .. } => $bytes,
         }
     }};
 }
+
+/// The longest value a [`Values::Rendered`] column carries.
+const MAX_RENDERED_LEN: usize = 64;
 
 /// The values of one column, typed by its Arrow type, with how each is read off the wire.
 #[derive(Debug, Clone)]
@@ -162,6 +168,14 @@ enum Values {
         prefix: u8,
         text: Bytes,
     },
+    /// A kind of the table of kinds carried as `len` bytes (trailing zeros stripped) and
+    /// written as text by its `render` (see `change::kinds::Binlog::Rendered`).
+    Rendered {
+        prefix: u8,
+        len: usize,
+        render: Render,
+        text: Bytes,
+    },
 }
 
 impl Values {
@@ -172,7 +186,8 @@ impl Values {
             | Values::Latin1 { text, .. }
             | Values::Enum { text, .. }
             | Values::Set { text, .. }
-            | Values::Json { text, .. } => Some(text),
+            | Values::Json { text, .. }
+            | Values::Rendered { text, .. } => Some(text),
             Values::Binary { bytes, .. } => Some(bytes),
             _ => None,
         }
@@ -184,7 +199,8 @@ impl Values {
             | Values::Latin1 { text, .. }
             | Values::Enum { text, .. }
             | Values::Set { text, .. }
-            | Values::Json { text, .. } => Some(text),
+            | Values::Json { text, .. }
+            | Values::Rendered { text, .. } => Some(text),
             Values::Binary { bytes, .. } => Some(bytes),
             _ => None,
         }
@@ -211,30 +227,30 @@ fn push_opt<T: Default>(values: &mut Vec<T>, v: Option<T>) -> bool {
 impl Column {
     /// The operation for a value laid out as `wire` in a column of `kind`; an error for a
     /// pairing with no operation (the table map and the schema disagree).
-    pub(super) fn compile(wire: Wire, kind: &ColumnKind, nullable: bool) -> Result<Self, String> {
+    pub(super) fn compile(wire: Layout, kind: &ColumnKind, nullable: bool) -> Result<Self, String> {
         use ColumnKind as K;
         let no_op = || format!("no decoding of {wire:?} into {}", kind.mysql_type());
         let unsigned = matches!(kind, K::Int { unsigned: true, .. });
         let values = match (wire, kind) {
-            (Wire::Tiny, K::Int { bits: 8, .. }) if unsigned => Values::UInt8(vec![]),
-            (Wire::Tiny, K::Int { bits: 8, .. }) => Values::Int8(vec![]),
-            (Wire::Short, K::Int { bits: 16, .. }) if unsigned => Values::UInt16(vec![]),
-            (Wire::Short, K::Int { bits: 16, .. }) => Values::Int16(vec![]),
-            (Wire::Int24, K::Int { bits: 24, .. }) if unsigned => Values::UInt24(vec![]),
-            (Wire::Int24, K::Int { bits: 24, .. }) => Values::Int24(vec![]),
-            (Wire::Long, K::Int { bits: 32, .. }) if unsigned => Values::UInt32(vec![]),
-            (Wire::Long, K::Int { bits: 32, .. }) => Values::Int32(vec![]),
-            (Wire::LongLong, K::Int { bits: 64, .. }) if unsigned => Values::UInt64(vec![]),
-            (Wire::LongLong, K::Int { bits: 64, .. }) => Values::Int64(vec![]),
-            (Wire::Year, K::Year) => Values::Year(vec![]),
-            (Wire::Bit { bits }, K::Bit { bits: b }) if bits == *b => Values::Bit {
+            (Layout::Tiny, K::Int { bits: 8, .. }) if unsigned => Values::UInt8(vec![]),
+            (Layout::Tiny, K::Int { bits: 8, .. }) => Values::Int8(vec![]),
+            (Layout::Short, K::Int { bits: 16, .. }) if unsigned => Values::UInt16(vec![]),
+            (Layout::Short, K::Int { bits: 16, .. }) => Values::Int16(vec![]),
+            (Layout::Int24, K::Int { bits: 24, .. }) if unsigned => Values::UInt24(vec![]),
+            (Layout::Int24, K::Int { bits: 24, .. }) => Values::Int24(vec![]),
+            (Layout::Long, K::Int { bits: 32, .. }) if unsigned => Values::UInt32(vec![]),
+            (Layout::Long, K::Int { bits: 32, .. }) => Values::Int32(vec![]),
+            (Layout::LongLong, K::Int { bits: 64, .. }) if unsigned => Values::UInt64(vec![]),
+            (Layout::LongLong, K::Int { bits: 64, .. }) => Values::Int64(vec![]),
+            (Layout::Year, K::Simple(SimpleKind::Year)) => Values::Year(vec![]),
+            (Layout::Bit { bits }, K::Bit { bits: b }) if bits == *b => Values::Bit {
                 bytes: u8::try_from(bits.div_ceil(8)).map_err(|_| no_op())?,
                 values: vec![],
             },
-            (Wire::Float, K::Float) => Values::Float32(vec![]),
-            (Wire::Double, K::Double) => Values::Float64(vec![]),
+            (Layout::Float, K::Simple(SimpleKind::Float)) => Values::Float32(vec![]),
+            (Layout::Double, K::Simple(SimpleKind::Double)) => Values::Float64(vec![]),
             (
-                Wire::NewDecimal { precision, scale },
+                Layout::NewDecimal { precision, scale },
                 K::Decimal {
                     precision: p,
                     scale: s,
@@ -257,39 +273,39 @@ impl Column {
                     }
                 }
             }
-            (Wire::Date, K::Date) => Values::Date(vec![]),
-            (Wire::TimeOld, K::Time { .. }) => Values::TimeOld(vec![]),
-            (Wire::Time2 { fsp }, K::Time { fsp: f }) if fsp == *f => Values::Time2 {
+            (Layout::Date, K::Simple(SimpleKind::Date)) => Values::Date(vec![]),
+            (Layout::TimeOld, K::Time { .. }) => Values::TimeOld(vec![]),
+            (Layout::Time2 { fsp }, K::Time { fsp: f }) if fsp == *f => Values::Time2 {
                 fsp,
                 values: vec![],
             },
-            (Wire::DateTimeOld, K::DateTime { .. }) => Values::DateTimeOld(vec![]),
-            (Wire::DateTime2 { fsp }, K::DateTime { fsp: f }) if fsp == *f => Values::DateTime2 {
+            (Layout::DateTimeOld, K::DateTime { .. }) => Values::DateTimeOld(vec![]),
+            (Layout::DateTime2 { fsp }, K::DateTime { fsp: f }) if fsp == *f => Values::DateTime2 {
                 fsp,
                 day: (-1, 0),
                 values: vec![],
             },
-            (Wire::TimestampOld, K::Timestamp { .. }) => Values::TimestampOld(vec![]),
-            (Wire::Timestamp2 { fsp }, K::Timestamp { fsp: f }) if fsp == *f => {
+            (Layout::TimestampOld, K::Timestamp { .. }) => Values::TimestampOld(vec![]),
+            (Layout::Timestamp2 { fsp }, K::Timestamp { fsp: f }) if fsp == *f => {
                 Values::Timestamp2 {
                     fsp,
                     values: vec![],
                 }
             }
             (
-                Wire::VarLen { prefix, .. } | Wire::Blob { prefix },
+                Layout::VarLen { prefix, .. } | Layout::Blob { prefix },
                 K::Text {
                     charset: Charset::Utf8,
                     ..
                 },
             )
             // MariaDB's JSON is a LONGTEXT holding JSON text.
-            | (Wire::Blob { prefix }, K::Json) => Values::Utf8 {
+            | (Layout::Blob { prefix }, K::Simple(SimpleKind::Json)) => Values::Utf8 {
                 prefix,
                 text: Bytes::new(),
             },
             (
-                Wire::VarLen { prefix, .. } | Wire::Blob { prefix },
+                Layout::VarLen { prefix, .. } | Layout::Blob { prefix },
                 K::Text {
                     charset: Charset::Latin1,
                     ..
@@ -298,33 +314,46 @@ impl Column {
                 prefix,
                 text: Bytes::new(),
             },
-            (Wire::VarLen { prefix, .. } | Wire::Blob { prefix }, K::Binary { pad_to }) => {
+            (Layout::VarLen { prefix, .. } | Layout::Blob { prefix }, K::Binary { pad_to }) => {
                 Values::Binary {
                     prefix,
                     pad_to: *pad_to,
                     bytes: Bytes::new(),
                 }
             }
-            (Wire::Geometry { prefix }, K::Geometry) | (Wire::Vector { prefix }, K::Vector) => {
+            (Layout::Geometry { prefix }, K::Simple(SimpleKind::Geometry)) | (Layout::Vector { prefix }, K::Simple(SimpleKind::Vector)) => {
                 Values::Binary {
                     prefix,
                     pad_to: None,
                     bytes: Bytes::new(),
                 }
             }
-            (Wire::Enum { pack }, K::Enum { labels }) => Values::Enum {
+            (Layout::Enum { pack }, K::Enum { labels }) => Values::Enum {
                 pack,
                 labels: Arc::clone(labels),
                 text: Bytes::new(),
             },
-            (Wire::Set { pack }, K::Set { labels }) => Values::Set {
+            (Layout::Set { pack }, K::Set { labels }) => Values::Set {
                 pack,
                 labels: Arc::clone(labels),
                 text: Bytes::new(),
             },
-            (Wire::Json { prefix }, K::Json) => Values::Json {
+            (Layout::Json { prefix }, K::Simple(SimpleKind::Json)) => Values::Json {
                 prefix,
                 text: Bytes::new(),
+            },
+            (Layout::VarLen { prefix, max_len }, K::Simple(simple)) => match simple.row().binlog {
+                Binlog::Rendered { len, render }
+                    if usize::from(max_len) == len && len <= MAX_RENDERED_LEN =>
+                {
+                    Values::Rendered {
+                        prefix,
+                        len,
+                        render,
+                        text: Bytes::new(),
+                    }
+                }
+                _ => return Err(no_op()),
             },
             _ => return Err(no_op()),
         };
@@ -554,6 +583,25 @@ impl Column {
                 text.push(scratch.as_bytes())?;
                 true
             }
+            V::Rendered {
+                prefix,
+                len,
+                render,
+                text,
+            } => {
+                let stored = read_len(cur, *prefix)?;
+                let bytes = cur.take(stored)?;
+                if bytes.len() > *len {
+                    return Err(format!("a value of {} bytes (at most {len})", bytes.len()).into());
+                }
+                // The trailing zero bytes the binlog strips, put back.
+                let mut padded = [0u8; MAX_RENDERED_LEN];
+                padded[..bytes.len()].copy_from_slice(bytes);
+                scratch.clear();
+                render(&padded[..*len], scratch)?;
+                text.push(scratch.as_bytes())?;
+                true
+            }
         };
         self.nulls.push(valid);
         Ok(())
@@ -615,7 +663,8 @@ impl Column {
             | V::Latin1 { text: mut b, .. }
             | V::Enum { text: mut b, .. }
             | V::Set { text: mut b, .. }
-            | V::Json { text: mut b, .. } => {
+            | V::Json { text: mut b, .. }
+            | V::Rendered { text: mut b, .. } => {
                 let offsets = b.offsets();
                 // The one UTF-8 check of the column's values; only a failure looks at them one
                 // by one, to name the first bad one.
@@ -703,7 +752,7 @@ mod tests {
             length: Some(10),
         };
         let column = Column::compile(
-            Wire::VarLen {
+            Layout::VarLen {
                 prefix: 1,
                 max_len: 40,
             },
@@ -779,7 +828,7 @@ mod tests {
             unsigned: false,
         };
         let field = int.field("i", false);
-        let mut tiny = Column::compile(Wire::Tiny, &int, false).unwrap();
+        let mut tiny = Column::compile(Layout::Tiny, &int, false).unwrap();
         let mut scratch = String::new();
         for v in [1u8, 2, 3] {
             tiny.decode(&mut Cursor::new(&[v]), &mut scratch).unwrap();
@@ -826,7 +875,7 @@ mod tests {
             bits: 8,
             unsigned: false,
         };
-        let tiny = Column::compile(Wire::Tiny, &int, false).unwrap();
+        let tiny = Column::compile(Layout::Tiny, &int, false).unwrap();
         assert!(!text_column().0.can_take(&tiny));
     }
 
@@ -874,8 +923,10 @@ mod tests {
             bits: 8,
             unsigned: false,
         };
-        assert!(Column::compile(Wire::Long, &int, false).is_err());
-        assert!(Column::compile(Wire::Tiny, &ColumnKind::Double, false).is_err());
-        assert!(Column::compile(Wire::Tiny, &int, false).is_ok());
+        assert!(Column::compile(Layout::Long, &int, false).is_err());
+        assert!(
+            Column::compile(Layout::Tiny, &ColumnKind::Simple(SimpleKind::Double), false).is_err()
+        );
+        assert!(Column::compile(Layout::Tiny, &int, false).is_ok());
     }
 }

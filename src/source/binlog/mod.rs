@@ -8,7 +8,7 @@
 //! * [`rows`]: row images straight into Arrow, checked against the table's schema;
 //! * `columns`: each column's compiled operation and the typed Arrow buffer it fills;
 //! * `buffers`: the offsets, data and validity a column grows, cut and split;
-//! * [`wire`]: each column's layout in a row image and the readers of its values;
+//! * [`layout`]: each column's layout in a row image and the readers of its values;
 //! * [`decimal`]: MySQL's binary `DECIMAL` into an unscaled integer;
 //! * `cursor`: bounds-checked reads of row-image bytes and the decoder's error;
 //! * [`filter`]: which tables are decoded;
@@ -24,10 +24,10 @@ mod columns;
 mod cursor;
 mod decimal;
 pub mod filter;
+pub mod layout;
 pub mod mysql_json;
 pub mod reader;
 pub mod rows;
-pub mod wire;
 
 pub use assemble::Assembler;
 pub use filter::{table_filter, TableFilter, SYSTEM_DATABASES};

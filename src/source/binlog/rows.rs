@@ -19,6 +19,7 @@
 //!   need every column of every before and after image.
 //! * Values go through the conversions of `source::types` that the snapshot path also uses.
 
+use crate::change::kinds::SimpleKind;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -29,7 +30,7 @@ use mysql_async::consts::ColumnType;
 use super::columns::Column;
 use super::cursor::Cursor;
 pub use super::cursor::RowsError;
-use super::wire::Wire;
+use super::layout::Layout;
 use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
 
 /// Collation id → character set and the most bytes one of its characters takes, read from the
@@ -216,7 +217,7 @@ impl TableDecoder {
         }
         let mut columns = Vec::with_capacity(n);
         for (i, (col, field)) in schema.columns.iter().zip(schema.arrow.fields()).enumerate() {
-            let wire = Wire::from_table_map(tme, i)?;
+            let wire = Layout::from_table_map(tme, i)?;
             if !wire.fits(&col.kind) {
                 return Err(format!(
                     "column {} is {} in the schema but {wire:?} in the table map",
@@ -331,7 +332,7 @@ impl TableDecoder {
         let mut columns = Vec::with_capacity(names.len());
         let nulls = tme.null_bitmask();
         for (i, name) in names.into_iter().enumerate() {
-            let wire = Wire::from_table_map(tme, i)?;
+            let wire = Layout::from_table_map(tme, i)?;
             let raw = tme.get_raw_column_type(i).ok().flatten();
             let sign = if raw.is_some_and(takes_signedness) {
                 unsigned.next().unwrap_or(false)
@@ -340,7 +341,7 @@ impl TableDecoder {
             };
             // `None` when the table map has no charset metadata (servers before MySQL 8.0).
             let collation = if raw.is_some_and(takes_charset)
-                && !matches!(wire, Wire::Enum { .. } | Wire::Set { .. })
+                && !matches!(wire, Layout::Enum { .. } | Layout::Set { .. })
             {
                 charsets
                     .next()
@@ -352,7 +353,7 @@ impl TableDecoder {
             let charset = match collation {
                 Some(id)
                     if id != BINARY_COLLATION
-                        && matches!(wire, Wire::VarLen { .. } | Wire::Blob { .. }) =>
+                        && matches!(wire, Layout::VarLen { .. } | Layout::Blob { .. }) =>
                 {
                     *collations
                         .get(&id)
@@ -360,32 +361,32 @@ impl TableDecoder {
                 }
                 _ => None,
             };
-            let was_json = current
-                .and_then(|s| s.column_index(&name).map(|c| &s.columns[c].kind))
-                .is_some_and(|k| *k == ColumnKind::Json);
+            // What the server's schema says the column is, for what the table map cannot say.
+            let was = current.and_then(|s| s.column_index(&name).map(|c| &s.columns[c].kind));
+            let was_json = was.is_some_and(|k| *k == ColumnKind::Simple(SimpleKind::Json));
             let int = |bits| ColumnKind::Int {
                 bits,
                 unsigned: sign,
             };
             let kind = match wire {
-                Wire::Tiny => int(8),
-                Wire::Short => int(16),
-                Wire::Int24 => int(24),
-                Wire::Long => int(32),
-                Wire::LongLong => int(64),
-                Wire::Float => ColumnKind::Float,
-                Wire::Double => ColumnKind::Double,
-                Wire::NewDecimal { precision, scale } => ColumnKind::Decimal { precision, scale },
-                Wire::Date => ColumnKind::Date,
-                Wire::TimeOld => ColumnKind::Time { fsp: 0 },
-                Wire::Time2 { fsp } => ColumnKind::Time { fsp },
-                Wire::DateTimeOld => ColumnKind::DateTime { fsp: 0 },
-                Wire::DateTime2 { fsp } => ColumnKind::DateTime { fsp },
-                Wire::TimestampOld => ColumnKind::Timestamp { fsp: 0 },
-                Wire::Timestamp2 { fsp } => ColumnKind::Timestamp { fsp },
-                Wire::Year => ColumnKind::Year,
+                Layout::Tiny => int(8),
+                Layout::Short => int(16),
+                Layout::Int24 => int(24),
+                Layout::Long => int(32),
+                Layout::LongLong => int(64),
+                Layout::Float => ColumnKind::Simple(SimpleKind::Float),
+                Layout::Double => ColumnKind::Simple(SimpleKind::Double),
+                Layout::NewDecimal { precision, scale } => ColumnKind::Decimal { precision, scale },
+                Layout::Date => ColumnKind::Simple(SimpleKind::Date),
+                Layout::TimeOld => ColumnKind::Time { fsp: 0 },
+                Layout::Time2 { fsp } => ColumnKind::Time { fsp },
+                Layout::DateTimeOld => ColumnKind::DateTime { fsp: 0 },
+                Layout::DateTime2 { fsp } => ColumnKind::DateTime { fsp },
+                Layout::TimestampOld => ColumnKind::Timestamp { fsp: 0 },
+                Layout::Timestamp2 { fsp } => ColumnKind::Timestamp { fsp },
+                Layout::Year => ColumnKind::Simple(SimpleKind::Year),
                 // The table map gives the byte length; a character takes at most `width` bytes.
-                Wire::VarLen { max_len, .. } => match charset {
+                Layout::VarLen { max_len, .. } => match charset {
                     Some((charset, width)) => ColumnKind::Text {
                         charset,
                         length: Some(u32::from(max_len) / u32::from(width.max(1))),
@@ -401,30 +402,39 @@ impl TableDecoder {
                     }
                     None => ColumnKind::Binary { pad_to: None },
                 },
-                Wire::Enum { .. } => ColumnKind::Enum {
+                Layout::Enum { .. } => ColumnKind::Enum {
                     labels: enums
                         .next()
                         .ok_or_else(|| format!("column {name}: no enum labels in the table map"))?
                         .into(),
                 },
-                Wire::Set { .. } => ColumnKind::Set {
+                Layout::Set { .. } => ColumnKind::Set {
                     labels: sets
                         .next()
                         .ok_or_else(|| format!("column {name}: no set labels in the table map"))?
                         .into(),
                 },
-                Wire::Bit { bits } => ColumnKind::Bit { bits },
-                Wire::Blob { .. } if was_json => ColumnKind::Json,
-                Wire::Blob { .. } => match charset {
+                Layout::Bit { bits } => ColumnKind::Bit { bits },
+                Layout::Blob { .. } if was_json => ColumnKind::Simple(SimpleKind::Json),
+                Layout::Blob { .. } => match charset {
                     Some((charset, _)) => ColumnKind::Text {
                         charset,
                         length: None,
                     },
                     None => ColumnKind::Binary { pad_to: None },
                 },
-                Wire::Json { .. } => ColumnKind::Json,
-                Wire::Geometry { .. } => ColumnKind::Geometry,
-                Wire::Vector { .. } => ColumnKind::Vector,
+                Layout::Json { .. } => ColumnKind::Simple(SimpleKind::Json),
+                Layout::Geometry { .. } => ColumnKind::Simple(SimpleKind::Geometry),
+                Layout::Vector { .. } => ColumnKind::Simple(SimpleKind::Vector),
+            };
+            // A kind of the table of kinds that the binlog carries as `BINARY(n)`.
+            let kind = match (was, &kind) {
+                (Some(ColumnKind::Simple(simple)), ColumnKind::Binary { pad_to: Some(n) })
+                    if simple.rendered_len() == Some(*n) =>
+                {
+                    ColumnKind::Simple(*simple)
+                }
+                _ => kind,
             };
             kind.check().map_err(|e| format!("column {name}: {e}"))?;
             columns.push(ColumnSpec {
@@ -615,13 +625,13 @@ mod tests {
         assert_eq!(
             kinds,
             [
-                ColumnKind::Year,
+                ColumnKind::Simple(SimpleKind::Year),
                 // YEAR takes no signedness bit, so the first one is `u`'s.
                 ColumnKind::Int {
                     bits: 32,
                     unsigned: true
                 },
-                ColumnKind::Geometry,
+                ColumnKind::Simple(SimpleKind::Geometry),
                 // GEOMETRY takes the first charset entry, so `s` gets utf8mb4.
                 ColumnKind::Text {
                     charset: Charset::Utf8,

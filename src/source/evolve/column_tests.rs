@@ -1,6 +1,7 @@
 //! Column definitions through `ADD COLUMN`: kinds, nullability and the values of added
 //! columns.
 
+use crate::change::kinds::SimpleKind;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -37,22 +38,25 @@ fn fractional_types() {
     assert_eq!(kind("a NUMERIC(12,4)"), dec(12, 4));
     assert_eq!(kind("a DECIMAL(65,30)"), dec(65, 30));
     assert!(declared("a DECIMAL(66,0)").is_err());
-    assert_eq!(kind("a FLOAT"), ColumnKind::Float);
-    assert_eq!(kind("a FLOAT(24)"), ColumnKind::Float);
-    assert_eq!(kind("a FLOAT(25)"), ColumnKind::Double);
-    assert_eq!(kind("a DOUBLE"), ColumnKind::Double);
-    assert_eq!(kind("a REAL"), ColumnKind::Double);
-    assert_eq!(kind("a DOUBLE PRECISION"), ColumnKind::Double);
+    assert_eq!(kind("a FLOAT"), ColumnKind::Simple(SimpleKind::Float));
+    assert_eq!(kind("a FLOAT(24)"), ColumnKind::Simple(SimpleKind::Float));
+    assert_eq!(kind("a FLOAT(25)"), ColumnKind::Simple(SimpleKind::Double));
+    assert_eq!(kind("a DOUBLE"), ColumnKind::Simple(SimpleKind::Double));
+    assert_eq!(kind("a REAL"), ColumnKind::Simple(SimpleKind::Double));
+    assert_eq!(
+        kind("a DOUBLE PRECISION"),
+        ColumnKind::Simple(SimpleKind::Double)
+    );
 }
 
 #[test]
 fn temporal_types() {
-    assert_eq!(kind("a DATE"), ColumnKind::Date);
+    assert_eq!(kind("a DATE"), ColumnKind::Simple(SimpleKind::Date));
     assert_eq!(kind("a TIME(3)"), ColumnKind::Time { fsp: 3 });
     assert_eq!(kind("a DATETIME"), ColumnKind::DateTime { fsp: 0 });
     assert_eq!(kind("a DATETIME(6)"), ColumnKind::DateTime { fsp: 6 });
     assert_eq!(kind("a TIMESTAMP(2)"), ColumnKind::Timestamp { fsp: 2 });
-    assert_eq!(kind("a YEAR"), ColumnKind::Year);
+    assert_eq!(kind("a YEAR"), ColumnKind::Simple(SimpleKind::Year));
     assert!(declared("a DATETIME(7) NULL").is_err());
 }
 
@@ -139,9 +143,9 @@ fn binary_enum_set_bit_json_geometry_types() {
     assert_eq!(kind("a BIT"), ColumnKind::Bit { bits: 1 });
     assert_eq!(kind("a BIT(12)"), ColumnKind::Bit { bits: 12 });
     assert!(declared("a BIT(65)").is_err());
-    assert_eq!(kind("a JSON"), ColumnKind::Json);
-    assert_eq!(kind("a GEOMETRY"), ColumnKind::Geometry);
-    assert_eq!(kind("a POINT"), ColumnKind::Geometry);
+    assert_eq!(kind("a JSON"), ColumnKind::Simple(SimpleKind::Json));
+    assert_eq!(kind("a GEOMETRY"), ColumnKind::Simple(SimpleKind::Geometry));
+    assert_eq!(kind("a POINT"), ColumnKind::Simple(SimpleKind::Geometry));
     let why = declared("a INTERVAL").unwrap_err();
     assert!(why.contains("INTERVAL"), "{why}");
 }

@@ -1,5 +1,6 @@
 //! Statements and ALTER clauses: what each does to the captured `shop.orders`.
 
+use crate::change::kinds::SimpleKind;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int32Array, StringArray};
@@ -193,7 +194,7 @@ fn exact_widenings_are_kept() {
         TableId::new("shop", "w"),
         vec![
             col("u", int(32, true), true),
-            col("f", ColumnKind::Float, true),
+            col("f", ColumnKind::Simple(SimpleKind::Float), true),
             col(
                 "d",
                 ColumnKind::Decimal {

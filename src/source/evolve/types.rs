@@ -15,6 +15,7 @@ use sqlparser::ast::{
     TimezoneInfo,
 };
 
+use crate::change::kinds::{Arrow, Implicit, SimpleKind};
 use crate::change::schema::{Charset, ColumnKind, ColumnSpec};
 use crate::source::evolve::literal::{literal, parse_date, parse_time, Literal};
 use crate::source::types::{parse_decimal_text, time_to_micros, ColumnBuilder};
@@ -167,6 +168,12 @@ fn kind_of(
         }
         Some(CharacterLength::Max) => Err(format!("type {data_type} is not MySQL")),
     };
+    // A kind without parameters, by its name in the table of kinds.
+    let simple = |name: &str| {
+        SimpleKind::from_name(name)
+            .map(|kind| (ColumnKind::Simple(kind), None))
+            .ok_or_else(|| format!("type {data_type} has no exact mapping"))
+    };
     match data_type {
         D::Bool | D::Boolean | D::TinyInt(_) => int(8, false),
         D::TinyIntUnsigned(_) => int(8, true),
@@ -185,18 +192,20 @@ fn kind_of(
                 ExactNumberInfo::Precision(p) if *p > 53 => {
                     return Err(format!("type {data_type} is not a valid MySQL type"))
                 }
-                ExactNumberInfo::Precision(p) if *p > 24 => ColumnKind::Double,
-                _ => ColumnKind::Float,
+                ExactNumberInfo::Precision(p) if *p > 24 => ColumnKind::Simple(SimpleKind::Double),
+                _ => ColumnKind::Simple(SimpleKind::Float),
             };
             let unsigned = matches!(data_type, D::FloatUnsigned(_));
             Ok((kind, unsigned.then_some(unsigned_fraction).flatten()))
         }
-        D::Float4 => Ok((ColumnKind::Float, None)),
-        D::Double(_) | D::DoublePrecision | D::Real | D::Float8 => Ok((ColumnKind::Double, None)),
-        D::DoubleUnsigned(_) | D::DoublePrecisionUnsigned | D::RealUnsigned => {
-            Ok((ColumnKind::Double, unsigned_fraction))
+        D::Float4 => Ok((ColumnKind::Simple(SimpleKind::Float), None)),
+        D::Double(_) | D::DoublePrecision | D::Real | D::Float8 => {
+            Ok((ColumnKind::Simple(SimpleKind::Double), None))
         }
-        D::Date => Ok((ColumnKind::Date, None)),
+        D::DoubleUnsigned(_) | D::DoublePrecisionUnsigned | D::RealUnsigned => {
+            Ok((ColumnKind::Simple(SimpleKind::Double), unsigned_fraction))
+        }
+        D::Date => Ok((ColumnKind::Simple(SimpleKind::Date), None)),
         D::Time(fsp, TimezoneInfo::None) => Ok((ColumnKind::Time { fsp: fsp_of(fsp)? }, None)),
         D::Datetime(fsp) => Ok((ColumnKind::DateTime { fsp: fsp_of(fsp)? }, None)),
         D::Timestamp(fsp, TimezoneInfo::None) => {
@@ -245,23 +254,20 @@ fn kind_of(
             },
             None,
         )),
-        D::JSON => Ok((ColumnKind::Json, None)),
+        D::JSON => Ok((ColumnKind::Simple(SimpleKind::Json), None)),
         D::Custom(name, modifiers) => {
             let name = last_part(name).to_ascii_lowercase();
             match (name.as_str(), modifiers.as_slice()) {
                 ("year", [] | [_]) if modifiers.iter().all(|m| m == "4") => {
-                    Ok((ColumnKind::Year, None))
+                    Ok((ColumnKind::Simple(SimpleKind::Year), None))
                 }
                 ("text", [_]) => text(false, None),
-                (
-                    "geometry" | "point" | "linestring" | "polygon" | "multipoint"
-                    | "multilinestring" | "multipolygon" | "geometrycollection" | "geomcollection",
-                    [],
-                ) => Ok((ColumnKind::Geometry, None)),
-                ("vector", [_]) => Ok((ColumnKind::Vector, None)),
+                ("vector", [_]) => Ok((ColumnKind::Simple(SimpleKind::Vector), None)),
+                (name, []) => simple(name),
                 _ => Err(format!("type {data_type} has no exact mapping")),
             }
         }
+        D::Uuid => simple("uuid"),
         other => Err(format!("type {other} has no exact mapping")),
     }
 }
@@ -347,7 +353,10 @@ impl Declared {
                 bit_fits(kind, v)?;
                 out.append_u64(v)
             }
-            (ColumnKind::Float | ColumnKind::Double, Literal::Number(s) | Literal::Text(s)) => {
+            (
+                ColumnKind::Simple(SimpleKind::Float) | ColumnKind::Simple(SimpleKind::Double),
+                Literal::Number(s) | Literal::Text(s),
+            ) => {
                 if !s
                     .bytes()
                     .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
@@ -360,14 +369,18 @@ impl Declared {
             (ColumnKind::Decimal { scale, .. }, Literal::Number(s) | Literal::Text(s)) => {
                 out.append_decimal(parse_decimal_text(s, *scale)?)
             }
-            (ColumnKind::Year, Literal::Number(s)) if s == "0" => out.append_i64(0),
-            (ColumnKind::Year, Literal::Number(s) | Literal::Text(s)) if s.len() == 4 => {
+            (ColumnKind::Simple(SimpleKind::Year), Literal::Number(s)) if s == "0" => {
+                out.append_i64(0)
+            }
+            (ColumnKind::Simple(SimpleKind::Year), Literal::Number(s) | Literal::Text(s))
+                if s.len() == 4 =>
+            {
                 match s.parse::<i64>() {
                     Ok(y @ (0 | 1901..=2155)) => out.append_i64(y),
                     _ => Err(bad(&lit)),
                 }
             }
-            (ColumnKind::Date, Literal::Text(s)) => {
+            (ColumnKind::Simple(SimpleKind::Date), Literal::Text(s)) => {
                 let (y, m, d) = parse_date(s).ok_or_else(|| bad(&lit))?;
                 out.append_date(y, m, d)
             }
@@ -442,7 +455,7 @@ impl Declared {
                 (K::Int { bits, unsigned }, K::Decimal { precision, scale }) => {
                     precision - scale >= int_digits(*bits, *unsigned)
                 }
-                (K::Float, K::Double) => true,
+                (K::Simple(SimpleKind::Float), K::Simple(SimpleKind::Double)) => true,
                 (
                     K::Decimal {
                         precision: p1,
@@ -530,12 +543,18 @@ fn find_label<'a>(labels: &'a [String], s: &str) -> Option<&'a str> {
     }
 }
 
+fn server_dependent(kind: &ColumnKind) -> String {
+    format!(
+        "a NOT NULL {} without DEFAULT gets a server-dependent value",
+        kind.mysql_type()
+    )
+}
+
 /// MySQL's implicit default of a `NOT NULL` column without `DEFAULT`.
 fn implicit_default(kind: &ColumnKind, out: &mut ColumnBuilder) -> Result<(), String> {
     match kind {
-        ColumnKind::Int { .. } | ColumnKind::Year => out.append_i64(0),
+        ColumnKind::Int { .. } => out.append_i64(0),
         ColumnKind::Bit { .. } => out.append_u64(0),
-        ColumnKind::Float | ColumnKind::Double => out.append_f64(0.0),
         ColumnKind::Decimal { .. } => out.append_decimal(i256::ZERO),
         ColumnKind::Text { .. } | ColumnKind::Set { .. } => out.append_str(""),
         ColumnKind::Binary { pad_to } => out.append_bytes(b"", *pad_to),
@@ -543,17 +562,23 @@ fn implicit_default(kind: &ColumnKind, out: &mut ColumnBuilder) -> Result<(), St
             out.append_str(labels.first().ok_or("an ENUM without members")?)
         }
         // The zero date, which both read paths give as NULL.
-        ColumnKind::Date | ColumnKind::DateTime { .. } => {
+        ColumnKind::DateTime { .. } => {
             out.append_null();
             Ok(())
         }
         ColumnKind::Time { .. } => out.append_time_micros(0),
-        ColumnKind::Timestamp { .. }
-        | ColumnKind::Json
-        | ColumnKind::Geometry
-        | ColumnKind::Vector => Err(format!(
-            "a NOT NULL {} without DEFAULT gets a server-dependent value",
-            kind.mysql_type()
-        )),
+        ColumnKind::Simple(simple) => match simple.row().implicit {
+            Implicit::Zero => match simple.row().arrow {
+                Arrow::Float32 | Arrow::Float64 => out.append_f64(0.0),
+                _ => out.append_i64(0),
+            },
+            Implicit::Null => {
+                out.append_null();
+                Ok(())
+            }
+            Implicit::Text(text) => out.append_str(text),
+            Implicit::ServerDependent => Err(server_dependent(kind)),
+        },
+        ColumnKind::Timestamp { .. } => Err(server_dependent(kind)),
     }
 }

@@ -18,6 +18,7 @@ use mysql_async::{Conn, Value};
 
 use arrow::array::RecordBatch;
 
+use crate::change::kinds::ChunkKey;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{quote_ident, ColumnKind, TableSchema};
 use crate::source::connect::bounded;
@@ -73,7 +74,11 @@ impl ChunkRange {
 
 /// Whether a column kind is an integer that can be cut in even arithmetic steps.
 fn integer_key(kind: &ColumnKind) -> bool {
-    matches!(kind, ColumnKind::Int { .. } | ColumnKind::Year)
+    match kind {
+        ColumnKind::Int { .. } => true,
+        ColumnKind::Simple(simple) => simple.row().chunk_key == ChunkKey::Integer,
+        _ => false,
+    }
 }
 
 fn as_i128(v: &Value) -> Option<i128> {

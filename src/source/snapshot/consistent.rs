@@ -14,7 +14,7 @@ use super::incremental::{ChunkConnection, HookPoint, SnapshotRun, Visibility};
 use super::protocol::ChunkRead;
 use crate::change::position::BinlogCoord;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::wire::WireValue;
+use crate::source::mysql_client::WireValue;
 
 impl SnapshotRun {
     pub(super) async fn read_consistent(

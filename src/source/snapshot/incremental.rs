@@ -65,7 +65,7 @@ use crate::change::schema::{Flavor, TableId, TableSchema};
 use crate::locks::Locked;
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::wire::WireConnection;
+use crate::source::mysql_client::WireConnection;
 
 /// Where in a chunk's protocol a hook runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,12 +205,12 @@ pub struct SnapshotRun {
     /// The server's Unix socket (`@@socket`), asked once; see `protocol::open_rows`.
     pub(super) socket: tokio::sync::OnceCell<Option<String>>,
     /// Set once our own row connection could not be opened for a reason that will not pass
-    /// (see `source::wire`): the run's chunks then read with `mysql_async` only.
+    /// (see `source::mysql_client`): the run's chunks then read with `mysql_async` only.
     pub(super) driver_rows_only: std::sync::atomic::AtomicBool,
 }
 
 /// A chunk's connections: `sql` for everything but the watermarked `SELECT`, which `rows`
-/// reads when the run has it (see `source::wire`). Both are kept between chunks, with their
+/// reads when the run has it (see `source::mysql_client`). Both are kept between chunks, with their
 /// prepared statements.
 #[derive(Debug)]
 pub(super) struct ChunkConnection {

@@ -46,7 +46,7 @@ pub enum ChunkState {
     Done,
 }
 
-/// Which connection read a chunk's rows (see `source::wire`).
+/// Which connection read a chunk's rows (see `source::mysql_client`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowReader {
     /// Our own connection, rows read in place.

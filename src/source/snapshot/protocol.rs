@@ -15,7 +15,7 @@
 //! # Connections
 //! A chunk holds two connections, reused by the next chunk: the driver's, for the positions,
 //! the barrier, the window fold and a keyless chunk's locked read (whose HIGH must be taken
-//! inside its transaction), and our own (`source::wire`) for the watermarked `SELECT` (locking
+//! inside its transaction), and our own (`source::mysql_client`) for the watermarked `SELECT` (locking
 //! or not) and the whole of a consistent snapshot's transaction, whose rows it reads in place.
 //! Statements on the two follow one another, never overlap, so the order of LOW, barrier,
 //! `SELECT` and HIGH is the same as on one connection.
@@ -46,7 +46,7 @@ use crate::locks::Locked;
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::SESSION_INIT;
 use crate::source::error::{SourceError, SourceResult};
-use crate::source::wire::{Opened, WireConnection};
+use crate::source::mysql_client::{Opened, WireConnection};
 use std::sync::Arc;
 
 /// How long a keyless table's locked read keeps trying to get its rows' locks: long-open
@@ -149,7 +149,7 @@ impl SnapshotRun {
     }
 
     /// Our own connection for the `SELECT`s of keyed chunks and consistent snapshots (see
-    /// `source::wire`), over the server's Unix socket when it is the same server's (a loopback
+    /// `source::mysql_client`), over the server's Unix socket when it is the same server's (a loopback
     /// address, the URL's port; see `ConnectOptions::local_socket`); `None` when it
     /// cannot be had. The driver's connection `sql` has just been made with the same options,
     /// so a failure here is ours, not the server's: the chunk reads through the driver instead

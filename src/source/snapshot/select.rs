@@ -10,7 +10,7 @@
 //! converts text of every column character set to UTF-8 before it reaches us.
 //!
 //! Rows come either from `mysql_async` ([`SelectReader::push_row`]) or, for keyed chunks and
-//! consistent snapshots, from our own connection (`source::wire`), whose rows are read in
+//! consistent snapshots, from our own connection (`source::mysql_client`), whose rows are read in
 //! place and decoded by operations compiled per result (`columns`), which reach the same
 //! values through the same shared conversions.
 //!
@@ -24,14 +24,15 @@ use arrow::array::RecordBatch;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 
+use crate::change::kinds::Snapshot;
 use crate::change::schema::{quote_ident, ColumnKind, Flavor, TableSchema};
 use crate::source::connect::{bounded, while_progressing, DEFAULT_READ_TIMEOUT};
 use crate::source::error::{SourceError, SourceResult};
+use crate::source::mysql_client::{ValueError, WireValue};
 use crate::source::types::{
     bit_value, finish_batch, parse_decimal_fast, parse_decimal_text, time_parts_to_micros,
     ColumnBuilder,
 };
-use crate::source::wire::{ValueError, WireValue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -93,7 +94,7 @@ impl<'a> SelectReader<'a> {
     #[cfg(test)]
     pub(super) fn push_binary(
         &mut self,
-        row: &crate::source::wire::BinaryRow<'_>,
+        row: &crate::source::mysql_client::BinaryRow<'_>,
     ) -> SourceResult<()> {
         self.push_values(row.len(), || row.values())
     }
@@ -449,28 +450,7 @@ pub(super) fn append_value(
         return Ok(());
     }
     match kind {
-        ColumnKind::Int { .. } | ColumnKind::Year => match value {
-            WireValue::Int(v) => b.append_i64(v),
-            WireValue::UInt(v) => b.append_u64(v),
-            WireValue::Bytes(t) => {
-                let t = String::from_utf8_lossy(t);
-                match t.parse::<i64>() {
-                    Ok(v) => b.append_i64(v),
-                    Err(_) => b.append_u64(t.parse().map_err(|_| format!("bad integer {t:?}"))?),
-                }
-            }
-            other => Err(format!("integer column got {other:?}")),
-        },
-        ColumnKind::Float => match value {
-            WireValue::Float(v) => b.append_f32(v),
-            WireValue::Double(v) => b.append_f32(v as f32),
-            other => Err(format!("float column got {other:?}")),
-        },
-        ColumnKind::Double => match value {
-            WireValue::Double(v) => b.append_f64(v),
-            WireValue::Float(v) => b.append_f64(v as f64),
-            other => Err(format!("double column got {other:?}")),
-        },
+        ColumnKind::Int { .. } => append_int(value, b),
         ColumnKind::Decimal { scale, .. } => {
             let bytes = bytes_of(value)?;
             match parse_decimal_fast(bytes, *scale) {
@@ -481,10 +461,6 @@ pub(super) fn append_value(
                 }
             }
         }
-        ColumnKind::Date => match value {
-            WireValue::Date(y, m, d, ..) => b.append_date(y as u32, m as u32, d as u32),
-            other => Err(format!("date column got {other:?}")),
-        },
         ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => match value {
             WireValue::Date(y, mo, d, h, mi, s, us) => b.append_datetime(
                 y as u32, mo as u32, d as u32, h as u32, mi as u32, s as u32, us,
@@ -498,14 +474,10 @@ pub(super) fn append_value(
             other => Err(format!("time column got {other:?}")),
         },
         // The server converts every text column to the connection's utf8mb4.
-        ColumnKind::Text { .. }
-        | ColumnKind::Json
-        | ColumnKind::Enum { .. }
-        | ColumnKind::Set { .. } => {
+        ColumnKind::Text { .. } | ColumnKind::Enum { .. } | ColumnKind::Set { .. } => {
             b.append_str(std::str::from_utf8(bytes_of(value)?).map_err(|e| e.to_string())?)
         }
         ColumnKind::Binary { pad_to } => b.append_bytes(bytes_of(value)?, *pad_to),
-        ColumnKind::Geometry | ColumnKind::Vector => b.append_bytes(bytes_of(value)?, None),
         ColumnKind::Bit { .. } => match value {
             WireValue::Bytes(bytes) => b.append_u64(bit_value(bytes)?),
             WireValue::UInt(v) => b.append_u64(v),
@@ -514,5 +486,43 @@ pub(super) fn append_value(
             }
             other => Err(format!("bit column got {other:?}")),
         },
+        ColumnKind::Simple(simple) => match simple.row().snapshot {
+            Snapshot::Int => append_int(value, b),
+            Snapshot::Float32 => match value {
+                WireValue::Float(v) => b.append_f32(v),
+                WireValue::Double(v) => b.append_f32(v as f32),
+                other => Err(format!("float column got {other:?}")),
+            },
+            Snapshot::Float64 => match value {
+                WireValue::Double(v) => b.append_f64(v),
+                WireValue::Float(v) => b.append_f64(v as f64),
+                other => Err(format!("double column got {other:?}")),
+            },
+            Snapshot::Date => match value {
+                WireValue::Date(y, m, d, ..) => b.append_date(y as u32, m as u32, d as u32),
+                other => Err(format!("date column got {other:?}")),
+            },
+            // The server converts text to the connection's utf8mb4.
+            Snapshot::Text => {
+                b.append_str(std::str::from_utf8(bytes_of(value)?).map_err(|e| e.to_string())?)
+            }
+            Snapshot::Bytes => b.append_bytes(bytes_of(value)?, None),
+        },
+    }
+}
+
+/// An integer value (or its text) onto an integer column.
+fn append_int(value: WireValue<'_>, b: &mut ColumnBuilder) -> Result<(), String> {
+    match value {
+        WireValue::Int(v) => b.append_i64(v),
+        WireValue::UInt(v) => b.append_u64(v),
+        WireValue::Bytes(t) => {
+            let t = String::from_utf8_lossy(t);
+            match t.parse::<i64>() {
+                Ok(v) => b.append_i64(v),
+                Err(_) => b.append_u64(t.parse().map_err(|_| format!("bad integer {t:?}"))?),
+            }
+        }
+        other => Err(format!("integer column got {other:?}")),
     }
 }

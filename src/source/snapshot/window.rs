@@ -30,8 +30,9 @@ use mysql_async::{Conn, Value};
 use tokio::sync::watch;
 
 use crate::change::keys::RowCodec;
+use crate::change::kinds::ChunkKey;
 use crate::change::position::BinlogCoord;
-use crate::change::schema::{ColumnKind, TableId, TableSchema};
+use crate::change::schema::{ColumnKind, ColumnSpec, TableId, TableSchema};
 use crate::change::SourceTransaction;
 use crate::locks::Locked;
 use crate::source::binlog::BinlogReader;
@@ -222,6 +223,16 @@ pub struct RangeCheck {
     cast: Option<String>,
 }
 
+/// A definite error: `col`'s order on the server is not the order of its values.
+fn not_a_chunk_key(schema: &TableSchema, col: &ColumnSpec) -> SourceError {
+    SourceError::Config(format!(
+        "column {} of {} ({}) cannot be a chunk key: its order is not a value order",
+        col.name,
+        schema.id,
+        col.kind.mysql_type()
+    ))
+}
+
 impl RangeCheck {
     pub async fn new(
         conn: &mut Conn,
@@ -231,12 +242,10 @@ impl RangeCheck {
     ) -> SourceResult<Self> {
         let col = &schema.columns[column];
         let cast = match &col.kind {
-            ColumnKind::Int { .. } | ColumnKind::Year => None,
+            ColumnKind::Int { .. } => None,
             ColumnKind::Decimal { precision, scale } => {
                 Some(format!("CAST(? AS DECIMAL({precision},{scale}))"))
             }
-            ColumnKind::Float | ColumnKind::Double => Some("?".to_string()),
-            ColumnKind::Date => Some("CAST(? AS DATE)".to_string()),
             ColumnKind::DateTime { .. } | ColumnKind::Timestamp { .. } => {
                 Some("CAST(? AS DATETIME(6))".to_string())
             }
@@ -258,13 +267,13 @@ impl RangeCheck {
                     row.ok_or_else(|| SourceError::NoSuchTable(schema.id.to_string()))?;
                 Some(format!("CONVERT(? USING {charset}) COLLATE {collation}"))
             }
-            other => {
-                return Err(SourceError::Config(format!(
-                    "column {} of {} ({}) cannot be a chunk key: its order is not a value order",
-                    col.name,
-                    schema.id,
-                    other.mysql_type()
-                )))
+            ColumnKind::Simple(simple) => match simple.row().chunk_key {
+                ChunkKey::Integer => None,
+                ChunkKey::Cast(cast) => Some(cast.to_string()),
+                ChunkKey::Refused => return Err(not_a_chunk_key(schema, col)),
+            },
+            ColumnKind::Enum { .. } | ColumnKind::Set { .. } | ColumnKind::Bit { .. } => {
+                return Err(not_a_chunk_key(schema, col))
             }
         };
         Ok(Self {

@@ -427,12 +427,13 @@ pub fn batch_of(schema: &SchemaRef, columns: Vec<ArrayRef>) -> Result<RecordBatc
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::kinds::SimpleKind;
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::{Date32Type, Schema};
 
     #[test]
     fn zero_dates_are_null_and_impossible_ones_errors() {
-        let mut b = ColumnBuilder::new(&ColumnKind::Date, 4);
+        let mut b = ColumnBuilder::new(&ColumnKind::Simple(SimpleKind::Date), 4);
         b.append_date(0, 0, 0).unwrap();
         b.append_date(2024, 2, 0).unwrap();
         b.append_date(2024, 2, 29).unwrap();
@@ -489,8 +490,10 @@ mod tests {
         let err = finish_batch(&schema, &mut builders).unwrap_err();
         assert_eq!(err.column, "tiny");
         // A NOT NULL DATE column's field is nullable: its zero dates fit.
-        let schema = Arc::new(Schema::new(vec![ColumnKind::Date.field("d", false)]));
-        let mut builders = vec![ColumnBuilder::new(&ColumnKind::Date, 1)];
+        let schema = Arc::new(Schema::new(vec![
+            ColumnKind::Simple(SimpleKind::Date).field("d", false)
+        ]));
+        let mut builders = vec![ColumnBuilder::new(&ColumnKind::Simple(SimpleKind::Date), 1)];
         builders[0].append_date(0, 0, 0).unwrap();
         assert_eq!(finish_batch(&schema, &mut builders).unwrap().num_rows(), 1);
     }

@@ -21,6 +21,10 @@
 //! | `BINARY`/`VARBINARY`/`BLOB`, `GEOMETRY`, `VECTOR` | `Binary` |
 //! | `BIT(n)` | `UInt64` |
 //!
+//! The kinds without parameters (`FLOAT`, `DOUBLE`, `DATE`, `YEAR`, `JSON`, spatial types,
+//! `VECTOR`, MariaDB's own types) are rows of the one table of kinds, `change::kinds`, which the
+//! readers here and every later stage take their facts from.
+//!
 //! "No calendar meaning": zero dates (`0000-00-00`), partly zero dates (`2024-02-00`) and
 //! days past the end of their month (`2024-02-31`, stored under `ALLOW_INVALID_DATES`). They
 //! have no Arrow value, so `DATE`, `DATETIME` and `TIMESTAMP` fields are always nullable, even
@@ -265,6 +269,7 @@ pub fn arrow_to_mysql(array: &dyn arrow::array::Array, row: usize) -> mysql_asyn
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::change::kinds::SimpleKind;
     use crate::change::schema::ColumnKind;
     use std::sync::Arc;
 
@@ -389,7 +394,7 @@ mod tests {
     #[test]
     fn temporal_fields_are_always_nullable() {
         for kind in [
-            ColumnKind::Date,
+            ColumnKind::Simple(SimpleKind::Date),
             ColumnKind::DateTime { fsp: 6 },
             ColumnKind::Timestamp { fsp: 0 },
         ] {
@@ -397,7 +402,7 @@ mod tests {
         }
         for kind in [
             ColumnKind::Time { fsp: 6 },
-            ColumnKind::Year,
+            ColumnKind::Simple(SimpleKind::Year),
             ColumnKind::Bit { bits: 1 },
         ] {
             assert!(!kind.field("c", false).is_nullable(), "{kind:?}");

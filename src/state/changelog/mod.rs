@@ -18,16 +18,16 @@
 mod adapt;
 mod batch;
 pub mod format;
+mod from_images;
 mod segments;
-mod streamed;
 
 pub use adapt::{adapt, union_schema};
 pub use batch::{changelog_batch, chunk_batch, display_columns, transaction_batches};
 pub use format::{
     changelog_schema, ChangelogRows, COMMIT_TS_COLUMN, META_COLUMNS, POSITION_COLUMN, TX_COLUMN,
 };
+pub use from_images::streamed_batch;
 pub use segments::{
     adapted, read_segments, Changelog, ChangelogSegment, ChunkSegment, SegmentStore,
     StoredSegmentError, Trimmed, MERGE_FANOUT,
 };
-pub use streamed::streamed_batch;

@@ -1,7 +1,7 @@
 //! Snapshot rows read in place, decoded by operations compiled once per result.
 //!
 //! [`select_batches_wire`] (and its locking form, [`select_batches_wire_locked`]) reads a chunk
-//! on our own connection (`source::wire`) through [`BinaryColumns`].
+//! on our own connection (`source::mysql_client`) through [`BinaryColumns`].
 //!
 //! When the first row of a result arrives, every column's binary encoding and its Arrow type
 //! are paired into one [`Op`] that owns the column's builder, so a value is read off the
@@ -31,13 +31,14 @@ use arrow::datatypes::DataType;
 use mysql_async::Value;
 
 use super::select::{append_value, describe_key, nowait_share_lock, select_sql};
+use crate::change::kinds::Snapshot;
 use crate::change::schema::{ColumnKind, Flavor, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
+use crate::source::mysql_client::{BinaryRow, Encoding, RowCursor, WireConnection};
 use crate::source::types::{
     batch_of, date_to_days, datetime_to_micros, decimal128_fits, padded, parse_decimal_fast,
     parse_decimal_text, time_parts_to_micros, ColumnBuilder,
 };
-use crate::source::wire::{BinaryRow, Encoding, RowCursor, WireConnection};
 
 /// One column's decoding, fused with the builder it fills.
 #[derive(Debug)]
@@ -86,6 +87,8 @@ impl Op {
         use ColumnKind as K;
         use Encoding as E;
         let text = || BinaryBuilder::with_capacity(rows, rows * 16);
+        // How the table of kinds says a simple kind comes in the `SELECT`.
+        let form = kind.simple().map(|k| k.row().snapshot);
         match (encoding, kind.data_type(), kind) {
             (E::Int8, DataType::Int8, _) => Op::Int8(Int8Builder::with_capacity(rows)),
             (E::UInt8, DataType::UInt8, _) => Op::UInt8(UInt8Builder::with_capacity(rows)),
@@ -108,7 +111,7 @@ impl Op {
                 scale,
                 values: Decimal128Builder::with_capacity(rows),
             },
-            (E::DateTime, DataType::Date32, K::Date) => {
+            (E::DateTime, DataType::Date32, _) if form == Some(Snapshot::Date) => {
                 Op::Date(Date32Builder::with_capacity(rows))
             }
             (E::DateTime, DataType::Timestamp(..), K::DateTime { .. } | K::Timestamp { .. }) => {
@@ -120,16 +123,15 @@ impl Op {
             (E::Time, DataType::Duration(_), K::Time { .. }) => {
                 Op::Time(DurationMicrosecondBuilder::with_capacity(rows))
             }
-            (
-                E::Bytes,
-                DataType::Utf8,
-                K::Text { .. } | K::Json | K::Enum { .. } | K::Set { .. },
-            ) => Op::Text(text()),
+            (E::Bytes, DataType::Utf8, K::Text { .. } | K::Enum { .. } | K::Set { .. }) => {
+                Op::Text(text())
+            }
+            (E::Bytes, DataType::Utf8, _) if form == Some(Snapshot::Text) => Op::Text(text()),
             (E::Bytes, DataType::Binary, &K::Binary { pad_to }) => Op::Binary {
                 pad_to,
                 values: text(),
             },
-            (E::Bytes, DataType::Binary, K::Geometry | K::Vector) => Op::Binary {
+            (E::Bytes, DataType::Binary, _) if form == Some(Snapshot::Bytes) => Op::Binary {
                 pad_to: None,
                 values: text(),
             },
@@ -164,7 +166,7 @@ impl Op {
     /// Reads one value (not NULL) off `cur` and appends it; `kind` is the column's.
     #[inline]
     fn decode(&mut self, cur: &mut RowCursor<'_>, kind: &ColumnKind) -> Result<(), String> {
-        let short = |e: crate::source::wire::ValueError| e.to_string();
+        let short = |e: crate::source::mysql_client::ValueError| e.to_string();
         match self {
             Op::Int8(b) => b.append_value(i8::from_le_bytes(cur.fixed().map_err(short)?)),
             Op::UInt8(b) => b.append_value(u8::from_le_bytes(cur.fixed().map_err(short)?)),

@@ -1,9 +1,10 @@
 //! The compiled operations against `SelectReader`'s general path, and their errors.
 
 use super::*;
+use crate::change::kinds::SimpleKind;
 use crate::change::schema::{Charset, ColumnSpec, TableId};
+use crate::source::mysql_client::row::testing::{encodings, packet, row};
 use crate::source::snapshot::SelectReader;
-use crate::source::wire::row::testing::{encodings, packet, row};
 use mysql_async::consts::{ColumnFlags, ColumnType as T};
 use mysql_async::Value;
 
@@ -151,9 +152,21 @@ fn compiled_columns_read_what_the_general_path_reads() {
                 unsigned: true,
             },
         ),
-        (T::MYSQL_TYPE_YEAR, unsigned, ColumnKind::Year),
-        (T::MYSQL_TYPE_FLOAT, none, ColumnKind::Float),
-        (T::MYSQL_TYPE_DOUBLE, none, ColumnKind::Double),
+        (
+            T::MYSQL_TYPE_YEAR,
+            unsigned,
+            ColumnKind::Simple(SimpleKind::Year),
+        ),
+        (
+            T::MYSQL_TYPE_FLOAT,
+            none,
+            ColumnKind::Simple(SimpleKind::Float),
+        ),
+        (
+            T::MYSQL_TYPE_DOUBLE,
+            none,
+            ColumnKind::Simple(SimpleKind::Double),
+        ),
         (
             T::MYSQL_TYPE_NEWDECIMAL,
             none,
@@ -178,7 +191,11 @@ fn compiled_columns_read_what_the_general_path_reads() {
                 scale: 30,
             },
         ),
-        (T::MYSQL_TYPE_DATE, none, ColumnKind::Date),
+        (
+            T::MYSQL_TYPE_DATE,
+            none,
+            ColumnKind::Simple(SimpleKind::Date),
+        ),
         (
             T::MYSQL_TYPE_DATETIME,
             none,
@@ -216,9 +233,17 @@ fn compiled_columns_read_what_the_general_path_reads() {
             },
         ),
         (T::MYSQL_TYPE_STRING, none, ColumnKind::Set { labels }),
-        (T::MYSQL_TYPE_BLOB, none, ColumnKind::Json),
+        (
+            T::MYSQL_TYPE_BLOB,
+            none,
+            ColumnKind::Simple(SimpleKind::Json),
+        ),
         (T::MYSQL_TYPE_BIT, unsigned, ColumnKind::Bit { bits: 10 }),
-        (T::MYSQL_TYPE_GEOMETRY, none, ColumnKind::Geometry),
+        (
+            T::MYSQL_TYPE_GEOMETRY,
+            none,
+            ColumnKind::Simple(SimpleKind::Geometry),
+        ),
         // An encoding the kind does not expect takes the general path, range checks and all.
         (
             T::MYSQL_TYPE_LONGLONG,

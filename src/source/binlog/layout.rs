@@ -1,11 +1,12 @@
 //! The layout of one column's value in a row image, and decoding it into Arrow.
 //!
-//! A [`Wire`] is read from the table map (type byte plus metadata) once per table and compiled,
+//! A [`Layout`] is read from the table map (type byte plus metadata) once per table and compiled,
 //! with the column's kind, into the column's decoding operation (see `columns`); the readers
 //! here take one value's bytes off a [`Cursor`]. Every read is bounds-checked: malformed or
 //! truncated images are errors, never panics or misreads. Conversions that must agree with the
 //! snapshot path are the shared ones of `source::types`.
 
+use crate::change::kinds::SimpleKind;
 use mysql_async::binlog::events::TableMapEvent;
 use mysql_async::consts::ColumnType;
 
@@ -17,7 +18,7 @@ use crate::source::types::{
 
 /// How one column's value is laid out in a row image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
+pub enum Layout {
     Tiny,
     Short,
     Int24,
@@ -76,9 +77,9 @@ pub enum Wire {
     },
 }
 
-impl Wire {
+impl Layout {
     /// Reads the layout of column `i` from the table map.
-    pub(super) fn from_table_map(tme: &TableMapEvent<'_>, i: usize) -> Result<Wire, String> {
+    pub(super) fn from_table_map(tme: &TableMapEvent<'_>, i: usize) -> Result<Layout, String> {
         let raw = tme
             .get_raw_column_type(i)
             .map_err(|e| {
@@ -91,28 +92,28 @@ impl Wire {
         let m = |k: usize| meta.get(k).copied().unwrap_or(0);
         use ColumnType as T;
         Ok(match raw {
-            T::MYSQL_TYPE_TINY => Wire::Tiny,
-            T::MYSQL_TYPE_SHORT => Wire::Short,
-            T::MYSQL_TYPE_INT24 => Wire::Int24,
-            T::MYSQL_TYPE_LONG => Wire::Long,
-            T::MYSQL_TYPE_LONGLONG => Wire::LongLong,
-            T::MYSQL_TYPE_FLOAT => Wire::Float,
-            T::MYSQL_TYPE_DOUBLE => Wire::Double,
-            T::MYSQL_TYPE_NEWDECIMAL => Wire::NewDecimal {
+            T::MYSQL_TYPE_TINY => Layout::Tiny,
+            T::MYSQL_TYPE_SHORT => Layout::Short,
+            T::MYSQL_TYPE_INT24 => Layout::Int24,
+            T::MYSQL_TYPE_LONG => Layout::Long,
+            T::MYSQL_TYPE_LONGLONG => Layout::LongLong,
+            T::MYSQL_TYPE_FLOAT => Layout::Float,
+            T::MYSQL_TYPE_DOUBLE => Layout::Double,
+            T::MYSQL_TYPE_NEWDECIMAL => Layout::NewDecimal {
                 precision: m(0),
                 scale: m(1),
             },
-            T::MYSQL_TYPE_DATE | T::MYSQL_TYPE_NEWDATE => Wire::Date,
-            T::MYSQL_TYPE_TIME => Wire::TimeOld,
-            T::MYSQL_TYPE_TIME2 => Wire::Time2 { fsp: m(0) },
-            T::MYSQL_TYPE_DATETIME => Wire::DateTimeOld,
-            T::MYSQL_TYPE_DATETIME2 => Wire::DateTime2 { fsp: m(0) },
-            T::MYSQL_TYPE_TIMESTAMP => Wire::TimestampOld,
-            T::MYSQL_TYPE_TIMESTAMP2 => Wire::Timestamp2 { fsp: m(0) },
-            T::MYSQL_TYPE_YEAR => Wire::Year,
+            T::MYSQL_TYPE_DATE | T::MYSQL_TYPE_NEWDATE => Layout::Date,
+            T::MYSQL_TYPE_TIME => Layout::TimeOld,
+            T::MYSQL_TYPE_TIME2 => Layout::Time2 { fsp: m(0) },
+            T::MYSQL_TYPE_DATETIME => Layout::DateTimeOld,
+            T::MYSQL_TYPE_DATETIME2 => Layout::DateTime2 { fsp: m(0) },
+            T::MYSQL_TYPE_TIMESTAMP => Layout::TimestampOld,
+            T::MYSQL_TYPE_TIMESTAMP2 => Layout::Timestamp2 { fsp: m(0) },
+            T::MYSQL_TYPE_YEAR => Layout::Year,
             T::MYSQL_TYPE_VARCHAR | T::MYSQL_TYPE_VAR_STRING => {
                 let max_len = u16::from_le_bytes([m(0), m(1)]);
-                Wire::VarLen {
+                Layout::VarLen {
                     prefix: if max_len > 255 { 2 } else { 1 },
                     max_len,
                 }
@@ -130,24 +131,24 @@ impl Wire {
                     (if b0 == 0 { raw as u8 } else { b0 }, b1 as u16)
                 };
                 match real {
-                    247 => Wire::Enum { pack: len as u8 },
-                    248 => Wire::Set { pack: len as u8 },
-                    _ => Wire::VarLen {
+                    247 => Layout::Enum { pack: len as u8 },
+                    248 => Layout::Set { pack: len as u8 },
+                    _ => Layout::VarLen {
                         prefix: if len > 255 { 2 } else { 1 },
                         max_len: len,
                     },
                 }
             }
-            T::MYSQL_TYPE_BIT => Wire::Bit {
+            T::MYSQL_TYPE_BIT => Layout::Bit {
                 bits: m(1) as u16 * 8 + m(0) as u16,
             },
             T::MYSQL_TYPE_TINY_BLOB
             | T::MYSQL_TYPE_MEDIUM_BLOB
             | T::MYSQL_TYPE_LONG_BLOB
-            | T::MYSQL_TYPE_BLOB => Wire::Blob { prefix: m(0) },
-            T::MYSQL_TYPE_JSON => Wire::Json { prefix: m(0) },
-            T::MYSQL_TYPE_GEOMETRY => Wire::Geometry { prefix: m(0) },
-            T::MYSQL_TYPE_VECTOR => Wire::Vector { prefix: m(0) },
+            | T::MYSQL_TYPE_BLOB => Layout::Blob { prefix: m(0) },
+            T::MYSQL_TYPE_JSON => Layout::Json { prefix: m(0) },
+            T::MYSQL_TYPE_GEOMETRY => Layout::Geometry { prefix: m(0) },
+            T::MYSQL_TYPE_VECTOR => Layout::Vector { prefix: m(0) },
             other => {
                 return Err(format!(
                     "column {i}: binlog column type {other:?} is not supported"
@@ -160,36 +161,42 @@ impl Wire {
     pub(super) fn fits(&self, kind: &ColumnKind) -> bool {
         use ColumnKind as K;
         match (self, kind) {
-            (Wire::Tiny, K::Int { bits: 8, .. })
-            | (Wire::Short, K::Int { bits: 16, .. })
-            | (Wire::Int24, K::Int { bits: 24, .. })
-            | (Wire::Long, K::Int { bits: 32, .. })
-            | (Wire::LongLong, K::Int { bits: 64, .. })
-            | (Wire::Float, K::Float)
-            | (Wire::Double, K::Double)
-            | (Wire::Date, K::Date)
-            | (Wire::TimeOld, K::Time { .. })
-            | (Wire::DateTimeOld, K::DateTime { .. })
-            | (Wire::TimestampOld, K::Timestamp { .. })
-            | (Wire::Year, K::Year)
-            | (Wire::Enum { .. }, K::Enum { .. })
-            | (Wire::Set { .. }, K::Set { .. })
-            | (Wire::VarLen { .. }, K::Text { .. } | K::Binary { .. })
-            | (Wire::Blob { .. }, K::Text { .. } | K::Binary { .. } | K::Json)
-            | (Wire::Json { .. }, K::Json)
-            | (Wire::Geometry { .. }, K::Geometry)
-            | (Wire::Vector { .. }, K::Vector) => true,
+            (Layout::Tiny, K::Int { bits: 8, .. })
+            | (Layout::Short, K::Int { bits: 16, .. })
+            | (Layout::Int24, K::Int { bits: 24, .. })
+            | (Layout::Long, K::Int { bits: 32, .. })
+            | (Layout::LongLong, K::Int { bits: 64, .. })
+            | (Layout::Float, K::Simple(SimpleKind::Float))
+            | (Layout::Double, K::Simple(SimpleKind::Double))
+            | (Layout::Date, K::Simple(SimpleKind::Date))
+            | (Layout::TimeOld, K::Time { .. })
+            | (Layout::DateTimeOld, K::DateTime { .. })
+            | (Layout::TimestampOld, K::Timestamp { .. })
+            | (Layout::Year, K::Simple(SimpleKind::Year))
+            | (Layout::Enum { .. }, K::Enum { .. })
+            | (Layout::Set { .. }, K::Set { .. })
+            | (Layout::VarLen { .. }, K::Text { .. } | K::Binary { .. })
+            | (
+                Layout::Blob { .. },
+                K::Text { .. } | K::Binary { .. } | K::Simple(SimpleKind::Json),
+            )
+            | (Layout::Json { .. }, K::Simple(SimpleKind::Json))
+            | (Layout::Geometry { .. }, K::Simple(SimpleKind::Geometry))
+            | (Layout::Vector { .. }, K::Simple(SimpleKind::Vector)) => true,
             (
-                Wire::NewDecimal { precision, scale },
+                Layout::NewDecimal { precision, scale },
                 K::Decimal {
                     precision: p,
                     scale: s,
                 },
             ) => precision == p && scale == s,
-            (Wire::Time2 { fsp }, K::Time { fsp: f })
-            | (Wire::DateTime2 { fsp }, K::DateTime { fsp: f })
-            | (Wire::Timestamp2 { fsp }, K::Timestamp { fsp: f }) => fsp == f,
-            (Wire::Bit { bits }, K::Bit { bits: b }) => bits == b,
+            (Layout::Time2 { fsp }, K::Time { fsp: f })
+            | (Layout::DateTime2 { fsp }, K::DateTime { fsp: f })
+            | (Layout::Timestamp2 { fsp }, K::Timestamp { fsp: f }) => fsp == f,
+            (Layout::Bit { bits }, K::Bit { bits: b }) => bits == b,
+            (Layout::VarLen { max_len, .. }, K::Simple(simple)) => {
+                simple.rendered_len() == Some(usize::from(*max_len))
+            }
             _ => false,
         }
     }
@@ -436,7 +443,7 @@ mod tests {
     }
 
     /// Decodes one value of `wire` into a fresh column of `kind`.
-    fn decode_one(wire: Wire, kind: &ColumnKind, bytes: &[u8]) -> Result<ArrayRef, RowsError> {
+    fn decode_one(wire: Layout, kind: &ColumnKind, bytes: &[u8]) -> Result<ArrayRef, RowsError> {
         let mut column = Column::compile(wire, kind, true)?;
         let mut c = Cursor::new(bytes);
         column.decode(&mut c, &mut String::new())?;
@@ -450,7 +457,11 @@ mod tests {
         // DATE: day | month << 5 | year << 9, 3 bytes little-endian.
         let date = |y: u32, m: u32, d: u32| {
             let v = d | m << 5 | y << 9;
-            decode_one(Wire::Date, &ColumnKind::Date, &v.to_le_bytes()[..3])
+            decode_one(
+                Layout::Date,
+                &ColumnKind::Simple(SimpleKind::Date),
+                &v.to_le_bytes()[..3],
+            )
         };
         assert_eq!(date(0, 0, 0).unwrap().null_count(), 1);
         assert_eq!(date(2024, 2, 0).unwrap().null_count(), 1);
@@ -460,12 +471,12 @@ mod tests {
         assert!(date(12_000, 1, 1).is_err());
         // DATETIME2 of all zero bits but the sign: the zero datetime.
         let kind = ColumnKind::DateTime { fsp: 0 };
-        let zero = decode_one(Wire::DateTime2 { fsp: 0 }, &kind, &[0x80, 0, 0, 0, 0]).unwrap();
+        let zero = decode_one(Layout::DateTime2 { fsp: 0 }, &kind, &[0x80, 0, 0, 0, 0]).unwrap();
         assert_eq!(zero.null_count(), 1);
-        assert!(decode_one(Wire::DateTime2 { fsp: 0 }, &kind, &[0x7f, 0, 0, 0, 0]).is_err());
+        assert!(decode_one(Layout::DateTime2 { fsp: 0 }, &kind, &[0x7f, 0, 0, 0, 0]).is_err());
         // TIMESTAMP2 of 0 seconds is the zero timestamp; a fraction of 10^6 µs is corrupt.
         let kind = ColumnKind::Timestamp { fsp: 6 };
-        let wire = Wire::Timestamp2 { fsp: 6 };
+        let wire = Layout::Timestamp2 { fsp: 6 };
         let zero = decode_one(wire, &kind, &[0, 0, 0, 0, 0, 0, 0]).unwrap();
         assert_eq!(zero.null_count(), 1);
         assert!(decode_one(wire, &kind, &[0, 0, 0, 1, 0x0f, 0x42, 0x40]).is_err());
@@ -473,14 +484,14 @@ mod tests {
         let v = 0x80_0000u32 + (900 << 12);
         let bytes = [(v >> 16) as u8, (v >> 8) as u8, v as u8];
         let kind = ColumnKind::Time { fsp: 0 };
-        assert!(decode_one(Wire::Time2 { fsp: 0 }, &kind, &bytes).is_err());
+        assert!(decode_one(Layout::Time2 { fsp: 0 }, &kind, &bytes).is_err());
     }
 
     #[test]
     fn enum_and_set_extremes() {
         let labels: Arc<[String]> = (0..300).map(|i| format!("v{i}")).collect();
         let kind = ColumnKind::Enum { labels };
-        let wire = Wire::Enum { pack: 2 };
+        let wire = Layout::Enum { pack: 2 };
         let text = |a: ArrayRef| a.as_string::<i32>().value(0).to_string();
         // Index 0 is the '' MySQL stores for an invalid value; 300 is the last label.
         assert_eq!(text(decode_one(wire, &kind, &[0, 0]).unwrap()), "");
@@ -489,11 +500,11 @@ mod tests {
         let labels: Arc<[String]> = (0..64).map(|i| format!("s{i}")).collect();
         let all = labels.join(",");
         let kind = ColumnKind::Set { labels };
-        let got = decode_one(Wire::Set { pack: 8 }, &kind, &[0xff; 8]).unwrap();
+        let got = decode_one(Layout::Set { pack: 8 }, &kind, &[0xff; 8]).unwrap();
         assert_eq!(text(got), all);
         // BIT(64) all ones.
         let got = decode_one(
-            Wire::Bit { bits: 64 },
+            Layout::Bit { bits: 64 },
             &ColumnKind::Bit { bits: 64 },
             &[0xff; 8],
         );
