@@ -308,19 +308,33 @@ async fn binlog_and_select_decode_every_type_identically() {
 
 /// A column of each kind of the table of kinds (`change::kinds`) that is not in `TABLE`, with
 /// five values each (row `i` takes the `i`-th): a new kind is one entry here.
-const KIND_COLUMNS: &[(&str, &str, [&str; 5])] = &[(
-    "u",
-    "UUID",
-    [
-        "NULL",
-        "'00000000-0000-0000-0000-000000000000'",
-        // A time-based UUID, which MariaDB stores with its groups swapped.
-        "UUID()",
-        "'6ccd780c-baba-1026-9564-5b8c656024db'",
-        // Trailing zero bytes, which the binlog strips.
-        "'ffffffff-ffff-4fff-bfff-ffffffffff00'",
-    ],
-)];
+const KIND_COLUMNS: &[(&str, &str, [&str; 5])] = &[
+    (
+        "u",
+        "UUID",
+        [
+            "NULL",
+            "'00000000-0000-0000-0000-000000000000'",
+            // A time-based UUID, which MariaDB stores with its groups swapped.
+            "UUID()",
+            "'6ccd780c-baba-1026-9564-5b8c656024db'",
+            // Trailing zero bytes, which the binlog strips.
+            "'ffffffff-ffff-4fff-bfff-ffffffffff00'",
+        ],
+    ),
+    (
+        "ip",
+        "INET6",
+        [
+            "NULL",
+            "'::'",
+            "'::ffff:192.0.2.1'",
+            "'2001:db8::1:0:0:1'",
+            // Trailing zero bytes, which the binlog strips.
+            "'fe80:1::'",
+        ],
+    ),
+];
 
 /// The kinds of the table of kinds read the same through the binlog, the driver's `SELECT` and
 /// the row connection's, and the server's checksum of them is the engine's.
