@@ -162,7 +162,16 @@ async fn read_batches(
 /// Replays one changelog batch onto `current`; see the module docs.
 fn apply(current: &mut CurrentTable, codec: &RowCodec, batch: &RecordBatch) -> Result<(), String> {
     let entries = ChangelogRows::new(batch).map_err(|e| e.to_string())?;
-    let image = RecordBatch::try_new(Arc::clone(&codec.schema().arrow), entries.image().to_vec())
+    // The table's columns lead the image; a changelog read under a wider schema (columns a
+    // later DDL dropped) carries more after them.
+    let width = codec.schema().columns.len();
+    let image = entries.image().get(..width).ok_or_else(|| {
+        format!(
+            "{} image columns, the table has {width}",
+            entries.image().len()
+        )
+    })?;
+    let image = RecordBatch::try_new(Arc::clone(&codec.schema().arrow), image.to_vec())
         .map_err(|e| e.to_string())?;
     let (keys, rows) = codec.encode(&image).map_err(|e| e.to_string())?;
     let keyless = codec.keyless();
@@ -236,4 +245,39 @@ pub fn recorded_schemas(
         .collect::<Result<Vec<_>, String>>()
         .map_err(bad)?;
     Ok((schemas, history))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::change::schema::{ColumnKind, ColumnSpec};
+    use crate::state::changelog::{changelog_schema, union_schema};
+
+    /// A changelog kept across a `DROP COLUMN` is read under the union of its schemas, whose
+    /// image is wider than the table now: replay takes the table's columns from it.
+    #[test]
+    fn a_changelog_under_a_wider_schema_replays_onto_the_narrower_table() {
+        let int = |name: &str| ColumnSpec {
+            name: name.into(),
+            kind: ColumnKind::Int {
+                bits: 32,
+                unsigned: false,
+            },
+            nullable: true,
+        };
+        let id = TableId::new("d", "t");
+        let wide = TableSchema::new(id.clone(), vec![int("id"), int("a"), int("gone")], vec![0]);
+        let narrow = Arc::new(TableSchema::new(id, vec![int("id"), int("a")], vec![0]));
+        let union = union_schema(
+            &changelog_schema(&wide.arrow),
+            &changelog_schema(&narrow.arrow),
+        );
+        let codec = Arc::new(RowCodec::new(Arc::clone(&narrow)).unwrap());
+        let mut current = CurrentTable::new(
+            Arc::clone(&codec),
+            &RecordBatch::new_empty(Arc::clone(&narrow.arrow)),
+        )
+        .unwrap();
+        apply(&mut current, &codec, &RecordBatch::new_empty(union)).unwrap();
+    }
 }

@@ -18,7 +18,7 @@ use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef};
 use arrow::error::ArrowError;
 
-use super::format::META_COLUMNS;
+use super::format::{BEFORE, META_COLUMNS};
 
 /// The name of the column that says which schema version an entry was captured under.
 const VERSION_COLUMN: &str = "_schema_version";
@@ -50,7 +50,7 @@ pub fn union_schema(old: &SchemaRef, new: &SchemaRef) -> SchemaRef {
     };
     let children: Fields = union_fields(&before(old), &before(new)).into();
     fields.push(Arc::new(Field::new(
-        "_before",
+        BEFORE,
         DataType::Struct(children),
         true,
     )));
