@@ -37,7 +37,7 @@ use mysql_async::Conn;
 use super::batch::{decode_err, ImagePool, OpenBatch, RunBuilder, MAX_BATCH_ROWS};
 use super::cursor::RowsError;
 use super::filter::TableFilter;
-use super::rows::{CollationMap, TableDecoder};
+use super::rows::{CollationMap, MapWriter, TableDecoder};
 use crate::change::position::{BinlogCoord, Gtid, GtidSet, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, Op, SourceTransaction, TransactionRun};
@@ -121,6 +121,8 @@ pub struct Assembler {
     checksums_verified_upstream: bool,
     filter: TableFilter,
     collations: CollationMap,
+    /// Which server wrote the binlog (its format description says), for what table maps count.
+    writer: MapWriter,
     /// Name tables' columns `col_1`, `col_2`... when neither a server nor the table map can
     /// name them (decoding binlog files offline).
     unnamed_columns: bool,
@@ -190,6 +192,7 @@ impl Assembler {
             checksums_verified_upstream: false,
             filter,
             collations,
+            writer: MapWriter::default(),
             unnamed_columns: false,
             resume: start,
             file: BinlogCoord::new("", 0),
@@ -389,8 +392,9 @@ impl Assembler {
                 }
                 Ok(None)
             }
-            EventData::FormatDescriptionEvent(_) => {
+            EventData::FormatDescriptionEvent(fde) => {
                 self.seen_fde = true;
+                self.writer = MapWriter::of_server_version(&fde.server_version());
                 Ok(None)
             }
             EventData::GtidEvent(g) => {
@@ -668,7 +672,8 @@ impl Assembler {
                 }
             }
             if let Some(schema) = self.schemas.get(id) {
-                let checked = TableDecoder::check_against_map(tme, schema, &self.collations);
+                let checked =
+                    TableDecoder::check_against_map(tme, schema, &self.collations, self.writer);
                 match checked.and_then(|()| TableDecoder::new(tme, Arc::clone(schema))) {
                     Ok(d) => return Ok(d),
                     Err(e) => {
@@ -682,6 +687,7 @@ impl Assembler {
             tme,
             current,
             &self.collations,
+            self.writer,
             self.unnamed_columns,
         )
         .and_then(|schema| TableDecoder::new(tme, Arc::new(schema)));

@@ -69,10 +69,32 @@ pub fn builtin_collations() -> CollationMap {
     map
 }
 
-/// Whether a column of this table-map type takes a bit of the SIGNEDNESS metadata. The servers'
-/// own rule (`is_numeric_type` in the log_event code mysqlbinlog shares) leaves YEAR out;
-/// mysql_common's `ColumnType::is_numeric_type` counts it, which would shift every later bit.
-fn takes_signedness(t: ColumnType) -> bool {
+/// Which server wrote a table map, for what its optional metadata counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MapWriter {
+    #[default]
+    MySql,
+    MariaDb,
+}
+
+impl MapWriter {
+    /// The writer of a binlog whose format description names `server_version`.
+    pub fn of_server_version(server_version: &str) -> Self {
+        if server_version.contains("MariaDB") {
+            MapWriter::MariaDb
+        } else {
+            MapWriter::MySql
+        }
+    }
+}
+
+/// Whether a column of this table-map type takes a bit of the SIGNEDNESS metadata. MySQL's
+/// writer follows `is_numeric_type` (in the log_event code mysqlbinlog shares), which leaves
+/// YEAR out; mysql_common's `ColumnType::is_numeric_type` counts it, which would shift every
+/// later bit. MariaDB's writer gives a bit to every field with a sign, YEAR included (an
+/// unsigned TINYINT underneath): read by MySQL's rule, a signed TINYINT after a YEAR takes the
+/// YEAR's bit and looks unsigned (as `mariadb-binlog --print-table-metadata` 10.11 shows it).
+fn takes_signedness(t: ColumnType, writer: MapWriter) -> bool {
     use ColumnType as T;
     matches!(
         t,
@@ -84,7 +106,7 @@ fn takes_signedness(t: ColumnType) -> bool {
             | T::MYSQL_TYPE_NEWDECIMAL
             | T::MYSQL_TYPE_FLOAT
             | T::MYSQL_TYPE_DOUBLE
-    )
+    ) || (writer == MapWriter::MariaDb && t == T::MYSQL_TYPE_YEAR)
 }
 
 /// Whether a column of this table-map type takes an entry of the (DEFAULT_/COLUMN_)CHARSET
@@ -241,9 +263,12 @@ impl TableDecoder {
         tme: &TableMapEvent<'_>,
         schema: &TableSchema,
         collations: &CollationMap,
+        writer: MapWriter,
     ) -> Result<(), String> {
         // Without names and charsets the map cannot describe the columns: nothing to compare.
-        let Ok(from_map) = Self::schema_from_table_map(tme, Some(schema), collations, false) else {
+        let Ok(from_map) =
+            Self::schema_from_table_map(tme, Some(schema), collations, writer, false)
+        else {
             return Ok(());
         };
         for (server, map) in schema.columns.iter().zip(&from_map.columns) {
@@ -277,6 +302,7 @@ impl TableDecoder {
         tme: &TableMapEvent<'_>,
         current: Option<&TableSchema>,
         collations: &CollationMap,
+        writer: MapWriter,
         allow_unnamed: bool,
     ) -> Result<TableSchema, String> {
         let names = match table_map_names(tme) {
@@ -334,7 +360,7 @@ impl TableDecoder {
         for (i, name) in names.into_iter().enumerate() {
             let wire = Layout::from_table_map(tme, i)?;
             let raw = tme.get_raw_column_type(i).ok().flatten();
-            let sign = if raw.is_some_and(takes_signedness) {
+            let sign = if raw.is_some_and(|t| takes_signedness(t, writer)) {
                 unsigned.next().unwrap_or(false)
             } else {
                 false
@@ -619,8 +645,14 @@ mod tests {
     fn optional_metadata_lines_up_as_mysql_writes_it() {
         let event = table_map();
         let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
-        let schema =
-            TableDecoder::schema_from_table_map(&tme, None, &builtin_collations(), true).unwrap();
+        let schema = TableDecoder::schema_from_table_map(
+            &tme,
+            None,
+            &builtin_collations(),
+            MapWriter::MySql,
+            true,
+        )
+        .unwrap();
         let kinds: Vec<_> = schema.columns.iter().map(|c| c.kind.clone()).collect();
         assert_eq!(
             kinds,
@@ -667,8 +699,14 @@ mod tests {
         use arrow::datatypes::{Int16Type, UInt32Type};
         let event = table_map();
         let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
-        let schema =
-            TableDecoder::schema_from_table_map(&tme, None, &builtin_collations(), true).unwrap();
+        let schema = TableDecoder::schema_from_table_map(
+            &tme,
+            None,
+            &builtin_collations(),
+            MapWriter::MySql,
+            true,
+        )
+        .unwrap();
         let decoder = TableDecoder::new(&tme, Arc::new(schema)).unwrap();
         // An image: the NULL bitmap, YEAR (1 byte), INT UNSIGNED (4), GEOMETRY (4-byte length),
         // VARCHAR(10) (1-byte length).
