@@ -78,7 +78,7 @@ enum Command {
         /// `checkpoint_interval`, `state_snapshot_min_changes`, `changelog_memory_budget`,
         /// `auth`, `[[users]]` (`name`, `password`, `method`, `role`), `tls_cert`, `tls_key`,
         /// `tls_required`, `max_connections`, `idle_session_timeout_ms`,
-        /// `statement_timeout_ms`, `query_memory_limit`, `max_result_size`,
+        /// `statement_timeout_ms`, `query_memory_limit`, `max_result_size`, `max_statement_size`,
         /// `shutdown_grace_ms`, `auth_failure_delay_ms`, `allowed_locations` (docs/operations.md)
         #[arg(long)]
         config: Option<PathBuf>,

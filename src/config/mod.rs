@@ -19,6 +19,7 @@
 //! | default statement timeout (ms, 0 = none) | `statement_timeout_ms` | — | — | 0 |
 //! | memory one query may hold (sorts, joins, aggregates; `0` = no limit) | `query_memory_limit` | — | — | `1GiB` |
 //! | bytes of rows one statement may send (`0` = no limit) | `max_result_size` | — | — | `0` |
+//! | bytes of one statement's text, refused with `54000` before it is read (`0` = no limit) | `max_statement_size` | — | — | `1MiB` |
 //! | time running queries get at shutdown (ms) | `shutdown_grace_ms` | — | — | 10000 |
 //! | delay before a failed login is answered (ms) | `auth_failure_delay_ms` | — | — | 1000 |
 //! | storage SQL may read and write (`CREATE EXTERNAL TABLE`, `COPY ... TO`) | `allowed_locations = [...]` | — | — | none |
@@ -157,6 +158,10 @@ impl std::fmt::Debug for UserSettings {
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
 /// Default memory one query may hold.
 pub const DEFAULT_QUERY_MEMORY_LIMIT: u64 = 1 << 30;
+
+/// Default `max_statement_size`: 1 MiB, far beyond what people and tools write, and read in
+/// milliseconds.
+pub const DEFAULT_MAX_STATEMENT_SIZE: u64 = 1 << 20;
 /// Default time running queries get to finish at shutdown before they are cancelled.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// Default delay before a failed login is answered, which slows password guessing down.
@@ -177,6 +182,8 @@ pub struct FrontendSettings {
     pub query_memory_limit: u64,
     /// Bytes of rows one statement may send; 0 = no limit.
     pub max_result_size: u64,
+    /// Bytes of one statement's text (a simple query's whole message); 0 = no limit.
+    pub max_statement_size: u64,
     pub shutdown_grace: Duration,
     pub auth_failure_delay: Duration,
 }
@@ -193,6 +200,7 @@ impl Default for FrontendSettings {
             statement_timeout: None,
             query_memory_limit: DEFAULT_QUERY_MEMORY_LIMIT,
             max_result_size: 0,
+            max_statement_size: DEFAULT_MAX_STATEMENT_SIZE,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             auth_failure_delay: DEFAULT_AUTH_FAILURE_DELAY,
         }
@@ -222,6 +230,7 @@ pub struct FileSettings {
     pub statement_timeout_ms: Option<u64>,
     pub query_memory_limit: Option<String>,
     pub max_result_size: Option<String>,
+    pub max_statement_size: Option<String>,
     pub shutdown_grace_ms: Option<u64>,
     pub auth_failure_delay_ms: Option<u64>,
     /// URL prefixes (or absolute paths) SQL may read and write.
@@ -434,6 +443,11 @@ fn frontend_settings(
         file.max_result_size,
         defaults.max_result_size,
     )?;
+    let max_statement_size = size(
+        "max_statement_size",
+        file.max_statement_size,
+        defaults.max_statement_size,
+    )?;
     Ok(FrontendSettings {
         auth,
         users,
@@ -444,6 +458,7 @@ fn frontend_settings(
         statement_timeout: millis(file.statement_timeout_ms),
         query_memory_limit,
         max_result_size,
+        max_statement_size,
         shutdown_grace: file
             .shutdown_grace_ms
             .map_or(defaults.shutdown_grace, Duration::from_millis),

@@ -242,13 +242,17 @@ fn query_limits_and_roles_are_checked() {
     };
     std::fs::write(
         &file,
-        "query_memory_limit = '64MiB'\nmax_result_size = '1 GiB'\n",
+        "query_memory_limit = '64MiB'\nmax_result_size = '1 GiB'\nmax_statement_size = '64KiB'\n",
     )
     .unwrap();
     let s = Settings::resolve(flags(), no_env).unwrap().frontend;
     assert_eq!(
-        (s.query_memory_limit, s.max_result_size),
-        (64 << 20, 1 << 30)
+        (
+            s.query_memory_limit,
+            s.max_result_size,
+            s.max_statement_size
+        ),
+        (64 << 20, 1 << 30, 64 << 10)
     );
     std::fs::write(&file, "query_memory_limit = 'lots'\n").unwrap();
     let err = Settings::resolve(flags(), no_env).unwrap_err();

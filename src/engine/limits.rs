@@ -12,8 +12,9 @@
 //! `UNION`/`EXCEPT`/`INTERSECT` and the relations a query joins (each becomes one more level
 //! of the plan). Parentheses and `CASE` ([`PARSER_NESTING_LIMIT`]) and function calls
 //! ([`CALL_NESTING_LIMIT`]) are counted earlier, on the statement's tokens, before a parser
-//! builds (or, for deep `CASE`s, silently mis-builds) a tree of it; the parsers' own recursion
-//! limit is refused with the same error.
+//! builds (or, for deep `CASE`s, silently mis-builds) a tree of it, and so are runs of binary
+//! operators at one level ([`FLAT_OPERATOR_LIMIT`]), whose tree would be too deep to walk
+//! or even drop; the parsers' own recursion limit is refused with the same error.
 //!
 //! # Invariant
 //! No statement deeper than [`MAX_DEPTH`] reaches DataFusion's planner. The measurement itself
@@ -38,6 +39,14 @@ pub const MAX_DEPTH: usize = 256;
 /// parsed. Below the SQL parsers' recursion limit (50), which deep `CASE`s do not always
 /// report (they are parsed as something else instead).
 pub const PARSER_NESTING_LIMIT: usize = 40;
+
+/// How many binary operators (and set operations) one level of a statement may chain between
+/// two commas, counted on its tokens. A chain of them is a tree as deep as it is long, and a tree deep enough (a
+/// 900 KB `SELECT 0+1+1+...`) overflows the stack of whatever walks or drops it before its
+/// depth is measured, aborting the process; a chain of 10,000 is known to be safe. A chain
+/// longer than [`MAX_DEPTH`] is refused by depth anyway, so this refuses nothing the depth
+/// check would pass unless one level holds that many operators in short chains.
+pub const FLAT_OPERATOR_LIMIT: usize = 4096;
 
 /// How deep function calls may nest: PostgreSQL's catalog-query rewriting takes time that
 /// doubles with every level (measured: 20 levels 1.6 s, 25 levels 45 s).
@@ -79,6 +88,8 @@ pub fn check_nesting(sql: &str) -> Result<(), TooComplex> {
     }
     let mut open = Vec::new();
     let mut calls = 0;
+    // Binary operators at each open level, the statement's own level first.
+    let mut operators = vec![0usize];
     let mut previous: Option<&Token> = None;
     for token in tokens.iter().filter(|t| !matches!(t, Token::Whitespace(_))) {
         match token {
@@ -87,13 +98,30 @@ pub fn check_nesting(sql: &str) -> Result<(), TooComplex> {
                     matches!(previous, Some(Token::Word(w)) if !STRUCTURAL.contains(&w.keyword));
                 calls += usize::from(call);
                 open.push(if call { Open::Call } else { Open::Paren });
+                operators.push(0);
             }
             Token::RParen if open.last().is_some_and(|o| *o != Open::Case) => {
                 calls -= usize::from(open.pop() == Some(Open::Call));
+                operators.pop();
             }
-            Token::Word(w) if w.keyword == Keyword::CASE => open.push(Open::Case),
+            Token::Word(w) if w.keyword == Keyword::CASE => {
+                open.push(Open::Case);
+                operators.push(0);
+            }
             Token::Word(w) if w.keyword == Keyword::END && open.last() == Some(&Open::Case) => {
                 open.pop();
+                operators.pop();
+            }
+            // List items (select items, arguments, values) are trees of their own.
+            Token::Comma | Token::SemiColon => {
+                *operators.last_mut().expect("the statement's own level") = 0;
+            }
+            t if is_binary_operator(t) => {
+                let here = operators.last_mut().expect("the statement's own level");
+                *here += 1;
+                if *here > FLAT_OPERATOR_LIMIT {
+                    return Err(TooComplex::Depth { limit: MAX_DEPTH });
+                }
             }
             _ => {}
         }
@@ -110,6 +138,37 @@ pub fn check_nesting(sql: &str) -> Result<(), TooComplex> {
         previous = Some(token);
     }
     Ok(())
+}
+
+/// Whether `token` joins two operands (or two queries): each one of a run at one level is one
+/// more level of the tree a parser builds.
+fn is_binary_operator(token: &Token) -> bool {
+    match token {
+        Token::Plus
+        | Token::Minus
+        | Token::Mul
+        | Token::Div
+        | Token::Mod
+        | Token::StringConcat
+        | Token::Eq
+        | Token::DoubleEq
+        | Token::Neq
+        | Token::Lt
+        | Token::Gt
+        | Token::LtEq
+        | Token::GtEq
+        | Token::Spaceship
+        | Token::Caret
+        | Token::Ampersand
+        | Token::Pipe
+        | Token::ShiftLeft
+        | Token::ShiftRight => true,
+        Token::Word(w) => matches!(
+            w.keyword,
+            Keyword::AND | Keyword::OR | Keyword::UNION | Keyword::EXCEPT | Keyword::INTERSECT
+        ),
+        _ => false,
+    }
 }
 
 /// Keywords a parenthesis follows without being a call's.
@@ -272,6 +331,27 @@ mod tests {
     use super::*;
     use sqlparser::dialect::PostgreSqlDialect;
     use sqlparser::parser::Parser;
+
+    #[test]
+    fn long_operator_runs_are_refused_on_the_tokens_level_by_level() {
+        let run = |n: usize| format!("SELECT 0{}", " + 1".repeat(n));
+        assert_eq!(check_nesting(&run(FLAT_OPERATOR_LIMIT)), Ok(()));
+        assert_eq!(
+            check_nesting(&run(FLAT_OPERATOR_LIMIT + 1)),
+            Err(TooComplex::Depth { limit: MAX_DEPTH })
+        );
+        // Counted per level: the same operators split between parentheses pass.
+        let half = "1 + ".repeat(FLAT_OPERATOR_LIMIT / 2);
+        assert_eq!(
+            check_nesting(&format!("SELECT ({half}1) * ({half}1)")),
+            Ok(())
+        );
+        let ors = vec!["x = 1"; FLAT_OPERATOR_LIMIT].join(" OR ");
+        assert!(check_nesting(&format!("SELECT * FROM t WHERE {ors}")).is_err());
+        // List items are trees of their own.
+        let items = vec!["a + 1"; 2 * FLAT_OPERATOR_LIMIT].join(", ");
+        assert_eq!(check_nesting(&format!("SELECT {items} FROM t")), Ok(()));
+    }
 
     fn depth_ok(sql: &str, limit: usize) -> Result<(), TooComplex> {
         let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();

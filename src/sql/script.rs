@@ -44,31 +44,72 @@ pub fn split_statements(text: &str) -> Result<Vec<String>, SqlError> {
 pub(super) struct Offsets<'a> {
     text: &'a str,
     line_starts: Vec<usize>,
+    /// For each line that is not ASCII, the byte offset (from the line's start) of each of its
+    /// characters; an ASCII line's columns are its bytes. Built once, so that finding every
+    /// token of a statement is linear in its length, not quadratic (a long one-line statement
+    /// walked from its line's start for each token took minutes).
+    char_starts: Vec<Option<Vec<u32>>>,
 }
 
 impl<'a> Offsets<'a> {
     pub(super) fn new(text: &'a str) -> Self {
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        Self { text, line_starts }
+        let char_starts = line_starts
+            .iter()
+            .enumerate()
+            .map(|(i, &start)| {
+                let end = line_starts.get(i + 1).copied().unwrap_or(text.len());
+                let line = &text[start..end];
+                (!line.is_ascii()).then(|| line.char_indices().map(|(b, _)| b as u32).collect())
+            })
+            .collect();
+        Self {
+            text,
+            line_starts,
+            char_starts,
+        }
     }
 
     pub(super) fn of(&self, line: u64, column: u64) -> usize {
-        let start = self
-            .line_starts
-            .get(line.saturating_sub(1) as usize)
-            .copied()
-            .unwrap_or(self.text.len());
-        self.text[start..]
-            .char_indices()
-            .nth(column.saturating_sub(1) as usize)
-            .map_or(self.text.len(), |(i, _)| start + i)
+        let line = line.saturating_sub(1) as usize;
+        let Some(&start) = self.line_starts.get(line) else {
+            return self.text.len();
+        };
+        let column = column.saturating_sub(1) as usize;
+        let offset = match &self.char_starts[line] {
+            None => Some(column),
+            Some(chars) => chars.get(column).map(|&b| b as usize),
+        };
+        offset.map_or(self.text.len(), |o| (start + o).min(self.text.len()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_are_the_byte_of_each_line_and_character_column() {
+        let text = "SELECT 'é', 1\n  FROM t -- ü\nWHERE x = 'ß'";
+        let offsets = Offsets::new(text);
+        // Every character's (line, column) maps back to its byte.
+        let (mut line, mut column) = (1, 1);
+        for (byte, c) in text.char_indices() {
+            assert_eq!(
+                offsets.of(line, column),
+                byte,
+                "line {line} column {column}"
+            );
+            if c == '\n' {
+                (line, column) = (line + 1, 1);
+            } else {
+                column += 1;
+            }
+        }
+        assert_eq!(offsets.of(line, column), text.len());
+        assert_eq!(offsets.of(9, 1), text.len());
+    }
 
     #[test]
     fn semicolons_in_strings_names_and_comments_do_not_split() {

@@ -1,5 +1,6 @@
 //! Statements too deep to plan: refused with `54001`, over both protocols, and the server
-//! keeps serving; a statement just under the limit runs.
+//! keeps serving; a statement just under the limit runs. Statements longer than
+//! `max_statement_size`: refused with `54000` before they are read.
 
 use cdcfusion::engine::limits::{CALL_NESTING_LIMIT, MAX_DEPTH, PARSER_NESTING_LIMIT};
 
@@ -118,4 +119,44 @@ async fn statements_just_under_the_limit_run() {
     let out = f.psql("shallow", &["-c", "\\d+ pg_shallow.t"]);
     let out = stdout_of(&out);
     assert!(out.contains("id") && out.contains("v"), "{out}");
+}
+
+/// Asserts `sql` is refused for its length over the simple and the extended protocol.
+async fn too_long(client: &tokio_postgres::Client, sql: &str) {
+    let simple = client.simple_query(sql).await.unwrap_err();
+    let extended = client.query(sql, &[]).await.unwrap_err();
+    for error in [simple, extended] {
+        assert_eq!(sqlstate(&error), "54000", "{error}");
+        let message = error.as_db_error().unwrap().message().to_string();
+        assert!(
+            message.contains("max_statement_size") && message.contains(&sql.len().to_string()),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn long_statements_are_refused_before_they_are_read() {
+    let mut small = settings();
+    small.max_statement_size = 64 << 10;
+    let f = Fixture::start("pg_long", "long", SETUP, small).await;
+    let client = f.client("long").await;
+    // 100 KB of a flat sum: refused for its size, before any tokenizer or parser sees it.
+    too_long(&client, &chain(20_000)).await;
+    let row = client
+        .query_one("SELECT count(*) FROM pg_long.t", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i64>(0), 2);
+
+    // Under the default limit (1 MiB), a 900 KB one-line statement is read in linear time
+    // (locating its tokens was quadratic and took minutes) and refused for its depth; one of
+    // 2 MiB is refused for its size.
+    let f = Fixture::start("pg_long2", "long2", SETUP, settings()).await;
+    let client = f.client("long2").await;
+    let sum = format!("SELECT 0{}", "+1".repeat(450_000));
+    refused(&client, &sum, MAX_DEPTH).await;
+    too_long(&client, &format!("SELECT 0{}", "+1".repeat(1 << 20))).await;
+    let row = client.query_one("SELECT 1::BIGINT + 1", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 2);
 }

@@ -544,7 +544,8 @@ impl SimpleQueryHandler for QueryHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let texts = match statement::split(query) {
+        let max_size = self.executor.shared.settings.max_statement_size;
+        let texts = match statement::split(query, max_size) {
             Ok(texts) => texts,
             Err(e) => return Ok(vec![error_response(e)]),
         };
@@ -594,7 +595,7 @@ impl QueryParser for Executor {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut texts = statement::split(sql)?;
+        let mut texts = statement::split(sql, self.shared.settings.max_statement_size)?;
         if texts.len() > 1 {
             return Err(statement::several_statements());
         }

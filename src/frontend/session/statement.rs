@@ -145,8 +145,21 @@ pub fn ours_answer(statement: &CdcStatement) -> (&'static str, bool) {
     }
 }
 
-/// The statements of a query's text, in order.
-pub fn split(query: &str) -> PgWireResult<Vec<String>> {
+/// The statements of a query's text, in order; a text longer than `max_size` bytes (0: no
+/// limit) is refused before anything reads it, so no statement occupies a core for longer than
+/// its size allows.
+pub fn split(query: &str, max_size: u64) -> PgWireResult<Vec<String>> {
+    if max_size > 0 && query.len() as u64 > max_size {
+        return Err(user_error(
+            SqlState::PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "the statement is {} bytes, more than max_statement_size ({max_size} bytes): \
+                 send a shorter one (a table or a join instead of a long IN list or literal), \
+                 or raise max_statement_size in the settings",
+                query.len()
+            ),
+        ));
+    }
     split_statements(query).map_err(|e| user_error(e.sqlstate(), e.to_string()))
 }
 
