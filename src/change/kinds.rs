@@ -255,41 +255,47 @@ static ROWS: [KindRow; 9] = [
         implicit: Implicit::ServerDependent,
         pg: Pg::FromArrow,
     },
-    KindRow {
-        kind: SimpleKind::Uuid,
-        name: "uuid",
-        aliases: &[],
-        arrow: Arrow::Utf8,
-        always_nullable: false,
-        binlog: Binlog::Rendered {
-            len: 16,
-            render: uuid_text,
-        },
-        // MariaDB sends it as its text.
-        snapshot: Snapshot::Text,
-        checksum: Checksum::Sql("HEX(CONVERT({c} USING utf8mb4))"),
-        chunk_key: ChunkKey::Cast("CAST(? AS UUID)"),
-        implicit: Implicit::Text("00000000-0000-0000-0000-000000000000"),
-        pg: Pg::FromArrow,
-    },
-    KindRow {
-        kind: SimpleKind::Inet6,
-        name: "inet6",
-        aliases: &[],
-        arrow: Arrow::Utf8,
-        always_nullable: false,
-        binlog: Binlog::Rendered {
-            len: 16,
-            render: inet6_text,
-        },
-        // MariaDB sends it as its text.
-        snapshot: Snapshot::Text,
-        checksum: Checksum::Sql("HEX(CONVERT({c} USING utf8mb4))"),
-        chunk_key: ChunkKey::Cast("CAST(? AS INET6)"),
-        implicit: Implicit::Text("::"),
-        pg: Pg::FromArrow,
-    },
+    text_from_bytes(
+        SimpleKind::Uuid,
+        "uuid",
+        uuid_text,
+        "CAST(? AS UUID)",
+        "00000000-0000-0000-0000-000000000000",
+    ),
+    text_from_bytes(
+        SimpleKind::Inet6,
+        "inet6",
+        inet6_text,
+        "CAST(? AS INET6)",
+        "::",
+    ),
 ];
+
+/// A MariaDB type of its own (`UUID`, `INET6`): 16 bytes in the binlog, written as text by
+/// `render`; its text in the `SELECT` (MariaDB sends it so), compared by that text in checksums,
+/// a chunk key the server compares through `cast`, and `implicit` for a `NOT NULL` column added
+/// without `DEFAULT`.
+const fn text_from_bytes(
+    kind: SimpleKind,
+    name: &'static str,
+    render: Render,
+    cast: &'static str,
+    implicit: &'static str,
+) -> KindRow {
+    KindRow {
+        kind,
+        name,
+        aliases: &[],
+        arrow: Arrow::Utf8,
+        always_nullable: false,
+        binlog: Binlog::Rendered { len: 16, render },
+        snapshot: Snapshot::Text,
+        checksum: Checksum::Sql("HEX(CONVERT({c} USING utf8mb4))"),
+        chunk_key: ChunkKey::Cast(cast),
+        implicit: Implicit::Text(implicit),
+        pg: Pg::FromArrow,
+    }
+}
 
 impl SimpleKind {
     /// Every kind of the table.
@@ -307,9 +313,12 @@ impl SimpleKind {
     /// The kind a MySQL type name (as `information_schema.COLUMNS.DATA_TYPE` or DDL gives it,
     /// any case) names.
     pub fn from_name(name: &str) -> Option<SimpleKind> {
-        let name = name.to_ascii_lowercase();
         ROWS.iter()
-            .find(|r| r.name == name || r.aliases.contains(&name.as_str()))
+            .find(|r| {
+                std::iter::once(&r.name)
+                    .chain(r.aliases)
+                    .any(|n| n.eq_ignore_ascii_case(name))
+            })
             .map(|r| r.kind)
     }
 
@@ -359,10 +368,11 @@ fn inet6_text(bytes: &[u8], out: &mut String) -> Result<(), String> {
     if bytes.len() != 16 {
         return Err(format!("an INET6 of {} bytes (16 expected)", bytes.len()));
     }
-    let words: Vec<u16> = bytes
-        .chunks_exact(2)
-        .map(|w| u16::from_be_bytes([w[0], w[1]]))
-        .collect();
+    // On the binlog's decoding path: no allocation per value.
+    let mut words = [0u16; 8];
+    for (word, pair) in words.iter_mut().zip(bytes.chunks_exact(2)) {
+        *word = u16::from_be_bytes([pair[0], pair[1]]);
+    }
     // The first longest run of zero words.
     let (mut gap, mut gap_len, mut i) = (0, 0, 0);
     while i < words.len() {

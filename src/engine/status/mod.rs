@@ -113,7 +113,8 @@ impl TableProvider for StatusTable {
             reconciliations: &self.reconciliations,
             session: Some(state),
         })?;
-        memory_scan(&[vec![batch]], self.schema(), projection, limit)
+        let schema = batch.schema();
+        memory_scan(&[vec![batch]], schema, projection, limit)
     }
 }
 
