@@ -454,3 +454,155 @@ async fn chunks_are_queryable_during_the_snapshot_when_asked_for() {
         ["rows=40 complete=true"]
     );
 }
+
+/// The server's binlog files, oldest first, as `SHOW BINARY LOGS` lists them.
+async fn binlogs(conn: &mut mysql_async::Conn) -> Vec<(String, u64)> {
+    conn.query::<(String, u64), _>("SHOW BINARY LOGS")
+        .await
+        .unwrap()
+}
+
+/// Polls `cdc.sources` for `source` until `done` holds for its one row.
+async fn sources_row(
+    engine: &Engine,
+    source: &str,
+    columns: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let sql = format!("SELECT {columns} FROM cdc.sources WHERE name = '{source}'");
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let rows = query(engine, &sql).await;
+        if let [row] = rows.as_slice() {
+            if done(row) {
+                return row.clone();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never held for {source}: {rows:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_left_behind_is_warned_before_its_binlog_expires() {
+    let _turn = TURN.lock().await;
+    let db = "fail_purge";
+    table_db(db).await;
+    let mut conn = root_conn(server()).await;
+    // A day of binlog: this test binary's server never holds a file that old, so nothing is
+    // purged, but a source behind the newest file has a deadline.
+    conn.query_drop("SET GLOBAL binlog_expire_logs_seconds = 86400")
+        .await
+        .unwrap();
+    let engine = Engine::new();
+    exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE p FROM MYSQL '{}' WITH (tables = '{db}.*', server_id = {}, \
+             binlog_purge_warning_seconds = 172800)",
+            server().cdc_url(),
+            source_server_id()
+        ),
+    )
+    .await
+    .unwrap();
+    engine.wait_ready("p").await.unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.t VALUES (100, 0)"))
+        .await
+        .unwrap();
+    sync_source(&engine, "p").await;
+
+    // Caught up, in the newest file: the distances are the server's own listing's.
+    let files = binlogs(&mut conn).await;
+    let columns = "oldest_binlog, purge_distance_files, purge_distance_bytes >= 4 AS past_start, \
+                   purge_eta_seconds, purge_warning, warnings";
+    let expected = format!(
+        "oldest_binlog={} purge_distance_files={} past_start=true purge_eta_seconds=NULL \
+         purge_warning=false warnings=NULL",
+        files[0].0,
+        files.len() - 1
+    );
+    sources_row(&engine, "p", columns, |r| r == expected).await;
+
+    // Stopped in its file while the server rotates past it twice.
+    failpoint::arm("capture.apply", None, 0);
+    conn.query_drop(format!("UPDATE {db}.t SET v = v + 1 WHERE id = 3"))
+        .await
+        .unwrap();
+    failed(&engine, "p").await;
+    failpoint::disarm_all();
+    let position = query(&engine, "SELECT position FROM cdc.sources WHERE name = 'p'").await;
+    let position = position[0].trim_start_matches("position=").to_string();
+    let (file, offset) = position.rsplit_once(':').unwrap();
+    let offset: u64 = offset.parse().unwrap();
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.u VALUES (9000, 0)"))
+        .await
+        .unwrap();
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let files = binlogs(&mut conn).await;
+    let at = files.iter().position(|(f, _)| f == file).unwrap();
+    assert_eq!(at + 3, files.len(), "{files:?}");
+    let bytes_before: u64 = files[..at].iter().map(|(_, s)| s).sum::<u64>() + offset;
+    let warned = sources_row(
+        &engine,
+        "p",
+        "purge_warning, warnings, purge_distance_files, purge_distance_bytes, purge_eta_seconds",
+        |r| r.starts_with("purge_warning=true"),
+    )
+    .await;
+    assert!(
+        warned.contains(&format!("the binlog {file} holding the source's position")),
+        "{warned}"
+    );
+    assert!(warned.contains("2 file(s) behind"), "{warned}");
+    assert!(
+        warned.contains(&format!("purge_distance_files={at} ")),
+        "{warned}"
+    );
+    assert!(
+        warned.contains(&format!("purge_distance_bytes={bytes_before} ")),
+        "{warned}"
+    );
+    let eta: f64 = warned
+        .rsplit_once("purge_eta_seconds=")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert!(eta > 0.0 && eta <= 86_400.0, "{warned}");
+    // The lag counts the files between: the server's listing is the oracle.
+    let (end_file, end_offset): (String, u64) = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .map(|row: mysql_async::Row| (row.get(0).unwrap(), row.get(1).unwrap()))
+        .unwrap();
+    assert_eq!(end_file, files.last().unwrap().0);
+    let lag: u64 = files[at..files.len() - 1]
+        .iter()
+        .map(|(_, s)| s)
+        .sum::<u64>()
+        + end_offset
+        - offset;
+    let shown = sources_row(&engine, "p", "lag_bytes", |_| true).await;
+    assert_eq!(shown, format!("lag_bytes={lag}"));
+
+    // A shorter warning than the time left clears it.
+    exec(
+        &engine,
+        "ALTER SOURCE p SET (binlog_purge_warning_seconds = 60)",
+    )
+    .await
+    .unwrap();
+    sources_row(&engine, "p", "purge_warning, warnings", |r| {
+        r == "purge_warning=false warnings=NULL"
+    })
+    .await;
+    conn.query_drop("SET GLOBAL binlog_expire_logs_seconds = 0")
+        .await
+        .unwrap();
+}

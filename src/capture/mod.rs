@@ -73,11 +73,10 @@ pub mod version;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mysql_async::prelude::Queryable;
-
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::SourceTransaction;
+use crate::source::binlog::files::binlog_files;
 use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, DEFAULT_SERVER_ID};
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
@@ -122,7 +121,13 @@ pub struct CaptureOptions {
     /// How much changelog history the engine keeps of the captured tables (it trims what the
     /// capture appended, see `state::retention`).
     pub retain_history: crate::state::retention::RetainHistory,
+    /// Warn (status, log, metric) when the binlog of the published position may be purged
+    /// within this (`engine::purge_watch`).
+    pub purge_warning: std::time::Duration,
 }
+
+/// Default of [`CaptureOptions::purge_warning`]: six hours, time for someone to act.
+pub const DEFAULT_PURGE_WARNING: std::time::Duration = std::time::Duration::from_secs(6 * 3600);
 
 impl CaptureOptions {
     pub fn new(tables: impl Into<String>, mode: SnapshotMode) -> Self {
@@ -134,6 +139,7 @@ impl CaptureOptions {
             visible_during_snapshot: false,
             read_timeout: crate::source::connect::DEFAULT_READ_TIMEOUT,
             retain_history: crate::state::retention::RetainHistory::All,
+            purge_warning: DEFAULT_PURGE_WARNING,
         }
     }
 }
@@ -466,15 +472,12 @@ impl Capture {
         position: &BinlogCoord,
     ) -> SourceResult<()> {
         let mut conn = connect.connect().await?;
-        let read = async {
-            conn.query("SHOW BINARY LOGS")
-                .await
-                .map_err(|e| SourceError::from_mysql("listing the binlogs", e))
-        };
-        let logs: Vec<mysql_async::Row> = connect
-            .bounded(|| "listing the binlogs".into(), read)
-            .await?;
-        let files: Vec<String> = logs.iter().filter_map(|r| r.get(0)).collect();
+        let files: Vec<String> = connect
+            .bounded(|| "listing the binlogs".into(), binlog_files(&mut conn))
+            .await?
+            .into_iter()
+            .map(|f| f.name)
+            .collect();
         if files.iter().any(|f| *f == *position.file) {
             return Ok(());
         }

@@ -29,6 +29,7 @@ mod functions;
 pub mod limits;
 mod partial;
 mod pipeline;
+mod purge_watch;
 mod resnapshot;
 mod retention;
 mod retry;

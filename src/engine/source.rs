@@ -25,16 +25,19 @@
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures::FutureExt;
 use tokio::sync::watch;
 
 use super::error::EngineError;
+use super::purge_watch::{watch, PurgeWatch, WatchInput};
 use super::retention::Retention;
 use super::run::{checkpoint_loop, run};
-use super::source_status::{SourceStatus, SERVER_POLL};
+use super::source_status::{now_micros, SourceStatus, SERVER_POLL};
 use super::stop::{fail, panicked};
 use super::task::{Mode, Task};
 use crate::capture::version::{Published, SourceVersion};
@@ -44,6 +47,7 @@ use crate::change::schema::{Flavor, TableId};
 use crate::durable::{Checkpointer, DurableError};
 use crate::locks::{Locked, RwLocked};
 use crate::provider::health::SharedHealth;
+use crate::source::binlog::files::{binlog_files, purge_settings, PurgeSettings};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
@@ -82,6 +86,8 @@ pub struct RunningSource {
     /// Held for the whole of a re-snapshot, so two cannot interleave.
     restarting: tokio::sync::Mutex<()>,
     poller: tokio::task::JoinHandle<()>,
+    /// Seconds: the poller warns when the position's binlog may be purged within this.
+    purge_warning: Arc<AtomicU64>,
     checkpoints: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -115,12 +121,15 @@ impl RunningSource {
         let (ready_tx, ready) = watch::channel(false);
         let (versions_tx, versions) = watch::channel(0u64);
         let health = SharedHealth::default();
-        let poller = tokio::spawn(poll_server(
-            name.to_string(),
-            connect.clone(),
-            Arc::clone(&status),
-            Arc::clone(&health),
-        ));
+        let purge_warning = Arc::new(AtomicU64::new(options.purge_warning.as_secs()));
+        let poller = tokio::spawn(poll_server(PollOf {
+            name: name.to_string(),
+            connect: connect.clone(),
+            status: Arc::clone(&status),
+            health: Arc::clone(&health),
+            published: Arc::clone(&published),
+            purge_warning: Arc::clone(&purge_warning),
+        }));
         let checkpoints = checkpointer.as_ref().map(|c| {
             tokio::spawn(checkpoint_loop(
                 name.to_string(),
@@ -159,6 +168,7 @@ impl RunningSource {
             task: Mutex::new(Some(task)),
             restarting: tokio::sync::Mutex::new(()),
             poller,
+            purge_warning,
             checkpoints,
         })
     }
@@ -178,6 +188,10 @@ impl RunningSource {
     pub(crate) fn alter(&self, changes: &SourceChanges) {
         if let Some(policy) = changes.retain_history {
             self.shared.retention.set_policy(policy);
+        }
+        if let Some(within) = changes.purge_warning {
+            self.purge_warning
+                .store(within.as_secs(), Ordering::Relaxed);
         }
         let mut definition = self.definition.write_locked();
         if let Ok(Some(CdcStatement::CreateSource(mut create))) = parse_cdc_statement(&definition) {
@@ -310,30 +324,92 @@ impl RunningSource {
     }
 }
 
-/// Reads the server's binlog end every [`SERVER_POLL`] for the lag columns; a failed read
-/// leaves the last value (the capture reports connection errors itself). A panic here fails
-/// the source: its lag could no longer be shown.
-async fn poll_server(
+/// What the server poll reads besides the server itself.
+struct PollOf {
     name: String,
     connect: ConnectOptions,
     status: Arc<Mutex<SourceStatus>>,
     health: SharedHealth,
-) {
+    published: Published,
+    /// Seconds: warn when the position's binlog may be purged within this.
+    purge_warning: Arc<AtomicU64>,
+}
+
+/// Reads the server's binlog end and files every [`SERVER_POLL`] for the lag and purge
+/// columns (`engine::purge_watch`), and logs a purge warning when it appears, changes or
+/// clears; a failed read leaves the last values (the capture reports connection errors
+/// itself). A panic here fails the source: its lag could no longer be shown.
+async fn poll_server(of: PollOf) {
+    let PollOf {
+        name,
+        connect,
+        status,
+        health,
+        published,
+        purge_warning,
+    } = of;
     let poll = AssertUnwindSafe(async {
         let mut conn = None;
+        let mut settings = PurgeSettings::default();
+        let mut warned: Vec<String> = Vec::new();
         loop {
             crate::failpoint::hit_in("poller", &name);
-            if conn.is_none() {
-                conn = connect.connect().await.ok();
-            }
             let flavor = if status.locked().flavor == "MySql" {
                 Flavor::MySql
             } else {
                 Flavor::MariaDb
             };
+            if conn.is_none() {
+                conn = connect.connect().await.ok();
+                // Read once per connection: the settings change rarely, and a change is seen
+                // at the next reconnect.
+                if let Some(c) = conn.as_mut() {
+                    let read = purge_settings(c, flavor);
+                    match connect
+                        .bounded(|| "reading the purge settings".into(), read)
+                        .await
+                    {
+                        Ok(s) => settings = s,
+                        Err(_) => conn = None,
+                    }
+                }
+            }
             if let Some(c) = conn.as_mut() {
-                match connect.position(c, flavor).await {
-                    Ok((position, _)) => status.locked().server_position = Some(position),
+                let read = async {
+                    let (position, _) = connect.position(c, flavor).await?;
+                    let files = connect
+                        .bounded(|| "listing the binlogs".into(), binlog_files(c))
+                        .await?;
+                    SourceResult::Ok((position, files))
+                };
+                match read.await {
+                    Ok((position, files)) => {
+                        let mut status = status.locked();
+                        status.server_position = Some(position);
+                        status.binlogs = files;
+                        status.purge = match published.load().position.as_ref() {
+                            Some(at) => watch(WatchInput {
+                                files: &status.binlogs,
+                                settings,
+                                position: at,
+                                last_commit_micros: status.last_commit_ts_micros,
+                                now_micros: now_micros(),
+                                warn_within: Duration::from_secs(
+                                    purge_warning.load(Ordering::Relaxed),
+                                ),
+                            }),
+                            None => PurgeWatch::default(),
+                        };
+                        if status.purge.warnings != warned {
+                            warned = status.purge.warnings.clone();
+                            if warned.is_empty() {
+                                tracing::info!(source = %name, "the binlog purge warning cleared");
+                            }
+                            for warning in &warned {
+                                tracing::warn!(source = %name, "{warning}");
+                            }
+                        }
+                    }
                     Err(_) => conn = None,
                 }
             }

@@ -7,8 +7,10 @@
 
 use std::sync::Arc;
 
+use super::purge_watch::{bytes_between, PurgeWatch};
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
+use crate::source::binlog::files::BinlogFile;
 
 /// What a source's status shows.
 #[derive(Debug, Clone, Default)]
@@ -30,6 +32,10 @@ pub struct SourceStatus {
     pub last_commit_ts_micros: Option<i64>,
     /// The server's own binlog end, polled every [`SERVER_POLL`].
     pub server_position: Option<BinlogCoord>,
+    /// The server's binlog files, oldest first, polled with its end.
+    pub binlogs: Vec<BinlogFile>,
+    /// Where the published position stands against the server's purges, as of the last poll.
+    pub purge: PurgeWatch,
     /// Position of the newest checkpoint (durable engines): what a restart returns to.
     pub durable_position: Option<BinlogCoord>,
     /// The end of the hand-off: from here on the state is the source's at one position.
@@ -63,11 +69,11 @@ impl SourceStatus {
         self.tables_changes += 1;
     }
 
-    /// Bytes of binlog between the published position and the server's end, when both are in
-    /// the same file (across a rotation the sizes of the files between are not tracked).
+    /// Bytes of binlog between the published position and the server's end, through the
+    /// sizes of the files between them; `None` when one of those files is not listed.
     pub fn lag_bytes(&self, published: Option<&BinlogCoord>) -> Option<u64> {
         let (p, s) = (published?, self.server_position.as_ref()?);
-        (p.file == s.file).then(|| s.offset.saturating_sub(p.offset))
+        bytes_between(&self.binlogs, p, s)
     }
 
     /// Seconds between the last applied commit and now; 0 when nothing is pending.

@@ -125,5 +125,15 @@ pub(super) static TABLE: Declared<Row> = Declared {
             r.status.last_checkpoint_seconds
         }),
         text("url", |r| Some(r.source.url.clone())),
+        text("oldest_binlog", |r| r.status.purge.oldest.clone()),
+        count("purge_distance_files", |r| r.status.purge.files_before),
+        count("purge_distance_bytes", |r| r.status.purge.bytes_before),
+        number("purge_eta_seconds", |r| r.status.purge.eta_seconds),
+        flag("purge_warning", |r| {
+            Some(!r.status.purge.warnings.is_empty())
+        }),
+        text("warnings", |r| {
+            Some(r.status.purge.warnings.join("; ")).filter(|w| !w.is_empty())
+        }),
     ],
 };

@@ -12,6 +12,7 @@
 //! * [`decimal`]: MySQL's binary `DECIMAL` into an unscaled integer;
 //! * `cursor`: bounds-checked reads of row-image bytes and the decoder's error;
 //! * [`filter`]: which tables are decoded;
+//! * [`files`]: the binlog files the server still has and what makes it purge them;
 //! * [`mysql_json`]: MySQL's binary JSON into the text MySQL itself prints.
 //!
 //! mysql_async registers as a replica and frames events; mysql_common parses headers, table
@@ -23,6 +24,7 @@ mod buffers;
 mod columns;
 mod cursor;
 mod decimal;
+pub mod files;
 pub mod filter;
 pub mod layout;
 pub mod mysql_json;

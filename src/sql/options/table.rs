@@ -18,7 +18,8 @@ use sqlparser::tokenizer::Location;
 
 use super::formats::{parse_chunk_keys, parse_start, parse_tables, ModeName};
 use super::typed::{
-    SourceChanges, SourceOptions, MAX_PARALLELISM, MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID,
+    SourceChanges, SourceOptions, MAX_PARALLELISM, MAX_PURGE_WARNING_SECONDS,
+    MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID,
 };
 use crate::capture::SnapshotMode;
 use crate::change::position::StartPosition;
@@ -66,7 +67,7 @@ enum ValueType {
 const MAX_CHUNK_SIZE: u64 = usize::MAX as u64;
 
 /// Every option, in the order of the SQL reference and of rendering.
-pub static OPTIONS: [OptionSpec; 11] = [
+pub static OPTIONS: [OptionSpec; 12] = [
     OptionSpec {
         name: "tables",
         value: ValueType::String {
@@ -208,10 +209,25 @@ pub static OPTIONS: [OptionSpec; 11] = [
         summary: "How much changelog history each table keeps",
         render: |o| Some(quote_string(&o.retain_history.to_string())),
     },
+    OptionSpec {
+        name: "binlog_purge_warning_seconds",
+        value: ValueType::Integer {
+            min: 1,
+            max: MAX_PURGE_WARNING_SECONDS,
+            set: |d, n| {
+                d.options.purge_warning = std::time::Duration::from_secs(n);
+                Ok(())
+            },
+        },
+        unset: None,
+        written_at_default: false,
+        summary: "Warn when the binlog at the source's position may be purged within this",
+        render: |o| Some(o.purge_warning.as_secs().to_string()),
+    },
 ];
 
 /// The options `ALTER SOURCE ... SET` may change on a running source.
-const ALTERABLE: [&str; 1] = ["retain_history"];
+const ALTERABLE: [&str; 2] = ["retain_history", "binlog_purge_warning_seconds"];
 
 /// `n` as the field's integer type; the row's range keeps it in the type, so this refuses
 /// only a row whose range is wider than its field.
@@ -410,16 +426,23 @@ impl SourceChanges {
         if seen.contains_key("retain_history") {
             out.retain_history = Some(draft.options.retain_history);
         }
+        if seen.contains_key("binlog_purge_warning_seconds") {
+            out.purge_warning = Some(draft.options.purge_warning);
+        }
         Ok(out)
     }
 }
 
 impl fmt::Display for SourceChanges {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
         if let Some(r) = &self.retain_history {
-            write!(f, "retain_history = {}", quote_string(&r.to_string()))?;
+            parts.push(format!("retain_history = {}", quote_string(&r.to_string())));
         }
-        Ok(())
+        if let Some(w) = &self.purge_warning {
+            parts.push(format!("binlog_purge_warning_seconds = {}", w.as_secs()));
+        }
+        f.write_str(&parts.join(", "))
     }
 }
 

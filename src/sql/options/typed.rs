@@ -61,9 +61,15 @@ pub struct SourceOptions {
     /// before it fails as transient and the part that read starts again.
     pub(super) read_timeout: std::time::Duration,
     /// `retain_history`: how much changelog history the source keeps (see
-    /// `state::retention`); the one option `ALTER SOURCE ... SET` changes.
+    /// `state::retention`).
     pub(super) retain_history: RetainHistory,
+    /// `binlog_purge_warning_seconds`: warn when the binlog of the published position may be
+    /// purged within this.
+    pub(super) purge_warning: std::time::Duration,
 }
+
+/// Longest `binlog_purge_warning_seconds`: a year.
+pub const MAX_PURGE_WARNING_SECONDS: u64 = 366 * 86_400;
 
 impl Default for SourceOptions {
     fn default() -> Self {
@@ -79,6 +85,7 @@ impl Default for SourceOptions {
             visible_during_snapshot: capture.visible_during_snapshot,
             read_timeout: capture.read_timeout,
             retain_history: capture.retain_history,
+            purge_warning: capture.purge_warning,
         }
     }
 }
@@ -95,6 +102,9 @@ impl SourceOptions {
         if let Some(r) = changes.retain_history {
             out.retain_history = r;
         }
+        if let Some(w) = changes.purge_warning {
+            out.purge_warning = w;
+        }
         out
     }
 
@@ -105,6 +115,7 @@ impl SourceOptions {
         capture.visible_during_snapshot = self.visible_during_snapshot;
         capture.read_timeout = self.read_timeout;
         capture.retain_history = self.retain_history;
+        capture.purge_warning = self.purge_warning;
         capture.snapshot.chunk_size = self.chunk_size;
         capture.snapshot.parallelism = self.parallelism;
         capture.snapshot.chunk_keys = self.chunk_keys.clone().into_iter().collect();
@@ -119,4 +130,5 @@ impl SourceOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceChanges {
     pub retain_history: Option<RetainHistory>,
+    pub purge_warning: Option<std::time::Duration>,
 }
