@@ -1,7 +1,7 @@
 //! The snapshot's own row connection (`source::mysql_client`) against the driver's reads: the same
 //! batches for every column type, NULLs, long values and a row past one packet; the same
 //! errors; parameters, the statement cache, the socket fallback, what it declines to speak,
-//! and a stalled server noticed within the read timeout.
+//! and a stalled server noticed within the read timeout; a silent binlog connection replaced.
 
 mod common;
 
@@ -330,4 +330,69 @@ async fn a_stalled_server_is_noticed_within_the_read_timeout() {
     );
     assert!(err.is_transient());
     assert!((10..50_000).contains(&seen), "{seen}");
+}
+
+/// A binlog connection that goes silent without closing (a proxy that stops forwarding both
+/// ways: a half-open link) is taken for lost once three heartbeat periods pass without an
+/// event: the reader connects again, and the change made meanwhile arrives once the link
+/// forwards, exactly once.
+#[tokio::test]
+async fn a_silent_binlog_connection_is_replaced_after_three_missed_heartbeats() {
+    use cdcfusion::change::position::StartPosition;
+    use cdcfusion::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions};
+    let db = "wire_silent";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    conn.query_drop(format!("CREATE TABLE {db}.t (id INT PRIMARY KEY)"))
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(server().port()).await;
+    let url = format!(
+        "mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{}?prefer_socket=false",
+        proxy.port()
+    );
+    let mut connect = options_of(&url);
+    // Heartbeats every 500 ms; silence for 1.5 s is a lost connection.
+    connect.read_timeout = Duration::from_millis(1500);
+    let options = BinlogReaderOptions::new(next_server_id(), StartPosition::Current)
+        .with_filter(table_filter(&format!("{db}.*")).unwrap());
+    let mut reader = BinlogReader::open(connect, options).await.unwrap();
+    conn.query_drop(format!("INSERT INTO {db}.t VALUES (1)"))
+        .await
+        .unwrap();
+    let first = read_until(&mut reader, |t| t.num_rows() > 0).await;
+    assert_eq!(with_rows(&first).len(), 1);
+    let before = proxy.accepted();
+
+    // Silent for four periods of the bound: no byte either way, the socket still open.
+    let waiting = tokio::spawn(async move {
+        let txs = read_until(&mut reader, |t| t.num_rows() > 0).await;
+        (reader, txs)
+    });
+    proxy.stall(true);
+    conn.query_drop(format!("INSERT INTO {db}.t VALUES (2)"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    proxy.stall(false);
+    let (mut reader, txs) = tokio::time::timeout(HANG_GUARD, waiting)
+        .await
+        .expect("the reader never noticed the silence")
+        .unwrap();
+    // It connected again (an idle, healthy stream makes no new connection).
+    assert!(proxy.accepted() > before, "no new connection was made");
+    let inserted = |txs: &[cdcfusion::change::SourceTransaction]| -> Vec<String> {
+        with_rows(txs)
+            .iter()
+            .flat_map(|t| &t.changes)
+            .flat_map(|c| row_strings(c.after.as_ref().unwrap()))
+            .collect()
+    };
+    assert_eq!(inserted(&txs), ["id=2"]);
+    // Nothing twice: the next change is the next one read.
+    conn.query_drop(format!("INSERT INTO {db}.t VALUES (3)"))
+        .await
+        .unwrap();
+    let next = read_until(&mut reader, |t| t.num_rows() > 0).await;
+    assert_eq!(inserted(&next), ["id=3"]);
 }
