@@ -606,3 +606,147 @@ async fn a_source_left_behind_is_warned_before_its_binlog_expires() {
         .await
         .unwrap();
 }
+
+/// Kills every connection of MariaDB user `user`.
+async fn kill_sessions_of(conn: &mut mysql_async::Conn, user: &str) {
+    let ids: Vec<u64> = conn
+        .exec(
+            "SELECT id FROM information_schema.processlist WHERE user = ?",
+            (user,),
+        )
+        .await
+        .unwrap();
+    for id in ids {
+        // A session may end on its own meanwhile.
+        let _ = conn.query_drop(format!("KILL {id}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_password_is_given_to_a_running_source_which_goes_on() {
+    let _turn = TURN.lock().await;
+    let db = "fail_rotate";
+    table_db(db).await;
+    let mut root = root_conn(server()).await;
+    root.query_drop(
+        "DROP USER IF EXISTS 'rot'@'%', 'rot'@'localhost';
+         CREATE USER 'rot'@'%' IDENTIFIED BY 'first-pass';
+         CREATE USER 'rot'@'localhost' IDENTIFIED BY 'first-pass';
+         GRANT SELECT, RELOAD, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'rot'@'%';
+         GRANT SELECT, RELOAD, REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'rot'@'localhost';",
+    )
+    .await
+    .unwrap();
+    let port = server().port();
+    let state = tempfile::tempdir().unwrap();
+    let open = || async {
+        let mut options = cdcfusion::engine::EngineOptions::default();
+        options.durable.checkpoint_interval = Duration::from_millis(200);
+        Engine::open(state.path().to_str().unwrap(), options)
+            .await
+            .unwrap()
+    };
+    let engine = open().await;
+    exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE r FROM MYSQL 'mysql://rot:first-pass@127.0.0.1:{port}' \
+             WITH (tables = '{db}.*', server_id = {})",
+            source_server_id()
+        ),
+    )
+    .await
+    .unwrap();
+    engine.wait_ready("r").await.unwrap();
+    root.query_drop(format!("INSERT INTO {db}.t VALUES (100, 0)"))
+        .await
+        .unwrap();
+    sync_source(&engine, "r").await;
+
+    // The server's password changes, and the source's sessions end: it cannot reconnect.
+    let new_password = "second:pass@/x%";
+    for host in ["%", "localhost"] {
+        root.query_drop(format!(
+            "ALTER USER 'rot'@'{host}' IDENTIFIED BY '{new_password}'"
+        ))
+        .await
+        .unwrap();
+    }
+    kill_sessions_of(&mut root, "rot").await;
+    root.query_drop(format!(
+        "INSERT INTO {db}.t VALUES (101, 0); UPDATE {db}.t SET v = 7 WHERE id = 100"
+    ))
+    .await
+    .unwrap();
+    // The source is cut off: the server refuses its old password.
+    sources_row(
+        &engine,
+        "r",
+        "coalesce(error_sqlstate, last_error_sqlstate) AS refused",
+        |r| r == "refused=28000",
+    )
+    .await;
+
+    // A wrong password and another server are refused, and change nothing.
+    let wrong = exec(&engine, "ALTER SOURCE r SET (password = 'wrong')")
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.sqlstate().code(), "28000", "{wrong}");
+    let elsewhere = exec(
+        &engine,
+        &format!(
+            "ALTER SOURCE r SET (url = 'mysql://rot:x@127.0.0.1:{}')",
+            port + 1
+        ),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(elsewhere.sqlstate().code(), "0A000", "{elsewhere}");
+    assert!(elsewhere.to_string().contains("GTID"), "{elsewhere}");
+
+    // The new password: streaming goes on from the published position.
+    exec(
+        &engine,
+        &format!("ALTER SOURCE r SET (password = '{new_password}')"),
+    )
+    .await
+    .unwrap();
+    sync_source(&engine, "r").await;
+    let rows = query(
+        &engine,
+        &format!("SELECT id, v FROM r.{db}.t WHERE id >= 100 ORDER BY id"),
+    )
+    .await;
+    assert_eq!(rows, ["id=100 v=7", "id=101 v=0"]);
+    let changes = query(
+        &engine,
+        &format!("SELECT _op, id FROM r.{db}.\"t$changelog\" WHERE id >= 100 ORDER BY _position"),
+    )
+    .await;
+    assert_eq!(changes.len(), 3, "each change once: {changes:?}");
+    // The password is shown nowhere.
+    let shown = query(&engine, "SELECT url FROM cdc.sources WHERE name = 'r'").await;
+    assert_eq!(shown, [format!("url=mysql://rot:****@127.0.0.1:{port}")]);
+    let listed = format!("{:?}", query(&engine, "SHOW SOURCES").await);
+    assert!(!listed.contains("second"), "{listed}");
+    engine.shutdown().await.unwrap();
+    drop(engine);
+
+    // A restart reads the catalog's new password.
+    let engine = open().await;
+    engine.wait_ready("r").await.unwrap();
+    root.query_drop(format!("INSERT INTO {db}.t VALUES (102, 0)"))
+        .await
+        .unwrap();
+    sync_source(&engine, "r").await;
+    let n = query(
+        &engine,
+        &format!("SELECT count(*) AS n FROM r.{db}.t WHERE id >= 100"),
+    )
+    .await;
+    assert_eq!(n, ["n=3"]);
+    exec(&engine, "DROP SOURCE r").await.unwrap();
+    root.query_drop("DROP USER 'rot'@'%', 'rot'@'localhost'")
+        .await
+        .unwrap();
+}

@@ -42,7 +42,7 @@ use crate::durable::{Checkpointer, Durability, DurableOptions, StoreOptions};
 use crate::locks::{Locked, RwLocked};
 use crate::provider::pin;
 use crate::provider::reconcile::ReconcileLog;
-use crate::sql::{mask_password, parse_cdc_statement, AlterSourceAction, CdcStatement};
+use crate::sql::{parse_cdc_statement, AlterSourceAction, CdcStatement};
 
 /// How a durable engine stores its state.
 #[derive(Debug, Clone, Default)]
@@ -218,7 +218,6 @@ impl Engine {
         let source = Arc::new(RunningSource::start(
             name,
             url,
-            &mask_password(url),
             definition,
             options,
             checkpointer,
@@ -454,7 +453,7 @@ impl Engine {
                 let sources = self.running_sources();
                 let text = |v: Vec<Option<String>>| -> ArrayRef { Arc::new(StringArray::from(v)) };
                 let name = sources.iter().map(|s| Some(s.name.clone())).collect();
-                let url = sources.iter().map(|s| Some(s.url.clone())).collect();
+                let url = sources.iter().map(|s| Some(s.url())).collect();
                 let definition = sources
                     .iter()
                     .map(|s| Some(s.definition()).filter(|d| !d.is_empty()))

@@ -51,7 +51,9 @@ use crate::source::binlog::files::{binlog_files, purge_settings, PurgeSettings};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
-use crate::sql::{parse_cdc_statement, CdcStatement, SourceChanges};
+use crate::sql::{
+    mask_password, parse_cdc_statement, CdcStatement, ConnectionChange, MySqlUrl, SourceChanges,
+};
 
 /// The engine's sources by name.
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -63,8 +65,11 @@ pub(crate) type SourcesRef = Weak<Sources>;
 #[derive(Debug)]
 pub struct RunningSource {
     pub name: String,
-    /// The URL with the password masked.
-    pub url: String,
+    /// The URL with its password (shown masked, see [`Self::url`]); `ALTER SOURCE ... SET`
+    /// changes it.
+    url: RwLock<String>,
+    /// How the source reaches its server now; a capture task started later takes this one.
+    connect: RwLock<ConnectOptions>,
     /// The `CREATE SOURCE` statement, password masked (empty when created from Rust); `ALTER
     /// SOURCE ... SET` changes its options.
     definition: RwLock<String>,
@@ -85,7 +90,7 @@ pub struct RunningSource {
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Held for the whole of a re-snapshot, so two cannot interleave.
     restarting: tokio::sync::Mutex<()>,
-    poller: tokio::task::JoinHandle<()>,
+    poller: Mutex<tokio::task::JoinHandle<()>>,
     /// Seconds: the poller warns when the position's binlog may be purged within this.
     purge_warning: Arc<AtomicU64>,
     checkpoints: Option<tokio::task::JoinHandle<()>>,
@@ -96,7 +101,7 @@ impl Drop for RunningSource {
         if let Some(task) = self.task.locked().take() {
             task.abort();
         }
-        self.poller.abort();
+        self.poller.locked().abort();
         if let Some(c) = &self.checkpoints {
             c.abort();
         }
@@ -108,7 +113,6 @@ impl RunningSource {
     pub fn start(
         name: &str,
         url: &str,
-        masked_url: &str,
         definition: String,
         options: CaptureOptions,
         checkpointer: Option<Arc<Checkpointer>>,
@@ -130,6 +134,7 @@ impl RunningSource {
             published: Arc::clone(&published),
             purge_warning: Arc::clone(&purge_warning),
         }));
+        let current = RwLock::new(connect.clone());
         let checkpoints = checkpointer.as_ref().map(|c| {
             tokio::spawn(checkpoint_loop(
                 name.to_string(),
@@ -155,7 +160,8 @@ impl RunningSource {
         let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {
             name: name.to_string(),
-            url: masked_url.to_string(),
+            url: RwLock::new(url.to_string()),
+            connect: current,
             definition: RwLock::new(definition),
             published,
             versions,
@@ -167,7 +173,7 @@ impl RunningSource {
             shared,
             task: Mutex::new(Some(task)),
             restarting: tokio::sync::Mutex::new(()),
-            poller,
+            poller: Mutex::new(poller),
             purge_warning,
             checkpoints,
         })
@@ -196,6 +202,11 @@ impl RunningSource {
         let mut definition = self.definition.write_locked();
         if let Ok(Some(CdcStatement::CreateSource(mut create))) = parse_cdc_statement(&definition) {
             create.options = create.options.altered(changes);
+            if !changes.connection.is_empty() {
+                if let Ok(url) = MySqlUrl::parse(&self.url.read_locked()) {
+                    create.url = url;
+                }
+            }
             *definition = create.to_string();
         }
     }
@@ -236,8 +247,9 @@ impl RunningSource {
             .ok_or_else(|| refuse("it has published no state yet".into()))?;
         // A table whose columns changed is read under its new ones (`engine::resnapshot`);
         // one the server no longer has cannot be read at all.
-        Capture::resolve_tables(&self.shared.connect, std::slice::from_ref(table)).await?;
-        match Capture::check_binlog(&self.shared.connect, &position).await {
+        let connect = self.connect();
+        Capture::resolve_tables(&connect, std::slice::from_ref(table)).await?;
+        match Capture::check_binlog(&connect, &position).await {
             Ok(()) => {}
             Err(SourceError::BinlogUnavailable { needed, .. }) => {
                 let reason = format!("the other tables need the binlog from {needed} on");
@@ -261,7 +273,9 @@ impl RunningSource {
         let _ = self.shared.ready.send(false);
         self.status.locked().error = None;
         self.health.clear_source();
-        let task = tokio::spawn(run(self.shared.clone(), mode));
+        let mut shared = self.shared.clone();
+        shared.connect = self.connect();
+        let task = tokio::spawn(run(shared, mode));
         *self.task.locked() = Some(task);
     }
 
@@ -310,8 +324,58 @@ impl RunningSource {
     }
 
     /// How to reach the server (with the password), for reads straight from it.
-    pub(crate) fn connect(&self) -> &ConnectOptions {
-        &self.shared.connect
+    pub(crate) fn connect(&self) -> ConnectOptions {
+        self.connect.read_locked().clone()
+    }
+
+    /// The URL with the password masked.
+    pub fn url(&self) -> String {
+        mask_password(&self.url.read_locked())
+    }
+
+    /// The URL `connection` gives the source (with its password): the change applied to
+    /// the URL it has now.
+    pub(crate) fn changed_url(&self, connection: &ConnectionChange) -> String {
+        connection.apply(&self.url.read_locked())
+    }
+
+    /// Checks that the source can go on at the server `url` (the URL with its password):
+    /// the same address as now (a move to another server needs a resume by GTID, which this
+    /// does not do), credentials the server takes, and privileges and binlog settings that
+    /// pass the start-up checks. Changes nothing.
+    pub(crate) async fn check_connection(&self, url: &str) -> Result<ConnectOptions, EngineError> {
+        let mut next = ConnectOptions::from_url(url)?;
+        let now = self.connect();
+        next.read_timeout = now.read_timeout;
+        if next.address() != now.address() {
+            return Err(EngineError::CannotMoveSource {
+                name: self.name.clone(),
+                from: now.address(),
+                to: next.address(),
+            });
+        }
+        let mut conn = next.connect().await?;
+        next.checked(&mut conn).await?;
+        Ok(next)
+    }
+
+    /// Goes on at the server `url` through `connect` (checked by
+    /// [`Self::check_connection`]): the capture resumes from the published version with it, so
+    /// nothing is read twice or skipped, and the lag poll reads through it.
+    pub(crate) async fn reconnect(&self, connect: ConnectOptions, url: String) {
+        let _restarting = self.restarting.lock().await;
+        *self.connect.write_locked() = connect.clone();
+        *self.url.write_locked() = url;
+        let poller = tokio::spawn(poll_server(PollOf {
+            name: self.name.clone(),
+            connect,
+            status: Arc::clone(&self.status),
+            health: Arc::clone(&self.health),
+            published: Arc::clone(&self.published),
+            purge_warning: Arc::clone(&self.purge_warning),
+        }));
+        std::mem::replace(&mut *self.poller.locked(), poller).abort();
+        self.restart(Mode::Resume).await;
     }
 
     /// The options the source was created with.

@@ -429,6 +429,50 @@ mod tests {
     }
 
     #[test]
+    fn alter_source_takes_a_new_url_user_and_password_and_never_shows_the_password() {
+        let statement = parse(
+            "ALTER SOURCE s SET (password = 'p@ss:/w%rd', user = 'cdc2', retain_history = 'all')",
+        );
+        let CdcStatement::AlterSource(AlterSource {
+            action: AlterSourceAction::Set(changes),
+            ..
+        }) = &statement
+        else {
+            panic!("{statement:?}")
+        };
+        let text = statement.to_string();
+        assert!(!text.contains("p@ss"), "{text}");
+        assert!(
+            text.contains("password = '****'") && text.contains("user = 'cdc2'"),
+            "{text}"
+        );
+        // Put into the URL percent-encoded, replacing the old user and password (the old
+        // password may hold an unencoded `@`).
+        let url = changes
+            .connection
+            .apply("mysql://cdc:old@pw@db.example:3306/shop?require_ssl=true");
+        assert_eq!(
+            url,
+            "mysql://cdc2:p%40ss%3A%2Fw%25rd@db.example:3306/shop?require_ssl=true"
+        );
+        let opts = mysql_async::Opts::from_url(&url).unwrap();
+        assert_eq!(opts.pass(), Some("p@ss:/w%rd"));
+        assert_eq!(opts.user(), Some("cdc2"));
+        let moved = parse("ALTER SOURCE s SET (url = 'mysql://u:secret@other:3307')");
+        assert!(!moved.to_string().contains("secret"), "{moved}");
+        assert_error(
+            "ALTER SOURCE s SET (url = 'postgres://x')",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
+            "",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (password = 'a', password = 'b')",
+            SqlState::SYNTAX_ERROR.code(),
+            "password",
+        );
+    }
+
+    #[test]
     fn statements_that_are_not_ours_go_to_datafusion() {
         for sql in [
             "SELECT * FROM \"src\".shop.\"orders$changelog\"",

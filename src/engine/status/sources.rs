@@ -124,7 +124,7 @@ pub(super) static TABLE: Declared<Row> = Declared {
         number("last_checkpoint_seconds", |r| {
             r.status.last_checkpoint_seconds
         }),
-        text("url", |r| Some(r.source.url.clone())),
+        text("url", |r| Some(r.source.url())),
         text("oldest_binlog", |r| r.status.purge.oldest.clone()),
         count("purge_distance_files", |r| r.status.purge.files_before),
         count("purge_distance_bytes", |r| r.status.purge.bytes_before),

@@ -24,7 +24,9 @@ mod table;
 mod typed;
 
 pub use table::{OptionSpec, OPTIONS};
-pub use typed::{SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID};
+pub use typed::{
+    ConnectionChange, SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID,
+};
 
 #[cfg(test)]
 mod tests {

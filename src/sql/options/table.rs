@@ -18,13 +18,14 @@ use sqlparser::tokenizer::Location;
 
 use super::formats::{parse_chunk_keys, parse_start, parse_tables, ModeName};
 use super::typed::{
-    SourceChanges, SourceOptions, MAX_PARALLELISM, MAX_PURGE_WARNING_SECONDS,
+    ConnectionChange, SourceChanges, SourceOptions, MAX_PARALLELISM, MAX_PURGE_WARNING_SECONDS,
     MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID,
 };
 use crate::capture::SnapshotMode;
 use crate::change::position::StartPosition;
 use crate::source::binlog::table_filter;
 use crate::sql::error::SqlError;
+use crate::sql::mysql_url::{mask_password, MySqlUrl};
 use crate::sql::names::quote_string;
 use crate::sql::value::{Literal, RawOption};
 use crate::state::retention::RetainHistory;
@@ -377,9 +378,9 @@ impl Draft {
 
     /// Reads `raw` through the table into the draft, each option once and each one `allowed`
     /// lets through; returns where each option's value is.
-    fn read_items(
+    fn read_items<'a>(
         &mut self,
-        raw: &[RawOption],
+        raw: impl IntoIterator<Item = &'a RawOption>,
         allowed: impl Fn(&RawOption) -> Result<(), SqlError>,
     ) -> Result<BTreeMap<&'static str, Location>, SqlError> {
         let mut seen = BTreeMap::new();
@@ -404,25 +405,35 @@ impl Draft {
 }
 
 impl SourceChanges {
-    /// Reads the items of `ALTER SOURCE ... SET (...)` through the table: the same checks as
-    /// in `CREATE SOURCE`, for the options a running source can change.
+    /// Reads the items of `ALTER SOURCE ... SET (...)`: the options a running source can
+    /// change through the table, with the same checks as in `CREATE SOURCE`, and how to reach
+    /// its server.
     pub(crate) fn from_raw(raw: &[RawOption]) -> Result<Self, SqlError> {
+        // How to reach the server is not a `WITH` option (the URL is `FROM MYSQL '...'`), so
+        // those items are read here and the rest through the table.
+        let (connection, options): (Vec<&RawOption>, Vec<&RawOption>) = raw
+            .iter()
+            .partition(|item| CONNECTION.contains(&item.name.as_str()));
+        let mut out = SourceChanges {
+            connection: read_connection(&connection)?,
+            ..SourceChanges::default()
+        };
         let mut draft = Draft::over(SourceOptions::default());
-        let seen = draft.read_items(raw, |item| {
+        let seen = draft.read_items(options, |item| {
             if ALTERABLE.contains(&item.name.as_str()) {
                 return Ok(());
             }
             Err(SqlError::Unsupported {
                 feature: format!("changing {} of a running source", item.name),
                 hint: Some(format!(
-                    "ALTER SOURCE ... SET changes {}; for the other options DROP SOURCE, then \
-                     CREATE SOURCE",
-                    ALTERABLE.join(", ")
+                    "ALTER SOURCE ... SET changes {} and {}; for the other options DROP \
+                     SOURCE, then CREATE SOURCE",
+                    ALTERABLE.join(", "),
+                    CONNECTION.join(", ")
                 )),
                 location: Some(item.name_location),
             })
         })?;
-        let mut out = SourceChanges::default();
         if seen.contains_key("retain_history") {
             out.retain_history = Some(draft.options.retain_history);
         }
@@ -433,6 +444,49 @@ impl SourceChanges {
     }
 }
 
+/// What `ALTER SOURCE ... SET` takes besides the alterable options: how to reach the server.
+const CONNECTION: [&str; 3] = ["url", "user", "password"];
+
+/// The `url`, `user` and `password` items of `ALTER SOURCE ... SET`, each a string at most
+/// once; the URL must parse as `CREATE SOURCE`'s does.
+fn read_connection(items: &[&RawOption]) -> Result<ConnectionChange, SqlError> {
+    let mut out = ConnectionChange::default();
+    for item in items {
+        let option = CONNECTION
+            .into_iter()
+            .find(|n| *n == item.name)
+            .unwrap_or("url");
+        let literal = Literal { option, item };
+        let value = literal.string()?.to_string();
+        let repeated = match option {
+            "url" => out
+                .url
+                .replace(
+                    MySqlUrl::parse(&value).map_err(|reason| SqlError::InvalidUrl {
+                        url: mask_password(&value),
+                        reason,
+                        location: Some(item.value_location),
+                    })?,
+                )
+                .is_some(),
+            "user" => {
+                if value.is_empty() {
+                    return Err(literal.invalid("a user name cannot be empty".into()));
+                }
+                out.user.replace(value).is_some()
+            }
+            _ => out.password.replace(value).is_some(),
+        };
+        if repeated {
+            return Err(SqlError::DuplicateOption {
+                option,
+                location: Some(item.name_location),
+            });
+        }
+    }
+    Ok(out)
+}
+
 impl fmt::Display for SourceChanges {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -441,6 +495,15 @@ impl fmt::Display for SourceChanges {
         }
         if let Some(w) = &self.purge_warning {
             parts.push(format!("binlog_purge_warning_seconds = {}", w.as_secs()));
+        }
+        if let Some(url) = &self.connection.url {
+            parts.push(format!("url = {}", quote_string(&url.masked())));
+        }
+        if let Some(user) = &self.connection.user {
+            parts.push(format!("user = {}", quote_string(user)));
+        }
+        if self.connection.password.is_some() {
+            parts.push("password = '****'".to_string());
         }
         f.write_str(&parts.join(", "))
     }

@@ -131,4 +131,66 @@ impl SourceOptions {
 pub struct SourceChanges {
     pub retain_history: Option<RetainHistory>,
     pub purge_warning: Option<std::time::Duration>,
+    /// How to reach the server from now on (`url`, `user`, `password`).
+    pub connection: ConnectionChange,
+}
+
+/// `ALTER SOURCE ... SET (url = '...', user = '...', password = '...')`: a new URL (TLS and
+/// other parameters are in it), and a user or password that replace the URL's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnectionChange {
+    pub url: Option<crate::sql::MySqlUrl>,
+    pub user: Option<String>,
+    /// Never printed: `Display` masks it.
+    pub password: Option<String>,
+}
+
+impl ConnectionChange {
+    pub fn is_empty(&self) -> bool {
+        self.url.is_none() && self.user.is_none() && self.password.is_none()
+    }
+
+    /// The URL text `base` becomes: the new URL or `base`, with the user and password given
+    /// put in its user information (percent-encoded, as a URL needs them).
+    pub fn apply(&self, base: &str) -> String {
+        let url = self.url.as_ref().map_or(base, |u| u.expose());
+        if self.user.is_none() && self.password.is_none() {
+            return url.to_string();
+        }
+        let start = url.find("://").map_or(0, |i| i + 3);
+        let rest = &url[start..];
+        // The user information ends at the last `@` (a password may hold an unencoded one).
+        let (info, host) = match rest.rfind('@') {
+            Some(at) => (&rest[..at], &rest[at + 1..]),
+            None => ("", rest),
+        };
+        let (old_user, old_password) = match info.split_once(':') {
+            Some((u, p)) => (u.to_string(), Some(p.to_string())),
+            None => (info.to_string(), None),
+        };
+        let user = self.user.as_deref().map_or(old_user, percent_encode);
+        let password = self
+            .password
+            .as_deref()
+            .map(percent_encode)
+            .or(old_password);
+        let info = match password {
+            Some(p) => format!("{user}:{p}"),
+            None => user,
+        };
+        format!("{}{info}@{host}", &url[..start])
+    }
+}
+
+/// `text` with every byte but the URL's unreserved characters percent-encoded.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
