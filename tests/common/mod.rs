@@ -286,12 +286,18 @@ pub fn pip_install(dir: &str, marker: &str, requirement: &str) -> String {
 }
 
 /// Runs `command` in a shell that has sourced `scripts/lib.sh`, whose helpers install Debian
-/// packages (through `as_root`: directly as root, else with sudo). Panics with the command when
+/// packages (through `as_root`: directly as root, else with sudo), holding a lock file so
+/// that no two such commands run at once. Panics with the command when
 /// it fails.
 pub fn setup_script(command: &str) {
     let status = std::process::Command::new("bash")
         .arg("-c")
-        .arg(format!(". scripts/lib.sh && {command}"))
+        // One at a time across test binaries: two package installs at once fail on apt's
+        // lock.
+        .arg(format!(
+            "exec 9>\"${{TMPDIR:-/tmp}}/cdcfusion-test-setup.lock\" && flock 9 && \
+             . scripts/lib.sh && {command}"
+        ))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .unwrap_or_else(|e| panic!("bash cannot run `{command}`: {e}"));

@@ -139,7 +139,7 @@ pub struct SourceChanges {
 /// other parameters are in it), and a user or password that replace the URL's.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConnectionChange {
-    pub url: Option<crate::sql::MySqlUrl>,
+    pub url: Option<crate::sql::mysql_url::MySqlUrl>,
     pub user: Option<String>,
     /// Never printed: `Display` masks it.
     pub password: Option<String>,
