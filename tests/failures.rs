@@ -23,9 +23,13 @@ use tokio::sync::Mutex;
 static TURN: Mutex<()> = Mutex::const_new(());
 
 fn create(name: &str, db: &str) -> String {
+    create_at(name, &server().cdc_url(), db, ", chunk_size = 4")
+}
+
+/// `CREATE SOURCE name` of `db.*` at `url`, with `more` options after `tables` and `server_id`.
+fn create_at(name: &str, url: &str, db: &str, more: &str) -> String {
     format!(
-        "CREATE SOURCE {name} FROM MYSQL '{}' WITH (tables = '{db}.*', chunk_size = 4, server_id = {})",
-        server().cdc_url(),
+        "CREATE SOURCE {name} FROM MYSQL '{url}' WITH (tables = '{db}.*', server_id = {}{more})",
         source_server_id()
     )
 }
@@ -498,17 +502,9 @@ async fn a_source_left_behind_is_warned_before_its_binlog_expires() {
         .await
         .unwrap();
     let engine = Engine::new();
-    exec(
-        &engine,
-        &format!(
-            "CREATE SOURCE p FROM MYSQL '{}' WITH (tables = '{db}.*', server_id = {}, \
-             binlog_purge_warning_seconds = 172800)",
-            server().cdc_url(),
-            source_server_id()
-        ),
-    )
-    .await
-    .unwrap();
+    let warn_within = ", binlog_purge_warning_seconds = 172800";
+    let sql = create_at("p", &server().cdc_url(), db, warn_within);
+    exec(&engine, &sql).await.unwrap();
     engine.wait_ready("p").await.unwrap();
     conn.query_drop(format!("INSERT INTO {db}.t VALUES (100, 0)"))
         .await
@@ -647,16 +643,8 @@ async fn a_rotated_password_is_given_to_a_running_source_which_goes_on() {
             .unwrap()
     };
     let engine = open().await;
-    exec(
-        &engine,
-        &format!(
-            "CREATE SOURCE r FROM MYSQL 'mysql://rot:first-pass@127.0.0.1:{port}' \
-             WITH (tables = '{db}.*', server_id = {})",
-            source_server_id()
-        ),
-    )
-    .await
-    .unwrap();
+    let url = format!("mysql://rot:first-pass@127.0.0.1:{port}");
+    exec(&engine, &create_at("r", &url, db, "")).await.unwrap();
     engine.wait_ready("r").await.unwrap();
     root.query_drop(format!("INSERT INTO {db}.t VALUES (100, 0)"))
         .await

@@ -23,6 +23,17 @@ fn options_of(url: &str) -> ConnectOptions {
     ConnectOptions::from_url(url).unwrap()
 }
 
+/// A fault proxy in front of the server, and options that reach it as the CDC user over TCP
+/// (the driver would otherwise switch to the Unix socket, around the proxy).
+async fn proxied() -> (FaultProxy, ConnectOptions) {
+    let proxy = FaultProxy::start(server().port()).await;
+    let url = format!(
+        "mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{}?prefer_socket=false",
+        proxy.port()
+    );
+    (proxy, options_of(&url))
+}
+
 async fn open(options: &ConnectOptions, socket: Option<&str>) -> WireConnection {
     match WireConnection::open(options, socket, &SESSION_INIT).await {
         Ok(Opened::Ready(conn)) => *conn,
@@ -299,12 +310,7 @@ async fn a_stalled_server_is_noticed_within_the_read_timeout() {
     ))
     .await
     .unwrap();
-    let proxy = FaultProxy::start(server().port()).await;
-    let url = format!(
-        "mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{}?prefer_socket=false",
-        proxy.port()
-    );
-    let mut options = options_of(&url);
+    let (proxy, mut options) = proxied().await;
     options.read_timeout = Duration::from_millis(500);
     let mut wire = open(&options, None).await;
     let mut seen = 0u64;
@@ -346,12 +352,7 @@ async fn a_silent_binlog_connection_is_replaced_after_three_missed_heartbeats() 
     conn.query_drop(format!("CREATE TABLE {db}.t (id INT PRIMARY KEY)"))
         .await
         .unwrap();
-    let proxy = FaultProxy::start(server().port()).await;
-    let url = format!(
-        "mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{}?prefer_socket=false",
-        proxy.port()
-    );
-    let mut connect = options_of(&url);
+    let (proxy, mut connect) = proxied().await;
     // Heartbeats every 500 ms; silence for 1.5 s is a lost connection.
     connect.read_timeout = Duration::from_millis(1500);
     let options = BinlogReaderOptions::new(next_server_id(), StartPosition::Current)

@@ -19,7 +19,7 @@ use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, CatalogUser, Durability, DurableError, Store};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
-use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, MySqlUrl, SourceChanges};
+use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, SourceChanges};
 
 impl Engine {
     /// An engine whose catalog and checkpoints live in `location` (a directory, `file://`,
@@ -165,11 +165,10 @@ impl Engine {
     ) -> Result<(), EngineError> {
         // A new way to reach the server is checked before anything is committed: a refused
         // one leaves the source as it was.
-        let reconnect = if changes.connection.is_empty() {
+        let link = if changes.connection.is_empty() {
             None
         } else {
-            let url = source.changed_url(&changes.connection);
-            Some((source.check_connection(&url).await?, url))
+            Some(source.check_connection(&changes.connection).await?)
         };
         if let Some(durable) = &self.durable {
             let mut catalog = durable.catalog.lock().await;
@@ -184,13 +183,8 @@ impl Engine {
                     ));
                 };
                 create.options = create.options.altered(changes);
-                if let Some((_, url)) = &reconnect {
-                    create.url = MySqlUrl::parse(url).map_err(|reason| {
-                        EngineError::Source(SourceError::Config(format!(
-                            "the new URL of source {}: {reason}",
-                            source.name
-                        )))
-                    })?;
+                if let Some(link) = &link {
+                    create.url = link.url.clone();
                 }
                 entry.statement = create.to_sql_with_password();
             }
@@ -199,8 +193,8 @@ impl Engine {
                 .map_err(DurableError::from)?;
             *catalog = next;
         }
-        if let Some((connect, url)) = reconnect {
-            source.reconnect(connect, url).await;
+        if let Some(link) = link {
+            source.reconnect(link).await;
         }
         source.alter(changes);
         Ok(())

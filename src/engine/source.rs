@@ -22,15 +22,23 @@
 //! Transient errors are retried inside the capture. A checkpoint that failed transiently is
 //! retried with backoff (the source shows `retrying`); any other failed checkpoint is shown in
 //! the status and retried at the next interval.
+//!
+//! # Connection
+//! Every task and the server poll reach the server through the source's one [`Link`] (URL
+//! and the options made of it). `ALTER SOURCE ... SET (password | user | url)` checks a new
+//! link against the server before anything changes, then replaces it, restarts the poll on
+//! it and resumes the capture from the published version: no change is read twice or lost.
+//! Only the same address is taken, since binlog positions belong to one server.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use futures::FutureExt;
+use mysql_async::Conn;
 use tokio::sync::watch;
 
 use super::error::EngineError;
@@ -47,13 +55,11 @@ use crate::change::schema::{Flavor, TableId};
 use crate::durable::{Checkpointer, DurableError};
 use crate::locks::{Locked, RwLocked};
 use crate::provider::health::SharedHealth;
-use crate::source::binlog::files::{binlog_files, purge_settings, PurgeSettings};
+use crate::source::binlog::files::{binlog_files, purge_settings, BinlogFile, PurgeSettings};
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
-use crate::sql::{
-    mask_password, parse_cdc_statement, CdcStatement, ConnectionChange, MySqlUrl, SourceChanges,
-};
+use crate::sql::{parse_cdc_statement, CdcStatement, ConnectionChange, MySqlUrl, SourceChanges};
 
 /// The engine's sources by name.
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -65,11 +71,9 @@ pub(crate) type SourcesRef = Weak<Sources>;
 #[derive(Debug)]
 pub struct RunningSource {
     pub name: String,
-    /// The URL with its password (shown masked, see [`Self::url`]); `ALTER SOURCE ... SET`
-    /// changes it.
-    url: RwLock<String>,
-    /// How the source reaches its server now; a capture task started later takes this one.
-    connect: RwLock<ConnectOptions>,
+    /// How the source reaches its server now (`ALTER SOURCE ... SET` changes it); a capture
+    /// task started later takes this one.
+    link: RwLock<Link>,
     /// The `CREATE SOURCE` statement, password masked (empty when created from Rust); `ALTER
     /// SOURCE ... SET` changes its options.
     definition: RwLock<String>,
@@ -91,8 +95,8 @@ pub struct RunningSource {
     /// Held for the whole of a re-snapshot, so two cannot interleave.
     restarting: tokio::sync::Mutex<()>,
     poller: Mutex<tokio::task::JoinHandle<()>>,
-    /// Seconds: the poller warns when the position's binlog may be purged within this.
-    purge_warning: Arc<AtomicU64>,
+    /// What a server poll is started with, besides the connection.
+    poll: PollOf,
     checkpoints: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -119,22 +123,25 @@ impl RunningSource {
     ) -> SourceResult<Self> {
         let mut connect = ConnectOptions::from_url(url)?;
         connect.read_timeout = options.read_timeout;
+        let url = MySqlUrl::parse(url).map_err(SourceError::Config)?;
         let published: Published = Arc::new(ArcSwap::from_pointee(SourceVersion::default()));
         let progress = Arc::new(Progress::default());
         let status = Arc::new(Mutex::new(SourceStatus::default()));
         let (ready_tx, ready) = watch::channel(false);
         let (versions_tx, versions) = watch::channel(0u64);
         let health = SharedHealth::default();
-        let purge_warning = Arc::new(AtomicU64::new(options.purge_warning.as_secs()));
-        let poller = tokio::spawn(poll_server(PollOf {
+        let poll = PollOf {
             name: name.to_string(),
-            connect: connect.clone(),
             status: Arc::clone(&status),
             health: Arc::clone(&health),
             published: Arc::clone(&published),
-            purge_warning: Arc::clone(&purge_warning),
-        }));
-        let current = RwLock::new(connect.clone());
+            purge_warning: Arc::new(AtomicU64::new(options.purge_warning.as_secs())),
+        };
+        let poller = poll.spawn(connect.clone());
+        let link = RwLock::new(Link {
+            url,
+            connect: connect.clone(),
+        });
         let checkpoints = checkpointer.as_ref().map(|c| {
             tokio::spawn(checkpoint_loop(
                 name.to_string(),
@@ -160,8 +167,7 @@ impl RunningSource {
         let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {
             name: name.to_string(),
-            url: RwLock::new(url.to_string()),
-            connect: current,
+            link,
             definition: RwLock::new(definition),
             published,
             versions,
@@ -174,7 +180,7 @@ impl RunningSource {
             task: Mutex::new(Some(task)),
             restarting: tokio::sync::Mutex::new(()),
             poller: Mutex::new(poller),
-            purge_warning,
+            poll,
             checkpoints,
         })
     }
@@ -196,16 +202,15 @@ impl RunningSource {
             self.shared.retention.set_policy(policy);
         }
         if let Some(within) = changes.purge_warning {
-            self.purge_warning
+            self.poll
+                .purge_warning
                 .store(within.as_secs(), Ordering::Relaxed);
         }
         let mut definition = self.definition.write_locked();
         if let Ok(Some(CdcStatement::CreateSource(mut create))) = parse_cdc_statement(&definition) {
             create.options = create.options.altered(changes);
             if !changes.connection.is_empty() {
-                if let Ok(url) = MySqlUrl::parse(&self.url.read_locked()) {
-                    create.url = url;
-                }
+                create.url = self.link.read_locked().url.clone();
             }
             *definition = create.to_string();
         }
@@ -325,55 +330,47 @@ impl RunningSource {
 
     /// How to reach the server (with the password), for reads straight from it.
     pub(crate) fn connect(&self) -> ConnectOptions {
-        self.connect.read_locked().clone()
+        self.link.read_locked().connect.clone()
     }
 
     /// The URL with the password masked.
     pub fn url(&self) -> String {
-        mask_password(&self.url.read_locked())
+        self.link.read_locked().url.masked()
     }
 
-    /// The URL `connection` gives the source (with its password): the change applied to
-    /// the URL it has now.
-    pub(crate) fn changed_url(&self, connection: &ConnectionChange) -> String {
-        connection.apply(&self.url.read_locked())
-    }
-
-    /// Checks that the source can go on at the server `url` (the URL with its password):
-    /// the same address as now (a move to another server needs a resume by GTID, which this
-    /// does not do), credentials the server takes, and privileges and binlog settings that
-    /// pass the start-up checks. Changes nothing.
-    pub(crate) async fn check_connection(&self, url: &str) -> Result<ConnectOptions, EngineError> {
-        let mut next = ConnectOptions::from_url(url)?;
-        let now = self.connect();
-        next.read_timeout = now.read_timeout;
-        if next.address() != now.address() {
+    /// Checks that the source can go on at the server `connection` leads to: the same
+    /// address as now (a move to another server needs a resume by GTID, which this does not
+    /// do), credentials the server takes, and privileges and binlog settings that pass the
+    /// start-up checks. Changes nothing; the link it returns is for [`Self::reconnect`].
+    pub(crate) async fn check_connection(
+        &self,
+        connection: &ConnectionChange,
+    ) -> Result<Link, EngineError> {
+        let now = self.link.read_locked().clone();
+        let url = connection
+            .apply(&now.url)
+            .map_err(|reason| EngineError::Source(SourceError::Config(reason)))?;
+        let mut next = ConnectOptions::from_url(url.expose())?;
+        next.read_timeout = now.connect.read_timeout;
+        if next.address() != now.connect.address() {
             return Err(EngineError::CannotMoveSource {
                 name: self.name.clone(),
-                from: now.address(),
+                from: now.connect.address(),
                 to: next.address(),
             });
         }
         let mut conn = next.connect().await?;
         next.checked(&mut conn).await?;
-        Ok(next)
+        Ok(Link { url, connect: next })
     }
 
-    /// Goes on at the server `url` through `connect` (checked by
-    /// [`Self::check_connection`]): the capture resumes from the published version with it, so
-    /// nothing is read twice or skipped, and the lag poll reads through it.
-    pub(crate) async fn reconnect(&self, connect: ConnectOptions, url: String) {
+    /// Goes on at the server through `link` (checked by [`Self::check_connection`]): the
+    /// capture resumes from the published version with it, so nothing is read twice or
+    /// skipped, and the lag poll reads through it.
+    pub(crate) async fn reconnect(&self, link: Link) {
         let _restarting = self.restarting.lock().await;
-        *self.connect.write_locked() = connect.clone();
-        *self.url.write_locked() = url;
-        let poller = tokio::spawn(poll_server(PollOf {
-            name: self.name.clone(),
-            connect,
-            status: Arc::clone(&self.status),
-            health: Arc::clone(&self.health),
-            published: Arc::clone(&self.published),
-            purge_warning: Arc::clone(&self.purge_warning),
-        }));
+        let poller = self.poll.spawn(link.connect.clone());
+        *self.link.write_locked() = link;
         std::mem::replace(&mut *self.poller.locked(), poller).abort();
         self.restart(Mode::Resume).await;
     }
@@ -388,10 +385,17 @@ impl RunningSource {
     }
 }
 
+/// How a source reaches its server: the URL (with its password) and the options made of it.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    pub url: MySqlUrl,
+    pub connect: ConnectOptions,
+}
+
 /// What the server poll reads besides the server itself.
+#[derive(Debug, Clone)]
 struct PollOf {
     name: String,
-    connect: ConnectOptions,
     status: Arc<Mutex<SourceStatus>>,
     health: SharedHealth,
     published: Published,
@@ -399,88 +403,134 @@ struct PollOf {
     purge_warning: Arc<AtomicU64>,
 }
 
-/// Reads the server's binlog end and files every [`SERVER_POLL`] for the lag and purge
-/// columns (`engine::purge_watch`), and logs a purge warning when it appears, changes or
-/// clears; a failed read leaves the last values (the capture reports connection errors
-/// itself). A panic here fails the source: its lag could no longer be shown.
-async fn poll_server(of: PollOf) {
-    let PollOf {
-        name,
-        connect,
-        status,
-        health,
-        published,
-        purge_warning,
-    } = of;
+/// The binlog files are listed again at least this often (a `PURGE BINARY LOGS` removes old
+/// ones at any time); otherwise only when the server writes a file the list does not have:
+/// the sizes the watch adds up are those of closed files, which do not change.
+const BINLOG_RELIST: Duration = Duration::from_secs(10);
+
+/// The server's binlog files as a poll last listed them, and when.
+struct Listing {
+    at: Instant,
+    files: Vec<BinlogFile>,
+}
+
+impl PollOf {
+    /// A server poll through `connect`.
+    fn spawn(&self, connect: ConnectOptions) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(poll_server(self.clone(), connect))
+    }
+
+    fn flavor(&self) -> Flavor {
+        if self.status.locked().flavor == "MySql" {
+            Flavor::MySql
+        } else {
+            Flavor::MariaDb
+        }
+    }
+
+    /// A connection and the server's purge settings, read once per connection: they change
+    /// rarely, and a change is seen at the next reconnect.
+    async fn open(&self, connect: &ConnectOptions) -> Option<(Conn, PurgeSettings)> {
+        let mut conn = connect.connect().await.ok()?;
+        let read = purge_settings(&mut conn, self.flavor());
+        let settings = connect
+            .bounded(|| "reading the purge settings".into(), read)
+            .await
+            .ok()?;
+        Some((conn, settings))
+    }
+
+    /// Reads the server's binlog end, and its files when due (into `listing`, the poll's
+    /// own: the status is only written), into the status.
+    async fn read(
+        &self,
+        connect: &ConnectOptions,
+        conn: &mut Conn,
+        listing: &mut Option<Listing>,
+    ) -> SourceResult<()> {
+        let (position, _) = connect.position(conn, self.flavor()).await?;
+        let due = listing.as_ref().is_none_or(|l| {
+            l.at.elapsed() >= BINLOG_RELIST || !l.files.iter().any(|f| *f.name == *position.file)
+        });
+        let mut listed = None;
+        if due {
+            let files = connect
+                .bounded(|| "listing the binlogs".into(), binlog_files(conn))
+                .await?;
+            listed = Some(files.clone());
+            *listing = Some(Listing {
+                at: Instant::now(),
+                files,
+            });
+        }
+        let mut status = self.status.locked();
+        status.server_position = Some(position);
+        if let Some(files) = listed {
+            status.binlogs = files;
+        }
+        Ok(())
+    }
+
+    /// Where the published position stands against the server's purges, into the status;
+    /// logs a warning when one appears or changes, and when it clears (`warned` is what was
+    /// logged last).
+    fn watch(&self, settings: PurgeSettings, files: &[BinlogFile], warned: &mut Vec<String>) {
+        let mut status = self.status.locked();
+        status.purge = match self.published.load().position.as_ref() {
+            Some(at) => watch(WatchInput {
+                files,
+                settings,
+                position: at,
+                last_commit_micros: status.last_commit_ts_micros,
+                now_micros: now_micros(),
+                warn_within: Duration::from_secs(self.purge_warning.load(Ordering::Relaxed)),
+            }),
+            None => PurgeWatch::default(),
+        };
+        if status.purge.warnings == *warned {
+            return;
+        }
+        warned.clone_from(&status.purge.warnings);
+        if warned.is_empty() {
+            tracing::info!(source = %self.name, "the binlog purge warning cleared");
+        }
+        for warning in warned.iter() {
+            tracing::warn!(source = %self.name, "{warning}");
+        }
+    }
+}
+
+/// Reads the server's binlog end every [`SERVER_POLL`] (and its files, see [`BINLOG_RELIST`])
+/// for the lag and purge columns (`engine::purge_watch`); a failed read drops the connection
+/// and leaves the last values (the capture reports connection errors itself). A panic here
+/// fails the source: its lag could no longer be shown.
+async fn poll_server(of: PollOf, connect: ConnectOptions) {
     let poll = AssertUnwindSafe(async {
-        let mut conn = None;
-        let mut settings = PurgeSettings::default();
-        let mut warned: Vec<String> = Vec::new();
+        let mut server = None;
+        let mut listing = None;
+        let mut warned = Vec::new();
         loop {
-            crate::failpoint::hit_in("poller", &name);
-            let flavor = if status.locked().flavor == "MySql" {
-                Flavor::MySql
-            } else {
-                Flavor::MariaDb
-            };
-            if conn.is_none() {
-                conn = connect.connect().await.ok();
-                // Read once per connection: the settings change rarely, and a change is seen
-                // at the next reconnect.
-                if let Some(c) = conn.as_mut() {
-                    let read = purge_settings(c, flavor);
-                    match connect
-                        .bounded(|| "reading the purge settings".into(), read)
-                        .await
-                    {
-                        Ok(s) => settings = s,
-                        Err(_) => conn = None,
-                    }
-                }
+            crate::failpoint::hit_in("poller", &of.name);
+            if server.is_none() {
+                server = of.open(&connect).await;
             }
-            if let Some(c) = conn.as_mut() {
-                let read = async {
-                    let (position, _) = connect.position(c, flavor).await?;
-                    let files = connect
-                        .bounded(|| "listing the binlogs".into(), binlog_files(c))
-                        .await?;
-                    SourceResult::Ok((position, files))
-                };
-                match read.await {
-                    Ok((position, files)) => {
-                        let mut status = status.locked();
-                        status.server_position = Some(position);
-                        status.binlogs = files;
-                        status.purge = match published.load().position.as_ref() {
-                            Some(at) => watch(WatchInput {
-                                files: &status.binlogs,
-                                settings,
-                                position: at,
-                                last_commit_micros: status.last_commit_ts_micros,
-                                now_micros: now_micros(),
-                                warn_within: Duration::from_secs(
-                                    purge_warning.load(Ordering::Relaxed),
-                                ),
-                            }),
-                            None => PurgeWatch::default(),
-                        };
-                        if status.purge.warnings != warned {
-                            warned = status.purge.warnings.clone();
-                            if warned.is_empty() {
-                                tracing::info!(source = %name, "the binlog purge warning cleared");
-                            }
-                            for warning in &warned {
-                                tracing::warn!(source = %name, "{warning}");
-                            }
-                        }
+            if let Some((conn, settings)) = server.as_mut() {
+                match of.read(&connect, conn, &mut listing).await {
+                    Ok(()) => {
+                        let files = listing.as_ref().map_or(&[][..], |l| &l.files[..]);
+                        of.watch(*settings, files, &mut warned);
                     }
-                    Err(_) => conn = None,
+                    Err(_) => server = None,
                 }
             }
             tokio::time::sleep(SERVER_POLL).await;
         }
     });
     if let Err(panic) = poll.catch_unwind().await {
-        fail(&status, &health, panicked("server poll", panic.as_ref()));
+        fail(
+            &of.status,
+            &of.health,
+            panicked("server poll", panic.as_ref()),
+        );
     }
 }

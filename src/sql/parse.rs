@@ -448,14 +448,14 @@ mod tests {
         );
         // Put into the URL percent-encoded, replacing the old user and password (the old
         // password may hold an unencoded `@`).
-        let url = changes
-            .connection
-            .apply("mysql://cdc:old@pw@db.example:3306/shop?require_ssl=true");
+        let old = MySqlUrl::parse("mysql://cdc:old@pw@db.example:3306/shop?require_ssl=true");
+        let url = changes.connection.apply(&old.unwrap()).unwrap();
+        let url = url.expose();
         assert_eq!(
             url,
             "mysql://cdc2:p%40ss%3A%2Fw%25rd@db.example:3306/shop?require_ssl=true"
         );
-        let opts = mysql_async::Opts::from_url(&url).unwrap();
+        let opts = mysql_async::Opts::from_url(url).unwrap();
         assert_eq!(opts.pass(), Some("p@ss:/w%rd"));
         assert_eq!(opts.user(), Some("cdc2"));
         let moved = parse("ALTER SOURCE s SET (url = 'mysql://u:secret@other:3307')");

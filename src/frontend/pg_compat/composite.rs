@@ -185,16 +185,9 @@ mod tests {
     use super::*;
     use datafusion::arrow::datatypes::Int16Type;
     use datafusion::config::ConfigOptions;
-    use sqlparser::dialect::PostgreSqlDialect;
-    use sqlparser::parser::Parser;
 
     fn rewritten(sql: &str) -> String {
-        let expr = Parser::new(&PostgreSqlDialect {})
-            .try_with_sql(sql)
-            .unwrap()
-            .parse_expr()
-            .unwrap();
-        let mut expr = expr;
+        let mut expr = crate::frontend::pg_compat::pg_expr(sql);
         let _ = sqlparser::ast::visit_expressions_mut(&mut expr, |e| {
             if let Some(r) = rewrite(e) {
                 *e = r;

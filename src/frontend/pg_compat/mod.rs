@@ -15,3 +15,13 @@ pub mod pg_settings;
 pub mod reflect;
 pub mod rules;
 pub mod subqueries;
+
+/// An expression parsed as a client's PostgreSQL text, for the rewrites' tests.
+#[cfg(test)]
+fn pg_expr(sql: &str) -> sqlparser::ast::Expr {
+    sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .unwrap()
+        .parse_expr()
+        .unwrap()
+}

@@ -413,12 +413,7 @@ mod tests {
     }
 
     fn rewritten(sql: &str) -> String {
-        let expr = sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
-            .try_with_sql(sql)
-            .unwrap()
-            .parse_expr()
-            .unwrap();
-        rewrite(&expr).map_or(String::new(), |e| e.to_string())
+        rewrite(&crate::frontend::pg_compat::pg_expr(sql)).map_or(String::new(), |e| e.to_string())
     }
 
     #[test]

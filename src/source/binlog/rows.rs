@@ -641,18 +641,23 @@ mod tests {
         Event::read(&fde, &event[..]).expect("a well-formed event")
     }
 
-    #[test]
-    fn optional_metadata_lines_up_as_mysql_writes_it() {
-        let event = table_map();
-        let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
-        let schema = TableDecoder::schema_from_table_map(
-            &tme,
+    /// The schema MySQL's table map `tme` gives, from the map alone.
+    fn mysql_schema(tme: &TableMapEvent<'_>) -> TableSchema {
+        TableDecoder::schema_from_table_map(
+            tme,
             None,
             &builtin_collations(),
             MapWriter::MySql,
             true,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn optional_metadata_lines_up_as_mysql_writes_it() {
+        let event = table_map();
+        let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
+        let schema = mysql_schema(&tme);
         let kinds: Vec<_> = schema.columns.iter().map(|c| c.kind.clone()).collect();
         assert_eq!(
             kinds,
@@ -699,14 +704,7 @@ mod tests {
         use arrow::datatypes::{Int16Type, UInt32Type};
         let event = table_map();
         let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
-        let schema = TableDecoder::schema_from_table_map(
-            &tme,
-            None,
-            &builtin_collations(),
-            MapWriter::MySql,
-            true,
-        )
-        .unwrap();
+        let schema = mysql_schema(&tme);
         let decoder = TableDecoder::new(&tme, Arc::new(schema)).unwrap();
         // An image: the NULL bitmap, YEAR (1 byte), INT UNSIGNED (4), GEOMETRY (4-byte length),
         // VARCHAR(10) (1-byte length).

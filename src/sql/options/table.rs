@@ -411,9 +411,14 @@ impl SourceChanges {
     pub(crate) fn from_raw(raw: &[RawOption]) -> Result<Self, SqlError> {
         // How to reach the server is not a `WITH` option (the URL is `FROM MYSQL '...'`), so
         // those items are read here and the rest through the table.
-        let (connection, options): (Vec<&RawOption>, Vec<&RawOption>) = raw
-            .iter()
-            .partition(|item| CONNECTION.contains(&item.name.as_str()));
+        let mut connection = Vec::new();
+        let mut options = Vec::new();
+        for item in raw {
+            match CONNECTION.into_iter().find(|name| *name == item.name) {
+                Some(name) => connection.push((name, item)),
+                None => options.push(item),
+            }
+        }
         let mut out = SourceChanges {
             connection: read_connection(&connection)?,
             ..SourceChanges::default()
@@ -449,13 +454,9 @@ const CONNECTION: [&str; 3] = ["url", "user", "password"];
 
 /// The `url`, `user` and `password` items of `ALTER SOURCE ... SET`, each a string at most
 /// once; the URL must parse as `CREATE SOURCE`'s does.
-fn read_connection(items: &[&RawOption]) -> Result<ConnectionChange, SqlError> {
+fn read_connection(items: &[(&'static str, &RawOption)]) -> Result<ConnectionChange, SqlError> {
     let mut out = ConnectionChange::default();
-    for item in items {
-        let option = CONNECTION
-            .into_iter()
-            .find(|n| *n == item.name)
-            .unwrap_or("url");
+    for &(option, item) in items {
         let literal = Literal { option, item };
         let value = literal.string()?.to_string();
         let repeated = match option {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::capture::{CaptureOptions, SnapshotMode};
 use crate::change::schema::TableId;
+use crate::sql::mysql_url::MySqlUrl;
 use crate::state::retention::RetainHistory;
 #[cfg(doc)]
 use crate::{change::position::StartPosition, source::snapshot::incremental::SnapshotOptions};
@@ -137,12 +138,22 @@ pub struct SourceChanges {
 
 /// `ALTER SOURCE ... SET (url = '...', user = '...', password = '...')`: a new URL (TLS and
 /// other parameters are in it), and a user or password that replace the URL's.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct ConnectionChange {
-    pub url: Option<crate::sql::mysql_url::MySqlUrl>,
+    pub url: Option<MySqlUrl>,
     pub user: Option<String>,
-    /// Never printed: `Display` masks it.
+    /// Never printed: `Debug` here and `Display` of the statement mask it.
     pub password: Option<String>,
+}
+
+impl std::fmt::Debug for ConnectionChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionChange")
+            .field("url", &self.url)
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "****"))
+            .finish()
+    }
 }
 
 impl ConnectionChange {
@@ -150,47 +161,28 @@ impl ConnectionChange {
         self.url.is_none() && self.user.is_none() && self.password.is_none()
     }
 
-    /// The URL text `base` becomes: the new URL or `base`, with the user and password given
-    /// put in its user information (percent-encoded, as a URL needs them).
-    pub fn apply(&self, base: &str) -> String {
-        let url = self.url.as_ref().map_or(base, |u| u.expose());
+    /// The URL `base` becomes: the new URL or `base`, with the user and password given put
+    /// in its user information, encoded as a URL needs them.
+    pub fn apply(&self, base: &MySqlUrl) -> Result<MySqlUrl, String> {
+        let url = self.url.as_ref().unwrap_or(base);
         if self.user.is_none() && self.password.is_none() {
-            return url.to_string();
+            return Ok(url.clone());
         }
-        let start = url.find("://").map_or(0, |i| i + 3);
-        let rest = &url[start..];
-        // The user information ends at the last `@` (a password may hold an unencoded one).
-        let (info, host) = match rest.rfind('@') {
-            Some(at) => (&rest[..at], &rest[at + 1..]),
-            None => ("", rest),
-        };
-        let (old_user, old_password) = match info.split_once(':') {
-            Some((u, p)) => (u.to_string(), Some(p.to_string())),
-            None => (info.to_string(), None),
-        };
-        let user = self.user.as_deref().map_or(old_user, percent_encode);
-        let password = self
-            .password
-            .as_deref()
-            .map(percent_encode)
-            .or(old_password);
-        let info = match password {
-            Some(p) => format!("{user}:{p}"),
-            None => user,
-        };
-        format!("{}{info}@{host}", &url[..start])
-    }
-}
-
-/// `text` with every byte but the URL's unreserved characters percent-encoded.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+        let mut parsed = url::Url::parse(url.expose()).map_err(|e| e.to_string())?;
+        let refused = || "the URL has no host to give a user or password to".to_string();
+        // The userinfo encode set leaves `%` as it is (so that encoded text passes through),
+        // which a reader then decodes: a literal `%` is encoded first.
+        let literal = |text: &str| text.replace('%', "%25");
+        if let Some(user) = &self.user {
+            parsed
+                .set_username(&literal(user))
+                .map_err(|()| refused())?;
         }
+        if let Some(password) = &self.password {
+            parsed
+                .set_password(Some(&literal(password)))
+                .map_err(|()| refused())?;
+        }
+        MySqlUrl::parse(parsed.as_str())
     }
-    out
 }
