@@ -247,11 +247,7 @@ async fn what_cannot_be_followed_stops_only_that_table_with_the_fix() {
     ))
     .await;
     assert_current(&engine, "es", db, "ok", "the other tables' DDL").await;
-    let states = query(
-        &engine,
-        "SELECT \"table\", state, error FROM cdc.tables ORDER BY \"table\"",
-    )
-    .await;
+    let states = table_states(&engine).await;
     assert!(
         states[0].starts_with("table=gone state=stopped") && states[0].contains("it was dropped"),
         "{states:?}"
@@ -432,14 +428,162 @@ async fn a_table_created_after_the_start_is_captured_from_its_creation() {
     .await;
     assert_current(&engine, "en", db, "l", "a DDL").await;
     assert_current(&engine, "en", db, "s", "a delete").await;
+    assert_eq!(capturing_tables(&engine).await, ["n=4"]);
+}
+
+#[tokio::test]
+async fn a_table_dropped_and_created_again_is_captured_as_a_new_table() {
+    let db = "evo_recreate";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, a VARCHAR(8));
+         INSERT INTO {db}.t VALUES (1, 'one'), (2, 'two'), (3, 'three');
+         CREATE TABLE {db}.k (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.k VALUES (7, 70), (8, 80);"
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let options = || EngineOptions {
+        durable: DurableOptions {
+            checkpoint_interval: Duration::from_millis(100),
+            state_snapshot_min_changes: 1_000_000,
+            changelog_memory_budget: 16 * 1024,
+        },
+        ..Default::default()
+    };
+    let engine = Engine::open(&path, options()).await.unwrap();
+    started(&engine, "ed", db).await;
+    exec(&format!(
+        "DROP TABLE {db}.t; INSERT INTO {db}.k VALUES (9, 90)"
+    ))
+    .await;
+    assert_current(&engine, "ed", db, "k", "the drop").await;
+    let states = table_states(&engine).await;
+    assert!(
+        states[0].starts_with("table=k state=capturing"),
+        "{states:?}"
+    );
+    assert!(
+        states[1].starts_with("table=t state=stopped") && states[1].contains("it was dropped"),
+        "{states:?}"
+    );
+    let (code, message) = sqlstate_error(&engine, &format!("SELECT * FROM ed.{db}.t")).await;
+    assert_eq!(code, "55000", "{message}");
+    assert!(message.contains("captured from its creation"), "{message}");
+    assert!(!message.contains("RESNAPSHOT"), "{message}");
+    // The drop outlives a restart: the table is created again while the engine is down.
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    exec(&format!(
+        "CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b INT NOT NULL, a VARCHAR(8));
+         INSERT INTO {db}.t VALUES (1, 10, 'new'), (4, 40, NULL);
+         UPDATE {db}.t SET b = 11 WHERE id = 1;"
+    ))
+    .await;
+    let engine = reopen(&path, options(), "ed").await;
+    assert_current(&engine, "ed", db, "t", "its creation again").await;
+    // Its changelog goes on: the old rows deleted at the drop, then the new table's changes
+    // under its new schema.
+    let history = format!(
+        "SELECT _op, _schema_version AS v, id, a, b FROM ed.{db}.\"t$changelog\" WHERE _op <> 'r' ORDER BY _position, id"
+    );
+    assert_eq!(
+        query(&engine, &history).await,
+        [
+            "_op=d v=0 id=1 a=one b=NULL",
+            "_op=d v=0 id=2 a=two b=NULL",
+            "_op=d v=0 id=3 a=three b=NULL",
+            "_op=c v=1 id=1 a=new b=10",
+            "_op=c v=1 id=4 a=NULL b=40",
+            "_op=u v=1 id=1 a=new b=11",
+        ]
+    );
     assert_eq!(
         query(
             &engine,
-            "SELECT count(*) AS n FROM cdc.tables WHERE state = 'capturing'"
+            "SELECT schema_version, columns_before, columns_after FROM cdc.schema_history WHERE \"table\" = 't' ORDER BY position"
         )
         .await,
-        ["n=4"]
+        ["schema_version=1 columns_before=id int not null key, a varchar(8) columns_after=id bigint not null key, b int not null, a varchar(8)"]
     );
+    // Dropped and created again by `CREATE ... SELECT`: its rows come with its creation.
+    exec(&format!(
+        "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b INT) SELECT id, v AS b FROM {db}.k"
+    ))
+    .await;
+    assert_current(&engine, "ed", db, "t", "a CREATE ... SELECT").await;
+    // A column of the old name and another type cannot continue its changelog: it stays
+    // stopped, saying why.
+    exec(&format!(
+        "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b VARCHAR(4)); INSERT INTO {db}.k VALUES (10, 100)"
+    ))
+    .await;
+    assert_current(&engine, "ed", db, "k", "a conflicting creation").await;
+    let states = table_states(&engine).await;
+    assert!(
+        states[1].starts_with("table=t state=stopped") && states[1].contains("whose column b is"),
+        "{states:?}"
+    );
+    // Dropped once more, it is captured when created again.
+    exec(&format!(
+        "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b BIGINT); INSERT INTO {db}.t VALUES (5, 5)"
+    ))
+    .await;
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    let engine = reopen(&path, options(), "ed").await;
+    assert_current(&engine, "ed", db, "t", "a restart after all that").await;
+    assert_eq!(capturing_tables(&engine).await, ["n=2"]);
+}
+
+#[tokio::test]
+async fn a_zero_date_in_a_primary_key_stops_only_its_table() {
+    let db = "evo_zero_key";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "SET SESSION sql_mode = '';
+         CREATE TABLE {db}.z (d DATE PRIMARY KEY, v INT);
+         INSERT INTO {db}.z VALUES ('0000-00-00', 1), ('2024-01-01', 2), ('2024-02-00', 3);
+         CREATE TABLE {db}.later (id INT, d DATETIME, v INT, PRIMARY KEY (id, d));
+         INSERT INTO {db}.later VALUES (1, '2024-01-01 00:00:00', 1);
+         CREATE TABLE {db}.ok (id INT PRIMARY KEY, d DATE);
+         INSERT INTO {db}.ok VALUES (1, '0000-00-00'), (2, '2024-01-01');"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "ez", db).await;
+    assert_current(&engine, "ez", db, "ok", "the snapshot").await;
+    assert_current(&engine, "ez", db, "later", "the snapshot").await;
+    // While streaming: the row that cannot be keyed stops its table before it is applied.
+    exec(&format!(
+        "SET SESSION sql_mode = '';
+         INSERT INTO {db}.later VALUES (2, '2024-03-03 00:00:00', 2);
+         INSERT INTO {db}.later VALUES (3, '0000-00-00 00:00:00', 3);
+         INSERT INTO {db}.ok VALUES (3, '0000-00-00');"
+    ))
+    .await;
+    assert_current(&engine, "ez", db, "ok", "a zero date outside the key").await;
+    let states = table_states(&engine).await;
+    assert!(
+        states[0].starts_with("table=later state=stopped")
+            && states[0].contains("primary key column d"),
+        "{states:?}"
+    );
+    assert!(
+        states[1].starts_with("table=ok state=capturing"),
+        "{states:?}"
+    );
+    assert!(
+        states[2].starts_with("table=z state=stopped")
+            && states[2].contains("primary key column d")
+            && states[2].contains("RESNAPSHOT TABLE"),
+        "{states:?}"
+    );
+    let (code, message) = sqlstate_error(&engine, &format!("SELECT * FROM ez.{db}.z")).await;
+    assert_eq!(code, "55000", "{message}");
 }
 
 #[tokio::test]
@@ -515,6 +659,24 @@ async fn keys_change_and_an_online_migration_swaps_its_table_in() {
             format!("_op=u _table={db}.t a=2 c=5"),
         ]
     );
+}
+
+/// Every table's name, state and error, by name.
+async fn table_states(engine: &Engine) -> Vec<String> {
+    query(
+        engine,
+        "SELECT \"table\", state, error FROM cdc.tables ORDER BY \"table\"",
+    )
+    .await
+}
+
+/// How many tables are being captured, as `n=...`.
+async fn capturing_tables(engine: &Engine) -> Vec<String> {
+    query(
+        engine,
+        "SELECT count(*) AS n FROM cdc.tables WHERE state = 'capturing'",
+    )
+    .await
 }
 
 /// Waits until the source has caught up and `table` of `source` is captured (not stopped, or

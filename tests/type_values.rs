@@ -749,20 +749,42 @@ async fn zero_dates_in_not_null_columns_flow_through_a_whole_capture() {
 }
 
 #[tokio::test]
-async fn a_zero_date_in_a_primary_key_is_a_definite_error() {
+async fn a_zero_date_in_a_primary_key_stops_its_table_naming_the_column() {
     let db = "types_k";
     let mut conn = root_conn(server()).await;
     fresh_db(&mut conn, db).await;
     conn.query_drop(format!(
         "SET sql_mode = '';
          CREATE TABLE {db}.t (d DATE NOT NULL PRIMARY KEY, v INT);
-         INSERT INTO {db}.t VALUES ('0000-00-00', 1), ('2024-00-00', 2), ('2024-01-01', 3);"
+         INSERT INTO {db}.t VALUES ('0000-00-00', 1), ('2024-00-00', 2), ('2024-01-01', 3);
+         CREATE TABLE {db}.other (id INT PRIMARY KEY);
+         INSERT INTO {db}.other VALUES (1);"
     ))
     .await
     .unwrap();
-    let (_engine, ready) = engine_with(db, "tk").await;
-    let err = ready.expect_err("distinct zero dates cannot share one key");
-    assert!(err.contains("primary key column d of types_k.t"), "{err}");
+    let (engine, ready) = engine_with(db, "tk").await;
+    ready.expect("distinct zero dates cannot share one key, but only their table stops");
+    assert_eq!(
+        query(
+            &engine,
+            "SELECT \"table\", state FROM cdc.tables ORDER BY \"table\""
+        )
+        .await,
+        ["table=other state=capturing", "table=t state=stopped"]
+    );
+    let error = query(
+        &engine,
+        "SELECT error FROM cdc.tables WHERE \"table\" = 't'",
+    )
+    .await;
+    assert!(
+        error[0].contains("primary key column d of types_k.t"),
+        "{error:?}"
+    );
+    assert_eq!(
+        query(&engine, &format!("SELECT id FROM tk.{db}.other")).await,
+        ["id=1"]
+    );
 }
 
 #[tokio::test]

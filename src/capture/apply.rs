@@ -16,8 +16,11 @@
 //!   makes the states start over from empty and take the settled chunks in HIGH order.
 //! * Entry positions are given only once every chunk is read, in HIGH order, so they do not
 //!   depend on which read finished first.
+//! * A table with a row that cannot be keyed (a zero date in its primary key, see
+//!   `RowCodec::check_keys`) takes no chunk at all: it is handed back as [`Unkeyable`], to stop
+//!   alone, and the others go on.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -33,6 +36,9 @@ use crate::state::merge::TableState;
 /// One chunk applied early: table, chunk index, HIGH and its entries.
 type Applied = (usize, usize, BinlogCoord, ChunkEntries);
 
+/// Tables whose snapshot read a row that cannot be keyed: why, and the HIGH of the chunk.
+pub(super) type Unkeyable = BTreeMap<usize, (String, BinlogCoord)>;
+
 /// See the module docs.
 pub(super) struct EagerChunks {
     states: Vec<TableState>,
@@ -42,6 +48,7 @@ pub(super) struct EagerChunks {
     applied: Vec<Applied>,
     /// Whether every chunk so far found none of its keys held.
     disjoint: bool,
+    unkeyable: Unkeyable,
 }
 
 impl EagerChunks {
@@ -53,6 +60,7 @@ impl EagerChunks {
             planned,
             applied: Vec::new(),
             disjoint: true,
+            unkeyable: Unkeyable::new(),
         }
     }
 
@@ -65,6 +73,14 @@ impl EagerChunks {
                 self.states.len()
             )));
         };
+        if self.unkeyable.contains_key(&t) {
+            return Ok(());
+        }
+        if let Err(e) = state.codec().check_keys(&chunk.rows) {
+            self.unkeyable
+                .insert(t, (e.to_string(), chunk.high.clone()));
+            return Ok(());
+        }
         let rows = chunk.rows.num_rows();
         if !*sized {
             // Chunks are planned to hold about the same number of rows.
@@ -78,22 +94,25 @@ impl EagerChunks {
         Ok(())
     }
 
-    /// The states holding exactly the `ready` chunks (in HIGH order), and their changelog
-    /// parts appended to `log`; see the module docs.
+    /// The states holding exactly the `ready` chunks (in HIGH order) of the tables that
+    /// could be keyed, and their changelog parts appended to `log`, with the tables that could
+    /// not (their states empty); see the module docs.
     pub(super) fn settle(
         self,
         tables: &[Arc<TableSchema>],
-        ready: Vec<SnapshotChunk>,
+        mut ready: Vec<SnapshotChunk>,
         log: &mut HandoffLog,
         ordinals: &mut Ordinals,
-    ) -> SourceResult<Vec<TableState>> {
+    ) -> SourceResult<(Vec<TableState>, Unkeyable)> {
         let EagerChunks {
             mut states,
             mut applied,
             disjoint,
+            unkeyable,
             ..
         } = self;
-        let same = disjoint && applied.len() == ready.len() && {
+        ready.retain(|c| !unkeyable.contains_key(&c.table));
+        let same = disjoint && unkeyable.is_empty() && applied.len() == ready.len() && {
             let read: HashSet<(usize, usize, &BinlogCoord)> =
                 applied.iter().map(|(t, i, h, _)| (*t, *i, h)).collect();
             ready
@@ -105,7 +124,7 @@ impl EagerChunks {
             for (table, _, high, entries) in applied {
                 push(log, ordinals, &states, table, high, entries)?;
             }
-            return Ok(states);
+            return Ok((states, unkeyable));
         }
         tracing::info!(
             "snapshot chunks are applied again in HIGH order (keys shared between chunks, or \
@@ -125,7 +144,7 @@ impl EagerChunks {
             let entries = apply_chunk(&mut states[chunk.table], &chunk.high, chunk.rows)?;
             push(log, ordinals, &states, chunk.table, chunk.high, entries)?;
         }
-        Ok(states)
+        Ok((states, unkeyable))
     }
 }
 
@@ -202,9 +221,10 @@ mod tests {
         }
         let (mut log, mut ordinals) = (HandoffLog::default(), Ordinals::default());
         let ready = ready.iter().map(|c| (*c).clone()).collect();
-        let mut states = eager
+        let (mut states, unkeyable) = eager
             .settle(&[schema], ready, &mut log, &mut ordinals)
             .unwrap();
+        assert!(unkeyable.is_empty());
         let parts = log
             .chunks
             .iter()

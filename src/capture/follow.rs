@@ -14,11 +14,21 @@
 //! table that the same statement renames out of the patterns (the online-migration swap with
 //! the shadow table outside them), that table is the one read again: it goes on under its
 //! name with the other table's rows, and the difference is in its changelog.
+//!
+//! # Drops
+//! `DROP TABLE` deletes the table's rows (a `d` entry each, at the statement) and stops it as
+//! dropped; a table created later under its name is captured as a new table from its creation
+//! (see `stops`).
 
 use std::sync::Arc;
 
-use super::schema::{created_schema, follow_ddl, short, CreatedSchema, Followed, SchemaChange};
+use arrow::error::ArrowError;
+
+use super::schema::{
+    created_schema, drops, follow_ddl, short, CreatedSchema, Followed, SchemaChange,
+};
 use super::{Capture, CaptureOptions, CodecChange, TableChange};
+use crate::change::keys::RowCodec;
 use crate::change::position::{BinlogCoord, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
@@ -47,7 +57,17 @@ impl Capture {
                 self.create_table(id, ddl, tx);
                 continue;
             };
-            if self.is_stopped(t) || self.parked.contains(&t) {
+            if self.is_dropped(t) {
+                self.recreate(t, ddl, tx);
+                continue;
+            }
+            if self.parked.contains(&t) {
+                continue;
+            }
+            if self.is_stopped(t) {
+                if drops(&self.tables[t], ddl) {
+                    self.drop_table(t, ddl, tx, out)?;
+                }
                 continue;
             }
             let before = Arc::clone(&self.tables[t]);
@@ -60,6 +80,7 @@ impl Capture {
                         .map(|event| TableChange { table: t, event }),
                 ),
                 Followed::Stop(reason) => self.stop_table(t, reason, tx.start.clone()),
+                Followed::Dropped => self.drop_table(t, ddl, tx, out)?,
                 Followed::Renamed(to) if self.pattern.selects(&to) => renames.push((t, to)),
                 Followed::Renamed(_) if renamed_in.iter().any(|(_, n)| *n == before.id) => {
                     // Its name now belongs to a table from outside: that one is read again
@@ -86,14 +107,7 @@ impl Capture {
                 }
                 Followed::Evolved(after) => {
                     self.tables[t] = Arc::clone(&after);
-                    if let Some(codecs) = &mut self.handoff_codecs {
-                        codecs.push(CodecChange {
-                            table: t,
-                            position: tx.start.clone(),
-                            before: codec_before,
-                            after: Arc::clone(self.states[t].codec()),
-                        });
-                    }
+                    self.codec_changed(t, &tx.start, codec_before);
                     self.record(t, ddl, tx, before, after);
                 }
             }
@@ -181,26 +195,53 @@ impl Capture {
     /// Captures `id`, which `ddl` created and the source's patterns select, from its creation:
     /// an empty table (rows a `CREATE ... SELECT` wrote follow in the same transaction).
     fn create_table(&mut self, id: TableId, ddl: &Ddl, tx: &SourceTransaction) {
-        let table = match created_schema(&id, ddl) {
-            CreatedSchema::Spelled(table) => Arc::new(table),
-            CreatedSchema::Like(like) if self.index.contains_key(&like) => {
-                let model = &self.tables[self.index[&like]];
-                Arc::new(
-                    TableSchema::new(id.clone(), model.columns.clone(), model.primary_key.clone())
-                        .with_default_charset(model.default_charset.clone()),
-                )
-            }
-            CreatedSchema::Like(_) | CreatedSchema::FromServer => match self.created.remove(&id) {
-                Some(table) => table,
-                None => {
-                    tracing::warn!(table = %id, at = %tx.start, "a created table is gone from the server; not captured");
-                    return;
-                }
-            },
-            CreatedSchema::NotCreated => return,
+        let Some(table) = self.created_table(&id, ddl, tx) else {
+            return;
         };
         if self.add_table(id, table, ddl, tx).is_some() {
             tracing::info!(at = %tx.start, "capturing a table created after the start");
+        }
+    }
+
+    /// Table `t`'s rows are encoded with a new codec from `at` on: during the hand-off, its
+    /// log decodes the entries before `at` with `before` (see `CodecChange`).
+    pub(super) fn codec_changed(&mut self, t: usize, at: &BinlogCoord, before: Arc<RowCodec>) {
+        if let Some(codecs) = &mut self.handoff_codecs {
+            codecs.push(CodecChange {
+                table: t,
+                position: at.clone(),
+                before,
+                after: Arc::clone(self.states[t].codec()),
+            });
+        }
+    }
+
+    /// The schema of table `id` as `ddl` (in `tx`) creates it; `None` when the statement does
+    /// not create it or the table is gone from the server again.
+    pub(super) fn created_table(
+        &mut self,
+        id: &TableId,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+    ) -> Option<Arc<TableSchema>> {
+        match created_schema(id, ddl) {
+            CreatedSchema::Spelled(table) => Some(Arc::new(table)),
+            // Like itself: a table created again `LIKE` its old self, which is gone.
+            CreatedSchema::Like(like) if self.index.contains_key(&like) && like != *id => {
+                let model = &self.tables[self.index[&like]];
+                Some(Arc::new(
+                    TableSchema::new(id.clone(), model.columns.clone(), model.primary_key.clone())
+                        .with_default_charset(model.default_charset.clone()),
+                ))
+            }
+            CreatedSchema::Like(_) | CreatedSchema::FromServer => {
+                let table = self.created.remove(id);
+                if table.is_none() {
+                    tracing::warn!(table = %id, at = %tx.start, "a created table is gone from the server; not captured");
+                }
+                table
+            }
+            CreatedSchema::NotCreated => None,
         }
     }
 
@@ -213,11 +254,7 @@ impl Capture {
         ddl: &Ddl,
         tx: &SourceTransaction,
     ) -> Option<usize> {
-        let state = TableState::new(Arc::clone(&table)).and_then(|mut state| {
-            state.finish_handoff()?;
-            Ok(state)
-        });
-        let state = match state {
+        let state = match streaming_state(&table) {
             Ok(state) => state,
             Err(e) => {
                 tracing::warn!(table = %id, error = %e, "a new table cannot be captured");
@@ -242,7 +279,8 @@ impl Capture {
     ) -> SourceResult<()> {
         for ddl in &tx.ddl {
             let new = touched_tables(ddl, |id| {
-                !self.index.contains_key(id) && self.pattern.selects(id)
+                (!self.index.contains_key(id) || self.is_dropped_name(id))
+                    && self.pattern.selects(id)
             });
             // Tables renamed in from outside: their schema now (a later DDL is compared when
             // they are read again).
@@ -312,7 +350,7 @@ impl Capture {
         }
     }
 
-    fn record(
+    pub(super) fn record(
         &mut self,
         t: usize,
         ddl: &Ddl,
@@ -329,4 +367,11 @@ impl Capture {
             after,
         });
     }
+}
+
+/// An empty state of `table` that takes streamed changes (a table created after the start).
+pub(super) fn streaming_state(table: &Arc<TableSchema>) -> Result<TableState, ArrowError> {
+    let mut state = TableState::new(Arc::clone(table))?;
+    state.finish_handoff()?;
+    Ok(state)
 }

@@ -67,6 +67,7 @@ mod follow;
 pub mod handoff;
 mod reread;
 mod schema;
+mod stops;
 mod stream;
 pub mod version;
 
@@ -145,8 +146,8 @@ impl CaptureOptions {
 }
 
 /// A table whose capture stopped: a statement changed it outside row events (a DDL the
-/// engine does not follow yet), or its rows stopped matching its schema. Its state and
-/// changelog end at `position`; later changes of it are not read.
+/// engine does not follow yet, or a `DROP`), or its rows stopped matching its schema. Its
+/// state and changelog end at `position`; later changes of it are not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableStop {
     /// Index into [`Capture::tables`].
@@ -158,6 +159,9 @@ pub struct TableStop {
     /// capture never read: the engine reads the table under that name again at once
     /// (`RESNAPSHOT TABLE`), and it goes on from there.
     pub read_again: bool,
+    /// The table was dropped at the source (its rows deleted at the `DROP`): there is nothing
+    /// to repair, and a table created under its name is captured from its creation.
+    pub dropped: bool,
 }
 
 /// A running capture; see the module docs.
@@ -178,6 +182,9 @@ pub struct Capture {
     stopped: Stopped,
     /// Stops not yet taken by [`Capture::take_stops`].
     new_stops: Vec<TableStop>,
+    /// Dropped tables captured again under their name since the last
+    /// [`Capture::take_recreated`].
+    recreated: Vec<usize>,
     /// Schema changes followed and not yet taken by [`Capture::take_schema_changes`].
     schema_changes: Vec<SchemaChange>,
     /// Tables whose rows and DDL are read but not applied (see [`Capture::park`]).
@@ -298,6 +305,7 @@ impl Capture {
             resume_from: None,
             stopped: Stopped::default(),
             new_stops: Vec::new(),
+            recreated: Vec::new(),
             schema_changes: Vec::new(),
             parked: Default::default(),
             pattern: Patterns::new(&options.tables)?,
@@ -364,7 +372,13 @@ impl Capture {
         tracing::info!(chunks = settled.ready.len() + settled.deferred.len(), read_again = settled.deferred.len(), elapsed = ?started.elapsed(), "snapshot chunks read");
         let mut log = HandoffLog::default();
         let mut ordinals = Ordinals::default();
-        self.states = eager.settle(&self.tables, settled.ready, &mut log, &mut ordinals)?;
+        let (states, unkeyable) =
+            eager.settle(&self.tables, settled.ready, &mut log, &mut ordinals)?;
+        self.states = states;
+        // Before the stream: its rows of these tables are not applied either.
+        for (t, (why, high)) in unkeyable {
+            self.stop_unkeyable(t, &why, high);
+        }
         tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         self.progress.set_phase(Phase::CatchUp);
         let mut reader = self
@@ -534,37 +548,6 @@ impl Capture {
     /// The schema changes followed since the last call, in binlog order.
     pub fn take_schema_changes(&mut self) -> Vec<SchemaChange> {
         std::mem::take(&mut self.schema_changes)
-    }
-
-    /// Stops capturing table `t` from `position` on: its rows are no longer read (see
-    /// [`TableStop`]). A table stops once; the first reason is kept.
-    pub fn stop_table(&mut self, t: usize, reason: String, position: BinlogCoord) {
-        self.stop(t, reason, position, false);
-    }
-
-    /// Stops table `t` (see [`Self::stop_table`]); `read_again` asks the engine to read it
-    /// again (see [`TableStop::read_again`]).
-    fn stop(&mut self, t: usize, reason: String, position: BinlogCoord, read_again: bool) {
-        let id = self.tables[t].id.clone();
-        let newly = self.stopped.write_locked().insert(id.clone());
-        if newly {
-            tracing::warn!(table = %id, at = %position, %reason, "capture of the table stopped");
-            self.new_stops.push(TableStop {
-                table: t,
-                reason,
-                position,
-                read_again,
-            });
-        }
-    }
-
-    pub fn is_stopped(&self, t: usize) -> bool {
-        self.stopped.read_locked().contains(&self.tables[t].id)
-    }
-
-    /// The tables stopped since the last call.
-    pub fn take_stops(&mut self) -> Vec<TableStop> {
-        std::mem::take(&mut self.new_stops)
     }
 
     pub fn server(&self) -> &ServerInfo {

@@ -284,6 +284,10 @@ impl Capture {
             d.chunk.rows.columns().to_vec(),
         )
         .map_err(fail)?;
+        if let Err(e) = self.states[t].codec().check_keys(&rows) {
+            self.stop_unkeyable(t, &e.to_string(), d.chunk.high);
+            return Ok(());
+        }
         let entries = self.states[t]
             .apply_snapshot(&d.chunk.high, rows)
             .map_err(fail)?;

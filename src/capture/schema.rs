@@ -93,6 +93,17 @@ pub(super) enum Followed {
     Renamed(TableId),
     /// The table cannot be followed: why, with the fix.
     Stop(String),
+    /// The table was dropped (the caller deletes its rows and stops it as dropped).
+    Dropped,
+}
+
+/// Whether `ddl` drops the table of schema `before`.
+pub(super) fn drops(before: &TableSchema, ddl: &Ddl) -> bool {
+    let charset = before.table_charset().ok().flatten();
+    matches!(
+        ddl_effect(&ddl.db, &ddl.statement, before, charset),
+        DdlEffect::Gone { renamed_to: None }
+    )
 }
 
 /// Applies what `ddl` (in `tx`) does to a table of schema `before` and state `state`; see the
@@ -126,9 +137,7 @@ pub(super) fn follow_ddl(
         DdlEffect::Gone {
             renamed_to: Some(to),
         } => Followed::Renamed(to),
-        DdlEffect::Gone { renamed_to: None } => {
-            stop("it was dropped; its state and changelog end here".into())
-        }
+        DdlEffect::Gone { renamed_to: None } => Followed::Dropped,
         DdlEffect::Unfollowable(why) => stop(format!("{why}; {}", resnapshot_fix(before))),
         DdlEffect::Evolve(evolution) => {
             let after = Arc::new(

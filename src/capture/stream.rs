@@ -60,6 +60,16 @@ impl Capture {
             self.stop_table(t, reason, tx.start.clone());
             return None;
         }
+        // A row that cannot be keyed stops its table before any of the batch is applied.
+        let codec = self.states[t].codec();
+        let unkeyable = [batch.before.as_ref(), batch.after.as_ref()]
+            .into_iter()
+            .flatten()
+            .find_map(|rows| codec.check_keys(rows).err());
+        if let Some(e) = unkeyable {
+            self.stop_unkeyable(t, &e.to_string(), tx.start.clone());
+            return None;
+        }
         Some(t)
     }
 

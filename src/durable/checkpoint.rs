@@ -360,6 +360,7 @@ impl Checkpointer {
                     reason: s.reason.clone(),
                     position: s.position.to_string(),
                     read_again: s.read_again,
+                    dropped: s.dropped,
                 }),
                 trimmed,
             });

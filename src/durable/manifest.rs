@@ -85,6 +85,9 @@ pub struct StopRecord {
     /// Another table took its name: it is read again (see `capture::TableStop`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_again: bool,
+    /// It was dropped at the source (see `capture::TableStop`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dropped: bool,
 }
 
 /// A table's rows as of one checkpoint.

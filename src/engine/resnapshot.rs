@@ -262,7 +262,7 @@ pub(super) async fn resnapshot_table(
     let mut stopped = (*previous.stopped).clone();
     stopped.remove(&t);
     for stop in stopped.values() {
-        capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
+        capture.restore_stop(stop);
     }
     if changed || read_again {
         capture.park(t);

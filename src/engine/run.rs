@@ -208,11 +208,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     } = started;
     let mut schema_history = Arc::new(schema_history);
     for stop in stopped.values() {
-        capture.stop_table(stop.table, stop.reason.clone(), stop.position.clone());
+        capture.restore_stop(stop);
     }
-    for stop in capture.take_stops() {
-        stopped.entry(stop.table).or_insert(stop);
-    }
+    merge_stops(&mut stopped, capture.take_stops(), Vec::new());
     let mut published_stops = Arc::new(stopped.clone());
     {
         let mut s = status.locked();
@@ -315,11 +313,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         let trimmed = task
             .retention
             .trim(&mut changelogs, checkpointer.as_deref());
-        let stops = capture.take_stops();
-        if !stops.is_empty() {
-            for stop in stops {
-                stopped.entry(stop.table).or_insert(stop);
-            }
+        if merge_stops(&mut stopped, capture.take_stops(), capture.take_recreated()) {
             published_stops = Arc::new(stopped.clone());
         }
         let streamed_tables = streamed.iter().flatten().map(|(t, _)| *t);
@@ -347,7 +341,11 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             version.changelogs.push(changelogs[t].snapshot());
         }
         for t in touched {
-            version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
+            // A dropped table's rows are deleted in its changelog, but its published state
+            // stays the last one before the drop, for stale reads (see `capture::stops`).
+            if !published_stops.get(&t).is_some_and(|s| s.dropped) {
+                version.tables[t] = capture.snapshot_table(t, Some(tx.end.clone()))?;
+            }
             version.changelogs[t] = changelogs[t].snapshot();
         }
         for t in trimmed {
@@ -375,6 +373,29 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         }
     }
     Ok(())
+}
+
+/// Adds `stops` to `stopped` (a table stops once and keeps its first reason, unless it is
+/// dropped since, or was dropped before: a drop leaves nothing to repair) and ends the stops of the dropped tables
+/// captured again (`recreated`); whether anything changed.
+fn merge_stops(
+    stopped: &mut BTreeMap<usize, TableStop>,
+    stops: Vec<TableStop>,
+    recreated: Vec<usize>,
+) -> bool {
+    let changed = !stops.is_empty() || !recreated.is_empty();
+    for stop in stops {
+        let after_drop = stopped.get(&stop.table).is_some_and(|s| s.dropped);
+        if stop.dropped || after_drop {
+            stopped.insert(stop.table, stop);
+        } else {
+            stopped.entry(stop.table).or_insert(stop);
+        }
+    }
+    for t in recreated {
+        stopped.remove(&t);
+    }
+    changed
 }
 
 /// Ends the capture loop with [`Stop::ReadAgain`] when a published stop asks for its table to

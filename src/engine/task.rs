@@ -237,6 +237,7 @@ pub(super) async fn recover(
                     reason: record.reason.clone(),
                     position,
                     read_again: record.read_again,
+                    dropped: record.dropped,
                 },
             );
         }

@@ -156,6 +156,7 @@ impl Health {
             source_name: source.to_string(),
             table: shown.to_string(),
             being_read: self.source_fault().is_none() && stop.is_some_and(|s| s.read_again),
+            dropped: self.source_fault().is_none() && stop.is_some_and(|s| s.dropped),
             fault,
         };
         if stale_reads {
@@ -180,10 +181,15 @@ pub struct TableUnavailable {
     pub fault: Fault,
     /// The engine is reading the table now (`TableStop::read_again`): no repair is needed.
     pub being_read: bool,
+    /// The table was dropped at the source (`TableStop::dropped`): nothing to repair.
+    pub dropped: bool,
 }
 
 impl TableUnavailable {
     fn fix(&self) -> String {
+        if self.dropped {
+            return "A table created at the source under its name is captured from its creation; its state before the drop can be read after SET cdcfusion.stale_reads = on".into();
+        }
         if self.being_read {
             return format!(
                 "It is being read now: run the statement again once cdc.tables shows {} capturing, or read the stale state after SET cdcfusion.stale_reads = on",
@@ -272,6 +278,7 @@ mod tests {
             reason: "TRUNCATE TABLE t".into(),
             position: BinlogCoord::new("binlog.000001", 400),
             read_again: false,
+            dropped: false,
         }
     }
 

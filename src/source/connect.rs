@@ -384,16 +384,8 @@ pub async fn preflight(conn: &mut Conn, user: &str) -> SourceResult<ServerInfo> 
             });
         }
     }
-    if let Some(opts) = variable(conn, "binlog_row_value_options").await? {
-        if opts.to_ascii_uppercase().contains("PARTIAL_JSON") {
-            return Err(SourceError::BadSetting {
-                setting: "binlog_row_value_options",
-                found: opts,
-                required: "",
-                fix: "SET GLOBAL binlog_row_value_options = '': partial JSON updates omit the full after image".into(),
-            });
-        }
-    }
+    // `binlog_row_value_options = PARTIAL_JSON` (MySQL) is fine: its JSON changes are applied
+    // to the full before image as they are decoded.
     check_privileges(conn, user, flavor).await?;
     let server_id = variable(conn, "server_id")
         .await?

@@ -90,9 +90,8 @@ pub enum SourceError {
     /// The binlog position to start from no longer exists on the server.
     #[error("binlog position {needed} is no longer available on the server: {message}")]
     BinlogUnavailable { needed: String, message: String },
-    /// A rows event without the full before/after image (binlog_row_image is not FULL, or a
-    /// MySQL partial JSON update).
-    #[error("partial row image for {table} at {at}: {detail}; set binlog_row_image=FULL (and binlog_row_value_options='' on MySQL)")]
+    /// A rows event without the full before/after image (binlog_row_image is not FULL).
+    #[error("partial row image for {table} at {at}: {detail}; set binlog_row_image=FULL")]
     PartialRowImage {
         table: String,
         at: BinlogCoord,

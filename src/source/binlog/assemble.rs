@@ -16,8 +16,9 @@
 //! GTID-list, binlog-checkpoint and start-encryption carry nothing to capture and are skipped.
 //! Statement-format leftovers (intvar, rand, user var) are skipped too: in ROW format they only
 //! accompany DDL. Any other event type is logged once per type and skipped; none is ever
-//! guessed at. Events that would hide row changes (MariaDB compressed rows events, MySQL
-//! partial JSON updates, pre-GA rows events, incident events) are definite errors. Every
+//! guessed at. Events that would hide row changes (MariaDB compressed rows events, pre-GA
+//! rows events, incident events) are definite errors; MySQL's partial JSON updates are
+//! decoded into whole documents (`mysql_json::apply_json_diffs`). Every
 //! event's CRC32 is verified when the server writes checksums (events inside a MySQL
 //! compressed transaction payload have none; the payload's own CRC covers them).
 //!
@@ -718,14 +719,10 @@ impl Assembler {
             RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Insert,
             RowsEventData::UpdateRowsEvent(_) | RowsEventData::UpdateRowsEventV1(_) => Op::Update,
             RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
-            RowsEventData::PartialUpdateRowsEvent(_) => {
-                return Err(SourceError::PartialRowImage {
-                    table: decoder.schema.id.to_string(),
-                    at: at.clone(),
-                    detail: "a PARTIAL_UPDATE_ROWS event (JSON partial update)".into(),
-                })
-            }
+            // JSON columns logged as changes are applied to the before image as decoded.
+            RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
         };
+        let partial_json = matches!(rows, RowsEventData::PartialUpdateRowsEvent(_));
         let tx = self
             .tx
             .get_or_insert_with(|| TxBuilder::new(at.clone(), None));
@@ -775,13 +772,22 @@ impl Assembler {
         let before_bits = rows.columns_before_image().map(column_bitmap);
         let after_bits = rows.columns_after_image().map(column_bitmap);
         let held = open.index.len();
-        let decoded = decoder.decode_rows(
-            data,
-            before_bits.as_deref(),
-            after_bits.as_deref(),
-            open.before.as_mut(),
-            open.after.as_mut(),
-        );
+        let decoded = match (partial_json, open.before.as_mut(), open.after.as_mut()) {
+            (true, Some(before), Some(after)) => decoder.decode_partial_update_rows(
+                data,
+                before_bits.as_deref(),
+                after_bits.as_deref(),
+                before,
+                after,
+            ),
+            (_, before, after) => decoder.decode_rows(
+                data,
+                before_bits.as_deref(),
+                after_bits.as_deref(),
+                before,
+                after,
+            ),
+        };
         if decoded.is_err() {
             // No part of the event's rows stays: the columns may hold part of a row.
             open.truncate(held);

@@ -188,6 +188,13 @@ impl Validity {
         }
     }
 
+    /// Whether value `i` is valid (not NULL).
+    pub(super) fn is_valid(&self, i: usize) -> bool {
+        self.bits
+            .as_ref()
+            .is_none_or(|bits| bits.get(i / 8).is_some_and(|b| b & (1 << (i % 8)) != 0))
+    }
+
     #[inline]
     pub(super) fn push(&mut self, valid: bool) {
         if let Some(bits) = &mut self.bits {

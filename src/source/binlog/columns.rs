@@ -457,6 +457,46 @@ impl Column {
         self.nulls.append(&mut other.nulls);
     }
 
+    /// Whether the column holds MySQL's binary JSON, which a partial update may log as
+    /// changes (see [`Column::decode_json_diff`]).
+    pub(super) fn is_binary_json(&self) -> bool {
+        matches!(self.values, Values::Json { .. })
+    }
+
+    /// The bytes of the last value appended, `None` when it is NULL or not text.
+    pub(super) fn last_text(&self) -> Option<&[u8]> {
+        let row = self.nulls.len.checked_sub(1)?;
+        if !self.nulls.is_valid(row) {
+            return None;
+        }
+        let bytes = self.values.bytes()?;
+        let (start, end) = (bytes.offsets[row] as usize, bytes.offsets[row + 1] as usize);
+        bytes.data.get(start..end)
+    }
+
+    /// Reads a JSON value logged as changes to `before` (the text of the row's before image,
+    /// see `mysql_json::apply_json_diffs`) off `cur` and appends the changed document.
+    pub(super) fn decode_json_diff(
+        &mut self,
+        cur: &mut Cursor<'_>,
+        before: &str,
+        scratch: &mut String,
+    ) -> Result<(), RowsError> {
+        let Values::Json { prefix, text } = &mut self.values else {
+            return Err("a partial JSON update of a column that is not JSON"
+                .to_string()
+                .into());
+        };
+        let len = read_len(cur, *prefix)?;
+        let diffs = cur.take(len)?;
+        scratch.clear();
+        mysql_json::diff::apply_json_diffs(before, diffs, scratch)
+            .map_err(|e| format!("a partial JSON update: {e}"))?;
+        text.push(scratch.as_bytes())?;
+        self.nulls.push(true);
+        Ok(())
+    }
+
     /// Appends a NULL (the caller checked that the column takes it).
     #[inline]
     pub(super) fn push_null(&mut self) {

@@ -100,6 +100,21 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
+    /// MySQL's packed integer (`net_field_length`): one byte below 251, else a marker byte
+    /// and 2, 3 or 8 little-endian bytes.
+    pub(super) fn packed(&mut self) -> Result<u64, RowsError> {
+        let [first] = self.array::<1>()?;
+        match first {
+            0..=250 => Ok(u64::from(first)),
+            0xfc => self.uint_le(2),
+            0xfd => self.uint_le(3),
+            0xfe => self.uint_le(8),
+            _ => Err(RowsError::Value(format!(
+                "a packed integer starting with byte {first:#x}"
+            ))),
+        }
+    }
+
     pub(super) fn uint_be(&mut self, n: usize) -> Result<u64, RowsError> {
         Ok(self.take(n)?.iter().fold(0u64, |a, b| (a << 8) | *b as u64))
     }

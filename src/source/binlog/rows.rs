@@ -145,6 +145,14 @@ pub struct TableDecoder {
     columns: Vec<Column>,
 }
 
+/// An image of no columns, for a decode that refers to no before image.
+fn image_none() -> &'static ImageColumns {
+    static NONE: ImageColumns = ImageColumns {
+        columns: Vec::new(),
+    };
+    &NONE
+}
+
 /// The columns of one image (before or after) of a batch of rows being decoded; made by
 /// [`TableDecoder::image`] and finished by [`TableDecoder::finish`].
 #[derive(Debug)]
@@ -486,8 +494,42 @@ impl TableDecoder {
         data: &[u8],
         present_before: Option<&[u8]>,
         present_after: Option<&[u8]>,
+        before: Option<&mut ImageColumns>,
+        after: Option<&mut ImageColumns>,
+    ) -> Result<usize, RowsError> {
+        self.decode_rows_of(data, present_before, present_after, before, after, false)
+    }
+
+    /// [`TableDecoder::decode_rows`] of a MySQL `PARTIAL_UPDATE_ROWS` event: each after image
+    /// starts with its value options, and the JSON columns they mark hold the changes made to
+    /// the row's before image (see `mysql_json::apply_json_diffs`), decoded into the whole
+    /// document.
+    pub fn decode_partial_update_rows(
+        &self,
+        data: &[u8],
+        present_before: Option<&[u8]>,
+        present_after: Option<&[u8]>,
+        before: &mut ImageColumns,
+        after: &mut ImageColumns,
+    ) -> Result<usize, RowsError> {
+        self.decode_rows_of(
+            data,
+            present_before,
+            present_after,
+            Some(before),
+            Some(after),
+            true,
+        )
+    }
+
+    fn decode_rows_of(
+        &self,
+        data: &[u8],
+        present_before: Option<&[u8]>,
+        present_after: Option<&[u8]>,
         mut before: Option<&mut ImageColumns>,
         mut after: Option<&mut ImageColumns>,
+        partial_json: bool,
     ) -> Result<usize, RowsError> {
         let n = self.columns.len();
         for present in [present_before, present_after].into_iter().flatten() {
@@ -522,8 +564,13 @@ impl TableDecoder {
                     .map_err(|e| at_row(rows, e))?;
             }
             if let Some(a) = after.as_deref_mut() {
-                self.decode_image(&mut cur, a, &mut scratch)
-                    .map_err(|e| at_row(rows, e))?;
+                let decoded = match before.as_deref() {
+                    Some(b) if partial_json => self.partial_columns(&mut cur).and_then(|changed| {
+                        self.decode_image_changed(&mut cur, a, &mut scratch, b, &changed)
+                    }),
+                    _ => self.decode_image(&mut cur, a, &mut scratch),
+                };
+                decoded.map_err(|e| at_row(rows, e))?;
             }
             rows += 1;
             if rows == 1 {
@@ -547,6 +594,39 @@ impl TableDecoder {
         image: &mut ImageColumns,
         scratch: &mut String,
     ) -> Result<(), RowsError> {
+        self.decode_image_changed(cur, image, scratch, image_none(), &[])
+    }
+
+    /// The value options that open a partial update's after image: which columns hold JSON
+    /// changes rather than documents (one bit per JSON column of the table, in order, when
+    /// the options say partial JSON is on), as a flag per column.
+    fn partial_columns(&self, cur: &mut Cursor<'_>) -> Result<Vec<bool>, RowsError> {
+        const PARTIAL_JSON_UPDATES: u64 = 1;
+        let options = cur.packed()?;
+        let mut flags = vec![false; self.columns.len()];
+        if options & PARTIAL_JSON_UPDATES == 0 {
+            return Ok(flags);
+        }
+        let json: Vec<usize> = (0..self.columns.len())
+            .filter(|&i| self.columns[i].is_binary_json())
+            .collect();
+        let bits = cur.take(json.len().div_ceil(8))?;
+        for (k, &i) in json.iter().enumerate() {
+            flags[i] = bits[k / 8] & (1 << (k % 8)) != 0;
+        }
+        Ok(flags)
+    }
+
+    /// Decodes one image; a column flagged in `changed` holds JSON changes to the value of the
+    /// same column in `before`'s last row.
+    fn decode_image_changed(
+        &self,
+        cur: &mut Cursor<'_>,
+        image: &mut ImageColumns,
+        scratch: &mut String,
+        before: &ImageColumns,
+        changed: &[bool],
+    ) -> Result<(), RowsError> {
         let n = image.columns.len();
         let nulls = cur.take(n.div_ceil(8))?;
         // Most images hold no NULL: then no bit is tested per value.
@@ -565,7 +645,18 @@ impl TableDecoder {
                 column.push_null();
                 continue;
             }
-            if let Err(e) = column.decode(cur, scratch) {
+            let decoded = if changed.get(i).copied().unwrap_or(false) {
+                let text = before.columns.get(i).and_then(Column::last_text);
+                match text.map(std::str::from_utf8) {
+                    Some(Ok(text)) => column.decode_json_diff(cur, text, scratch),
+                    _ => Err(RowsError::Value(
+                        "a partial JSON update of a value the before image does not hold".into(),
+                    )),
+                }
+            } else {
+                column.decode(cur, scratch)
+            };
+            if let Err(e) = decoded {
                 return Err(self.in_column(i, e));
             }
         }
@@ -748,5 +839,83 @@ mod tests {
         let mut image = decoder.image();
         let partial = decoder.decode_rows(&data, None, Some(&[0x07]), None, Some(&mut image));
         assert!(matches!(partial, Err(RowsError::Partial(_))));
+    }
+
+    #[test]
+    fn partial_json_updates_are_applied_to_the_before_image() {
+        use arrow::array::AsArray;
+        // `d.t (id INT, j JSON, name VARCHAR(10) utf8mb4, age INT)`, as MySQL 8 maps it: JSON's
+        // metadata is its length's pack length (4).
+        let mut body = vec![1, 0, 0, 0, 0, 0, 0, 0, 1, b'd', 0, 1, b't', 0];
+        body.extend([4, 3, 245, 15, 3, 3, 4, 40, 0, 0x0e]);
+        body.extend([1, 1, 0]); // SIGNEDNESS: both INTs signed
+        body.extend([3, 1, 45]); // COLUMN_CHARSET: utf8mb4
+        let mut raw = vec![0, 0, 0, 0, 19, 1, 0, 0, 0];
+        raw.extend((19 + body.len() as u32).to_le_bytes());
+        raw.extend([0, 0, 0, 0, 0, 0]);
+        raw.extend(body);
+        let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
+        let event = Event::read(&fde, &raw[..]).unwrap();
+        let tme = event.read_event::<TableMapEvent<'_>>().unwrap();
+        let decoder = TableDecoder::new(&tme, Arc::new(mysql_schema(&tme))).unwrap();
+        // `{"age": 25, "name": "Joe"}` in the binary format: a small object of two members.
+        let mut doc = vec![
+            0x00, 2, 0, 29, 0, 18, 0, 3, 0, 21, 0, 4, 0, 0x05, 25, 0, 0x0c, 25, 0,
+        ];
+        doc.extend(b"agename");
+        doc.extend([3, b'J', b'o', b'e']);
+        let json = |bytes: &[u8]| {
+            let mut v = (bytes.len() as u32).to_le_bytes().to_vec();
+            v.extend(bytes);
+            v
+        };
+        // An image after its NULL bitmap (and a partial after image's value options).
+        let image = |lead: &[u8], j: &[u8], age: i32| {
+            let mut r = lead.to_vec();
+            r.push(0);
+            r.extend(1i32.to_le_bytes());
+            r.extend(json(j));
+            r.extend([3, b'J', b'o', b'e']);
+            r.extend(age.to_le_bytes());
+            r
+        };
+        // `$.age` replaced by 26 (an inlined int16), as MySQL logs `JSON_SET(j, '$.age', 26)`.
+        let mut diff = vec![0, 5];
+        diff.extend(b"$.age");
+        diff.extend([3, 0x05, 26, 0]);
+        // Row 1: partial JSON on, `j` changed; row 2: on, `j` whole; row 3: options off.
+        let mut data = image(&[], &doc, 25);
+        data.extend(image(&[1, 0b1], &diff, 26));
+        data.extend(image(&[], &doc, 26));
+        data.extend(image(&[1, 0b0], &doc, 27));
+        data.extend(image(&[], &doc, 27));
+        data.extend(image(&[0], &doc, 28));
+        let all = Some(&[0x0f][..]);
+        let (mut before, mut after) = (decoder.image(), decoder.image());
+        let rows = decoder.decode_partial_update_rows(&data, all, all, &mut before, &mut after);
+        assert_eq!(rows.unwrap(), 3);
+        let after = decoder.finish(after).unwrap();
+        let j = after.column(1).as_string::<i32>();
+        assert_eq!(j.value(0), r#"{"age": 26, "name": "Joe"}"#);
+        assert_eq!(j.value(1), r#"{"age": 25, "name": "Joe"}"#);
+        assert_eq!(j.value(2), r#"{"age": 25, "name": "Joe"}"#);
+        // A change that does not apply fails the event, naming the column and the row.
+        let mut bad = image(&[], &doc, 25);
+        let mut missing = vec![2, 7];
+        missing.extend(b"$.other");
+        bad.extend(image(&[1, 0b1], &missing, 25));
+        let (mut before, mut after) = (decoder.image(), decoder.image());
+        let err = decoder
+            .decode_partial_update_rows(&bad, all, all, &mut before, &mut after)
+            .unwrap_err();
+        let RowsError::Value(message) = err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            message.contains(
+                "row 0: column col_2: a partial JSON update: no member \"other\" to remove"
+            ),
+            "{message}"
+        );
     }
 }

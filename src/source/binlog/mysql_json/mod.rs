@@ -28,6 +28,7 @@
 //! print bytes that are not UTF-8 (it never stores such JSON strings or keys), this
 //! decoder reports an error instead, since the result must be a Rust `String`.
 
+pub mod diff;
 mod scalars;
 
 use std::fmt;
@@ -430,7 +431,7 @@ fn is_inlined(ty: u8, large: bool) -> bool {
 /// `double_quote` in `json_dom.cc`: `"` and `\` are backslash-escaped, \b \t \n \f \r
 /// get their short escapes, every other byte <= 0x1f becomes `\u00XX` (lower-case
 /// hex); everything else, including DEL, `/` and non-ASCII UTF-8, is copied as is.
-fn write_quoted(s: &str, out: &mut String) {
+pub(super) fn write_quoted(s: &str, out: &mut String) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push('"');

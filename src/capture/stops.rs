@@ -1,0 +1,235 @@
+//! Tables whose capture stopped, and dropped tables whose name is captured again.
+//!
+//! # Invariant
+//! A stopped table's state and changelog end where it stopped: no later row of it is applied
+//! until the engine reads it again (`RESNAPSHOT TABLE`). The one exception is a table that was
+//! dropped at the source: its changelog deletes its rows at the `DROP` (a `d` entry each, so a
+//! consumer of it ends with the source's nothing), nothing of it is left to repair, and a
+//! table created later under its name is a new table, captured from its creation with a
+//! schema change from the old columns to the new, like any table created after the start.
+//! Until then the engine keeps publishing its last state before the drop, which stale reads
+//! answer from (`provider::health`).
+
+use std::sync::Arc;
+
+use arrow::datatypes::DataType;
+
+use super::follow::streaming_state;
+use super::schema::short;
+use super::{Capture, TableChange, TableStop};
+use crate::change::position::BinlogCoord;
+use crate::change::schema::{TableId, TableSchema};
+use crate::change::{Ddl, SourceTransaction};
+use crate::locks::RwLocked;
+use crate::source::error::{SourceError, SourceResult};
+
+impl Capture {
+    /// Stops capturing table `t` from `position` on: its rows are no longer read (see
+    /// [`TableStop`]). A table stops once; the first reason is kept.
+    pub fn stop_table(&mut self, t: usize, reason: String, position: BinlogCoord) {
+        self.stop(t, reason, position, false);
+    }
+
+    /// Stops table `t` as [`TableStop`] `stop` says, as a checkpoint or a published version
+    /// kept it (a capture that resumes).
+    pub fn restore_stop(&mut self, stop: &TableStop) {
+        let id = self.tables[stop.table].id.clone();
+        self.stopped.write_locked().insert(id, stop.dropped);
+    }
+
+    /// Stops table `t` (see [`Self::stop_table`]); `read_again` asks the engine to read it
+    /// again (see [`TableStop::read_again`]).
+    pub(super) fn stop(
+        &mut self,
+        t: usize,
+        reason: String,
+        position: BinlogCoord,
+        read_again: bool,
+    ) {
+        let id = self.tables[t].id.clone();
+        let newly = self
+            .stopped
+            .write_locked()
+            .insert(id.clone(), false)
+            .is_none();
+        if newly {
+            tracing::warn!(table = %id, at = %position, %reason, "capture of the table stopped");
+            self.new_stops.push(TableStop {
+                table: t,
+                reason,
+                position,
+                read_again,
+                dropped: false,
+            });
+        }
+    }
+
+    /// Table `t` was dropped by `ddl` (in `tx`), after its rows were deleted: it stops as
+    /// dropped, replacing any earlier stop (a stopped table that is dropped has nothing left
+    /// to repair either).
+    pub(super) fn stop_dropped(&mut self, t: usize, ddl: &Ddl, tx: &SourceTransaction) {
+        let id = self.tables[t].id.clone();
+        let earlier = self.stopped.write_locked().insert(id.clone(), true);
+        let reason = format!(
+            "it was dropped by `{}`; its rows were deleted there, and a table created again \
+             under its name is captured from its creation",
+            short(&ddl.statement)
+        );
+        tracing::info!(table = %id, at = %tx.start, stopped_before = earlier.is_some(), "a captured table was dropped");
+        self.new_stops.push(TableStop {
+            table: t,
+            reason,
+            position: tx.start.clone(),
+            read_again: false,
+            dropped: true,
+        });
+    }
+
+    /// Stops table `t` from `at` on because a row of it cannot be keyed (`why`, from
+    /// `RowCodec::check_keys`), saying what to do.
+    pub(super) fn stop_unkeyable(&mut self, t: usize, why: &str, at: BinlogCoord) {
+        let reason = format!(
+            "{why}; MySQL keeps such keys distinct, and as NULL they would overwrite each \
+             other, so the table is not captured: give the rows real dates at the source (or \
+             exclude the table from the source's tables), then ALTER SOURCE ... RESNAPSHOT \
+             TABLE reads it again"
+        );
+        self.stop_table(t, reason, at);
+    }
+
+    pub fn is_stopped(&self, t: usize) -> bool {
+        self.stopped.read_locked().contains_key(&self.tables[t].id)
+    }
+
+    /// Whether table `t` stopped because it was dropped at the source.
+    pub(super) fn is_dropped(&self, t: usize) -> bool {
+        self.stopped
+            .read_locked()
+            .get(&self.tables[t].id)
+            .is_some_and(|&dropped| dropped)
+    }
+
+    /// Whether `id` names a captured table that was dropped at the source.
+    pub(super) fn is_dropped_name(&self, id: &TableId) -> bool {
+        self.stopped.read_locked().get(id).is_some_and(|&d| d)
+    }
+
+    /// The tables stopped since the last call.
+    pub fn take_stops(&mut self) -> Vec<TableStop> {
+        std::mem::take(&mut self.new_stops)
+    }
+
+    /// The dropped tables captured again since the last call: their stop is over.
+    pub fn take_recreated(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.recreated)
+    }
+
+    /// Deletes the rows of table `t`, which `ddl` (in `tx`) drops, into `out`, and stops it as
+    /// dropped.
+    pub(super) fn drop_table(
+        &mut self,
+        t: usize,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+        out: &mut Vec<TableChange>,
+    ) -> SourceResult<()> {
+        let mut events = Vec::new();
+        self.states[t]
+            .truncate(tx, &mut events)
+            .map_err(|e| SourceError::arrow(format!("dropping {}", self.tables[t].id), e))?;
+        out.extend(
+            events
+                .into_iter()
+                .map(|event| TableChange { table: t, event }),
+        );
+        self.stop_dropped(t, ddl, tx);
+        Ok(())
+    }
+
+    /// Captures the table `ddl` (in `tx`) creates under the name of dropped table `t` as a new
+    /// table from its creation: an empty state under the new schema, recorded as a schema
+    /// change of `t` (its changelog goes on), and its stop is over. A statement that does not
+    /// create it (or a schema that cannot be captured) leaves `t` stopped.
+    pub(super) fn recreate(&mut self, t: usize, ddl: &Ddl, tx: &SourceTransaction) {
+        let before = Arc::clone(&self.tables[t]);
+        let id = before.id.clone();
+        let Some(schema) = self.created_table(&id, ddl, tx) else {
+            return;
+        };
+        if let Some(why) = changelog_conflict(&before, &schema) {
+            let reason = format!(
+                "it was dropped, and `{}` created a table under its name{why}; its changelog \
+                 keeps the old table's entries under that column, so the new table is not \
+                 captured: create the source again (or name the column differently) to capture it",
+                short(&ddl.statement)
+            );
+            tracing::warn!(table = %id, at = %tx.start, %reason, "a table created again is not captured");
+            let earlier = self.stopped.write_locked().insert(id.clone(), false);
+            if earlier.is_some() {
+                self.new_stops.push(TableStop {
+                    table: t,
+                    reason,
+                    position: tx.start.clone(),
+                    read_again: false,
+                    dropped: false,
+                });
+            }
+            return;
+        }
+        let after = Arc::new(schema.as_ref().clone().with_version(before.version + 1));
+        let state = match streaming_state(&after) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::warn!(table = %id, error = %e, "a table created again cannot be captured; it stays stopped");
+                return;
+            }
+        };
+        let codec_before = Arc::clone(self.states[t].codec());
+        self.states[t] = state;
+        self.tables[t] = Arc::clone(&after);
+        self.codec_changed(t, &tx.start, codec_before);
+        self.stopped.write_locked().remove(&id);
+        self.recreated.push(t);
+        tracing::info!(table = %id, at = %tx.start, "a dropped table is captured again from its creation");
+        self.record(t, ddl, tx, before, after);
+    }
+}
+
+/// Why `new`, a table created under the name of the dropped `old`, cannot continue `old`'s
+/// changelog: a column of both names whose old values do not read as the new type exactly
+/// (the changelog reads every entry under the newest type of each column name).
+fn changelog_conflict(old: &TableSchema, new: &TableSchema) -> Option<String> {
+    new.arrow.fields().iter().find_map(|field| {
+        let (_, was) = old.arrow.column_with_name(field.name())?;
+        (!reads_as(was.data_type(), field.data_type())).then(|| {
+            format!(
+                " whose column {} is {} where the old one's was {}",
+                field.name(),
+                field.data_type(),
+                was.data_type()
+            )
+        })
+    })
+}
+
+/// Whether every value of type `from` reads as type `to` unchanged: the same type, a wider
+/// integer, or a decimal with the same scale and at least the precision.
+fn reads_as(from: &DataType, to: &DataType) -> bool {
+    use DataType as D;
+    let int = |t: &DataType| -> Option<(bool, usize)> {
+        t.is_integer()
+            .then(|| (t.is_signed_integer(), t.primitive_width().unwrap_or(0)))
+    };
+    match (from, to) {
+        _ if from == to => true,
+        (D::Decimal128(p1, s1), D::Decimal128(p2, s2)) => s1 == s2 && p2 >= p1,
+        _ => match (int(from), int(to)) {
+            (Some((signed_from, w1)), Some((signed_to, w2))) => match (signed_from, signed_to) {
+                (true, true) | (false, false) => w2 >= w1,
+                (false, true) => w2 > w1,
+                (true, false) => false,
+            },
+            _ => false,
+        },
+    }
+}
