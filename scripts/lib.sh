@@ -65,7 +65,7 @@ ensure_cargo_deb() {
 ensure_tools() {
   local want=()
   command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || want+=(mariadb-server)
-  command -v mariadb >/dev/null || want+=(mariadb-client)
+  command -v mariadb >/dev/null && command -v mariadb-binlog >/dev/null || want+=(mariadb-client)
   command -v psql >/dev/null || want+=(postgresql-client)
   # A test stops and starts a private PostgreSQL server: it needs the server's programs.
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || want+=(postgresql)

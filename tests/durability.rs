@@ -354,6 +354,16 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The number of the newest snapshot progress file in `dir` (1 once the snapshot is planned,
+/// one more per chunk recorded done), 0 when there is none.
+fn progress_seq(dir: &Path) -> u64 {
+    files(dir, Some("progress"))
+        .iter()
+        .filter_map(|p| p.file_stem()?.to_str()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
 fn newest_manifest(dir: &Path) -> String {
     files(dir, Some("manifest"))
         .pop()
@@ -498,17 +508,40 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let writes = tokio::spawn(writer(srv, db.to_string(), seed, 10_000, Arc::clone(&stop)));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
+    // Where the kills landed, read off the state directory of the dead process.
+    let (mut mid_snapshot, mut after_checkpoint) = (false, false);
     for round in 0..rounds {
+        let started = std::time::Instant::now();
         let mut child = spawn_serve(&state, &init, &config, &log, SMALL_BUDGET);
-        // Early rounds die young (during the snapshot or the first checkpoints).
-        let max = if round < 2 { 700 } else { 2500 };
-        let after = rng.random_range(100..max);
-        tokio::time::sleep(Duration::from_millis(after)).await;
+        if round == 0 {
+            // The first dies mid-snapshot: once a chunk is recorded done.
+            while progress_seq(&state) < 2 && started.elapsed() < HANG_GUARD {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        } else {
+            // Early rounds die young (during the first checkpoints).
+            let max = if round < 2 { 700 } else { 2500 };
+            let after = rng.random_range(100..max);
+            tokio::time::sleep(Duration::from_millis(after)).await;
+        }
         child.kill().unwrap();
         let status = child.wait().unwrap();
         let newest = newest_manifest(&state);
-        println!("round {round}: SIGKILL after {after} ms ({status}); newest checkpoint: {newest}");
+        mid_snapshot |= newest == "none" && progress_seq(&state) >= 2;
+        after_checkpoint |= newest != "none";
+        println!(
+            "round {round}: SIGKILL after {} ms ({status}); newest checkpoint: {newest}",
+            started.elapsed().as_millis()
+        );
     }
+    assert!(
+        mid_snapshot,
+        "no SIGKILL landed during the snapshot with chunks done (seed {seed})"
+    );
+    assert!(
+        after_checkpoint,
+        "no SIGKILL landed after a checkpoint (seed {seed})"
+    );
     stop.store(true, Ordering::Relaxed);
     let committed = writes.await.unwrap();
     let text = std::fs::read_to_string(&log).unwrap_or_default();

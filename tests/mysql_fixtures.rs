@@ -3,8 +3,9 @@
 //! No MySQL server runs where the tests run, so the MySQL side of the decoder (rows events v1/v2,
 //! MySQL GTIDs, binary JSON, minimal and full row metadata, transaction compression...) is
 //! exercised with the binlog files in `../shared/fixtures/mysql-binlogs/` (written by MySQL
-//! 5.0–9.x and one MariaDB; see that folder's README). Where the folder is absent the test says so
-//! and passes without work; the files are never copied into this repository.
+//! 5.0–9.x and one MariaDB; see that folder's README). Where the folder is absent the tests fail,
+//! naming it (a check that cannot run must not pass); the files are never copied into this
+//! repository.
 //!
 //! # What runs
 //! Each file is read with mysql_common's own [`BinlogFile`] and every event (and every event
@@ -437,25 +438,21 @@ fn expected_kinds() -> Vec<KindCheck> {
     ]
 }
 
-/// The fixture folder beside the checkout, or `None` (said aloud) when it is absent.
-fn fixtures() -> Option<PathBuf> {
+/// The fixture folder beside the checkout; a missing folder fails the test (a check that
+/// cannot run must not pass).
+fn fixtures() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/mysql-binlogs");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!(
-            "no MySQL binlog fixtures at {}: nothing to check",
-            dir.display()
-        );
-        None
-    }
+    assert!(
+        dir.is_dir(),
+        "no MySQL binlog fixtures at {}: these tests read them in place",
+        dir.display()
+    );
+    dir
 }
 
 #[tokio::test]
 async fn mysql_binlog_fixtures_decode_like_mysql_common() {
-    let Some(dir) = fixtures() else {
-        return;
-    };
+    let dir = fixtures();
     let json_ready = json_decoder_ready();
     if !json_ready {
         println!(
@@ -637,9 +634,7 @@ async fn check_runs(name: &str, data: &[u8], txs: &[SourceTransaction]) -> Vec<S
 /// that a strict comparison holds our decoder to MySQL and not to mysql_common's conventions.
 #[test]
 fn json_oracle_follows_mysql_printing() {
-    let Some(dir) = fixtures() else {
-        return;
-    };
+    let dir = fixtures();
     let data = std::fs::read(dir.join("json-opaque.binlog")).expect("fixture is readable");
     let file = BinlogFile::new(BinlogVersion::Version4, &data[..]).expect("a binlog file");
     let mut tables = HashMap::new();
@@ -686,9 +681,7 @@ fn json_oracle_follows_mysql_printing() {
 /// panic, and only the transactions that were whole before the cut.
 #[tokio::test]
 async fn cut_binlogs_fail_clearly() {
-    let Some(dir) = fixtures() else {
-        return;
-    };
+    let dir = fixtures();
     for name in [
         "vector.binlog",
         "mysql-enum-string-set.000001",
@@ -729,9 +722,7 @@ async fn cut_binlogs_fail_clearly() {
 /// inner events carry no CRC of their own and must not be checked).
 #[tokio::test]
 async fn corrupted_events_fail_their_checksum() {
-    let Some(dir) = fixtures() else {
-        return;
-    };
+    let dir = fixtures();
     // (file, byte to flip, start of the event it belongs to)
     for (name, flip, event) in [
         // A byte of the first row of the first rows event.
