@@ -1,7 +1,7 @@
 //! Durability: checkpoints on a state directory, restart from the newest one, and the crash
 //! test that kills `cdcfusion serve` with SIGKILL at random moments under a random workload.
 //! Every test ends by comparing the current table with the source and the changelog with the
-//! binlog read independently (`common::durable`).
+//! binlog as the server's own `mariadb-binlog` prints it (`common::durable`).
 
 mod common;
 

@@ -738,3 +738,92 @@ async fn a_rotated_password_is_given_to_a_running_source_which_goes_on() {
         .await
         .unwrap();
 }
+
+/// The replica ids the server lists as registered (`SHOW SLAVE HOSTS`).
+async fn registered_ids(root: &mut mysql_async::Conn) -> Vec<u32> {
+    let rows: Vec<mysql_async::Row> = root.query("SHOW SLAVE HOSTS").await.unwrap();
+    rows.iter()
+        .filter_map(|r| r.get::<u32, _>("Server_id"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_server_id_is_given_to_a_running_source_which_goes_on() {
+    let _turn = TURN.lock().await;
+    let db = "fail_server_id";
+    table_db(db).await;
+    let mut root = root_conn(server()).await;
+    let state = tempfile::tempdir().unwrap();
+    let open = || async {
+        let mut options = cdcfusion::engine::EngineOptions::default();
+        options.durable.checkpoint_interval = Duration::from_millis(200);
+        Engine::open(state.path().to_str().unwrap(), options)
+            .await
+            .unwrap()
+    };
+    let engine = open().await;
+    let (old_id, new_id) = (source_server_id(), source_server_id());
+    let url = server().cdc_url();
+    exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE si FROM MYSQL '{url}' WITH (tables = '{db}.*', server_id = {old_id})"
+        ),
+    )
+    .await
+    .unwrap();
+    engine.wait_ready("si").await.unwrap();
+    let registered =
+        |want: u32, gone: u32| move |ids: &Vec<u32>| ids.contains(&want) && !ids.contains(&gone);
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        ids = registered_ids(&mut root).await;
+        if registered(old_id, new_id)(&ids) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(registered(old_id, new_id)(&ids), "{ids:?}");
+    exec(
+        &engine,
+        &format!("ALTER SOURCE si SET (server_id = {new_id})"),
+    )
+    .await
+    .unwrap();
+    root.query_drop(format!(
+        "INSERT INTO {db}.t VALUES (100, 0); UPDATE {db}.t SET v = 7 WHERE id = 100"
+    ))
+    .await
+    .unwrap();
+    sync_source(&engine, "si").await;
+    for _ in 0..200 {
+        ids = registered_ids(&mut root).await;
+        if registered(new_id, old_id)(&ids) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(registered(new_id, old_id)(&ids), "{ids:?}");
+    let changes = query(
+        &engine,
+        &format!(
+            "SELECT _op, id, v FROM si.{db}.\"t$changelog\" WHERE id >= 100 ORDER BY _position"
+        ),
+    )
+    .await;
+    assert_eq!(changes, ["_op=c id=100 v=0", "_op=u id=100 v=7"]);
+    let shown = format!("{:?}", query(&engine, "SHOW SOURCES").await);
+    assert!(shown.contains(&format!("server_id = {new_id}")), "{shown}");
+    engine.shutdown().await.unwrap();
+    drop(engine);
+    // A restart registers with the catalog's new id.
+    let engine = open().await;
+    engine.wait_ready("si").await.unwrap();
+    root.query_drop(format!("INSERT INTO {db}.t VALUES (101, 0)"))
+        .await
+        .unwrap();
+    sync_source(&engine, "si").await;
+    ids = registered_ids(&mut root).await;
+    assert!(ids.contains(&new_id) && !ids.contains(&old_id), "{ids:?}");
+    exec(&engine, "DROP SOURCE si").await.unwrap();
+}

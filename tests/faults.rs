@@ -3,7 +3,7 @@
 //! connections, stalls them (some past the read timeout) and accepts then drops new ones; the
 //! server itself is restarted, and frozen with `SIGSTOP` for longer than the read timeout.
 //! Every round ends with the current tables equal to the server row by row, the changelogs
-//! equal to an independent binlog reader, and no position twice.
+//! equal to what `mariadb-binlog` prints of the binlog, and no position twice.
 //!
 //! The seed is printed; `CDCFUSION_FAULT_SEED=<n>` replays a run.
 

@@ -165,11 +165,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         // A new way to reach the server is checked before anything is committed: a refused
         // one leaves the source as it was.
-        let link = if changes.connection.is_empty() {
-            None
-        } else {
-            Some(source.check_connection(&changes.connection).await?)
-        };
+        let link = source.next_link(changes).await?;
         if let Some(durable) = &self.durable {
             let mut catalog = durable.catalog.lock().await;
             let mut next = catalog.clone();

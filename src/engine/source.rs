@@ -24,11 +24,12 @@
 //! the status and retried at the next interval.
 //!
 //! # Connection
-//! Every task and the server poll reach the server through the source's one [`Link`] (URL
-//! and the options made of it). `ALTER SOURCE ... SET (password | user | url)` checks a new
-//! link against the server before anything changes, then replaces it, restarts the poll on
-//! it and resumes the capture from the published version: no change is read twice or lost.
-//! Only the same address is taken, since binlog positions belong to one server.
+//! Every task and the server poll reach the server through the source's one [`Link`] (URL,
+//! the options made of it, and the replica id the binlog connection registers with).
+//! `ALTER SOURCE ... SET (password | user | url | server_id)` checks a new link against the
+//! server before anything changes, then replaces it, restarts the poll on it and resumes the
+//! capture from the published version: no change is read twice or lost. Only the same
+//! address is taken, since binlog positions belong to one server.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -141,6 +142,7 @@ impl RunningSource {
         let link = RwLock::new(Link {
             url,
             connect: connect.clone(),
+            server_id: options.server_id,
         });
         let checkpoints = checkpointer.as_ref().map(|c| {
             tokio::spawn(checkpoint_loop(
@@ -280,6 +282,13 @@ impl RunningSource {
         self.health.clear_source();
         let mut shared = self.shared.clone();
         shared.connect = self.connect();
+        let server_id = self.link.read_locked().server_id;
+        if server_id != shared.options.server_id {
+            // `ALTER SOURCE ... SET (server_id = ...)`; its window reader takes the next id,
+            // as `CREATE SOURCE` gives it.
+            shared.options.server_id = server_id;
+            shared.options.snapshot.window_server_id = server_id.saturating_add(1);
+        }
         let task = tokio::spawn(run(shared, mode));
         *self.task.locked() = Some(task);
     }
@@ -361,7 +370,31 @@ impl RunningSource {
         }
         let mut conn = next.connect().await?;
         next.checked(&mut conn).await?;
-        Ok(Link { url, connect: next })
+        Ok(Link {
+            url,
+            connect: next,
+            server_id: now.server_id,
+        })
+    }
+
+    /// The way to the server `changes` give (a checked connection, a new replica id), or
+    /// `None` when they change neither.
+    pub(crate) async fn next_link(
+        &self,
+        changes: &SourceChanges,
+    ) -> Result<Option<Link>, EngineError> {
+        if changes.connection.is_empty() && changes.server_id.is_none() {
+            return Ok(None);
+        }
+        let mut link = if changes.connection.is_empty() {
+            self.link.read_locked().clone()
+        } else {
+            self.check_connection(&changes.connection).await?
+        };
+        if let Some(id) = changes.server_id {
+            link.server_id = id;
+        }
+        Ok(Some(link))
     }
 
     /// Goes on at the server through `link` (checked by [`Self::check_connection`]): the
@@ -390,6 +423,8 @@ impl RunningSource {
 pub(crate) struct Link {
     pub url: MySqlUrl,
     pub connect: ConnectOptions,
+    /// The replica id of the binlog connection.
+    pub server_id: u32,
 }
 
 /// What the server poll reads besides the server itself.

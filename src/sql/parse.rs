@@ -400,6 +400,20 @@ mod tests {
             "ALTER SOURCE s SET (retain_history = '1000 changes')"
         );
         assert_eq!(parse(&statement.to_string()), statement);
+        let statement = parse("ALTER SOURCE s SET (server_id = 4242)");
+        assert_eq!(
+            statement.to_string(),
+            "ALTER SOURCE s SET (server_id = 4242)"
+        );
+        assert_eq!(
+            set("ALTER SOURCE s SET (server_id = 4242)").server_id,
+            Some(4242)
+        );
+        assert_error(
+            "ALTER SOURCE s SET (server_id = 0)",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
+            "out of range",
+        );
         assert_error(
             "ALTER SOURCE s SET (chunk_size = 10)",
             SqlState::FEATURE_NOT_SUPPORTED.code(),

@@ -1,7 +1,7 @@
 //! The random workload of the durability and fault tests: a keyed table with a non-key chunk
 //! column and a keyless one, transactions that change keys and move rows between chunks, and
-//! the check that ends every round (current tables equal to the server, changelogs equal to an
-//! independent binlog reader).
+//! the check that ends every round (current tables equal to the server, changelogs equal to
+//! what the server's `mariadb-binlog` prints of the binlog).
 #![allow(dead_code)] // Each test binary uses part of it.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -228,7 +228,11 @@ pub static OPTIONS: [OptionSpec; 12] = [
 ];
 
 /// The options `ALTER SOURCE ... SET` may change on a running source.
-const ALTERABLE: [&str; 2] = ["retain_history", "binlog_purge_warning_seconds"];
+const ALTERABLE: [&str; 3] = [
+    "retain_history",
+    "binlog_purge_warning_seconds",
+    "server_id",
+];
 
 /// `n` as the field's integer type; the row's range keeps it in the type, so this refuses
 /// only a row whose range is wider than its field.
@@ -445,6 +449,9 @@ impl SourceChanges {
         if seen.contains_key("binlog_purge_warning_seconds") {
             out.purge_warning = Some(draft.options.purge_warning);
         }
+        if seen.contains_key("server_id") {
+            out.server_id = Some(draft.options.server_id);
+        }
         Ok(out)
     }
 }
@@ -496,6 +503,9 @@ impl fmt::Display for SourceChanges {
         }
         if let Some(w) = &self.purge_warning {
             parts.push(format!("binlog_purge_warning_seconds = {}", w.as_secs()));
+        }
+        if let Some(id) = &self.server_id {
+            parts.push(format!("server_id = {id}"));
         }
         if let Some(url) = &self.connection.url {
             parts.push(format!("url = {}", quote_string(&url.masked())));

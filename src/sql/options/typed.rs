@@ -106,6 +106,9 @@ impl SourceOptions {
         if let Some(w) = changes.purge_warning {
             out.purge_warning = w;
         }
+        if let Some(id) = changes.server_id {
+            out.server_id = id;
+        }
         out
     }
 
@@ -132,6 +135,9 @@ impl SourceOptions {
 pub struct SourceChanges {
     pub retain_history: Option<RetainHistory>,
     pub purge_warning: Option<std::time::Duration>,
+    /// The replica id the source's binlog connection registers with from now on (its
+    /// snapshot's window reader takes the next one).
+    pub server_id: Option<u32>,
     /// How to reach the server from now on (`url`, `user`, `password`).
     pub connection: ConnectionChange,
 }
