@@ -536,6 +536,18 @@ async fn a_table_dropped_and_created_again_is_captured_as_a_new_table() {
     let engine = reopen(&path, options(), "ed").await;
     assert_current(&engine, "ed", db, "t", "a restart after all that").await;
     assert_eq!(capturing_tables(&engine).await, ["n=2"]);
+    // Dropped, then a table from outside the source's tables renamed onto its name (a table
+    // restored from a backup, say): its rows were never read, so it is read at once.
+    exec(&format!(
+        "DROP TABLE {db}.t; DROP DATABASE IF EXISTS {db}_x; CREATE DATABASE {db}_x;
+         CREATE TABLE {db}_x.r (id BIGINT PRIMARY KEY, b BIGINT, c VARCHAR(3));
+         INSERT INTO {db}_x.r VALUES (1, 1, 'r1'), (2, 2, 'r2');
+         RENAME TABLE {db}_x.r TO {db}.t; INSERT INTO {db}.t VALUES (3, 3, 'r3');
+         DROP DATABASE {db}_x;"
+    ))
+    .await;
+    capturing(&engine, "ed", "t").await;
+    assert_current(&engine, "ed", db, "t", "a table renamed onto a dropped one").await;
 }
 
 #[tokio::test]

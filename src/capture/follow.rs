@@ -17,8 +17,8 @@
 //!
 //! # Drops
 //! `DROP TABLE` deletes the table's rows (a `d` entry each, at the statement) and stops it as
-//! dropped; a table created later under its name is captured as a new table from its creation
-//! (see `stops`).
+//! dropped; a table created later under its name is captured as a new table from its creation,
+//! and one renamed onto its name from outside the patterns is read at once (see `stops`).
 
 use std::sync::Arc;
 
@@ -138,10 +138,14 @@ impl Capture {
     /// Captures `to`, renamed from `from` outside the patterns: it joins empty and stopped,
     /// to be read again (see the module docs).
     fn rename_in(&mut self, from: &TableId, to: TableId, ddl: &Ddl, tx: &SourceTransaction) {
-        if self.index.contains_key(&to) {
-            // A stopped table still holds the name: it stays stopped (RESNAPSHOT TABLE reads
-            // what the name holds now).
-            tracing::warn!(table = %to, at = %tx.start, "a table renamed into the source's tables takes the name of a stopped one; not captured");
+        if let Some(&t) = self.index.get(&to) {
+            if self.is_dropped(t) {
+                self.rename_onto_dropped(t, from, ddl, tx);
+            } else {
+                // A stopped table still holds the name: it stays stopped (RESNAPSHOT TABLE
+                // reads what the name holds now).
+                tracing::warn!(table = %to, at = %tx.start, "a table renamed into the source's tables takes the name of a stopped one; not captured");
+            }
             return;
         }
         let Some(table) = self.created.remove(&to) else {

@@ -47,20 +47,9 @@ impl Capture {
         read_again: bool,
     ) {
         let id = self.tables[t].id.clone();
-        let newly = self
-            .stopped
-            .write_locked()
-            .insert(id.clone(), false)
-            .is_none();
-        if newly {
+        if !self.stopped.read_locked().contains_key(&id) {
             tracing::warn!(table = %id, at = %position, %reason, "capture of the table stopped");
-            self.new_stops.push(TableStop {
-                table: t,
-                reason,
-                position,
-                read_again,
-                dropped: false,
-            });
+            self.replace_stop(t, reason, position, read_again);
         }
     }
 
@@ -147,51 +136,97 @@ impl Capture {
     }
 
     /// Captures the table `ddl` (in `tx`) creates under the name of dropped table `t` as a new
-    /// table from its creation: an empty state under the new schema, recorded as a schema
-    /// change of `t` (its changelog goes on), and its stop is over. A statement that does not
-    /// create it (or a schema that cannot be captured) leaves `t` stopped.
+    /// table from its creation (see [`Self::take_name`]), and its stop is over. A statement
+    /// that does not create it (or a schema that cannot be captured) leaves `t` stopped.
     pub(super) fn recreate(&mut self, t: usize, ddl: &Ddl, tx: &SourceTransaction) {
-        let before = Arc::clone(&self.tables[t]);
-        let id = before.id.clone();
+        let id = self.tables[t].id.clone();
         let Some(schema) = self.created_table(&id, ddl, tx) else {
             return;
         };
-        if let Some(why) = changelog_conflict(&before, &schema) {
+        if self.take_name(t, &schema, ddl, tx) {
+            self.stopped.write_locked().remove(&id);
+            self.recreated.push(t);
+            tracing::info!(table = %id, at = %tx.start, "a dropped table is captured again from its creation");
+        }
+    }
+
+    /// Table `from`, which the source's patterns do not select, renamed by `ddl` (in `tx`) to
+    /// the name of dropped table `t`: a new table under the name (see [`Self::take_name`])
+    /// whose rows were never read, so the engine reads it at once (`TableStop::read_again`).
+    pub(super) fn rename_onto_dropped(
+        &mut self,
+        t: usize,
+        from: &TableId,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+    ) {
+        let id = self.tables[t].id.clone();
+        let Some(schema) = self.created.remove(&id) else {
+            tracing::warn!(table = %id, at = %tx.start, "a table renamed onto a dropped one is gone from the server; it stays stopped");
+            return;
+        };
+        if self.take_name(t, &schema, ddl, tx) {
             let reason = format!(
-                "it was dropped, and `{}` created a table under its name{why}; its changelog \
-                 keeps the old table's entries under that column, so the new table is not \
-                 captured: create the source again (or name the column differently) to capture it",
+                "the statement `{}` renamed {from}, which the source's tables do not select, to \
+                 the name of this dropped table; its rows were never read, so it is read now",
                 short(&ddl.statement)
             );
-            tracing::warn!(table = %id, at = %tx.start, %reason, "a table created again is not captured");
-            let earlier = self.stopped.write_locked().insert(id.clone(), false);
-            if earlier.is_some() {
-                self.new_stops.push(TableStop {
-                    table: t,
-                    reason,
-                    position: tx.start.clone(),
-                    read_again: false,
-                    dropped: false,
-                });
-            }
-            return;
+            self.replace_stop(t, reason, tx.start.clone(), true);
         }
-        let after = Arc::new(schema.as_ref().clone().with_version(before.version + 1));
+    }
+
+    /// Makes dropped table `t` the table of `schema` that takes its name at `ddl` (in `tx`):
+    /// an empty state under the new schema, recorded as a schema change of `t` from the old
+    /// columns to the new, so its changelog goes on. `false`, with `t` stopped saying why,
+    /// when a column of the old name could not read its old entries (see
+    /// [`changelog_conflict`]) or the state cannot be made.
+    fn take_name(
+        &mut self,
+        t: usize,
+        schema: &TableSchema,
+        ddl: &Ddl,
+        tx: &SourceTransaction,
+    ) -> bool {
+        let before = Arc::clone(&self.tables[t]);
+        let id = before.id.clone();
+        if let Some(why) = changelog_conflict(&before, schema) {
+            let reason = format!(
+                "it was dropped, and `{}` gave its name to a table{why}; its changelog keeps \
+                 the old table's entries under that column, so the new table is not captured: \
+                 create the source again (or name the column differently) to capture it",
+                short(&ddl.statement)
+            );
+            tracing::warn!(table = %id, at = %tx.start, %reason, "a table under a dropped one's name is not captured");
+            self.replace_stop(t, reason, tx.start.clone(), false);
+            return false;
+        }
+        let after = Arc::new(schema.clone().with_version(before.version + 1));
         let state = match streaming_state(&after) {
             Ok(state) => state,
             Err(e) => {
-                tracing::warn!(table = %id, error = %e, "a table created again cannot be captured; it stays stopped");
-                return;
+                tracing::warn!(table = %id, error = %e, "a table under a dropped one's name cannot be captured; it stays stopped");
+                return false;
             }
         };
         let codec_before = Arc::clone(self.states[t].codec());
         self.states[t] = state;
         self.tables[t] = Arc::clone(&after);
         self.codec_changed(t, &tx.start, codec_before);
-        self.stopped.write_locked().remove(&id);
-        self.recreated.push(t);
-        tracing::info!(table = %id, at = %tx.start, "a dropped table is captured again from its creation");
         self.record(t, ddl, tx, before, after);
+        true
+    }
+
+    /// Stops table `t` for `reason`, in place of any stop it had (a dropped one).
+    fn replace_stop(&mut self, t: usize, reason: String, position: BinlogCoord, read_again: bool) {
+        let id = self.tables[t].id.clone();
+        self.stopped.write_locked().insert(id, false);
+        self.new_stops.push(TableStop {
+            table: t,
+            reason,
+            position,
+            read_again,
+            dropped: false,
+        });
     }
 }
 
