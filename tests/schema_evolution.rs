@@ -548,6 +548,23 @@ async fn a_table_dropped_and_created_again_is_captured_as_a_new_table() {
     .await;
     capturing(&engine, "ed", "t").await;
     assert_current(&engine, "ed", db, "t", "a table renamed onto a dropped one").await;
+    // MariaDB's CREATE OR REPLACE drops and creates in one statement: the table is read again
+    // and its changelog gets the difference (the old rows deleted).
+    exec(&format!(
+        "CREATE OR REPLACE TABLE {db}.k (id INT PRIMARY KEY, v INT, w INT);
+         INSERT INTO {db}.k VALUES (1, 1, 1), (7, 7, 7);"
+    ))
+    .await;
+    capturing(&engine, "ed", "k").await;
+    assert_current(&engine, "ed", db, "k", "CREATE OR REPLACE").await;
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, id FROM ed.{db}.\"k$changelog\" WHERE _op = 'd' ORDER BY id")
+        )
+        .await,
+        ["_op=d id=8", "_op=d id=9", "_op=d id=10"]
+    );
 }
 
 #[tokio::test]

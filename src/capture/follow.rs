@@ -81,6 +81,7 @@ impl Capture {
                 ),
                 Followed::Stop(reason) => self.stop_table(t, reason, tx.start.clone()),
                 Followed::Dropped => self.drop_table(t, ddl, tx, out)?,
+                Followed::ReadAgain(reason) => self.stop(t, reason, tx.start.clone(), true),
                 Followed::Renamed(to) if self.pattern.selects(&to) => renames.push((t, to)),
                 Followed::Renamed(_) if renamed_in.iter().any(|(_, n)| *n == before.id) => {
                     // Its name now belongs to a table from outside: that one is read again

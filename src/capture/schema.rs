@@ -95,6 +95,8 @@ pub(super) enum Followed {
     Stop(String),
     /// The table was dropped (the caller deletes its rows and stops it as dropped).
     Dropped,
+    /// The table was replaced whole: the engine reads it again (`TableStop::read_again`).
+    ReadAgain(String),
 }
 
 /// Whether `ddl` drops the table of schema `before`.
@@ -124,9 +126,13 @@ pub(super) fn follow_ddl(
     };
     Ok(match ddl_effect(&ddl.db, &ddl.statement, before, charset) {
         DdlEffect::Unchanged => Followed::Nothing,
-        // A plain CREATE of a table that exists fails on the server and is not logged, so
-        // this is `CREATE TABLE IF NOT EXISTS`: nothing changes.
-        DdlEffect::Created(_) => Followed::Nothing,
+        // A plain CREATE of a table that exists fails on the server and is not logged (and
+        // `IF NOT EXISTS` is `Unchanged`), so this is MariaDB's `CREATE OR REPLACE TABLE`, or a
+        // table dropped where the binlog did not see it: whatever its rows and columns are
+        // now, reading it again finds them, and its changelog gets the difference.
+        DdlEffect::Created(_) => Followed::ReadAgain(format!(
+            "the statement `{statement}` replaced it; it is read again"
+        )),
         DdlEffect::Truncate => {
             let mut events = Vec::new();
             state
