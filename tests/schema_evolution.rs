@@ -473,6 +473,15 @@ async fn a_table_dropped_and_created_again_is_captured_as_a_new_table() {
     assert_eq!(code, "55000", "{message}");
     assert!(message.contains("captured from its creation"), "{message}");
     assert!(!message.contains("RESNAPSHOT"), "{message}");
+    // Its changelog is exact, so it is read as any other: the rows deleted at the drop.
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, id FROM ed.{db}.\"t$changelog\" WHERE _op <> 'r' ORDER BY id")
+        )
+        .await,
+        ["_op=d id=1", "_op=d id=2", "_op=d id=3"]
+    );
     // The drop outlives a restart: the table is created again while the engine is down.
     engine.shutdown().await.unwrap();
     drop(engine);

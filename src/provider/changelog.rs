@@ -35,7 +35,8 @@ pub struct ChangelogProvider {
     published: Published,
     index: usize,
     schema: SchemaRef,
-    /// Refuses scans of a table whose capture stopped (see `health`).
+    /// Refuses scans of a table whose capture stopped (see `health`); not of a dropped one,
+    /// whose changelog is exact (its rows deleted at the `DROP`, nothing after it).
     guard: Option<(SharedHealth, TableId)>,
 }
 
@@ -177,7 +178,7 @@ impl TableProvider for ChangelogProvider {
         let version = version_for(state, &self.source, &self.published);
         if let Some((health, table)) = &self.guard {
             let shown = format!("{}.\"{}{CHANGELOG_SUFFIX}\"", table.db, table.table);
-            let stop = version.stopped.get(&self.index);
+            let stop = version.stopped.get(&self.index).filter(|s| !s.dropped);
             health.check(state.config(), &self.source, table, &shown, stop)?;
         }
         let bounds: Vec<Bound> = filters.iter().filter_map(bound).collect();
