@@ -1474,3 +1474,31 @@ async fn every_type_in_a_table_created_after_the_start_is_captured() {
         [format!("n={}", TYPES.len() + 2)]
     );
 }
+
+#[tokio::test]
+async fn a_column_dropped_then_added_again_with_another_type_keeps_the_changelog_readable() {
+    let db = "evo_readd";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "CREATE TABLE {db}.t (id INT PRIMARY KEY, b VARCHAR(8)); INSERT INTO {db}.t VALUES (1, 'x');"
+    ))
+    .await;
+    let engine = Engine::new();
+    started(&engine, "ea", db).await;
+    exec(&format!(
+        "UPDATE {db}.t SET b = 'y' WHERE id = 1; ALTER TABLE {db}.t DROP COLUMN b;
+         ALTER TABLE {db}.t ADD COLUMN b INT; INSERT INTO {db}.t VALUES (2, 5);"
+    ))
+    .await;
+    assert_current(&engine, "ea", db, "t", "the column back under another type").await;
+    // Its old values are not numbers: the changelog holds the name as text, every entry readable.
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT _op, id, b FROM ea.{db}.\"t$changelog\" ORDER BY _position")
+        )
+        .await,
+        ["_op=r id=1 b=x", "_op=u id=1 b=y", "_op=c id=2 b=5"]
+    );
+}

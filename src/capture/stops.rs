@@ -15,8 +15,6 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::DataType;
-
 use super::follow::streaming_state;
 use super::schema::short;
 use super::{Capture, TableChange, TableStop};
@@ -25,6 +23,7 @@ use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
 use crate::locks::RwLocked;
 use crate::source::error::{SourceError, SourceResult};
+use crate::state::changelog::reads_exactly;
 
 impl Capture {
     /// Stops capturing table `t` from `position` on: its rows are no longer read (see
@@ -236,7 +235,7 @@ impl Capture {
 fn changelog_conflict(old: &TableSchema, new: &TableSchema) -> Option<String> {
     new.arrow.fields().iter().find_map(|field| {
         let (_, was) = old.arrow.column_with_name(field.name())?;
-        (!reads_as(was.data_type(), field.data_type())).then(|| {
+        (!reads_exactly(was.data_type(), field.data_type())).then(|| {
             format!(
                 " whose column {} is {} where the old one's was {}",
                 field.name(),
@@ -245,26 +244,4 @@ fn changelog_conflict(old: &TableSchema, new: &TableSchema) -> Option<String> {
             )
         })
     })
-}
-
-/// Whether every value of type `from` reads as type `to` unchanged: the same type, a wider
-/// integer, or a decimal with the same scale and at least the precision.
-fn reads_as(from: &DataType, to: &DataType) -> bool {
-    use DataType as D;
-    let int = |t: &DataType| -> Option<(bool, usize)> {
-        t.is_integer()
-            .then(|| (t.is_signed_integer(), t.primitive_width().unwrap_or(0)))
-    };
-    match (from, to) {
-        _ if from == to => true,
-        (D::Decimal128(p1, s1), D::Decimal128(p2, s2)) => s1 == s2 && p2 >= p1,
-        _ => match (int(from), int(to)) {
-            (Some((signed_from, w1)), Some((signed_to, w2))) => match (signed_from, signed_to) {
-                (true, true) | (false, false) => w2 >= w1,
-                (false, true) => w2 > w1,
-                (true, false) => false,
-            },
-            _ => false,
-        },
-    }
 }

@@ -8,6 +8,12 @@
 //! a widened column is cast, and a cast that would change a value is an error, never a silently
 //! different value. Entries are never rewritten in memory or in files: a schema change costs
 //! nothing until the entries are read.
+//!
+//! A column the capture followed from one schema to the next holds values that convert (the
+//! change was followed only because they do). A name that comes back after its column was
+//! dropped (dropped and added again, or a table dropped and created again) is another column:
+//! when its old values would not read as the new type exactly ([`reads_exactly`]), the union
+//! holds it as text, which every entry's value converts to, so no entry becomes unreadable.
 
 use std::sync::Arc;
 
@@ -28,6 +34,14 @@ const VERSION_COLUMN: &str = "_schema_version";
 /// columns only `old` has (dropped ones, in their old order), then `_before` built the same way.
 /// A column present in only one of them is nullable.
 pub fn union_schema(old: &SchemaRef, new: &SchemaRef) -> SchemaRef {
+    union_schema_after(old, old, new)
+}
+
+/// [`union_schema`] when the entries were last written under `previous` (a schema `old`
+/// holds): a name of `new` that `previous` lacks but `old` has came back after its column was
+/// dropped, and is text when its old values would not read as the new type (see the module
+/// docs).
+pub fn union_schema_after(old: &SchemaRef, previous: &SchemaRef, new: &SchemaRef) -> SchemaRef {
     if old == new {
         return Arc::clone(new);
     }
@@ -41,14 +55,18 @@ pub fn union_schema(old: &SchemaRef, new: &SchemaRef) -> SchemaRef {
             .collect()
     };
     let mut fields: Vec<FieldRef> = new.fields().iter().take(meta).cloned().collect();
-    fields.extend(union_fields(&row_fields(old), &row_fields(new)));
+    fields.extend(union_fields(
+        &row_fields(old),
+        &row_fields(previous),
+        &row_fields(new),
+    ));
     let before = |s: &Schema| -> Vec<FieldRef> {
         match s.fields().last().map(|f| f.data_type()) {
             Some(DataType::Struct(children)) => children.iter().cloned().collect(),
             _ => Vec::new(),
         }
     };
-    let children: Fields = union_fields(&before(old), &before(new)).into();
+    let children: Fields = union_fields(&before(old), &before(previous), &before(new)).into();
     fields.push(Arc::new(Field::new(
         BEFORE,
         DataType::Struct(children),
@@ -57,12 +75,17 @@ pub fn union_schema(old: &SchemaRef, new: &SchemaRef) -> SchemaRef {
     Arc::new(Schema::new(fields))
 }
 
-/// `new`'s fields (nullable when `old` lacks them), then `old`'s fields `new` lacks, nullable.
-fn union_fields(old: &[FieldRef], new: &[FieldRef]) -> Vec<FieldRef> {
+/// `new`'s fields (nullable when `old` lacks them; text when they came back after `previous`
+/// dropped them with values their new type cannot read), then `old`'s fields `new` lacks,
+/// nullable.
+fn union_fields(old: &[FieldRef], previous: &[FieldRef], new: &[FieldRef]) -> Vec<FieldRef> {
     let has = |fields: &[FieldRef], name: &str| fields.iter().any(|f| f.name() == name);
     let mut out: Vec<FieldRef> = new
         .iter()
         .map(|f| match old.iter().find(|o| o.name() == f.name()) {
+            Some(o) if !has(previous, f.name()) && !reads_exactly(o.data_type(), f.data_type()) => {
+                Arc::new(Field::new(f.name(), DataType::Utf8, true))
+            }
             Some(o) if o.is_nullable() && !f.is_nullable() => {
                 Arc::new(f.as_ref().clone().with_nullable(true))
             }
@@ -76,6 +99,29 @@ fn union_fields(old: &[FieldRef], new: &[FieldRef]) -> Vec<FieldRef> {
             .map(|f| Arc::new(f.as_ref().clone().with_nullable(true))),
     );
     out
+}
+
+/// Whether every value of type `from` reads as type `to` unchanged: the same type, a wider
+/// integer, or a decimal with the same scale and at least the precision (text reads as text:
+/// a column already held as text stays so).
+pub fn reads_exactly(from: &DataType, to: &DataType) -> bool {
+    use DataType as D;
+    let int = |t: &DataType| -> Option<(bool, usize)> {
+        t.is_integer()
+            .then(|| (t.is_signed_integer(), t.primitive_width().unwrap_or(0)))
+    };
+    match (from, to) {
+        _ if from == to => true,
+        (D::Decimal128(p1, s1), D::Decimal128(p2, s2)) => s1 == s2 && p2 >= p1,
+        _ => match (int(from), int(to)) {
+            (Some((signed_from, w1)), Some((signed_to, w2))) => match (signed_from, signed_to) {
+                (true, true) | (false, false) => w2 >= w1,
+                (false, true) => w2 > w1,
+                (true, false) => false,
+            },
+            _ => false,
+        },
+    }
 }
 
 /// `batch` (a changelog batch of any schema version of the table) in `target`, a union of its
@@ -213,6 +259,42 @@ mod tests {
                 .value(0),
             0
         );
+    }
+
+    #[test]
+    fn a_name_back_after_its_column_was_dropped_is_text_when_its_old_values_would_not_fit() {
+        let (id, id64) = (
+            Field::new("id", DataType::Int32, false),
+            Field::new("id", DataType::Int64, false),
+        );
+        let v0 = table(vec![id.clone(), Field::new("b", DataType::Utf8, true)]);
+        let v1 = table(vec![id.clone()]);
+        let v2 = table(vec![id.clone(), Field::new("b", DataType::Int32, true)]);
+        let u1 = union_schema_after(&v0, &v0, &v1);
+        let u2 = union_schema_after(&u1, &v1, &v2);
+        assert_eq!(
+            u2.field_with_name("b").unwrap().data_type(),
+            &DataType::Utf8
+        );
+        // A followed change (the name kept from one schema to the next) takes the new type,
+        // and so does a name back whose old values fit it.
+        let widened = table(vec![id64.clone(), Field::new("b", DataType::Utf8, true)]);
+        let u3 = union_schema_after(&v0, &v0, &widened);
+        assert_eq!(
+            u3.field_with_name("id").unwrap().data_type(),
+            &DataType::Int64
+        );
+        let v1_64 = table(vec![id64.clone()]);
+        let back = table(vec![id64, Field::new("b", DataType::Utf8, true)]);
+        let u4 = union_schema_after(&union_schema_after(&v0, &v0, &v1_64), &v1_64, &back);
+        assert_eq!(
+            u4.field_with_name("b").unwrap().data_type(),
+            &DataType::Utf8
+        );
+        assert!(reads_exactly(&DataType::Int32, &DataType::Int64));
+        assert!(reads_exactly(&DataType::UInt32, &DataType::Int64));
+        assert!(!reads_exactly(&DataType::Int64, &DataType::Int32));
+        assert!(!reads_exactly(&DataType::Utf8, &DataType::Int32));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod format;
 mod from_images;
 mod segments;
 
-pub use adapt::{adapt, union_schema};
+pub use adapt::{adapt, reads_exactly, union_schema, union_schema_after};
 pub use batch::{changelog_batch, chunk_batch, display_columns, transaction_batches};
 pub use format::{
     changelog_schema, ChangelogRows, COMMIT_TS_COLUMN, META_COLUMNS, POSITION_COLUMN, TX_COLUMN,

@@ -45,7 +45,7 @@ use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 
 use arrow::row::OwnedRow;
 
-use super::adapt::{adapt, union_schema};
+use super::adapt::{adapt, union_schema_after};
 use super::batch::chunk_batch;
 use super::format::{changelog_schema, COMMIT_TS_COLUMN, POSITION_COLUMN, TX_COLUMN};
 use crate::change::keys::RowCodec;
@@ -417,8 +417,9 @@ impl Changelog {
     /// From now on entries are written under `table` (a new schema of the table); the
     /// entries already held keep theirs and are read through the union.
     pub fn evolve(&mut self, table: &Schema) {
-        self.written = changelog_schema(table);
-        self.schema = union_schema(&self.schema, &self.written);
+        let written = changelog_schema(table);
+        self.schema = union_schema_after(&self.schema, &self.written, &written);
+        self.written = written;
     }
 
     /// Appends `segment` (nothing when it is empty), then merges the tail if it has grown a
