@@ -635,13 +635,7 @@ async fn a_rotated_password_is_given_to_a_running_source_which_goes_on() {
     .unwrap();
     let port = server().port();
     let state = tempfile::tempdir().unwrap();
-    let open = || async {
-        let mut options = cdcfusion::engine::EngineOptions::default();
-        options.durable.checkpoint_interval = Duration::from_millis(200);
-        Engine::open(state.path().to_str().unwrap(), options)
-            .await
-            .unwrap()
-    };
+    let open = || durable_engine(state.path());
     let engine = open().await;
     let url = format!("mysql://rot:first-pass@127.0.0.1:{port}");
     exec(&engine, &create_at("r", &url, db, "")).await.unwrap();
@@ -739,12 +733,32 @@ async fn a_rotated_password_is_given_to_a_running_source_which_goes_on() {
         .unwrap();
 }
 
+/// A durable engine on `dir`, checkpointing every 200 ms.
+async fn durable_engine(dir: &std::path::Path) -> Engine {
+    let mut options = cdcfusion::engine::EngineOptions::default();
+    options.durable.checkpoint_interval = Duration::from_millis(200);
+    Engine::open(dir.to_str().unwrap(), options).await.unwrap()
+}
+
 /// The replica ids the server lists as registered (`SHOW SLAVE HOSTS`).
 async fn registered_ids(root: &mut mysql_async::Conn) -> Vec<u32> {
     let rows: Vec<mysql_async::Row> = root.query("SHOW SLAVE HOSTS").await.unwrap();
     rows.iter()
         .filter_map(|r| r.get::<u32, _>("Server_id"))
         .collect()
+}
+
+/// Waits until the server lists replica id `want` and not `gone`; the ids it lists last.
+async fn wait_registered(root: &mut mysql_async::Conn, want: u32, gone: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for _ in 0..200 {
+        ids = registered_ids(root).await;
+        if ids.contains(&want) && !ids.contains(&gone) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    ids
 }
 
 #[tokio::test]
@@ -754,13 +768,7 @@ async fn a_new_server_id_is_given_to_a_running_source_which_goes_on() {
     table_db(db).await;
     let mut root = root_conn(server()).await;
     let state = tempfile::tempdir().unwrap();
-    let open = || async {
-        let mut options = cdcfusion::engine::EngineOptions::default();
-        options.durable.checkpoint_interval = Duration::from_millis(200);
-        Engine::open(state.path().to_str().unwrap(), options)
-            .await
-            .unwrap()
-    };
+    let open = || durable_engine(state.path());
     let engine = open().await;
     let (old_id, new_id) = (source_server_id(), source_server_id());
     let url = server().cdc_url();
@@ -773,17 +781,8 @@ async fn a_new_server_id_is_given_to_a_running_source_which_goes_on() {
     .await
     .unwrap();
     engine.wait_ready("si").await.unwrap();
-    let registered =
-        |want: u32, gone: u32| move |ids: &Vec<u32>| ids.contains(&want) && !ids.contains(&gone);
-    let mut ids = Vec::new();
-    for _ in 0..200 {
-        ids = registered_ids(&mut root).await;
-        if registered(old_id, new_id)(&ids) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(registered(old_id, new_id)(&ids), "{ids:?}");
+    let ids = wait_registered(&mut root, old_id, new_id).await;
+    assert!(ids.contains(&old_id) && !ids.contains(&new_id), "{ids:?}");
     exec(
         &engine,
         &format!("ALTER SOURCE si SET (server_id = {new_id})"),
@@ -796,14 +795,8 @@ async fn a_new_server_id_is_given_to_a_running_source_which_goes_on() {
     .await
     .unwrap();
     sync_source(&engine, "si").await;
-    for _ in 0..200 {
-        ids = registered_ids(&mut root).await;
-        if registered(new_id, old_id)(&ids) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(registered(new_id, old_id)(&ids), "{ids:?}");
+    let ids = wait_registered(&mut root, new_id, old_id).await;
+    assert!(ids.contains(&new_id) && !ids.contains(&old_id), "{ids:?}");
     let changes = query(
         &engine,
         &format!(
@@ -823,7 +816,7 @@ async fn a_new_server_id_is_given_to_a_running_source_which_goes_on() {
         .await
         .unwrap();
     sync_source(&engine, "si").await;
-    ids = registered_ids(&mut root).await;
+    let ids = registered_ids(&mut root).await;
     assert!(ids.contains(&new_id) && !ids.contains(&old_id), "{ids:?}");
     exec(&engine, "DROP SOURCE si").await.unwrap();
 }

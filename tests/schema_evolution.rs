@@ -286,14 +286,7 @@ async fn a_restart_resumes_with_the_schemas_of_its_checkpoint() {
     ))
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let options = || EngineOptions {
-        durable: DurableOptions {
-            checkpoint_interval: Duration::from_millis(100),
-            state_snapshot_min_changes: 1_000_000,
-            changelog_memory_budget: 16 * 1024,
-        },
-        ..Default::default()
-    };
+    let options = durable_options;
     let engine = Engine::open(dir.path().to_str().unwrap(), options())
         .await
         .unwrap();
@@ -445,21 +438,16 @@ async fn a_table_dropped_and_created_again_is_captured_as_a_new_table() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_string();
-    let options = || EngineOptions {
-        durable: DurableOptions {
-            checkpoint_interval: Duration::from_millis(100),
-            state_snapshot_min_changes: 1_000_000,
-            changelog_memory_budget: 16 * 1024,
-        },
-        ..Default::default()
-    };
+    let options = durable_options;
     let engine = Engine::open(&path, options()).await.unwrap();
     started(&engine, "ed", db).await;
-    exec(&format!(
-        "DROP TABLE {db}.t; INSERT INTO {db}.k VALUES (9, 90)"
-    ))
+    after(
+        &engine,
+        ("ed", db, "k"),
+        "the drop",
+        &format!("DROP TABLE {db}.t; INSERT INTO {db}.k VALUES (9, 90)"),
+    )
     .await;
-    assert_current(&engine, "ed", db, "k", "the drop").await;
     let states = table_states(&engine).await;
     assert!(
         states[0].starts_with("table=k state=capturing"),
@@ -518,18 +506,26 @@ async fn a_table_dropped_and_created_again_is_captured_as_a_new_table() {
         ["schema_version=1 columns_before=id int not null key, a varchar(8) columns_after=id bigint not null key, b int not null, a varchar(8)"]
     );
     // Dropped and created again by `CREATE ... SELECT`: its rows come with its creation.
-    exec(&format!(
-        "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b INT) SELECT id, v AS b FROM {db}.k"
-    ))
+    after(
+        &engine,
+        ("ed", db, "t"),
+        "a CREATE ... SELECT",
+        &format!(
+            "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b INT) SELECT id, v AS b FROM {db}.k"
+        ),
+    )
     .await;
-    assert_current(&engine, "ed", db, "t", "a CREATE ... SELECT").await;
     // A column of the old name and another type cannot continue its changelog: it stays
     // stopped, saying why.
-    exec(&format!(
-        "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b VARCHAR(4)); INSERT INTO {db}.k VALUES (10, 100)"
-    ))
+    after(
+        &engine,
+        ("ed", db, "k"),
+        "a conflicting creation",
+        &format!(
+            "DROP TABLE {db}.t; CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, b VARCHAR(4)); INSERT INTO {db}.k VALUES (10, 100)"
+        ),
+    )
     .await;
-    assert_current(&engine, "ed", db, "k", "a conflicting creation").await;
     let states = table_states(&engine).await;
     assert!(
         states[1].starts_with("table=t state=stopped") && states[1].contains("whose column b is"),
@@ -596,14 +592,18 @@ async fn a_zero_date_in_a_primary_key_stops_only_its_table() {
     assert_current(&engine, "ez", db, "ok", "the snapshot").await;
     assert_current(&engine, "ez", db, "later", "the snapshot").await;
     // While streaming: the row that cannot be keyed stops its table before it is applied.
-    exec(&format!(
-        "SET SESSION sql_mode = '';
+    after(
+        &engine,
+        ("ez", db, "ok"),
+        "a zero date outside the key",
+        &format!(
+            "SET SESSION sql_mode = '';
          INSERT INTO {db}.later VALUES (2, '2024-03-03 00:00:00', 2);
          INSERT INTO {db}.later VALUES (3, '0000-00-00 00:00:00', 3);
          INSERT INTO {db}.ok VALUES (3, '0000-00-00');"
-    ))
+        ),
+    )
     .await;
-    assert_current(&engine, "ez", db, "ok", "a zero date outside the key").await;
     let states = table_states(&engine).await;
     assert!(
         states[0].starts_with("table=later state=stopped")
@@ -697,6 +697,26 @@ async fn keys_change_and_an_online_migration_swaps_its_table_in() {
             format!("_op=u _table={db}.t a=2 c=5"),
         ]
     );
+}
+
+/// Runs `sql` on the shared server, then checks that table `db.table` of `source` equals the
+/// server's after `what`.
+async fn after(engine: &Engine, (source, db, table): (&str, &str, &str), what: &str, sql: &str) {
+    exec(sql).await;
+    assert_current(engine, source, db, table, what).await;
+}
+
+/// A durable engine's options for these tests: checkpoints every 100 ms, state snapshots
+/// only at schema changes, a 16 KiB changelog budget (so most entries are read back).
+fn durable_options() -> EngineOptions {
+    EngineOptions {
+        durable: DurableOptions {
+            checkpoint_interval: Duration::from_millis(100),
+            state_snapshot_min_changes: 1_000_000,
+            changelog_memory_budget: 16 * 1024,
+        },
+        ..Default::default()
+    }
 }
 
 /// Every table's name, state and error, by name.
@@ -1486,12 +1506,16 @@ async fn a_column_dropped_then_added_again_with_another_type_keeps_the_changelog
     .await;
     let engine = Engine::new();
     started(&engine, "ea", db).await;
-    exec(&format!(
-        "UPDATE {db}.t SET b = 'y' WHERE id = 1; ALTER TABLE {db}.t DROP COLUMN b;
+    after(
+        &engine,
+        ("ea", db, "t"),
+        "the column back under another type",
+        &format!(
+            "UPDATE {db}.t SET b = 'y' WHERE id = 1; ALTER TABLE {db}.t DROP COLUMN b;
          ALTER TABLE {db}.t ADD COLUMN b INT; INSERT INTO {db}.t VALUES (2, 5);"
-    ))
+        ),
+    )
     .await;
-    assert_current(&engine, "ea", db, "t", "the column back under another type").await;
     // Its old values are not numbers: the changelog holds the name as text, every entry readable.
     assert_eq!(
         query(

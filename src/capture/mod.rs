@@ -47,11 +47,12 @@
 //! start are followed too (`follow`).
 //!
 //! # Stopped tables
-//! What cannot be followed exactly (a narrowing type change, an expression default, a dropped
-//! table, a rename out of the source's patterns), or rows that no longer match the schema the
-//! DDL history gives, stops that table alone: its rows are no longer decoded (the readers'
-//! filter skips it) and a [`TableStop`] says why, where, and how to resume it; the other tables
-//! go on.
+//! What cannot be followed exactly (a narrowing type change, an expression default, a rename
+//! out of the source's patterns), rows that no longer match the schema the DDL history gives,
+//! or a row that cannot be keyed, stops that table alone: its rows are no longer decoded (the
+//! readers' filter skips it) and a [`TableStop`] says why, where, and how to resume it; the
+//! other tables go on. A dropped table stops too, with nothing to repair: a table created
+//! under its name is captured as a new one (see `stops`).
 //!
 //! # Output
 //! [`Capture::start_with_progress`] returns the changelog of the snapshot and hand-off (up to

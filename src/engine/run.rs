@@ -376,8 +376,8 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
 }
 
 /// Adds `stops` to `stopped` (a table stops once and keeps its first reason, unless it is
-/// dropped since, or was dropped before: a drop leaves nothing to repair) and ends the stops of the dropped tables
-/// captured again (`recreated`); whether anything changed.
+/// dropped since, or was dropped before: a drop leaves nothing to repair) and ends the stops
+/// of the dropped tables captured again (`recreated`); whether anything changed.
 fn merge_stops(
     stopped: &mut BTreeMap<usize, TableStop>,
     stops: Vec<TableStop>,

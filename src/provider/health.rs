@@ -3,7 +3,8 @@
 //! # Invariant
 //! A table whose capture has stopped (its source failed, a DDL the engine does not follow, a
 //! value it cannot decode) is never served as if it were fine. Every scan of its current table
-//! or changelog asks [`Health::check`] first: with a fault recorded, the scan fails with a
+//! or changelog asks [`Health::check`] first (but the changelog of a dropped table, which is
+//! exact: its rows deleted at the `DROP`, nothing after it): with a fault recorded, the scan fails with a
 //! [`TableUnavailable`] naming the cause, the position and the SQLSTATE, unless the session
 //! opted in to stale reads ([`ReadPolicy`]); then the scan reads the last published state and
 //! the session is told so with a warning on every query.

@@ -5,6 +5,8 @@
 //! Reading past the end of an image is an error naming the offset, never a panic: a truncated
 //! or corrupt event becomes a definite decoding error of its table.
 
+use mysql_common::io::ReadMysqlExt;
+
 /// Why a rows event could not be decoded.
 #[derive(Debug)]
 pub enum RowsError {
@@ -99,22 +101,19 @@ impl<'a> Cursor<'a> {
             .fold(0u64, |a, b| (a << 8) | *b as u64))
     }
 
-    #[inline]
-    /// MySQL's packed integer (`net_field_length`): one byte below 251, else a marker byte
-    /// and 2, 3 or 8 little-endian bytes.
+    /// MySQL's packed integer (`net_field_length`, the protocol's length-encoded integer),
+    /// read with mysql_common.
     pub(super) fn packed(&mut self) -> Result<u64, RowsError> {
-        let [first] = self.array::<1>()?;
-        match first {
-            0..=250 => Ok(u64::from(first)),
-            0xfc => self.uint_le(2),
-            0xfd => self.uint_le(3),
-            0xfe => self.uint_le(8),
-            _ => Err(RowsError::Value(format!(
-                "a packed integer starting with byte {first:#x}"
-            ))),
-        }
+        let mut rest = self.data.get(self.pos..).unwrap_or_default();
+        let before = rest.len();
+        let value = rest.read_lenenc_int().map_err(|e| {
+            RowsError::Value(format!("a packed integer at offset {}: {e}", self.pos))
+        })?;
+        self.pos += before - rest.len();
+        Ok(value)
     }
 
+    #[inline]
     pub(super) fn uint_be(&mut self, n: usize) -> Result<u64, RowsError> {
         Ok(self.take(n)?.iter().fold(0u64, |a, b| (a << 8) | *b as u64))
     }

@@ -17,6 +17,9 @@
 //! * Only full images are accepted: a rows event whose column bitmap leaves a column out is a
 //!   [`SourceError::PartialRowImage`], because the snapshot normalisation and the per-key merge
 //!   need every column of every before and after image.
+//!   A MySQL partial JSON update (`PARTIAL_UPDATE_ROWS`) is such a full image whose JSON
+//!   columns may hold changes: they are applied to the row's before image as decoded
+//!   (`mysql_json::diff`), so the after image is whole too.
 //! * Values go through the conversions of `source::types` that the snapshot path also uses.
 
 use crate::change::kinds::SimpleKind;
@@ -143,14 +146,6 @@ pub struct TableDecoder {
     pub schema: Arc<TableSchema>,
     /// Each column's operation, with empty buffers: the template of every [`ImageColumns`].
     columns: Vec<Column>,
-}
-
-/// An image of no columns, for a decode that refers to no before image.
-fn image_none() -> &'static ImageColumns {
-    static NONE: ImageColumns = ImageColumns {
-        columns: Vec::new(),
-    };
-    &NONE
 }
 
 /// The columns of one image (before or after) of a batch of rows being decoded; made by
@@ -552,6 +547,14 @@ impl TableDecoder {
         }
         let mut cur = Cursor::new(data);
         let mut scratch = String::new();
+        // The JSON columns a partial update's after images give one bit each, found once.
+        let json_columns: Vec<usize> = if partial_json {
+            (0..n)
+                .filter(|&i| self.columns[i].is_binary_json())
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut rows = 0;
         let at_row = |rows: usize, e: RowsError| match e {
             RowsError::Value(msg) => RowsError::Value(format!("row {rows}: {msg}")),
@@ -565,9 +568,11 @@ impl TableDecoder {
             }
             if let Some(a) = after.as_deref_mut() {
                 let decoded = match before.as_deref() {
-                    Some(b) if partial_json => self.partial_columns(&mut cur).and_then(|changed| {
-                        self.decode_image_changed(&mut cur, a, &mut scratch, b, &changed)
-                    }),
+                    Some(b) if partial_json => self
+                        .partial_columns(&mut cur, &json_columns)
+                        .and_then(|changed| {
+                            self.decode_image_with(&mut cur, a, &mut scratch, Some((b, &changed)))
+                        }),
                     _ => self.decode_image(&mut cur, a, &mut scratch),
                 };
                 decoded.map_err(|e| at_row(rows, e))?;
@@ -594,38 +599,38 @@ impl TableDecoder {
         image: &mut ImageColumns,
         scratch: &mut String,
     ) -> Result<(), RowsError> {
-        self.decode_image_changed(cur, image, scratch, image_none(), &[])
+        self.decode_image_with(cur, image, scratch, None)
     }
 
     /// The value options that open a partial update's after image: which columns hold JSON
-    /// changes rather than documents (one bit per JSON column of the table, in order, when
-    /// the options say partial JSON is on), as a flag per column.
-    fn partial_columns(&self, cur: &mut Cursor<'_>) -> Result<Vec<bool>, RowsError> {
+    /// changes rather than documents (one bit per JSON column of the table, `json_columns`,
+    /// in order, when the options say partial JSON is on), as a flag per column.
+    fn partial_columns(
+        &self,
+        cur: &mut Cursor<'_>,
+        json_columns: &[usize],
+    ) -> Result<Vec<bool>, RowsError> {
         const PARTIAL_JSON_UPDATES: u64 = 1;
         let options = cur.packed()?;
         let mut flags = vec![false; self.columns.len()];
         if options & PARTIAL_JSON_UPDATES == 0 {
             return Ok(flags);
         }
-        let json: Vec<usize> = (0..self.columns.len())
-            .filter(|&i| self.columns[i].is_binary_json())
-            .collect();
-        let bits = cur.take(json.len().div_ceil(8))?;
-        for (k, &i) in json.iter().enumerate() {
+        let bits = cur.take(json_columns.len().div_ceil(8))?;
+        for (k, &i) in json_columns.iter().enumerate() {
             flags[i] = bits[k / 8] & (1 << (k % 8)) != 0;
         }
         Ok(flags)
     }
 
-    /// Decodes one image; a column flagged in `changed` holds JSON changes to the value of the
-    /// same column in `before`'s last row.
-    fn decode_image_changed(
+    /// Decodes one image; with `changes`, a column it flags holds JSON changes to the value
+    /// of the same column in the before image's last row.
+    fn decode_image_with(
         &self,
         cur: &mut Cursor<'_>,
         image: &mut ImageColumns,
         scratch: &mut String,
-        before: &ImageColumns,
-        changed: &[bool],
+        changes: Option<(&ImageColumns, &[bool])>,
     ) -> Result<(), RowsError> {
         let n = image.columns.len();
         let nulls = cur.take(n.div_ceil(8))?;
@@ -645,16 +650,21 @@ impl TableDecoder {
                 column.push_null();
                 continue;
             }
-            let decoded = if changed.get(i).copied().unwrap_or(false) {
-                let text = before.columns.get(i).and_then(Column::last_text);
-                match text.map(std::str::from_utf8) {
-                    Some(Ok(text)) => column.decode_json_diff(cur, text, scratch),
-                    _ => Err(RowsError::Value(
-                        "a partial JSON update of a value the before image does not hold".into(),
-                    )),
+            let changed_from = changes
+                .filter(|(_, flags)| flags.get(i) == Some(&true))
+                .map(|(before, _)| before);
+            let decoded = match changed_from {
+                None => column.decode(cur, scratch),
+                Some(before) => {
+                    let text = before.columns.get(i).and_then(Column::last_text);
+                    match text.map(std::str::from_utf8) {
+                        Some(Ok(text)) => column.decode_json_diff(cur, text, scratch),
+                        _ => Err(RowsError::Value(
+                            "a partial JSON update of a value the before image does not hold"
+                                .into(),
+                        )),
+                    }
                 }
-            } else {
-                column.decode(cur, scratch)
             };
             if let Err(e) = decoded {
                 return Err(self.in_column(i, e));

@@ -15,7 +15,10 @@
 //! Layout of the list (`Json_diff_vector::write_binary` in MySQL's `json_diff.cc`): for
 //! each change, the operation (one byte: 0 replace, 1 insert, 2 remove), the path as a
 //! length-prefixed string (`$.a[2]."b c"`), and unless it removes, the new value as a
-//! length-prefixed binary JSON document. Lengths are MySQL's packed integers.
+//! length-prefixed binary JSON document. Lengths are MySQL's length-encoded integers, read
+//! with mysql_common.
+
+use mysql_common::io::ReadMysqlExt;
 
 use super::{binary_json_to_text, write_quoted, JsonDecodeError};
 
@@ -35,23 +38,24 @@ pub fn apply_json_diffs(
     out: &mut String,
 ) -> Result<(), JsonDecodeError> {
     let mut doc = parse_document(before)?;
-    let mut at = 0;
+    let mut rest = diffs;
     let mut scratch = String::new();
-    while at < diffs.len() {
-        let op = diffs[at];
-        at += 1;
-        let path_len = packed_len(diffs, &mut at)?;
-        let path_bytes = take(diffs, &mut at, path_len, "path")?;
-        let path = std::str::from_utf8(path_bytes)
-            .map_err(|_| err(format!("a JSON diff path that is not UTF-8 at byte {at}")))?;
+    let truncated = |rest: &[u8], e: std::io::Error| {
+        let at = diffs.len() - rest.len();
+        err(format!("a truncated JSON diff list at byte {at}: {e}"))
+    };
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        let path_bytes = rest.read_lenenc_str().map_err(|e| truncated(rest, e))?;
+        let path = std::str::from_utf8(&path_bytes)
+            .map_err(|_| err("a JSON diff path that is not UTF-8".into()))?;
         let legs = parse_path(path)?;
         let value = if op == REMOVE {
             None
         } else {
-            let len = packed_len(diffs, &mut at)?;
-            let bytes = take(diffs, &mut at, len, "value")?;
+            let bytes = rest.read_lenenc_str().map_err(|e| truncated(rest, e))?;
             scratch.clear();
-            binary_json_to_text(bytes, &mut scratch)?;
+            binary_json_to_text(&bytes, &mut scratch)?;
             Some(parse_document(&scratch)?)
         };
         apply(&mut doc, op, &legs, value).map_err(|e| err(format!("{e} (path {path})")))?;
@@ -62,49 +66,6 @@ pub fn apply_json_diffs(
 
 fn err(message: String) -> JsonDecodeError {
     JsonDecodeError(message)
-}
-
-/// `n` bytes of `data` at `*at`, moving past them.
-fn take<'a>(
-    data: &'a [u8],
-    at: &mut usize,
-    n: usize,
-    what: &str,
-) -> Result<&'a [u8], JsonDecodeError> {
-    let end = at
-        .checked_add(n)
-        .filter(|&e| e <= data.len())
-        .ok_or_else(|| {
-            err(format!(
-                "a truncated JSON diff: its {what} needs {n} bytes, {} left at byte {at}",
-                data.len().saturating_sub(*at)
-            ))
-        })?;
-    let bytes = &data[*at..end];
-    *at = end;
-    Ok(bytes)
-}
-
-/// MySQL's packed integer (`net_field_length`) at `*at`, as a length.
-fn packed_len(data: &[u8], at: &mut usize) -> Result<usize, JsonDecodeError> {
-    let first = *take(data, at, 1, "length")?.first().unwrap_or(&0);
-    let wide = |n: usize, at: &mut usize| -> Result<usize, JsonDecodeError> {
-        let bytes = take(data, at, n, "length")?;
-        let mut v: u64 = 0;
-        for (i, b) in bytes.iter().enumerate() {
-            v |= u64::from(*b) << (8 * i);
-        }
-        usize::try_from(v).map_err(|_| err(format!("a JSON diff length of {v}")))
-    };
-    match first {
-        0..=250 => Ok(usize::from(first)),
-        0xfc => wide(2, at),
-        0xfd => wide(3, at),
-        0xfe => wide(8, at),
-        _ => Err(err(format!(
-            "a JSON diff length starting with byte {first:#x}"
-        ))),
-    }
 }
 
 /// A JSON document as the text decoder printed it.
