@@ -624,6 +624,67 @@ async fn a_zero_date_in_a_primary_key_stops_only_its_table() {
     assert_eq!(code, "55000", "{message}");
 }
 
+/// The same, when the chunks' windows hold changes (so each chunk is folded with its window):
+/// a zero date read by a chunk's `SELECT`, or written into a key inside a window, stops only
+/// its table; the others are captured with their window changes.
+#[tokio::test]
+async fn a_zero_date_in_a_chunk_or_its_window_stops_only_its_table() {
+    use cdcfusion::source::snapshot::incremental::{HookPoint, SnapshotHook};
+    use futures::FutureExt;
+    use std::sync::Arc;
+    let db = "evo_zero_window";
+    let mut conn = root_conn(server()).await;
+    fresh_db(&mut conn, db).await;
+    exec(&format!(
+        "SET SESSION sql_mode = '';
+         CREATE TABLE {db}.a_ok (id INT PRIMARY KEY, v INT);
+         INSERT INTO {db}.a_ok VALUES (1, 1);
+         CREATE TABLE {db}.b_windowed (d DATE PRIMARY KEY, v INT);
+         INSERT INTO {db}.b_windowed VALUES ('2024-01-01', 1);
+         CREATE TABLE {db}.c_scanned (d DATE PRIMARY KEY, v INT);
+         INSERT INTO {db}.c_scanned VALUES ('0000-00-00', 1), ('2024-01-01', 2);"
+    ))
+    .await;
+    let hook: SnapshotHook = Arc::new(move |point, chunk| {
+        let sql = match (point, chunk.table.table.as_str()) {
+            (HookPoint::AfterSelect, "a_ok") => format!("INSERT INTO {db}.a_ok VALUES (2, 2)"),
+            (HookPoint::AfterSelect, "b_windowed") => format!(
+                "SET SESSION sql_mode = ''; INSERT INTO {db}.b_windowed VALUES ('2024-05-00', 2)"
+            ),
+            (HookPoint::AfterSelect, "c_scanned") => format!("UPDATE {db}.a_ok SET v = 3"),
+            _ => String::new(),
+        };
+        async move {
+            if !sql.is_empty() {
+                exec(&sql).await;
+            }
+        }
+        .boxed()
+    });
+    let engine = hooked("ew", db, 16, 1, hook).await;
+    let states = table_states(&engine).await;
+    assert!(
+        states[0].starts_with("table=a_ok state=capturing"),
+        "{states:?}"
+    );
+    for (state, table) in states[1..].iter().zip(["b_windowed", "c_scanned"]) {
+        assert!(
+            state.starts_with(&format!("table={table} state=stopped"))
+                && state.contains("primary key column d"),
+            "{states:?}"
+        );
+    }
+    assert_current(&engine, "ew", db, "a_ok", "window changes folded").await;
+    assert_eq!(
+        query(
+            &engine,
+            &format!("SELECT id, v FROM ew.{db}.a_ok ORDER BY id")
+        )
+        .await,
+        ["id=1 v=3", "id=2 v=3"]
+    );
+}
+
 #[tokio::test]
 async fn keys_change_and_an_online_migration_swaps_its_table_in() {
     let db = "evo_swap";

@@ -67,6 +67,7 @@ mod filter;
 mod follow;
 pub mod handoff;
 mod reread;
+mod resume;
 mod schema;
 mod stops;
 mod stream;
@@ -75,10 +76,9 @@ pub mod version;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::change::position::{BinlogCoord, StartPosition};
+use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::SourceTransaction;
-use crate::source::binlog::files::binlog_files;
 use crate::source::binlog::{table_filter, BinlogReader, BinlogReaderOptions, DEFAULT_SERVER_ID};
 use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
@@ -165,6 +165,19 @@ pub struct TableStop {
     pub dropped: bool,
 }
 
+/// Where a resumed capture goes on (see [`Capture::resume`]).
+#[derive(Debug, Clone)]
+pub struct ResumeAt {
+    /// The end of the last transaction the states reflect.
+    pub position: BinlogCoord,
+    /// The GTIDs executed up to `position`, when known.
+    pub gtids: Option<GtidSet>,
+    /// Whether the server is another one than `position` was read from (a failover): its file
+    /// positions mean nothing there, so the stream goes on after `gtids`, in the history of
+    /// the connection's options, which must be later than `position`'s.
+    pub by_gtid: bool,
+}
+
 /// A running capture; see the module docs.
 #[derive(Debug)]
 pub struct Capture {
@@ -179,6 +192,9 @@ pub struct Capture {
     /// A resumed capture drops every transaction that starts before this position: the
     /// checkpoint it resumed from already holds them.
     resume_from: Option<BinlogCoord>,
+    /// The GTIDs executed up to the last transaction taken from the reader (see
+    /// [`Capture::executed_gtids`]); `None` when the start set is not known.
+    executed: Option<GtidSet>,
     /// Tables whose capture stopped; the readers' filter skips their rows.
     stopped: Stopped,
     /// Stops not yet taken by [`Capture::take_stops`].
@@ -304,6 +320,7 @@ impl Capture {
             pending: None,
             progress,
             resume_from: None,
+            executed: None,
             stopped: Stopped::default(),
             new_stops: Vec::new(),
             recreated: Vec::new(),
@@ -317,17 +334,36 @@ impl Capture {
     }
 
     /// A binlog reader from `start` that decodes only the rows of captured, unstopped tables.
+    /// The GTIDs executed start over from the reader's start set.
     async fn open_reader(
-        &self,
+        &mut self,
         options: &CaptureOptions,
         start: StartPosition,
     ) -> SourceResult<BinlogReader> {
         let only_captured = live_tables(Arc::clone(&self.pattern.filter), &self.stopped);
-        BinlogReader::open(
+        let reader = BinlogReader::open(
             self.connect.clone(),
             BinlogReaderOptions::new(options.server_id, start).with_filter(only_captured),
         )
-        .await
+        .await?;
+        self.executed = reader.start_gtids().cloned();
+        Ok(reader)
+    }
+
+    /// The GTIDs executed up to the position the state reflects: the reader's start set and
+    /// the GTID of every transaction taken from the stream since (applied, or dropped as held
+    /// by a checkpoint). MariaDB: the position a replica would resume from; MySQL: the executed
+    /// set. `None` when the start set is not known (MySQL started from a file position
+    /// without one carried over).
+    pub fn executed_gtids(&self) -> Option<&GtidSet> {
+        self.executed.as_ref()
+    }
+
+    /// Takes note that `tx` has been taken from the stream (applied or dropped as held).
+    pub(super) fn passed(&mut self, tx: &SourceTransaction) {
+        if let (Some(set), Some(gtid)) = (self.executed.as_mut(), &tx.gtid) {
+            set.add(gtid);
+        }
     }
 
     /// `StreamOnly`: no snapshot, the (empty) states consistent from `start` on.
@@ -452,59 +488,6 @@ impl Capture {
             tables.push(Arc::new(connect.table_schema(&mut conn, id).await?));
         }
         Ok((info, tables))
-    }
-
-    /// Resumes streaming at `position`, the end of the last transaction `states` reflect
-    /// (recovered from a checkpoint). The binlog there must still exist on the server: a
-    /// purged one is a definite error naming the position needed and the oldest one left,
-    /// never a silent resume from somewhere else.
-    pub async fn resume(
-        connect: ConnectOptions,
-        options: &CaptureOptions,
-        info: ServerInfo,
-        tables: Vec<Arc<TableSchema>>,
-        states: Vec<TableState>,
-        position: BinlogCoord,
-        progress: Arc<Progress>,
-    ) -> SourceResult<Self> {
-        Self::check_binlog(&connect, &position).await?;
-        let mut capture = Capture::new(connect, options, info, tables, states, progress)?;
-        let reader = capture
-            .open_reader(options, StartPosition::Coord(position.clone()))
-            .await?;
-        capture.reader = Some(reader);
-        capture.progress.set_phase(Phase::Streaming);
-        capture.progress.set_position(position.clone());
-        capture.resume_from = Some(position);
-        capture.handoff_codecs = None;
-        Ok(capture)
-    }
-
-    /// Fails with [`SourceError::BinlogUnavailable`] unless the server still has the binlog
-    /// file of `position`.
-    pub async fn check_binlog(
-        connect: &ConnectOptions,
-        position: &BinlogCoord,
-    ) -> SourceResult<()> {
-        let mut conn = connect.connect().await?;
-        let files: Vec<String> = connect
-            .bounded(|| "listing the binlogs".into(), binlog_files(&mut conn))
-            .await?
-            .into_iter()
-            .map(|f| f.name)
-            .collect();
-        if files.iter().any(|f| *f == *position.file) {
-            return Ok(());
-        }
-        Err(SourceError::BinlogUnavailable {
-            needed: position.to_string(),
-            message: format!(
-                "the server has only binlogs {} to {} (the one needed was purged); \
-                 re-snapshot with ALTER SOURCE ... RESNAPSHOT",
-                files.first().map_or("(none)", String::as_str),
-                files.last().map_or("(none)", String::as_str),
-            ),
-        })
     }
 
     /// Reads table `table`'s rows and DDL from the stream but applies none of them, until

@@ -253,6 +253,7 @@ impl Capture {
             while let Some(d) = deferred.next_if(|d| d.after < tx.start) {
                 self.apply_deferred(d, log, ordinals)?;
             }
+            self.passed(&tx);
             log.changes.extend(self.apply_read(&tx).await?);
             self.progress.set_position(tx.end.clone());
         }

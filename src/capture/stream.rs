@@ -105,6 +105,9 @@ impl Capture {
                 state.apply_run(&run.txs, &batches, events)
             })?)
         };
+        for tx in &run.txs {
+            self.passed(tx);
+        }
         if let Some(last) = run.txs.last() {
             self.progress.set_position(last.end.clone());
         }
@@ -222,12 +225,15 @@ impl Capture {
 
     /// `run` without the transactions the checkpoint already holds; `None` when that is all
     /// of them.
-    fn unheld(&self, mut run: TransactionRun) -> Option<TransactionRun> {
+    fn unheld(&mut self, mut run: TransactionRun) -> Option<TransactionRun> {
         let held = run
             .txs
             .iter()
             .take_while(|tx| self.held_already(tx))
             .count();
+        for tx in &run.txs[..held] {
+            self.passed(tx);
+        }
         if held > 0 {
             tracing::debug!(count = held, "dropping transactions the checkpoint holds");
             run.skip_first(held);
@@ -259,6 +265,7 @@ impl Capture {
 
     /// Applies a transaction read from the stream, unless the checkpoint already holds it.
     async fn take(&mut self, tx: &SourceTransaction) -> SourceResult<Option<Vec<TableChange>>> {
+        self.passed(tx);
         if self.held_already(tx) {
             tracing::debug!(at = %tx.start, "dropping a transaction the checkpoint holds");
             return Ok(None);
@@ -273,6 +280,7 @@ impl Capture {
     pub async fn catch_up_to(&mut self, target: &BinlogCoord) -> SourceResult<Vec<TableChange>> {
         let mut out = Vec::new();
         if let Some(tx) = self.pending.take() {
+            self.passed(&tx);
             out.extend(self.apply_read(&tx).await?);
             self.progress.set_position(tx.end.clone());
         }
@@ -301,6 +309,7 @@ impl Capture {
                     self.pending = Some(tx);
                     return Ok(());
                 }
+                self.passed(&tx);
                 if self.held_already(&tx) {
                     continue;
                 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::{SchemaChange, TableStop};
-use crate::change::position::BinlogCoord;
+use crate::change::position::{BinlogCoord, GtidSet};
 use crate::state::changelog::Changelog;
 use crate::state::current::TableSnapshot;
 
@@ -32,6 +32,9 @@ pub struct SourceVersion {
     pub stopped: Arc<BTreeMap<usize, TableStop>>,
     /// Every schema change the capture followed up to `position`, in binlog order.
     pub schema_history: Arc<Vec<SchemaChange>>,
+    /// The GTIDs the server had executed at `position` (see `Capture::executed_gtids`):
+    /// where the source goes on at another server. `None` when not known.
+    pub gtids: Option<Arc<GtidSet>>,
 }
 
 impl SourceVersion {

@@ -8,6 +8,13 @@
 //! one transaction share one GTID, so a GTID compare cannot order them. [`GtidSet`] therefore has
 //! no `Ord`; [`BinlogCoord`] and [`ChangePosition`] do.
 //!
+//! A source that moves to another server (a failover) goes on in a new *history*: the new
+//! server's file names and offsets have no order relative to the old one's, so every
+//! [`BinlogCoord`] carries the number of the history it belongs to, and a later history orders
+//! after every position of an earlier one. History 0 writes as `file:offset`; history `n > 0`
+//! as `~000n~file:offset`, a prefix that sorts after any binlog file name (`~` is the last
+//! printable ASCII character), so text comparisons of `_position` keep the order too.
+//!
 //! MySQL GTIDs are `uuid[:tag]:gno` and sets are `uuid:1-5:7,uuid2:1-3`; MariaDB GTIDs are
 //! `domain-server-seq` and a position is one GTID per replication domain (`0-1-30,1-2-5`).
 //! Both hide behind [`Gtid`] and [`GtidSet`] so the rest of the engine never branches on flavour.
@@ -18,26 +25,45 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-/// A point between two events of one binlog file: `file` + byte `offset`.
+/// A point between two events of one binlog file: `file` + byte `offset`, in history
+/// `history` (see the module docs).
 ///
-/// Ordered by the numeric suffix of the file name (`binlog.000010` after `binlog.000009`), then
-/// the name, then the offset. Watermarks (LOW/HIGH) and transaction starts are `BinlogCoord`s.
+/// Ordered by history, then the numeric suffix of the file name (`binlog.000010` after
+/// `binlog.000009`), then the offset, then the name. Watermarks (LOW/HIGH) and transaction
+/// starts are `BinlogCoord`s.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BinlogCoord {
     pub file: Arc<str>,
     pub offset: u64,
     /// The file name's numeric suffix, parsed once: positions are compared very often.
     seq: u64,
+    history: u16,
 }
 
+/// The most histories a source can have (four digits in the text form).
+pub const MAX_HISTORY: u16 = 9999;
+
 impl BinlogCoord {
+    /// A position of history 0 (the server a source was created on).
     pub fn new(file: impl Into<Arc<str>>, offset: u64) -> Self {
         let file = file.into();
         Self {
             seq: file_sequence(&file),
             file,
             offset,
+            history: 0,
         }
+    }
+
+    /// The same file and offset in history `history`.
+    pub fn in_history(mut self, history: u16) -> Self {
+        self.history = history;
+        self
+    }
+
+    /// The number of the server history the position belongs to.
+    pub fn history(&self) -> u16 {
+        self.history
     }
 
     /// Offset `offset` of the same file, without parsing its name again (a reader makes one
@@ -47,7 +73,31 @@ impl BinlogCoord {
             file: Arc::clone(&self.file),
             offset,
             seq: self.seq,
+            history: self.history,
         }
+    }
+
+    /// Appends the history prefix (`~000n~`, nothing for history 0) to `out`.
+    fn push_history(&self, out: &mut Vec<u8>) {
+        if self.history > 0 {
+            out.push(b'~');
+            push_decimal(out, self.history.into(), 4);
+            out.push(b'~');
+        }
+    }
+
+    /// Splits the history prefix off a position's text: `(history, rest)`.
+    fn split_history(text: &str) -> Result<(u16, &str), PositionParseError> {
+        let Some(rest) = text.strip_prefix('~') else {
+            return Ok((0, text));
+        };
+        let bad = || PositionParseError(format!("bad history prefix in {text:?}"));
+        let (digits, rest) = rest.split_once('~').ok_or_else(bad)?;
+        let history: u16 = digits.parse().map_err(|_| bad())?;
+        if history == 0 || history > MAX_HISTORY {
+            return Err(bad());
+        }
+        Ok((history, rest))
     }
 
     /// The numeric suffix of the file name, which the server increments on every rotation.
@@ -67,8 +117,8 @@ impl Ord for BinlogCoord {
     fn cmp(&self, other: &Self) -> Ordering {
         // Offsets first after the sequence: within one file the names are equal, and comparing
         // two integers is cheaper than comparing the names.
-        (self.seq, self.offset)
-            .cmp(&(other.seq, other.offset))
+        (self.history, self.seq, self.offset)
+            .cmp(&(other.history, other.seq, other.offset))
             .then_with(|| self.file.cmp(&other.file))
     }
 }
@@ -81,6 +131,9 @@ impl PartialOrd for BinlogCoord {
 
 impl fmt::Display for BinlogCoord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.history > 0 {
+            write!(f, "~{:04}~", self.history)?;
+        }
         write!(f, "{}:{}", self.file, self.offset)
     }
 }
@@ -88,8 +141,9 @@ impl fmt::Display for BinlogCoord {
 impl FromStr for BinlogCoord {
     type Err = PositionParseError;
 
-    /// Parses `file:offset`, e.g. `binlog.000003:1234`.
+    /// Parses `file:offset`, e.g. `binlog.000003:1234`, after a history prefix if any.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (history, s) = Self::split_history(s)?;
         let (file, offset) = s
             .rsplit_once(':')
             .ok_or_else(|| PositionParseError(format!("expected file:offset, got {s:?}")))?;
@@ -99,7 +153,7 @@ impl FromStr for BinlogCoord {
         if file.is_empty() {
             return Err(PositionParseError(format!("empty file name in {s:?}")));
         }
-        Ok(Self::new(file, offset))
+        Ok(Self::new(file, offset).in_history(history))
     }
 }
 
@@ -125,7 +179,7 @@ impl ChangePosition {
         row_index: u32,
         sub: u8,
     ) -> fmt::Result {
-        let mut text = Vec::with_capacity(tx.file.len() + 48);
+        let mut text = Vec::with_capacity(tx.file.len() + 54);
         Self::push_tx_text(&mut text, tx);
         Self::push_indexes_text(&mut text, event_index, row_index, sub);
         write_bytes(w, &text)
@@ -134,6 +188,7 @@ impl ChangePosition {
     /// The part of [`ChangePosition::write_text`] that every change of the transaction
     /// starting at `tx` shares, `file:offset:`, appended to `out` as UTF-8.
     pub fn push_tx_text(out: &mut Vec<u8>, tx: &BinlogCoord) {
+        tx.push_history(out);
         out.extend_from_slice(tx.file.as_bytes());
         out.push(b':');
         push_decimal(out, tx.offset, 12);
@@ -190,7 +245,7 @@ impl ChangePosition {
     /// after `tx`, and after every change of earlier transactions (of the same binlog file
     /// name length): where "after this point" starts for a text comparison of `_position`.
     pub fn text_before(tx: &BinlogCoord) -> String {
-        let mut text = Vec::with_capacity(tx.file.len() + 14);
+        let mut text = Vec::with_capacity(tx.file.len() + 20);
         Self::push_tx_text(&mut text, tx);
         // Without its last `:`, the transaction's part is a proper prefix of each of its
         // changes' text, so it sorts before all of them.
@@ -213,10 +268,11 @@ impl ChangePosition {
     /// The transaction coordinate of a position's text (what [`Self::text_before`] or
     /// `Display` wrote).
     pub fn coord_of_text(text: &str) -> Option<BinlogCoord> {
+        let (history, text) = BinlogCoord::split_history(text).ok()?;
         let mut parts = text.split(':');
         let file = parts.next()?;
         let offset = parts.next()?.parse().ok()?;
-        Some(BinlogCoord::new(file, offset))
+        Some(BinlogCoord::new(file, offset).in_history(history))
     }
 }
 
@@ -391,6 +447,54 @@ impl GtidSet {
         }
     }
 
+    /// What this set holds that `server`'s lacks, one description per source of GTIDs (empty
+    /// when `server` covers it all): for MariaDB a domain whose position on `server` is
+    /// behind (`0-1-41..0-1-57`: the sequence numbers past the server's), for MySQL the
+    /// missing intervals (`uuid:5-9`). Sets of the two flavours never cover each other.
+    pub fn missing_in(&self, server: &GtidSet) -> Vec<String> {
+        // A server with no GTIDs at all lacks every one, of either flavour.
+        let (no_domains, no_intervals) = (
+            GtidSet::MariaDb(BTreeMap::new()),
+            GtidSet::MySql(BTreeMap::new()),
+        );
+        let server = match (self, server) {
+            (GtidSet::MariaDb(_), GtidSet::Empty) => &no_domains,
+            (GtidSet::MySql(_), GtidSet::Empty) => &no_intervals,
+            _ => server,
+        };
+        match (self, server) {
+            (GtidSet::Empty, _) => Vec::new(),
+            (GtidSet::MariaDb(ours), GtidSet::MariaDb(theirs)) => ours
+                .iter()
+                .filter_map(|(domain, (server_id, seq))| {
+                    let at = theirs.get(domain).map_or(0, |(_, s)| *s);
+                    (at < *seq).then(|| format!("{domain}-{server_id}-{}..{seq}", at + 1))
+                })
+                .collect(),
+            (GtidSet::MySql(ours), GtidSet::MySql(theirs)) => {
+                let mut out = Vec::new();
+                for ((sid, tag), intervals) in ours {
+                    let have = theirs.get(&(*sid, tag.clone()));
+                    for &(a, b) in intervals {
+                        for (x, y) in subtract(a, b, have.map_or(&[][..], Vec::as_slice)) {
+                            let name = match tag {
+                                Some(tag) => format!("{}:{tag}", format_uuid(sid)),
+                                None => format_uuid(sid),
+                            };
+                            out.push(if x == y {
+                                format!("{name}:{x}")
+                            } else {
+                                format!("{name}:{x}-{y}")
+                            });
+                        }
+                    }
+                }
+                out
+            }
+            (ours, _) => vec![format!("{ours} (the server has no GTIDs of this kind)")],
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         match self {
             GtidSet::Empty => true,
@@ -398,6 +502,29 @@ impl GtidSet {
             GtidSet::MariaDb(m) => m.is_empty(),
         }
     }
+}
+
+/// The parts of the inclusive range `a..=b` that sorted, disjoint `have` leaves out.
+fn subtract(a: u64, b: u64, have: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut from = a;
+    for &(x, y) in have {
+        if y < from {
+            continue;
+        }
+        if x > b {
+            break;
+        }
+        if x > from {
+            out.push((from, x - 1));
+        }
+        from = y.saturating_add(1);
+        if from > b {
+            return out;
+        }
+    }
+    out.push((from, b));
+    out
 }
 
 /// Inserts the inclusive range `a..=b` into sorted, disjoint intervals, merging neighbours.
@@ -555,6 +682,57 @@ mod tests {
             event_index: ev,
             row_index: row,
             sub: 0,
+        }
+    }
+
+    /// What a source has applied and a server has not logged, named per domain or interval.
+    #[test]
+    fn missing_gtids_are_named() {
+        let ours: GtidSet = "0-1-57,1-2-5".parse().unwrap();
+        let behind: GtidSet = "0-1-40,1-2-9".parse().unwrap();
+        assert_eq!(ours.missing_in(&behind), ["0-1-41..57"]);
+        let ahead: GtidSet = "0-3-60,1-2-5,2-2-1".parse().unwrap();
+        assert!(ours.missing_in(&ahead).is_empty());
+        assert_eq!(ours.missing_in(&GtidSet::Empty).len(), 2);
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let ours: GtidSet = format!("{u}:1-10:20").parse().unwrap();
+        let theirs: GtidSet = format!("{u}:1-3:5-8").parse().unwrap();
+        assert_eq!(
+            ours.missing_in(&theirs),
+            [format!("{u}:4"), format!("{u}:9-10"), format!("{u}:20")]
+        );
+        assert!(ours.missing_in(&ours).is_empty());
+    }
+
+    /// A later history orders after every position of an earlier one, as a value and as
+    /// text, and its text reads back as the same position.
+    #[test]
+    fn histories_order_first_and_round_trip() {
+        let old = BinlogCoord::new("zz-bin.999999", 9_999_999);
+        let new = BinlogCoord::new("a-bin.000001", 4).in_history(1);
+        let later = BinlogCoord::new("a-bin.000001", 4).in_history(12);
+        assert!(old < new && new < later);
+        assert_eq!(new.to_string(), "~0001~a-bin.000001:4");
+        for coord in [&old, &new, &later] {
+            assert_eq!(coord.to_string().parse::<BinlogCoord>().unwrap(), *coord);
+            let change = ChangePosition {
+                tx: coord.clone(),
+                event_index: 2,
+                row_index: 3,
+                sub: 0,
+            };
+            let text = change.to_string();
+            assert_eq!(text.parse::<ChangePosition>().unwrap(), change);
+            assert_eq!(ChangePosition::coord_of_text(&text).as_ref(), Some(coord));
+            assert!(ChangePosition::text_before(coord) < text);
+        }
+        let texts: Vec<String> = [&old, &new, &later]
+            .iter()
+            .map(|c| ChangePosition::text_after_version(c))
+            .collect();
+        assert!(texts.windows(2).all(|w| w[0] < w[1]), "{texts:?}");
+        for bad in ["~0000~b.1:4", "~12b.1:4", "~x~b.1:4", "~10000~b.1:4"] {
+            assert!(bad.parse::<BinlogCoord>().is_err(), "{bad}");
         }
     }
 

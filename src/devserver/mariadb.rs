@@ -329,6 +329,15 @@ impl DevServer {
         Ok(())
     }
 
+    /// Kills the server at once (`SIGKILL`), as a crashed machine would leave it: no clean
+    /// shutdown, connections cut. [`DevServer::restart`] brings it back (with crash recovery).
+    pub fn kill(&mut self) {
+        let _ = self.signal("-KILL");
+        if let Some(mut child) = self.server.take() {
+            let _ = child.wait();
+        }
+    }
+
     /// Stops the server without deleting its data; [`DevServer::restart`] brings it back.
     pub fn stop_server(&mut self) {
         // A paused server would not act on the stop until it is let go on.

@@ -123,6 +123,8 @@ pub struct Checkpointer {
     /// Changelog entries of each table the committed checkpoints hold (`persisted`), readable
     /// without waiting for a checkpoint in flight: retention trims no further.
     durable: std::sync::Mutex<Vec<usize>>,
+    /// The server of each history of positions, written into every manifest.
+    servers: std::sync::Mutex<Vec<String>>,
 }
 
 impl Checkpointer {
@@ -134,7 +136,13 @@ impl Checkpointer {
             state: tokio::sync::Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             durable: std::sync::Mutex::new(Vec::new()),
+            servers: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The server of each history of positions, for the manifests from now on.
+    pub fn set_servers(&self, servers: Vec<String>) {
+        *self.servers.locked() = servers;
     }
 
     /// How many changelog entries of each table (offsets count trimmed ones) the committed
@@ -381,6 +389,8 @@ impl Checkpointer {
                 .iter()
                 .map(StoredSchemaChange::from)
                 .collect(),
+            gtids: version.gtids.as_ref().map(|g| g.to_string()),
+            servers: self.servers.locked().clone(),
         };
         let path = numbered_path(&manifest_dir(&self.id), seq, MANIFEST_EXT);
         if let Err(e) = commit_json(&self.store, &path, FileKind::Manifest, &manifest).await {

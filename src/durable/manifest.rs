@@ -40,6 +40,14 @@ pub struct Manifest {
     /// Every schema change the capture followed up to `position`, in binlog order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub schema_history: Vec<StoredSchemaChange>,
+    /// The GTIDs the server had executed at `position`, where the source goes on at another
+    /// server (absent: not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtids: Option<String>,
+    /// The server (`host:port`) each history of positions was read from, history by history
+    /// (absent in checkpoints from before a source could move: all from its own server).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub servers: Vec<String>,
 }
 
 /// One captured table in a checkpoint.
@@ -341,6 +349,8 @@ mod tests {
             tx_seq: 0,
             tables: Vec::new(),
             schema_history: Vec::new(),
+            gtids: None,
+            servers: Vec::new(),
         }
     }
 

@@ -12,14 +12,14 @@
 use std::sync::Arc;
 
 use super::error::EngineError;
+use super::servers::Link;
 use super::session::{Engine, EngineOptions};
 use super::source::RunningSource;
 use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, CatalogUser, Durability, DurableError, Store};
-use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
-use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, SourceChanges};
+use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, MySqlUrl, SourceChanges};
 
 impl Engine {
     /// An engine whose catalog and checkpoints live in `location` (a directory, `file://`,
@@ -217,16 +217,24 @@ pub const VALIDATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// privileges, tables matching the patterns), made before `CREATE SOURCE` answers, within
 /// [`VALIDATE_TIMEOUT`]; a failure is the statement's error, with the fix it names.
 async fn validate(url: &str, options: &CaptureOptions) -> Result<(), EngineError> {
-    let mut connect = ConnectOptions::from_url(url)?;
-    connect.max_attempts = 2;
-    let checks = Capture::matching_tables(&connect, &options.tables);
+    let url = MySqlUrl::parse(url).map_err(SourceError::Config)?;
+    let mut link = Link::new(url, options.read_timeout, options.server_id)?;
+    for server in &mut link.servers {
+        server.max_attempts = 2;
+    }
+    let address = link.connect.address();
+    // The first server of the URL that passes the checks is the one the tables are read on.
+    let checks = async {
+        link.checked_server().await?;
+        Capture::matching_tables(&link.connect, &options.tables).await
+    };
     match tokio::time::timeout(VALIDATE_TIMEOUT, checks).await {
         Ok(result) => {
             result?;
             Ok(())
         }
         Err(_) => Err(SourceError::Unreachable {
-            address: connect.address(),
+            address,
             attempts: 1,
             last_error: format!(
                 "no answer within {} s; check the host and port, or create the source anyway WITH (validate = false)",

@@ -42,12 +42,6 @@ pub enum EngineError {
     NoSuchTable { name: String, table: String },
     #[error("RESNAPSHOT TABLE cannot repair source \"{name}\": {reason}; use ALTER SOURCE {name} RESNAPSHOT, which reads every table again")]
     CannotResnapshotTable { name: String, reason: String },
-    #[error("source \"{name}\" cannot move from {from} to {to}: a new server's binlog files and offsets are not the old one's, and resuming there by GTID is not supported yet; ALTER SOURCE ... SET changes the user, password and parameters of the same address, for another server DROP SOURCE and CREATE SOURCE")]
-    CannotMoveSource {
-        name: String,
-        from: String,
-        to: String,
-    },
     #[error(transparent)]
     Durable(#[from] DurableError),
     #[error(transparent)]
@@ -93,7 +87,6 @@ impl HasSqlState for EngineError {
             EngineError::NoSuchTable { .. } => SqlState::UNDEFINED_TABLE,
             // The source must be repaired another way.
             EngineError::CannotResnapshotTable { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
-            EngineError::CannotMoveSource { .. } => SqlState::FEATURE_NOT_SUPPORTED,
             EngineError::DataFusion(e) => datafusion_sqlstate(e),
             EngineError::Source(e) => e.sqlstate(),
             // The source stopped before it was ready.

@@ -61,6 +61,7 @@ impl PartialView {
             changelogs: Vec::new(),
             stopped: Arc::default(),
             schema_history: Arc::default(),
+            gtids: None,
         }));
     }
 }

@@ -107,8 +107,12 @@ pub fn watch(input: WatchInput<'_>) -> PurgeWatch {
 }
 
 /// Binlog bytes between `from` and `to` (`to` later), counted through the sizes of the files
-/// between them when they are in different files; `None` when a file between is not listed.
+/// between them when they are in different files; `None` when a file between is not listed,
+/// or the two are of different servers' histories.
 pub fn bytes_between(files: &[BinlogFile], from: &BinlogCoord, to: &BinlogCoord) -> Option<u64> {
+    if from.history() != to.history() {
+        return None;
+    }
     if from.file == to.file {
         return Some(to.offset.saturating_sub(from.offset));
     }

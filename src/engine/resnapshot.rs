@@ -54,7 +54,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::stop::Stop;
-use super::task::{append, fresh, handoff_end, resume_published, Mode, Started, Task, TxNumbers};
+use super::task::{
+    append, fresh, handoff_end, resume_at, resume_published, Mode, Started, Task, TxNumbers,
+};
 use crate::capture::version::SourceVersion;
 use crate::capture::{Capture, CaptureOptions, SchemaChange, SnapshotMode, TableChange};
 use crate::change::position::{BinlogCoord, ChangePosition};
@@ -202,8 +204,11 @@ pub(super) async fn resnapshot_table(
     let changed = now.columns != old.columns || now.primary_key != old.primary_key;
     let version = old.version + u32::from(changed);
     let table = Arc::new(now.as_ref().clone().with_version(version));
-    // Fail before reading anything when the other tables cannot go on from `from`.
-    Capture::check_binlog(&task.connect, &from).await?;
+    // Fail before reading anything when the other tables cannot go on from `from` (on
+    // another server they go on by GTID, checked when the capture resumes).
+    if from.history() == task.connect.history {
+        Capture::check_binlog(&task.connect, &from).await?;
+    }
     tracing::info!(table = %table.id, from = %from, "re-snapshot of one table started");
     // Its own progress: the source's keeps describing the source, which is still streaming.
     let read_progress = Arc::new(Progress::default());
@@ -251,7 +256,7 @@ pub(super) async fn resnapshot_table(
         info,
         old_schemas,
         states,
-        from,
+        resume_at(task, from, previous.gtids.as_deref().cloned()),
         Arc::clone(&task.progress),
     )
     .await?;

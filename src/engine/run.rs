@@ -15,12 +15,14 @@ use futures::FutureExt;
 
 use super::resnapshot::{resnapshot, resnapshot_table};
 use super::retry;
+use super::servers;
 use super::source_status::{now_micros, SourceStatus};
 use super::stop::{fail, panicked, Stop};
 use super::task::{append, fresh, recover, resume_published, Mode, Started, StreamedRun, Task};
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Burst, RunChanges, TableStop};
-use crate::durable::Checkpointer;
+use crate::change::position::BinlogCoord;
+use crate::durable::{Checkpointer, DurableError};
 use crate::locks::Locked;
 use crate::provider::health::{Fault, SharedHealth};
 use crate::source::error::SourceError;
@@ -28,6 +30,7 @@ use crate::sqlstate::HasSqlState;
 use crate::state::changelog::Changelog;
 
 pub(crate) async fn run(task: Task, mode: Mode) {
+    let mut task = task;
     let mut mode = mode;
     let mut attempt = 0;
     let fault = loop {
@@ -69,6 +72,16 @@ pub(crate) async fn run(task: Task, mode: Mode) {
         // before that, the same start runs again (keeping the snapshot chunks done).
         if *task.versions.borrow() != published_before {
             mode = Mode::Resume;
+        }
+        // A server that cannot be reached at all is left for another of the source's URL,
+        // when one has every GTID the source applied (`engine::servers`).
+        if let Stop::Source(SourceError::Unreachable { .. }) = &stop {
+            if let Some(next) = servers::move_on(&task.link, &task.published.load_full()).await {
+                task.connect = next;
+                if task.published.load().position.is_some() {
+                    mode = Mode::Resume;
+                }
+            }
         }
         // Chunks read under a schema a DDL has since changed cannot be kept: the snapshot
         // starts over under the new one.
@@ -181,6 +194,36 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         ..
     } = task;
     let previous = published.load_full();
+    let manifest = match (mode, checkpointer) {
+        (Mode::Start, Some(c)) => c.newest().await?,
+        _ => None,
+    };
+    // The positions read from here on belong to the history of the server the source now
+    // reaches; a start that goes on after a position of another server's is a move (see
+    // `engine::histories`), which the starts below see in `task.connect.history`.
+    let address = task.connect.address();
+    let goes_on_after = match (&manifest, mode) {
+        (Some(m), _) => {
+            task.histories.adopt(&m.servers, &address);
+            Some(m.position.parse::<BinlogCoord>().map_err(|e| {
+                Stop::State(DurableError::Decode {
+                    path: format!("manifest {}", m.seq),
+                    message: format!("its position: {e}"),
+                })
+            })?)
+        }
+        (None, Mode::Start) => None,
+        (None, _) => previous.position.clone(),
+    };
+    let mut placed = task.clone();
+    match &goes_on_after {
+        Some(at) => placed.connect.history = task.histories.place(at, &address)?.history,
+        None => task.histories.reset(&address),
+    }
+    if let Some(c) = checkpointer {
+        c.set_servers(task.histories.list());
+    }
+    let task = &placed;
     let started = match mode {
         Mode::Resnapshot if previous.position.is_some() => resnapshot(task, &previous).await?,
         // Nothing to compare with (the checkpoint could not be loaded): start over.
@@ -190,12 +233,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             resume_published(task, &previous).await?
         }
         Mode::Resume => fresh(task, Mode::Start).await?,
-        Mode::Start => match checkpointer {
-            Some(c) => match c.newest().await? {
-                Some(manifest) => recover(task, c, manifest).await?,
-                None => fresh(task, mode).await?,
-            },
-            None => fresh(task, mode).await?,
+        Mode::Start => match (checkpointer, manifest) {
+            (Some(c), Some(manifest)) => recover(task, c, manifest).await?,
+            _ => fresh(task, mode).await?,
         },
     };
     let Started {
@@ -231,6 +271,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         changelogs: changelogs.iter().map(Changelog::snapshot).collect(),
         stopped: Arc::clone(&published_stops),
         schema_history: Arc::clone(&schema_history),
+        gtids: capture.executed_gtids().cloned().map(Arc::new),
     }));
     if let Some(c) = checkpointer {
         let persisted = vec![0; changelogs.len()];
@@ -331,6 +372,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             changelogs: previous.changelogs.clone(),
             stopped: Arc::clone(&published_stops),
             schema_history: Arc::clone(&schema_history),
+            gtids: capture.executed_gtids().cloned().map(Arc::new),
         };
         // Tables created after the start join the version.
         while version.tables.len() < capture.tables().len() {

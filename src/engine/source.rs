@@ -25,11 +25,12 @@
 //!
 //! # Connection
 //! Every task and the server poll reach the server through the source's one [`Link`] (URL,
-//! the options made of it, and the replica id the binlog connection registers with).
-//! `ALTER SOURCE ... SET (password | user | url | server_id)` checks a new link against the
-//! server before anything changes, then replaces it, restarts the poll on it and resumes the
-//! capture from the published version: no change is read twice or lost. Only the same
-//! address is taken, since binlog positions belong to one server.
+//! the servers it names and the one in use, and the replica id the binlog connection registers
+//! with). `ALTER SOURCE ... SET (password | user | url | server_id)` checks a new link against
+//! the server before anything changes, then replaces it, restarts the poll on it and resumes
+//! the capture from the published version: no change is read twice or lost. A link to another
+//! address is a move to another server, which goes on after the source's GTIDs once that server
+//! is checked to have them all (`engine::servers`, `engine::histories`).
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -43,9 +44,11 @@ use mysql_async::Conn;
 use tokio::sync::watch;
 
 use super::error::EngineError;
+use super::histories::Histories;
 use super::purge_watch::{watch, PurgeWatch, WatchInput};
 use super::retention::Retention;
 use super::run::{checkpoint_loop, run};
+use super::servers::{check_move, Link, SharedLink};
 use super::source_status::{now_micros, SourceStatus, SERVER_POLL};
 use super::stop::{fail, panicked};
 use super::task::{Mode, Task};
@@ -74,7 +77,7 @@ pub struct RunningSource {
     pub name: String,
     /// How the source reaches its server now (`ALTER SOURCE ... SET` changes it); a capture
     /// task started later takes this one.
-    link: RwLock<Link>,
+    link: SharedLink,
     /// The `CREATE SOURCE` statement, password masked (empty when created from Rust); `ALTER
     /// SOURCE ... SET` changes its options.
     definition: RwLock<String>,
@@ -122,28 +125,28 @@ impl RunningSource {
         options: CaptureOptions,
         checkpointer: Option<Arc<Checkpointer>>,
     ) -> SourceResult<Self> {
-        let mut connect = ConnectOptions::from_url(url)?;
-        connect.read_timeout = options.read_timeout;
         let url = MySqlUrl::parse(url).map_err(SourceError::Config)?;
+        let link = Link::new(url, options.read_timeout, options.server_id)?;
+        let connect = link.connect.clone();
+        let link: SharedLink = Arc::new(RwLock::new(link));
         let published: Published = Arc::new(ArcSwap::from_pointee(SourceVersion::default()));
         let progress = Arc::new(Progress::default());
         let status = Arc::new(Mutex::new(SourceStatus::default()));
         let (ready_tx, ready) = watch::channel(false);
         let (versions_tx, versions) = watch::channel(0u64);
         let health = SharedHealth::default();
+        let histories: Arc<Histories> = Arc::default();
+        histories.reset(&connect.address());
         let poll = PollOf {
             name: name.to_string(),
             status: Arc::clone(&status),
             health: Arc::clone(&health),
             published: Arc::clone(&published),
             purge_warning: Arc::new(AtomicU64::new(options.purge_warning.as_secs())),
+            histories: Arc::clone(&histories),
+            link: Arc::clone(&link),
         };
         let poller = poll.spawn(connect.clone());
-        let link = RwLock::new(Link {
-            url,
-            connect: connect.clone(),
-            server_id: options.server_id,
-        });
         let checkpoints = checkpointer.as_ref().map(|c| {
             tokio::spawn(checkpoint_loop(
                 name.to_string(),
@@ -165,6 +168,8 @@ impl RunningSource {
             health: Arc::clone(&health),
             journal: Arc::default(),
             retention: Arc::new(Retention::new(options.retain_history)),
+            histories,
+            link: Arc::clone(&link),
         };
         let task = tokio::spawn(run(shared.clone(), Mode::Start));
         Ok(Self {
@@ -256,7 +261,10 @@ impl RunningSource {
         // one the server no longer has cannot be read at all.
         let connect = self.connect();
         Capture::resolve_tables(&connect, std::slice::from_ref(table)).await?;
+        // On another server than the position's the others go on by GTID (checked then).
+        let here = position.history() == connect.history;
         match Capture::check_binlog(&connect, &position).await {
+            _ if !here => {}
             Ok(()) => {}
             Err(SourceError::BinlogUnavailable { needed, .. }) => {
                 let reason = format!("the other tables need the binlog from {needed} on");
@@ -339,7 +347,14 @@ impl RunningSource {
 
     /// How to reach the server (with the password), for reads straight from it.
     pub(crate) fn connect(&self) -> ConnectOptions {
-        self.link.read_locked().connect.clone()
+        let mut connect = self.link.read_locked().connect.clone();
+        connect.history = self.shared.histories.current();
+        connect
+    }
+
+    /// The server (`host:port`) each history of the source's positions was read from.
+    pub fn servers(&self) -> Vec<String> {
+        self.shared.histories.list()
     }
 
     /// The URL with the password masked.
@@ -359,22 +374,14 @@ impl RunningSource {
         let url = connection
             .apply(&now.url)
             .map_err(|reason| EngineError::Source(SourceError::Config(reason)))?;
-        let mut next = ConnectOptions::from_url(url.expose())?;
-        next.read_timeout = now.connect.read_timeout;
-        if next.address() != now.connect.address() {
-            return Err(EngineError::CannotMoveSource {
-                name: self.name.clone(),
-                from: now.connect.address(),
-                to: next.address(),
-            });
+        let mut next = Link::new(url, now.connect.read_timeout, now.server_id)?;
+        let info = next.checked_server().await?;
+        if next.connect.address() != now.connect.address() {
+            // Another server: the capture goes on there after its GTIDs (`engine::histories`),
+            // checked now against what the server has logged, and again when it resumes.
+            check_move(&self.published.load_full(), &next.connect, &info).await?;
         }
-        let mut conn = next.connect().await?;
-        next.checked(&mut conn).await?;
-        Ok(Link {
-            url,
-            connect: next,
-            server_id: now.server_id,
-        })
+        Ok(next)
     }
 
     /// The way to the server `changes` give (a checked connection, a new replica id), or
@@ -418,15 +425,6 @@ impl RunningSource {
     }
 }
 
-/// How a source reaches its server: the URL (with its password) and the options made of it.
-#[derive(Debug, Clone)]
-pub(crate) struct Link {
-    pub url: MySqlUrl,
-    pub connect: ConnectOptions,
-    /// The replica id of the binlog connection.
-    pub server_id: u32,
-}
-
 /// What the server poll reads besides the server itself.
 #[derive(Debug, Clone)]
 struct PollOf {
@@ -436,6 +434,10 @@ struct PollOf {
     published: Published,
     /// Seconds: warn when the position's binlog may be purged within this.
     purge_warning: Arc<AtomicU64>,
+    /// The history of the server's positions (the source may have moved to it).
+    histories: Arc<Histories>,
+    /// The server in use, read again whenever the poll reconnects (the source may have moved).
+    link: SharedLink,
 }
 
 /// The binlog files are listed again at least this often (a `PURGE BINARY LOGS` removes old
@@ -484,6 +486,7 @@ impl PollOf {
         listing: &mut Option<Listing>,
     ) -> SourceResult<()> {
         let (position, _) = connect.position(conn, self.flavor()).await?;
+        let position = position.in_history(self.histories.current());
         let due = listing.as_ref().is_none_or(|l| {
             l.at.elapsed() >= BINLOG_RELIST || !l.files.iter().any(|f| *f.name == *position.file)
         });
@@ -511,8 +514,10 @@ impl PollOf {
     /// logged last).
     fn watch(&self, settings: PurgeSettings, files: &[BinlogFile], warned: &mut Vec<String>) {
         let mut status = self.status.locked();
+        let history = self.histories.current();
         status.purge = match self.published.load().position.as_ref() {
-            Some(at) => watch(WatchInput {
+            // A position on the server the source moved away from is not in these files.
+            Some(at) if at.history() == history => watch(WatchInput {
                 files,
                 settings,
                 position: at,
@@ -520,7 +525,7 @@ impl PollOf {
                 now_micros: now_micros(),
                 warn_within: Duration::from_secs(self.purge_warning.load(Ordering::Relaxed)),
             }),
-            None => PurgeWatch::default(),
+            _ => PurgeWatch::default(),
         };
         if status.purge.warnings == *warned {
             return;
@@ -539,7 +544,7 @@ impl PollOf {
 /// for the lag and purge columns (`engine::purge_watch`); a failed read drops the connection
 /// and leaves the last values (the capture reports connection errors itself). A panic here
 /// fails the source: its lag could no longer be shown.
-async fn poll_server(of: PollOf, connect: ConnectOptions) {
+async fn poll_server(of: PollOf, mut connect: ConnectOptions) {
     let poll = AssertUnwindSafe(async {
         let mut server = None;
         let mut listing = None;
@@ -547,6 +552,8 @@ async fn poll_server(of: PollOf, connect: ConnectOptions) {
         loop {
             crate::failpoint::hit_in("poller", &of.name);
             if server.is_none() {
+                // The source may have moved to another server of its URL since.
+                connect = of.link.read_locked().connect.clone();
                 server = of.open(&connect).await;
             }
             if let Some((conn, settings)) = server.as_mut() {

@@ -26,10 +26,11 @@ use super::source_status::SourceStatus;
 use super::stop::Stop;
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{
-    Capture, CaptureOptions, HandoffLog, HandoffPart, SchemaChange, TableChange, TableStop,
+    Capture, CaptureOptions, HandoffLog, HandoffPart, ResumeAt, SchemaChange, TableChange,
+    TableStop,
 };
 use crate::change::keys::RowCodec;
-use crate::change::position::{BinlogCoord, ChangePosition};
+use crate::change::position::{BinlogCoord, ChangePosition, GtidSet};
 use crate::change::schema::{TableId, TableSchema};
 use crate::change::SourceTransaction;
 use crate::durable::progress::{self, ProgressJournal};
@@ -75,6 +76,10 @@ pub(crate) struct Task {
     pub journal: Arc<MemoryJournal>,
     /// How much history the source keeps, and who holds it (`engine::retention`).
     pub retention: Arc<super::retention::Retention>,
+    /// The server each history of the source's positions was read from.
+    pub histories: Arc<super::histories::Histories>,
+    /// How the source reaches its servers (`engine::servers`).
+    pub link: super::servers::SharedLink,
 }
 
 /// Per-table transaction numbering for `_tx`: snapshot reads are 0, every binlog transaction
@@ -243,6 +248,15 @@ pub(super) async fn recover(
         }
     }
     let published_stops = Arc::new(stopped.clone());
+    let gtids = match &manifest.gtids {
+        Some(text) => Some(text.parse::<GtidSet>().map_err(|e| {
+            Stop::State(DurableError::Decode {
+                path: format!("manifest {}", manifest.seq),
+                message: format!("its GTID position: {e}"),
+            })
+        })?),
+        None => None,
+    };
     tracing::info!(seq = manifest.seq, position = %recovered.position, "resuming from a checkpoint");
     let mut snapshots = Vec::with_capacity(tables.len());
     for (state, table) in recovered.states.iter_mut().zip(&tables) {
@@ -263,6 +277,7 @@ pub(super) async fn recover(
             .collect(),
         stopped: published_stops,
         schema_history: Arc::new(schema_history.clone()),
+        gtids: gtids.clone().map(Arc::new),
     }));
     {
         let mut s = task.status.locked();
@@ -294,7 +309,7 @@ pub(super) async fn recover(
         info,
         tables,
         recovered.states,
-        recovered.position,
+        resume_at(task, recovered.position, gtids),
         Arc::clone(&task.progress),
     )
     .await?;
@@ -306,6 +321,18 @@ pub(super) async fn recover(
         stopped,
         schema_history,
     })
+}
+
+/// Where a capture resumed after `position` goes on: at `position` on the same server, or
+/// after `gtids` when `task` reaches another server (its history is later than
+/// `position`'s; see `engine::histories`).
+pub(super) fn resume_at(task: &Task, position: BinlogCoord, gtids: Option<GtidSet>) -> ResumeAt {
+    let by_gtid = position.history() < task.connect.history;
+    ResumeAt {
+        position,
+        gtids,
+        by_gtid,
+    }
 }
 
 /// Goes on from the published version `previous` after a transient failure: its tables'
@@ -340,7 +367,7 @@ pub(super) async fn resume_published(
         info,
         tables,
         states,
-        position,
+        resume_at(task, position, previous.gtids.as_deref().cloned()),
         Arc::clone(&task.progress),
     )
     .await?;

@@ -54,7 +54,7 @@ use crate::change::Op;
 use crate::locks::Locked;
 use crate::provider::crossing::through_datafusion;
 use crate::source::checksum::{chunk_checksum, row_checksum, value_columns, ChunkSum};
-use crate::source::connect::{current_position, ConnectOptions};
+use crate::source::connect::ConnectOptions;
 use crate::source::error::SourceError;
 use crate::source::snapshot::chunks::{estimate_rows, plan_chunks, ChunkRange};
 use crate::source::snapshot::select::{select_batches_within, visibility_barrier};
@@ -249,7 +249,10 @@ impl<'a> Run<'a> {
     }
 
     async fn position(&mut self) -> Result<BinlogCoord> {
-        Ok(current_position(&mut self.conn, self.flavor)
+        Ok(self
+            .table
+            .connect
+            .position(&mut self.conn, self.flavor)
             .await
             .map_err(external)?
             .0)

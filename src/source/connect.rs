@@ -60,6 +60,9 @@ pub struct ConnectOptions {
     pub max_attempts: u32,
     /// The longest wait for any one read from the server; see the module docs.
     pub read_timeout: Duration,
+    /// The history (see `change::position`) of the positions read from this server: a source
+    /// that moved to another server reads the new one's positions in a later history.
+    pub history: u16,
 }
 
 /// Awaits `read`, one exchange with the server, for at most `limit`; see the module docs.
@@ -128,6 +131,7 @@ impl ConnectOptions {
             opts,
             max_attempts: 8,
             read_timeout: DEFAULT_READ_TIMEOUT,
+            history: 0,
         })
     }
 
@@ -169,11 +173,13 @@ impl ConnectOptions {
         conn: &mut Conn,
         flavor: Flavor,
     ) -> SourceResult<(BinlogCoord, GtidSet)> {
-        self.bounded(
-            || "reading the binlog position".into(),
-            current_position(conn, flavor),
-        )
-        .await
+        let (at, gtids) = self
+            .bounded(
+                || "reading the binlog position".into(),
+                current_position(conn, flavor),
+            )
+            .await?;
+        Ok((at.in_history(self.history), gtids))
     }
 
     /// [`bounded`] by this server's read timeout.
@@ -518,6 +524,25 @@ pub async fn current_position(
         .parse()
         .map_err(|e| SourceError::NotSupported(format!("the server's GTID position ({e})")))?;
     Ok((BinlogCoord::new(file, offset), gtids))
+}
+
+/// MariaDB's GTID position at `at` of its binlog (`BINLOG_GTID_POS`): what a replica that
+/// had applied everything before `at` would resume from. `None` when the server cannot tell
+/// (the file is gone, or `at` is not on an event boundary).
+pub async fn gtid_position_at(conn: &mut Conn, at: &BinlogCoord) -> SourceResult<Option<GtidSet>> {
+    let text: Option<Option<String>> = conn
+        .exec_first(
+            "SELECT BINLOG_GTID_POS(?, ?)",
+            (at.file.as_ref(), at.offset),
+        )
+        .await
+        .map_err(|e| SourceError::from_mysql(format!("reading the GTID position at {at}"), e))?;
+    match text.flatten() {
+        None => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(|e| {
+            SourceError::NotSupported(format!("the server's GTID position at {at} ({e})"))
+        }),
+    }
 }
 
 /// Maps every collation id the server knows to its character set.

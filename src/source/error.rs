@@ -90,6 +90,22 @@ pub enum SourceError {
     /// The binlog position to start from no longer exists on the server.
     #[error("binlog position {needed} is no longer available on the server: {message}")]
     BinlogUnavailable { needed: String, message: String },
+    /// The server a source is to go on at has not logged every transaction the source has
+    /// already applied (a replica that is behind): going on there would lose them.
+    #[error(
+        "{server} has not logged transactions this source has already applied (GTIDs {}): it \
+         is behind the server they were read from; wait until it has caught up, or point the \
+         source at a server that has them",
+        missing.join(", ")
+    )]
+    GtidsMissing {
+        server: String,
+        missing: Vec<String>,
+    },
+    /// The source cannot move to another server by GTID (the servers run without GTIDs, or
+    /// the source's GTID position is not known); `reason` says which and what to do instead.
+    #[error("cannot move the source to {server}: {reason}")]
+    NoGtidPosition { server: String, reason: String },
     /// A rows event without the full before/after image (binlog_row_image is not FULL).
     #[error("partial row image for {table} at {at}: {detail}; set binlog_row_image=FULL")]
     PartialRowImage {
@@ -297,6 +313,8 @@ impl HasSqlState for SourceError {
             // object_not_in_prerequisite_state: the server or the table must change first.
             SourceError::BadSetting { .. }
             | SourceError::BinlogUnavailable { .. }
+            | SourceError::GtidsMissing { .. }
+            | SourceError::NoGtidPosition { .. }
             | SourceError::PartialRowImage { .. }
             | SourceError::SchemaMismatch { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
             SourceError::UnsupportedType { .. } => SqlState::FEATURE_NOT_SUPPORTED,

@@ -17,12 +17,16 @@ use mysql_async::Opts;
 /// What a masked password prints as.
 const MASK: &str = "****";
 
-/// A `mysql://user:password@host:port[/db][?params]` URL that `mysql_async` accepts.
+/// A `mysql://user:password@host:port[/db][?params]` URL that `mysql_async` accepts, or one
+/// naming several servers (`mysql://user:password@a:3306,b:3306[/db][?params]`): the same
+/// user, password, database and parameters for each, the first one first.
 #[derive(Clone)]
 pub struct MySqlUrl {
     url: String,
     /// Parsed once, so connecting cannot fail on the text again.
     opts: Opts,
+    /// The URL of each server it names, in order (the URL itself when it names one).
+    hosts: Vec<String>,
 }
 
 impl PartialEq for MySqlUrl {
@@ -37,11 +41,31 @@ impl MySqlUrl {
     /// Validates `url` with [`Opts::from_url`]; the error's `Err` text is the reason only (it
     /// never echoes the URL), so callers can name the URL masked next to it.
     pub fn parse(url: &str) -> Result<Self, String> {
-        let opts = Opts::from_url(url).map_err(|e| e.to_string())?;
+        let hosts = split_hosts(url);
+        if hosts.len() > 1
+            && hosts.iter().any(|h| {
+                let (start, end) = host_span(h);
+                start == end
+            })
+        {
+            return Err("an empty server in the URL's list of servers".into());
+        }
+        let mut opts = None;
+        for host in &hosts {
+            let parsed = Opts::from_url(host).map_err(|e| e.to_string())?;
+            opts.get_or_insert(parsed);
+        }
+        let opts = opts.ok_or_else(|| "the URL names no server".to_string())?;
         Ok(Self {
             url: url.to_string(),
             opts,
+            hosts,
         })
+    }
+
+    /// The URL of each server this one names, password included: for connecting only.
+    pub fn host_urls(&self) -> &[String] {
+        &self.hosts
     }
 
     /// The URL as written, password included: for connecting only.
@@ -70,6 +94,46 @@ impl fmt::Debug for MySqlUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("MySqlUrl").field(&self.masked()).finish()
     }
+}
+
+/// Where the servers of `url` are written: `(start, end)` of the text between the user info
+/// and the path or parameters. The user info ends at the *last* `@`, as for masking.
+fn host_span(url: &str) -> (usize, usize) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let hosts = start + url[start..].rfind('@').map_or(0, |i| i + 1);
+    let end = hosts + url[hosts..].find(['/', '?']).unwrap_or(url.len() - hosts);
+    (hosts, end)
+}
+
+/// The URL once per server of a multi-server URL (`a:3306,b:3306`), everything else kept; a
+/// URL of one server as it is.
+pub fn split_hosts(url: &str) -> Vec<String> {
+    let (start, end) = host_span(url);
+    let hosts = &url[start..end];
+    if !hosts.contains(',') {
+        return vec![url.to_string()];
+    }
+    hosts
+        .split(',')
+        .map(|host| format!("{}{}{}", &url[..start], host.trim(), &url[end..]))
+        .collect()
+}
+
+/// One URL naming the servers of `urls` (each naming one, alike but for it), in order: the
+/// first's user info, path and parameters with every server. The inverse of [`split_hosts`].
+pub fn join_hosts(urls: &[String]) -> String {
+    let Some(first) = urls.first() else {
+        return String::new();
+    };
+    let hosts: Vec<&str> = urls
+        .iter()
+        .map(|u| {
+            let (s, e) = host_span(u);
+            &u[s..e]
+        })
+        .collect();
+    let (start, end) = host_span(first);
+    format!("{}{}{}", &first[..start], hosts.join(","), &first[end..])
 }
 
 /// `scheme://user:password@rest` as `scheme://user:****@rest`; text without a password is
@@ -120,6 +184,37 @@ mod tests {
         assert!(url.expose().contains("hunter2"));
         assert_eq!(url.opts().pass(), Some("hunter2"));
         assert_eq!(url.opts().tcp_port(), 3306);
+    }
+
+    #[test]
+    fn a_url_may_name_several_servers() {
+        let url =
+            MySqlUrl::parse("mysql://cdc:p@ss@10.0.0.1:3306, db-2:3307/shop?prefer_socket=false")
+                .unwrap();
+        assert_eq!(
+            url.host_urls(),
+            [
+                "mysql://cdc:p@ss@10.0.0.1:3306/shop?prefer_socket=false",
+                "mysql://cdc:p@ss@db-2:3307/shop?prefer_socket=false"
+            ]
+        );
+        assert_eq!(url.opts().tcp_port(), 3306);
+        assert_eq!(
+            url.to_string(),
+            "mysql://cdc:****@10.0.0.1:3306, db-2:3307/shop?prefer_socket=false"
+        );
+        assert_eq!(
+            join_hosts(url.host_urls()),
+            "mysql://cdc:p@ss@10.0.0.1:3306,db-2:3307/shop?prefer_socket=false"
+        );
+        let one = MySqlUrl::parse("mysql://u@h:1").unwrap();
+        assert_eq!(one.host_urls(), ["mysql://u@h:1"]);
+        assert_eq!(
+            split_hosts("mysql://a:1,b:2"),
+            ["mysql://a:1", "mysql://b:2"]
+        );
+        assert!(MySqlUrl::parse("mysql://u:p@a:1,b:99999").is_err());
+        assert!(MySqlUrl::parse("mysql://u:p@a:1,,b:2").is_err());
     }
 
     #[test]

@@ -472,6 +472,16 @@ mod tests {
         let opts = mysql_async::Opts::from_url(url).unwrap();
         assert_eq!(opts.pass(), Some("p@ss:/w%rd"));
         assert_eq!(opts.user(), Some("cdc2"));
+        // Every server of a URL naming several takes them.
+        let both = MySqlUrl::parse("mysql://cdc:old@a:3306,b:3307/shop").unwrap();
+        let url = changes.connection.apply(&both).unwrap();
+        assert_eq!(
+            url.host_urls(),
+            [
+                "mysql://cdc2:p%40ss%3A%2Fw%25rd@a:3306/shop",
+                "mysql://cdc2:p%40ss%3A%2Fw%25rd@b:3307/shop"
+            ]
+        );
         let moved = parse("ALTER SOURCE s SET (url = 'mysql://u:secret@other:3307')");
         assert!(!moved.to_string().contains("secret"), "{moved}");
         assert_error(

@@ -57,7 +57,7 @@ impl Row {
             .as_ref()
             .and_then(|c| ChangePosition::coord_of_text(&c.position))?;
         let published = self.published.as_ref()?.position.clone()?;
-        (committed.file == published.file)
+        (committed.file == published.file && committed.history() == published.history())
             .then(|| published.offset.saturating_sub(committed.offset))
     }
 }

@@ -63,6 +63,7 @@ pub(super) static TABLE: Declared<Row> = Declared {
         text("phase", |r| Some(r.report.phase.as_str().to_string())),
         text("state", |r| Some(state(r).to_string())),
         text("position", |r| shown(r.version.position.as_ref())),
+        text("gtid_position", |r| shown(r.version.gtids.as_deref())),
         text("live_position", |r| shown(r.report.position.as_ref())),
         text("durable_position", |r| {
             shown(r.status.durable_position.as_ref())
@@ -125,6 +126,7 @@ pub(super) static TABLE: Declared<Row> = Declared {
             r.status.last_checkpoint_seconds
         }),
         text("url", |r| Some(r.source.url())),
+        text("servers", |r| Some(r.source.servers().join(", "))),
         text("oldest_binlog", |r| r.status.purge.oldest.clone()),
         count("purge_distance_files", |r| r.status.purge.files_before),
         count("purge_distance_bytes", |r| r.status.purge.bytes_before),

@@ -211,6 +211,15 @@ impl Assembler {
         }
     }
 
+    /// Makes every position read from here on one of history `history` (see
+    /// `change::position`): the server's file names carry no history of their own.
+    pub fn set_history(&mut self, history: u16) {
+        self.file = self.file.clone().in_history(history);
+        if let StartPosition::Coord(c) = &self.resume {
+            self.resume = StartPosition::Coord(c.clone().in_history(history));
+        }
+    }
+
     /// For decoding binlog files without a server: unnamed columns get positional names.
     pub fn with_unnamed_columns(mut self) -> Self {
         self.unnamed_columns = true;
@@ -219,7 +228,7 @@ impl Assembler {
 
     /// Starts reading a binlog file directly (its events start after the 4-byte magic).
     pub fn with_file(mut self, name: &str) -> Self {
-        self.file = BinlogCoord::new(name, 0);
+        self.file = BinlogCoord::new(name, 0).in_history(self.file.history());
         self.next_offset = 4;
         self.seen_fde = true;
         self
@@ -386,7 +395,8 @@ impl Assembler {
                     // told mysql_common about checksums, so its name ends with the CRC.
                     name.truncate(name.len() - 4);
                 }
-                self.file = BinlogCoord::new(String::from_utf8_lossy(&name).as_ref(), 0);
+                self.file = BinlogCoord::new(String::from_utf8_lossy(&name).as_ref(), 0)
+                    .in_history(self.file.history());
                 self.next_offset = rotate.position();
                 if self.tx.is_none() {
                     self.resume = StartPosition::Coord(self.file.at(rotate.position()));

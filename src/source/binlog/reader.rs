@@ -27,7 +27,7 @@ use super::filter::{TableFilter, SYSTEM_DATABASES};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::{Flavor, TableId};
 use crate::change::{SourceTransaction, TransactionRun};
-use crate::source::connect::{collations, ConnectOptions, ServerInfo};
+use crate::source::connect::{collations, gtid_position_at, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 
 /// Reconnect attempts on transient stream failures before giving up.
@@ -339,6 +339,8 @@ pub struct BinlogReader {
     connect: ConnectOptions,
     info: ServerInfo,
     options: BinlogReaderOptions,
+    /// The GTID position at the start (`None`: not known; see [`BinlogReader::start_gtids`]).
+    start_gtids: Option<GtidSet>,
     /// A second connection, for `information_schema` while the stream runs; opened again after
     /// a transient failure (it may be the connection that failed).
     meta: Option<Conn>,
@@ -383,6 +385,18 @@ impl BinlogReader {
             }
             other => other.clone(),
         };
+        let start_gtids = match &start {
+            StartPosition::Gtid(set) => Some(set.clone()),
+            StartPosition::Coord(at) if info.flavor == Flavor::MariaDb => {
+                connect
+                    .bounded(
+                        || format!("reading the GTID position at {at}"),
+                        gtid_position_at(&mut meta, at),
+                    )
+                    .await?
+            }
+            _ => None,
+        };
         let mut asm = Assembler::new(
             start,
             info.checksums,
@@ -391,10 +405,12 @@ impl BinlogReader {
         );
         asm.set_checksums_verified_upstream();
         asm.set_read_timeout(connect.read_timeout);
+        asm.set_history(connect.history);
         Ok(Self {
             connect,
             info,
             options,
+            start_gtids,
             meta: Some(meta),
             stream: None,
             asm,
@@ -410,6 +426,13 @@ impl BinlogReader {
     /// Where a restart would resume: the end of the last complete transaction.
     pub fn resume_position(&self) -> &StartPosition {
         &self.asm.resume
+    }
+
+    /// The GTIDs executed before the first transaction the reader hands out: the start set
+    /// when started from GTIDs; MariaDB's `BINLOG_GTID_POS` of a start file position. `None`
+    /// on MySQL started from a file position, which has no such lookup.
+    pub fn start_gtids(&self) -> Option<&GtidSet> {
+        self.start_gtids.as_ref()
     }
 
     /// GTIDs of the transactions read so far (plus the start set, when started by GTID).
@@ -710,7 +733,8 @@ impl BinlogReader {
                     computed,
                 })) => {
                     return Err(SourceError::Checksum {
-                        at: BinlogCoord::new(self.asm.current_file(), end),
+                        at: BinlogCoord::new(self.asm.current_file(), end)
+                            .in_history(self.connect.history),
                         expected,
                         computed,
                     })

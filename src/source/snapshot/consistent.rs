@@ -64,7 +64,7 @@ impl SnapshotRun {
                     .await?
             }
         };
-        let at = snapshot_position(&reported)?;
+        let at = snapshot_position(&reported)?.in_history(self.connect.history);
         self.hook(HookPoint::AfterLow, t, index).await;
         let limit = self.connect.read_timeout;
         let scanned = conn.select(schema, predicate, &params, None, limit).await?;

@@ -33,7 +33,7 @@ use crate::change::keys::RowCodec;
 use crate::change::kinds::ChunkKey;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{ColumnKind, ColumnSpec, TableId, TableSchema};
-use crate::change::SourceTransaction;
+use crate::change::{ChangeBatch, SourceTransaction};
 use crate::locks::Locked;
 use crate::source::binlog::BinlogReader;
 use crate::source::connect::bounded;
@@ -370,6 +370,42 @@ pub async fn normalize(
     let arrow_err = |e: arrow::error::ArrowError| {
         SourceError::arrow(format!("normalising a chunk of {table}"), e)
     };
+    // Collected first: an iterator of closures held across the range checks' awaits would
+    // make this future borrow in a way `tokio::spawn` cannot take.
+    let mut changes: Vec<(&SourceTransaction, &ChangeBatch)> = Vec::new();
+    for tx in window {
+        for change in &tx.changes {
+            if change.table.id == *table {
+                changes.push((tx, change));
+            }
+        }
+    }
+    if let Some((tx, _)) = changes
+        .iter()
+        .find(|(_, c)| c.table.columns != codec.schema().columns)
+    {
+        return Err(SourceError::SchemaChangedDuringSnapshot {
+            table: table.to_string(),
+            at: tx.start.clone(),
+        });
+    }
+    // A row that cannot be keyed (a zero date in the key) has no place in the fold. The chunk
+    // is handed on unfolded with that row in it: whoever applies it finds the row by the same
+    // check and stops this table alone, instead of the whole snapshot failing here.
+    let images = changes
+        .iter()
+        .flat_map(|(_, c)| c.before.iter().chain(c.after.iter()));
+    if let Some(unkeyable) = scanned
+        .iter()
+        .chain(images)
+        .find(|b| codec.check_keys(b).is_err())
+    {
+        let from_window = !scanned.iter().any(|b| std::ptr::eq(b, unkeyable));
+        let held = scanned.iter().chain(from_window.then_some(unkeyable));
+        let rows =
+            arrow::compute::concat_batches(&codec.schema().arrow, held).map_err(arrow_err)?;
+        return Ok((rows, 0));
+    }
     // key → (full row, copies): copies only exceed 1 for keyless tables.
     let mut rows: BTreeMap<OwnedRow, (OwnedRow, u32)> = BTreeMap::new();
     for batch in scanned {
@@ -379,51 +415,43 @@ pub async fn normalize(
         }
     }
     let mut applied = 0;
-    for tx in window {
-        for change in tx.changes.iter().filter(|c| c.table.id == *table) {
-            if change.table.columns != codec.schema().columns {
-                return Err(SourceError::SchemaChangedDuringSnapshot {
-                    table: table.to_string(),
-                    at: tx.start.clone(),
-                });
-            }
-            let before = change
-                .before
-                .as_ref()
-                .map(|b| codec.encode(b))
-                .transpose()
-                .map_err(arrow_err)?;
-            let after = change
-                .after
-                .as_ref()
-                .map(|b| codec.encode(b))
-                .transpose()
-                .map_err(arrow_err)?;
-            for i in 0..change.num_rows() {
-                if let Some((keys, _)) = &before {
-                    let key = keys.row(i).owned();
-                    if let Some(entry) = rows.get_mut(&key) {
-                        entry.1 -= 1;
-                        if entry.1 == 0 {
-                            rows.remove(&key);
-                        }
+    for (_, change) in changes {
+        let before = change
+            .before
+            .as_ref()
+            .map(|b| codec.encode(b))
+            .transpose()
+            .map_err(arrow_err)?;
+        let after = change
+            .after
+            .as_ref()
+            .map(|b| codec.encode(b))
+            .transpose()
+            .map_err(arrow_err)?;
+        for i in 0..change.num_rows() {
+            if let Some((keys, _)) = &before {
+                let key = keys.row(i).owned();
+                if let Some(entry) = rows.get_mut(&key) {
+                    entry.1 -= 1;
+                    if entry.1 == 0 {
+                        rows.remove(&key);
                     }
                 }
-                if let (Some((keys, full)), Some(batch)) = (&after, &change.after) {
-                    let inside = match check {
-                        Some(check) => check.contains(conn, range, batch, i).await?,
-                        None => true,
-                    };
-                    if inside {
-                        let entry = rows
-                            .entry(keys.row(i).owned())
-                            .or_insert_with(|| (full.row(i).owned(), 0));
-                        entry.0 = full.row(i).owned();
-                        entry.1 = if codec.keyless() { entry.1 + 1 } else { 1 };
-                    }
-                }
-                applied += 1;
             }
+            if let (Some((keys, full)), Some(batch)) = (&after, &change.after) {
+                let inside = match check {
+                    Some(check) => check.contains(conn, range, batch, i).await?,
+                    None => true,
+                };
+                if inside {
+                    let entry = rows
+                        .entry(keys.row(i).owned())
+                        .or_insert_with(|| (full.row(i).owned(), 0));
+                    entry.0 = full.row(i).owned();
+                    entry.1 = if codec.keyless() { entry.1 + 1 } else { 1 };
+                }
+            }
+            applied += 1;
         }
     }
     let out: Vec<&OwnedRow> = rows

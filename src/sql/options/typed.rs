@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use crate::capture::{CaptureOptions, SnapshotMode};
 use crate::change::schema::TableId;
-use crate::sql::mysql_url::MySqlUrl;
+use crate::sql::mysql_url::{join_hosts, MySqlUrl};
 use crate::state::retention::RetainHistory;
 #[cfg(doc)]
 use crate::{change::position::StartPosition, source::snapshot::incremental::SnapshotOptions};
@@ -174,7 +174,17 @@ impl ConnectionChange {
         if self.user.is_none() && self.password.is_none() {
             return Ok(url.clone());
         }
-        let mut parsed = url::Url::parse(url.expose()).map_err(|e| e.to_string())?;
+        // Each server of a multi-server URL takes them, and the URL is put together again.
+        let mut changed = Vec::with_capacity(url.host_urls().len());
+        for host in url.host_urls() {
+            changed.push(self.apply_to_one(host)?);
+        }
+        MySqlUrl::parse(&join_hosts(&changed))
+    }
+
+    /// [`Self::apply`]'s user and password put into a URL naming one server.
+    fn apply_to_one(&self, url: &str) -> Result<String, String> {
+        let mut parsed = url::Url::parse(url).map_err(|e| e.to_string())?;
         let refused = || "the URL has no host to give a user or password to".to_string();
         // The userinfo encode set leaves `%` as it is (so that encoded text passes through),
         // which a reader then decodes: a literal `%` is encoded first.
@@ -189,6 +199,6 @@ impl ConnectionChange {
                 .set_password(Some(&literal(password)))
                 .map_err(|()| refused())?;
         }
-        MySqlUrl::parse(parsed.as_str())
+        Ok(parsed.as_str().to_string())
     }
 }
