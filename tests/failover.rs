@@ -188,7 +188,7 @@ async fn moved(engine: &Engine, from: &DevServer, to: &DevServer) {
     let servers = query(engine, "SELECT servers, position FROM cdc.sources").await;
     assert!(
         servers[0].starts_with(&format!(
-            "servers=127.0.0.1:{}, 127.0.0.1:{} position=~0001~",
+            "servers=127.0.0.1:{} (server_id 1), 127.0.0.1:{} (server_id 2) position=~0001~",
             from.port(),
             to.port()
         )),
@@ -312,4 +312,116 @@ async fn a_source_with_two_servers_moves_on_its_own() {
     write(&replica, 81, 10, &mut made).await;
     synced(&engine, &replica).await;
     check(&engine, &replica, 20, made).await;
+}
+
+/// A server of another history (one that never replicated the source's server) whose GTID
+/// position is past the source's passes the coverage check, but cannot send its binlog after
+/// the source's GTIDs: the source stops with that reason instead of reading from elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_of_another_history_is_refused() {
+    let (primary, _replica) = pair().await;
+    let other = gtid_server(3);
+    let engine = Engine::new();
+    exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL '{}' WITH (tables = '{DB}.*', server_id = {})",
+            primary.cdc_url(),
+            source_server_id()
+        ),
+    )
+    .await
+    .unwrap();
+    engine.wait_ready("s").await.unwrap();
+    let mut made = Made::default();
+    write(&primary, 21, 5, &mut made).await;
+    synced(&engine, &primary).await;
+    // Its own transactions, more of them than the source's server logged.
+    run(
+        &other,
+        &format!("CREATE DATABASE {DB}; CREATE TABLE {DB}.t (id BIGINT PRIMARY KEY, v INT)"),
+    )
+    .await;
+    write(&other, 1, 60, &mut Made::default()).await;
+    exec(
+        &engine,
+        &format!("ALTER SOURCE s SET (url = '{}')", other.cdc_url()),
+    )
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    let stopped = loop {
+        let rows = query(
+            &engine,
+            "SELECT state, error_sqlstate, error FROM cdc.sources WHERE name = 's'",
+        )
+        .await;
+        if rows[0].starts_with("state=failed") {
+            break rows[0].clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        stopped.contains("error_sqlstate=55000") && stopped.contains("cannot go on after GTIDs"),
+        "{stopped}"
+    );
+    // Nothing of the other server's history was taken: the source stands where it was.
+    let at = query(&engine, "SELECT position, gtid_position FROM cdc.sources").await;
+    assert_eq!(
+        at,
+        [format!(
+            "position={} gtid_position={}",
+            cdcfusion::source::connect::current_position(
+                &mut root_conn(&primary).await,
+                cdcfusion::change::schema::Flavor::MariaDb
+            )
+            .await
+            .unwrap()
+            .0,
+            gtid_binlog_pos(&primary).await
+        )]
+    );
+}
+
+/// A failover behind an address that stays the same (a managed database's endpoint; here a
+/// proxy sent to the promoted replica) is a move too: the server behind the address is
+/// another one, and the source goes on there by GTID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_behind_the_same_address_is_followed() {
+    let (mut primary, replica) = pair().await;
+    let endpoint = common::proxy::FaultProxy::start(primary.port()).await;
+    let engine = Engine::new();
+    exec(
+        &engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL 'mysql://cdc:{}@127.0.0.1:{}?prefer_socket=false' \
+             WITH (tables = '{DB}.*', server_id = {}, read_timeout_seconds = 2)",
+            cdcfusion::devserver::CDC_PASSWORD,
+            endpoint.port(),
+            source_server_id()
+        ),
+    )
+    .await
+    .unwrap();
+    engine.wait_ready("s").await.unwrap();
+    let mut made = Made::default();
+    write(&primary, 21, 20, &mut made).await;
+    synced(&engine, &primary).await;
+    caught_up(&replica, &primary).await;
+    primary.kill();
+    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    endpoint.set_upstream(replica.port());
+    endpoint.reset_all();
+    write(&replica, 41, 20, &mut made).await;
+    synced(&engine, &replica).await;
+    check(&engine, &replica, 20, made).await;
+    let servers = query(&engine, "SELECT servers, position FROM cdc.sources").await;
+    let at = format!("127.0.0.1:{}", endpoint.port());
+    assert!(
+        servers[0].starts_with(&format!(
+            "servers={at} (server_id 1), {at} (server_id 2) position=~0001~"
+        )),
+        "{servers:?}"
+    );
 }

@@ -2,7 +2,9 @@
 //! move to another server.
 //!
 //! A binlog position means something only on the server that wrote it. A source keeps, per
-//! history (see `change::position`), the address its positions were read from; the list is
+//! history (see `change::position`), the server its positions were read from (its address and
+//! identity: a managed database's failover can put another server behind the same
+//! address); the list is
 //! written into every checkpoint. When a capture starts from a position whose history was read
 //! from another address than the one the source now reaches (`ALTER SOURCE ... SET (url =
 //! ...)`, or a checkpoint written before such a change), the start is a *move*: the positions

@@ -201,7 +201,13 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     // The positions read from here on belong to the history of the server the source now
     // reaches; a start that goes on after a position of another server's is a move (see
     // `engine::histories`), which the starts below see in `task.connect.history`.
-    let address = task.connect.address();
+    // A server is named by its address and identity: a managed database's failover can put
+    // another server behind the same address.
+    let address = {
+        let mut conn = task.connect.connect().await?;
+        let info = task.connect.checked(&mut conn).await?;
+        format!("{} ({})", task.connect.address(), info.identity())
+    };
     let goes_on_after = match (&manifest, mode) {
         (Some(m), _) => {
             task.histories.adopt(&m.servers, &address);

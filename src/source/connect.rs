@@ -318,6 +318,8 @@ pub struct ServerInfo {
     pub flavor: Flavor,
     pub version: String,
     pub server_id: u32,
+    /// MySQL's `@@server_uuid` (MariaDB has none).
+    pub server_uuid: Option<String>,
     /// Whether events carry CRC32 checksums (`binlog_checksum`).
     pub checksums: bool,
     /// Whether table maps carry column names (`binlog_row_metadata=FULL`).
@@ -397,6 +399,7 @@ pub async fn preflight(conn: &mut Conn, user: &str) -> SourceResult<ServerInfo> 
         .await?
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let server_uuid = variable(conn, "server_uuid").await?;
     let checksums = variable(conn, "binlog_checksum")
         .await?
         .is_some_and(|v| !v.eq_ignore_ascii_case("NONE"));
@@ -407,9 +410,22 @@ pub async fn preflight(conn: &mut Conn, user: &str) -> SourceResult<ServerInfo> 
         flavor,
         version,
         server_id,
+        server_uuid,
         checksums,
         full_row_metadata,
     })
+}
+
+impl ServerInfo {
+    /// What tells this server from another behind the same address (a managed database's
+    /// failover keeps its endpoint): MySQL's server UUID, else the server id, which every
+    /// server of a replication topology has its own of.
+    pub fn identity(&self) -> String {
+        match &self.server_uuid {
+            Some(uuid) => format!("server_uuid {uuid}"),
+            None => format!("server_id {}", self.server_id),
+        }
+    }
 }
 
 /// Privileges capture needs, each with the names servers print for it in `SHOW GRANTS`.

@@ -69,6 +69,15 @@ pub enum SourceError {
         attempts: u32,
         last_error: String,
     },
+    /// Another server answers at the address the stream was read from (a failover behind the
+    /// same endpoint): its file positions are not the old one's, so the stream is not reopened
+    /// there; the capture starts again and goes on at that server by GTID.
+    #[error("another server answers at {address} ({now}, was {was}); the source goes on there after its GTIDs")]
+    ServerChanged {
+        address: String,
+        was: String,
+        now: String,
+    },
     /// Wrong user name or password.
     #[error("MySQL rejected the credentials of user '{user}': {message}")]
     AccessDenied { user: String, message: String },
@@ -101,6 +110,20 @@ pub enum SourceError {
     GtidsMissing {
         server: String,
         missing: Vec<String>,
+    },
+    /// The server cannot send its binlog after the GTIDs the stream starts from: its history
+    /// does not hold the transaction a domain of them stands at (it diverged from the server
+    /// they were read from: errant transactions, or a server that never replicated it), or it
+    /// purged them. Going on from elsewhere in its binlog would skip or repeat changes.
+    #[error(
+        "{server} cannot go on after GTIDs {gtids}: {message}; its history does not hold them \
+         (it diverged from the server the source read them from, or purged them): point the \
+         source at a server that replicated that one, or create the source again here"
+    )]
+    GtidsDiverged {
+        server: String,
+        gtids: String,
+        message: String,
     },
     /// The source cannot move to another server by GTID (the servers run without GTIDs, or
     /// the source's GTID position is not known); `reason` says which and what to do instead.
@@ -226,7 +249,7 @@ impl SourceError {
     /// already retried, ran out).
     pub fn is_retryable(&self) -> bool {
         match self {
-            SourceError::Unreachable { .. } => true,
+            SourceError::Unreachable { .. } | SourceError::ServerChanged { .. } => true,
             SourceError::WindowReader(e) => e.is_retryable(),
             other => other.is_transient(),
         }
@@ -306,7 +329,8 @@ impl HasSqlState for SourceError {
             // connection_exception: the server could not be reached.
             SourceError::Transient { .. }
             | SourceError::ReadTimeout { .. }
-            | SourceError::Unreachable { .. } => SqlState::CONNECTION_FAILURE,
+            | SourceError::Unreachable { .. }
+            | SourceError::ServerChanged { .. } => SqlState::CONNECTION_FAILURE,
             SourceError::WindowReader(e) => e.sqlstate(),
             SourceError::AccessDenied { .. } => SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
             SourceError::MissingPrivileges { .. } => SqlState::INSUFFICIENT_PRIVILEGE,
@@ -314,6 +338,7 @@ impl HasSqlState for SourceError {
             SourceError::BadSetting { .. }
             | SourceError::BinlogUnavailable { .. }
             | SourceError::GtidsMissing { .. }
+            | SourceError::GtidsDiverged { .. }
             | SourceError::NoGtidPosition { .. }
             | SourceError::PartialRowImage { .. }
             | SourceError::SchemaMismatch { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,

@@ -5,7 +5,7 @@
 //! server's Unix socket after the handshake, around the proxy.
 #![allow(dead_code)] // Not every test binary injects faults.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,6 +19,8 @@ struct Faults {
     stall: AtomicBool,
     connections: Mutex<Vec<AbortHandle>>,
     accepted: AtomicU64,
+    /// Where new connections go.
+    upstream: AtomicU16,
 }
 
 /// See the module docs; dropping it stops the proxy and its connections.
@@ -42,6 +44,7 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let faults = Arc::new(Faults::default());
+        faults.upstream.store(upstream, Ordering::SeqCst);
         let shared = Arc::clone(&faults);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -51,6 +54,7 @@ impl FaultProxy {
                     continue;
                 }
                 let faults = Arc::clone(&shared);
+                let upstream = shared.upstream.load(Ordering::SeqCst);
                 let handle = tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                         return;
@@ -89,6 +93,12 @@ impl FaultProxy {
     /// While on, no byte moves in either direction on any connection.
     pub fn stall(&self, on: bool) {
         self.faults.stall.store(on, Ordering::SeqCst);
+    }
+
+    /// Sends new connections to `127.0.0.1:upstream` from now on (another server behind the
+    /// same address, as a managed database's failover does); open ones stay where they are.
+    pub fn set_upstream(&self, upstream: u16) {
+        self.faults.upstream.store(upstream, Ordering::SeqCst);
     }
 
     /// Connections accepted so far.

@@ -341,6 +341,8 @@ pub struct BinlogReader {
     options: BinlogReaderOptions,
     /// The GTID position at the start (`None`: not known; see [`BinlogReader::start_gtids`]).
     start_gtids: Option<GtidSet>,
+    /// Whether the stream has been opened before: opening it again checks the server first.
+    reopened: bool,
     /// A second connection, for `information_schema` while the stream runs; opened again after
     /// a transient failure (it may be the connection that failed).
     meta: Option<Conn>,
@@ -411,6 +413,7 @@ impl BinlogReader {
             info,
             options,
             start_gtids,
+            reopened: false,
             meta: Some(meta),
             stream: None,
             asm,
@@ -441,8 +444,42 @@ impl BinlogReader {
     }
 
     async fn open_stream(&mut self) -> SourceResult<EventFeed> {
+        if self.reopened {
+            // The stream goes on at a file position of the server it was read from: never at
+            // another one that took over its address.
+            let mut conn = self.connect.connect().await?;
+            let now = self.connect.checked(&mut conn).await?;
+            if now.identity() != self.info.identity() {
+                return Err(SourceError::ServerChanged {
+                    address: self.connect.address(),
+                    was: self.info.identity(),
+                    now: now.identity(),
+                });
+            }
+            self.meta = Some(conn);
+        }
+        self.reopened = true;
         let plan = self.dump_plan()?;
-        EventFeed::spawn(plan.open(), QUEUE_BYTES).await
+        EventFeed::spawn(plan.open(), QUEUE_BYTES)
+            .await
+            .map_err(|e| self.refused_gtids(e))
+    }
+
+    /// A server that cannot send the binlog after the GTIDs the stream starts from (its binlog
+    /// lacks the GTID a domain stands at: its history diverged from the one they were read
+    /// from, or it purged them) says so with the error of a missing binlog; named for what it
+    /// is. Any other error, or a start at a file position, as it is.
+    fn refused_gtids(&self, e: SourceError) -> SourceError {
+        match (e, &self.asm.resume) {
+            (SourceError::BinlogUnavailable { message, .. }, StartPosition::Gtid(set)) => {
+                SourceError::GtidsDiverged {
+                    server: self.connect.address(),
+                    gtids: set.to_string(),
+                    message,
+                }
+            }
+            (e, _) => e,
+        }
     }
 
     /// How to open the dump from where the reader resumes; opened on the feed's thread.
@@ -722,10 +759,10 @@ impl BinlogReader {
             let event = match item {
                 Some(Ok(event)) => event,
                 Some(Err(FeedError::Mysql(e))) => {
-                    return Err(SourceError::from_mysql(
+                    return Err(self.refused_gtids(SourceError::from_mysql(
                         format!("reading the binlog from {}", self.describe_resume()),
                         e,
-                    ))
+                    )))
                 }
                 Some(Err(FeedError::Checksum {
                     end,
