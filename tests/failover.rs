@@ -175,6 +175,20 @@ async fn pair() -> (DevServer, DevServer) {
     (primary, replica)
 }
 
+/// Source `s` on `engine`, capturing `fo.*` through `url` with `options` added, ready.
+async fn create(engine: &Engine, url: &str, options: &str) {
+    exec(
+        engine,
+        &format!(
+            "CREATE SOURCE s FROM MYSQL '{url}' WITH (tables = '{DB}.*', server_id = {}{options})",
+            source_server_id()
+        ),
+    )
+    .await
+    .unwrap();
+    engine.wait_ready("s").await.unwrap();
+}
+
 /// The engine on `path` again, its source ready.
 async fn reopen(path: &str) -> Engine {
     let engine = Engine::open(path, durable_options()).await.unwrap();
@@ -208,17 +222,7 @@ async fn a_source_follows_its_primary_to_a_promoted_replica() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_str().unwrap().to_string();
     let engine = Engine::open(&path, durable_options()).await.unwrap();
-    exec(
-        &engine,
-        &format!(
-            "CREATE SOURCE s FROM MYSQL '{}' WITH (tables = '{DB}.*', server_id = {})",
-            primary.cdc_url(),
-            source_server_id()
-        ),
-    )
-    .await
-    .unwrap();
-    engine.wait_ready("s").await.unwrap();
+    create(&engine, &primary.cdc_url(), "").await;
     let mut made = Made::default();
     write(&primary, 21, 30, &mut made).await;
     synced(&engine, &primary).await;
@@ -286,17 +290,7 @@ async fn a_source_with_two_servers_moves_on_its_own() {
         primary.port(),
         replica.port()
     );
-    exec(
-        &engine,
-        &format!(
-            "CREATE SOURCE s FROM MYSQL '{both}' WITH (tables = '{DB}.*', server_id = {}, \
-             read_timeout_seconds = 2)",
-            source_server_id()
-        ),
-    )
-    .await
-    .unwrap();
-    engine.wait_ready("s").await.unwrap();
+    create(&engine, &both, ", read_timeout_seconds = 2").await;
     let mut made = Made::default();
     write(&primary, 21, 30, &mut made).await;
     synced(&engine, &primary).await;
@@ -322,17 +316,7 @@ async fn a_server_of_another_history_is_refused() {
     let (primary, _replica) = pair().await;
     let other = gtid_server(3);
     let engine = Engine::new();
-    exec(
-        &engine,
-        &format!(
-            "CREATE SOURCE s FROM MYSQL '{}' WITH (tables = '{DB}.*', server_id = {})",
-            primary.cdc_url(),
-            source_server_id()
-        ),
-    )
-    .await
-    .unwrap();
-    engine.wait_ready("s").await.unwrap();
+    create(&engine, &primary.cdc_url(), "").await;
     let mut made = Made::default();
     write(&primary, 21, 5, &mut made).await;
     synced(&engine, &primary).await;
@@ -392,19 +376,12 @@ async fn a_failover_behind_the_same_address_is_followed() {
     let (mut primary, replica) = pair().await;
     let endpoint = common::proxy::FaultProxy::start(primary.port()).await;
     let engine = Engine::new();
-    exec(
-        &engine,
-        &format!(
-            "CREATE SOURCE s FROM MYSQL 'mysql://cdc:{}@127.0.0.1:{}?prefer_socket=false' \
-             WITH (tables = '{DB}.*', server_id = {}, read_timeout_seconds = 2)",
-            cdcfusion::devserver::CDC_PASSWORD,
-            endpoint.port(),
-            source_server_id()
-        ),
-    )
-    .await
-    .unwrap();
-    engine.wait_ready("s").await.unwrap();
+    let url = format!(
+        "mysql://cdc:{}@127.0.0.1:{}?prefer_socket=false",
+        cdcfusion::devserver::CDC_PASSWORD,
+        endpoint.port()
+    );
+    create(&engine, &url, ", read_timeout_seconds = 2").await;
     let mut made = Made::default();
     write(&primary, 21, 20, &mut made).await;
     synced(&engine, &primary).await;

@@ -135,8 +135,8 @@ impl RunningSource {
         let (ready_tx, ready) = watch::channel(false);
         let (versions_tx, versions) = watch::channel(0u64);
         let health = SharedHealth::default();
+        // Filled by the capture task as it starts (`engine::histories`).
         let histories: Arc<Histories> = Arc::default();
-        histories.reset(&connect.address());
         let poll = PollOf {
             name: name.to_string(),
             status: Arc::clone(&status),

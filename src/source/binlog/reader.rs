@@ -7,7 +7,9 @@
 //! transaction and reconnect with backoff from the end of the last complete one, so no change
 //! is lost or repeated. Definite errors (purged binlog, bad settings, undecodable events) end
 //! the stream with the error. The heartbeat is at most a third of the read timeout, so an idle
-//! stream is never taken for a stalled one.
+//! stream is never taken for a stalled one. A reconnect goes on at a file position only on the
+//! server the stream was read from: another one answering at the address (same endpoint, new
+//! server) ends the stream with `ServerChanged`, for the capture to go on there by GTID.
 //!
 //! # Threads
 //! The dump connection is opened, read and checksum-verified on a thread of its own with a

@@ -414,20 +414,17 @@ pub async fn normalize(
             rows.entry(k.owned()).or_insert_with(|| (r.owned(), 0)).1 += 1;
         }
     }
+    let encode = |image: &Option<RecordBatch>| {
+        image
+            .as_ref()
+            .map(|b| codec.encode(b))
+            .transpose()
+            .map_err(arrow_err)
+    };
     let mut applied = 0;
     for (_, change) in changes {
-        let before = change
-            .before
-            .as_ref()
-            .map(|b| codec.encode(b))
-            .transpose()
-            .map_err(arrow_err)?;
-        let after = change
-            .after
-            .as_ref()
-            .map(|b| codec.encode(b))
-            .transpose()
-            .map_err(arrow_err)?;
+        let before = encode(&change.before)?;
+        let after = encode(&change.after)?;
         for i in 0..change.num_rows() {
             if let Some((keys, _)) = &before {
                 let key = keys.row(i).owned();
