@@ -16,9 +16,18 @@ use mysql_async::prelude::Queryable;
 const DB: &str = "fo";
 
 fn gtid_server(server_id: u32) -> DevServer {
+    gtid_server_strict(server_id, true)
+}
+
+/// A server in strict GTID mode or not (which lets a replica log transactions of its own
+/// among those it replicates: errant ones).
+fn gtid_server_strict(server_id: u32, strict: bool) -> DevServer {
     DevServer::start(DevServerOptions {
         server_id,
-        extra_args: vec!["--log-slave-updates".into(), "--gtid-strict-mode=1".into()],
+        extra_args: vec![
+            "--log-slave-updates".into(),
+            format!("--gtid-strict-mode={}", u8::from(strict)),
+        ],
         ..Default::default()
     })
     .unwrap_or_else(|e| panic!("cannot start a private MariaDB: {e}"))
@@ -109,9 +118,8 @@ async fn write(server: &DevServer, from: u64, n: u64, made: &mut Made) {
     }
 }
 
-/// The current table equals `server`'s rows, and the changelog holds exactly one entry per
-/// change made (none lost, none twice).
-async fn check(engine: &Engine, server: &DevServer, snapshot_rows: u64, made: Made) {
+/// The current table equals `server`'s rows.
+async fn same_rows(engine: &Engine, server: &DevServer) {
     let rows: Vec<(u64, i64)> = root_conn(server)
         .await
         .query(format!("SELECT id, v FROM {DB}.t ORDER BY id"))
@@ -123,6 +131,12 @@ async fn check(engine: &Engine, server: &DevServer, snapshot_rows: u64, made: Ma
         .collect();
     let current = query(engine, &format!("SELECT id, v FROM s.{DB}.t ORDER BY id")).await;
     assert_eq!(current, expected);
+}
+
+/// The current table equals `server`'s rows, and the changelog holds exactly one entry per
+/// change made (none lost, none twice).
+async fn check(engine: &Engine, server: &DevServer, snapshot_rows: u64, made: Made) {
+    same_rows(engine, server).await;
     let ops = query(
         engine,
         &format!("SELECT _op, count(*) AS n FROM s.{DB}.\"t$changelog\" GROUP BY _op ORDER BY _op"),
@@ -149,8 +163,11 @@ async fn check(engine: &Engine, server: &DevServer, snapshot_rows: u64, made: Ma
 
 /// A primary and a replica of it, the table `fo.t` of 20 rows on both.
 async fn pair() -> (DevServer, DevServer) {
-    let primary = gtid_server(1);
-    let replica = gtid_server(2);
+    replicated(gtid_server(1), gtid_server(2)).await
+}
+
+/// `replica` made a replica of `primary`, the table `fo.t` of 20 rows on both.
+async fn replicated(primary: DevServer, replica: DevServer) -> (DevServer, DevServer) {
     // Both servers start alike (their users made at start-up): the replica forgets its own
     // binlog and replicates from the primary's position, as one provisioned from a copy.
     let start = gtid_binlog_pos(&primary).await;
@@ -401,4 +418,220 @@ async fn a_failover_behind_the_same_address_is_followed() {
         )),
         "{servers:?}"
     );
+}
+
+/// `server`'s rows of the table, by key.
+async fn rows_of(server: &DevServer) -> std::collections::BTreeMap<u64, i64> {
+    let rows: Vec<(u64, i64)> = root_conn(server)
+        .await
+        .query(format!("SELECT id, v FROM {DB}.t"))
+        .await
+        .unwrap();
+    rows.into_iter().collect()
+}
+
+/// How many changelog entries the source's table has.
+async fn entries(engine: &Engine) -> Vec<String> {
+    query(
+        engine,
+        &format!("SELECT count(*) AS n FROM s.{DB}.\"t$changelog\""),
+    )
+    .await
+}
+
+/// The newest changelog entry of each key gives the current table.
+async fn replays(engine: &Engine) {
+    let replayed = query(
+        engine,
+        &format!(
+            "SELECT id, v FROM (SELECT id, v, _op, row_number() OVER (PARTITION BY id ORDER BY \
+             _position DESC) AS n FROM s.{DB}.\"t$changelog\") WHERE n = 1 AND _op <> 'd' \
+             ORDER BY id"
+        ),
+    )
+    .await;
+    let current = query(engine, &format!("SELECT id, v FROM s.{DB}.t ORDER BY id")).await;
+    assert_eq!(replayed, current);
+}
+
+/// A move that names where it goes on: a position of the new server (needed where no GTIDs
+/// carry one across; here the promoted replica's end, which holds everything the source
+/// applied). The source stands there at once, in the new server's history, and an engine
+/// that dies before it read anything there goes on at it after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_goes_on_at_a_named_position_of_the_new_server() {
+    let (mut primary, replica) = pair().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    create(&engine, &primary.cdc_url(), "").await;
+    let mut made = Made::default();
+    write(&primary, 21, 20, &mut made).await;
+    synced(&engine, &primary).await;
+    caught_up(&replica, &primary).await;
+    primary.kill();
+    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    let (end, _) = cdcfusion::source::connect::current_position(
+        &mut root_conn(&replica).await,
+        cdcfusion::change::schema::Flavor::MariaDb,
+    )
+    .await
+    .unwrap();
+    let alter = |start: &str| {
+        format!(
+            "ALTER SOURCE s SET (url = '{}', start_position = '{start}')",
+            replica.cdc_url()
+        )
+    };
+    // A file the server does not have, an offset past the end of one it has.
+    for (start, names) in [
+        (
+            "nosuch-bin.000009:4".to_string(),
+            "nosuch-bin.000009".to_string(),
+        ),
+        (
+            format!("{}:{}", end.file, end.offset + 1_000_000),
+            "past its end".into(),
+        ),
+    ] {
+        let refused = exec(&engine, &alter(&start)).await.unwrap_err();
+        assert_eq!(refused.sqlstate().code(), "55000", "{refused}");
+        assert!(refused.to_string().contains(&names), "{refused}");
+    }
+    exec(&engine, &alter(&end.to_string())).await.unwrap();
+    assert_eq!(
+        query(&engine, "SELECT position FROM cdc.sources").await,
+        [format!("position=~0001~{end}")]
+    );
+    // Named on the server the source reads already: refused.
+    let again = exec(&engine, &alter("current")).await.unwrap_err();
+    assert_eq!(again.sqlstate().code(), "55000", "{again}");
+    assert!(
+        again.to_string().contains("reads that server already"),
+        "{again}"
+    );
+    // The engine dies before it read anything at the new server.
+    drop(engine);
+    let engine = reopen(&path).await;
+    write(&replica, 41, 20, &mut made).await;
+    synced(&engine, &replica).await;
+    check(&engine, &replica, 20, made).await;
+    moved(&engine, &primary, &replica).await;
+}
+
+/// A replica that is behind the source cannot take it over by GTID, but can by reading every
+/// table there again: the source then holds the replica's rows, its changelog getting only the
+/// differences (the transactions the replica never applied are undone), and goes on there,
+/// across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_is_behind_is_taken_by_a_new_snapshot() {
+    let (primary, replica) = pair().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    create(&engine, &primary.cdc_url(), "").await;
+    write(&primary, 21, 20, &mut Made::default()).await;
+    caught_up(&replica, &primary).await;
+    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    write(&primary, 41, 10, &mut Made::default()).await;
+    synced(&engine, &primary).await;
+    let to_replica = format!("ALTER SOURCE s SET (url = '{}')", replica.cdc_url());
+    let behind = exec(&engine, &to_replica).await.unwrap_err();
+    assert_eq!(behind.sqlstate().code(), "55000", "{behind}");
+    let before = entries(&engine).await;
+    exec(&engine, &format!("{to_replica} RESNAPSHOT"))
+        .await
+        .unwrap();
+    engine.wait_ready("s").await.unwrap();
+    synced(&engine, &replica).await;
+    same_rows(&engine, &replica).await;
+    replays(&engine).await;
+    // The entries added are the differences between the two servers' rows, no more.
+    let (old, new) = (rows_of(&primary).await, rows_of(&replica).await);
+    let mut want: Vec<String> = old
+        .iter()
+        .filter(|(id, v)| new.get(*id) != Some(*v))
+        .map(|(id, _)| match new.get(id) {
+            Some(v) => format!("_op=u id={id} v={v}"),
+            None => format!("_op=d id={id}"),
+        })
+        .chain(
+            new.iter()
+                .filter(|(id, _)| !old.contains_key(*id))
+                .map(|(id, v)| format!("_op=c id={id} v={v}")),
+        )
+        .collect();
+    want.sort();
+    let mut added = query(
+        &engine,
+        &format!(
+            "SELECT _op, id, CASE WHEN _op = 'd' THEN NULL ELSE v END AS v \
+             FROM s.{DB}.\"t$changelog\" WHERE _position > '~0001~'"
+        ),
+    )
+    .await;
+    added.sort();
+    let added: Vec<String> = added
+        .into_iter()
+        .map(|r| r.trim_end_matches(" v=NULL").to_string())
+        .collect();
+    assert_eq!(added, want);
+    assert!(!want.is_empty() && entries(&engine).await != before);
+    moved(&engine, &primary, &replica).await;
+    write(&replica, 51, 10, &mut Made::default()).await;
+    synced(&engine, &replica).await;
+    same_rows(&engine, &replica).await;
+    drop(engine);
+    write(&replica, 61, 10, &mut Made::default()).await;
+    let engine = reopen(&path).await;
+    synced(&engine, &replica).await;
+    same_rows(&engine, &replica).await;
+    replays(&engine).await;
+}
+
+/// A replica that logged a transaction of its own below the source's position (errant: the
+/// primary never had it; non-strict GTID mode lets it replicate on) is refused, naming that
+/// GTID, since going on after the source's GTIDs would leave its change out; accepted, the
+/// source goes on there without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_with_errant_transactions_is_refused_unless_accepted() {
+    let (mut primary, replica) = replicated(gtid_server(1), gtid_server_strict(2, false)).await;
+    let engine = Engine::new();
+    create(&engine, &primary.cdc_url(), "").await;
+    let mut made = Made::default();
+    write(&primary, 21, 5, &mut made).await;
+    caught_up(&replica, &primary).await;
+    run(&replica, &format!("INSERT INTO {DB}.t VALUES (1000, 7)")).await;
+    let errant = gtid_binlog_pos(&replica).await;
+    write(&primary, 26, 10, &mut made).await;
+    synced(&engine, &primary).await;
+    caught_up(&replica, &primary).await;
+    primary.kill();
+    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    let to_replica = format!("ALTER SOURCE s SET (url = '{}'", replica.cdc_url());
+    let refused = exec(&engine, &format!("{to_replica})")).await.unwrap_err();
+    assert_eq!(refused.sqlstate().code(), "55000", "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("errant GTIDs {errant}")),
+        "{errant}: {refused}"
+    );
+    exec(
+        &engine,
+        &format!("{to_replica}, accept_errant_gtids = true)"),
+    )
+    .await
+    .unwrap();
+    write(&replica, 36, 10, &mut made).await;
+    synced(&engine, &replica).await;
+    // Everything but the errant row, which the source never read.
+    let mut want = rows_of(&replica).await;
+    assert_eq!(want.remove(&1000), Some(7));
+    let current = query(&engine, &format!("SELECT id, v FROM s.{DB}.t ORDER BY id")).await;
+    let want: Vec<String> = want
+        .iter()
+        .map(|(id, v)| format!("id={id} v={v}"))
+        .collect();
+    assert_eq!(current, want);
 }

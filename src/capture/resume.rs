@@ -66,8 +66,10 @@ impl Capture {
         let refuse = |reason: &str| SourceError::NoGtidPosition {
             server: server.clone(),
             reason: format!(
-                "{reason}; to capture the new server, drop the source and create it there \
-                 (it reads every table again)"
+                "{reason}; name where the source goes on there (ALTER SOURCE ... SET (url = \
+                 '...', start_position = 'file:offset')), or read every table there again, \
+                 adding only the differences (ALTER SOURCE ... SET (url = '...') RESNAPSHOT, \
+                 or ALTER SOURCE ... RESNAPSHOT once the url is set)"
             ),
         };
         let ours = match &from.gtids {
@@ -99,22 +101,30 @@ impl Capture {
         position: &BinlogCoord,
     ) -> SourceResult<()> {
         let mut conn = connect.connect().await?;
-        let files: Vec<String> = connect
+        let listed = connect
             .bounded(|| "listing the binlogs".into(), binlog_files(&mut conn))
-            .await?
-            .into_iter()
-            .map(|f| f.name)
-            .collect();
-        if files.iter().any(|f| *f == *position.file) {
-            return Ok(());
+            .await?;
+        if let Some(file) = listed.iter().find(|f| *f.name == *position.file) {
+            if position.offset <= file.size {
+                return Ok(());
+            }
+            return Err(SourceError::BinlogUnavailable {
+                needed: position.to_string(),
+                message: format!(
+                    "{} holds {} bytes, so the offset is past its end; name a transaction \
+                     boundary of it",
+                    file.name, file.size
+                ),
+            });
         }
+        let files: Vec<&str> = listed.iter().map(|f| f.name.as_str()).collect();
         Err(SourceError::BinlogUnavailable {
             needed: position.to_string(),
             message: format!(
                 "the server has only binlogs {} to {} (the one needed was purged); \
                  re-snapshot with ALTER SOURCE ... RESNAPSHOT",
-                files.first().map_or("(none)", String::as_str),
-                files.last().map_or("(none)", String::as_str),
+                files.first().copied().unwrap_or("(none)"),
+                files.last().copied().unwrap_or("(none)"),
             ),
         })
     }

@@ -10,6 +10,7 @@
 //! [`keys`] gives rows their identity (primary key, or the whole row for keyless tables);
 //! [`kinds`] is the one table of the column kinds without parameters.
 
+pub mod errant;
 pub mod keys;
 pub mod kinds;
 pub mod position;

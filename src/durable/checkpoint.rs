@@ -123,8 +123,9 @@ pub struct Checkpointer {
     /// Changelog entries of each table the committed checkpoints hold (`persisted`), readable
     /// without waiting for a checkpoint in flight: retention trims no further.
     durable: std::sync::Mutex<Vec<usize>>,
-    /// The server of each history of positions, written into every manifest.
-    servers: std::sync::Mutex<Vec<String>>,
+    /// The server of each history of positions and what is known of its binlog, written
+    /// into every manifest.
+    servers: std::sync::Mutex<(Vec<String>, Vec<String>)>,
 }
 
 impl Checkpointer {
@@ -136,13 +137,14 @@ impl Checkpointer {
             state: tokio::sync::Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             durable: std::sync::Mutex::new(Vec::new()),
-            servers: std::sync::Mutex::new(Vec::new()),
+            servers: std::sync::Mutex::new((Vec::new(), Vec::new())),
         }
     }
 
-    /// The server of each history of positions, for the manifests from now on.
-    pub fn set_servers(&self, servers: Vec<String>) {
-        *self.servers.locked() = servers;
+    /// The server of each history of positions and what is known of its binlog (see
+    /// `Manifest::server_states`), for the manifests from now on.
+    pub fn set_servers(&self, servers: Vec<String>, states: Vec<String>) {
+        *self.servers.locked() = (servers, states);
     }
 
     /// How many changelog entries of each table (offsets count trimmed ones) the committed
@@ -238,7 +240,8 @@ impl Checkpointer {
         }
     }
 
-    /// Writes a checkpoint of `version` unless the last one is at its position already;
+    /// Writes a checkpoint of `version` unless the last one is at its position already (with
+    /// the same GTIDs), or past it (a version loaded before a newer one was checkpointed);
     /// returns the new durable position.
     pub async fn checkpoint(
         &self,
@@ -252,7 +255,16 @@ impl Checkpointer {
             return Ok(None);
         };
         let text = position.to_string();
-        if c.manifest.as_ref().is_some_and(|m| m.position == text) {
+        let gtids = version.gtids.as_ref().map(|g| g.to_string());
+        let done = c
+            .manifest
+            .as_ref()
+            .is_some_and(|m| match m.position.parse::<BinlogCoord>() {
+                Ok(had) if had > position => true,
+                Ok(had) if had == position => m.gtids == gtids,
+                _ => m.position == text && m.gtids == gtids,
+            });
+        if done {
             return Ok(None);
         }
         let seq = c.next_seq;
@@ -373,6 +385,7 @@ impl Checkpointer {
                 trimmed,
             });
         }
+        let (servers, server_states) = self.servers.locked().clone();
         let manifest = Manifest {
             format: FORMAT_VERSION,
             source_id: self.id.clone(),
@@ -389,8 +402,9 @@ impl Checkpointer {
                 .iter()
                 .map(StoredSchemaChange::from)
                 .collect(),
-            gtids: version.gtids.as_ref().map(|g| g.to_string()),
-            servers: self.servers.locked().clone(),
+            gtids,
+            servers,
+            server_states,
         };
         let path = numbered_path(&manifest_dir(&self.id), seq, MANIFEST_EXT);
         if let Err(e) = commit_json(&self.store, &path, FileKind::Manifest, &manifest).await {

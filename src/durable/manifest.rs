@@ -48,6 +48,11 @@ pub struct Manifest {
     /// (absent in checkpoints from before a source could move: all from its own server).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub servers: Vec<String>,
+    /// What was known of each of those servers' binlogs (MariaDB's `@@gtid_binlog_state`),
+    /// history by history, to tell errant transactions from the history's own once the
+    /// server is gone (absent in older checkpoints: not known).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_states: Vec<String>,
 }
 
 /// One captured table in a checkpoint.
@@ -351,6 +356,7 @@ mod tests {
             schema_history: Vec::new(),
             gtids: None,
             servers: Vec::new(),
+            server_states: Vec::new(),
         }
     }
 

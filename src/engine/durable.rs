@@ -19,7 +19,9 @@ use crate::capture::{Capture, CaptureOptions};
 use crate::durable::manifest::commit_catalog;
 use crate::durable::{new_source_id, CatalogSource, CatalogUser, Durability, DurableError, Store};
 use crate::source::error::SourceError;
-use crate::sql::{parse_cdc_statement, CdcStatement, CreateSource, MySqlUrl, SourceChanges};
+use crate::sql::{
+    parse_cdc_statement, CdcStatement, CreateSource, MoveStart, MySqlUrl, SourceChanges,
+};
 
 impl Engine {
     /// An engine whose catalog and checkpoints live in `location` (a directory, `file://`,
@@ -179,7 +181,7 @@ impl Engine {
                     ));
                 };
                 create.options = create.options.altered(changes);
-                if let Some(link) = &link {
+                if let Some((link, _)) = &link {
                     create.url = link.url.clone();
                 }
                 entry.statement = create.to_sql_with_password();
@@ -189,11 +191,17 @@ impl Engine {
                 .map_err(DurableError::from)?;
             *catalog = next;
         }
-        if let Some(link) = link {
-            source.reconnect(link).await;
-        }
+        let reconnected = match link {
+            Some((link, goes_on)) => source.reconnect(link, goes_on).await,
+            // `SET (...) RESNAPSHOT` that changes no way to the server.
+            None if changes.start == Some(MoveStart::Resnapshot) => {
+                source.resnapshot().await;
+                Ok(())
+            }
+            None => Ok(()),
+        };
         source.alter(changes);
-        Ok(())
+        reconnected
     }
 
     /// A source cannot be dropped while sinks read it.

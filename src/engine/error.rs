@@ -40,6 +40,8 @@ pub enum EngineError {
     NotSupported(&'static str),
     #[error("source \"{name}\" does not capture table {table}")]
     NoSuchTable { name: String, table: String },
+    #[error("cannot move the source to {server}: {reason}")]
+    MoveRefused { server: String, reason: String },
     #[error("RESNAPSHOT TABLE cannot repair source \"{name}\": {reason}; use ALTER SOURCE {name} RESNAPSHOT, which reads every table again")]
     CannotResnapshotTable { name: String, reason: String },
     #[error(transparent)]
@@ -86,7 +88,9 @@ impl HasSqlState for EngineError {
             EngineError::NotSupported(_) => SqlState::FEATURE_NOT_SUPPORTED,
             EngineError::NoSuchTable { .. } => SqlState::UNDEFINED_TABLE,
             // The source must be repaired another way.
-            EngineError::CannotResnapshotTable { .. } => SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            EngineError::CannotResnapshotTable { .. } | EngineError::MoveRefused { .. } => {
+                SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+            }
             EngineError::DataFusion(e) => datafusion_sqlstate(e),
             EngineError::Source(e) => e.sqlstate(),
             // The source stopped before it was ready.

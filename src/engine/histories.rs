@@ -12,6 +12,11 @@
 //! GTIDs, never at the old file and offset (a file of the same name on the new server holds
 //! other transactions).
 //!
+//! With each server the list keeps what is known of its binlog: MariaDB's
+//! `@@gtid_binlog_state` read when the capture starts on it, written into checkpoints too,
+//! so that transactions another server logged below the source's position can be told from
+//! those of the source's own history once that server is gone (`change::errant`).
+//!
 //! # Invariant
 //! History `h`'s address never changes once positions of `h` are published; a move drops the
 //! histories after the resumed position's (never published: the source moved away before it
@@ -19,13 +24,32 @@
 
 use std::sync::Mutex;
 
+use crate::change::errant::BinlogState;
 use crate::change::position::{BinlogCoord, MAX_HISTORY};
 use crate::locks::Locked;
 use crate::source::error::SourceError;
 
-/// Address per history, shared by a source's tasks; see the module docs.
+/// Server per history, shared by a source's tasks; see the module docs.
 #[derive(Debug, Default)]
-pub(crate) struct Histories(Mutex<Vec<String>>);
+pub(crate) struct Histories(Mutex<Vec<Server>>);
+
+/// The server of one history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Server {
+    /// Its address and identity.
+    name: String,
+    /// Its binlog state when last read (MariaDB; empty when not known).
+    state: BinlogState,
+}
+
+impl Server {
+    fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            state: BinlogState::default(),
+        }
+    }
+}
 
 /// Where a start goes on: the history of the positions read from now on, and whether that is
 /// a move from the history of the resumed position.
@@ -36,19 +60,31 @@ pub(crate) struct Placed {
 }
 
 impl Histories {
-    /// Takes the list a checkpoint recorded; a checkpoint from before moves were possible
-    /// records none, and its positions are the current address's.
-    pub fn adopt(&self, recorded: &[String], address: &str) {
+    /// Takes the list a checkpoint recorded, with the binlog states it recorded (absent in
+    /// older checkpoints); a checkpoint from before moves were possible records none, and its
+    /// positions are the current address's.
+    pub fn adopt(&self, recorded: &[String], states: &[String], address: &str) {
         let mut list = self.0.locked();
-        *list = recorded.to_vec();
+        *list = recorded
+            .iter()
+            .enumerate()
+            .map(|(h, name)| Server {
+                name: name.clone(),
+                // A state that does not read is only knowledge lost, never wrong knowledge.
+                state: states
+                    .get(h)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_default(),
+            })
+            .collect();
         if list.is_empty() {
-            list.push(address.to_string());
+            list.push(Server::named(address));
         }
     }
 
     /// A fresh start (no position to go on from): history 0 is `address`.
     pub fn reset(&self, address: &str) {
-        *self.0.locked() = vec![address.to_string()];
+        *self.0.locked() = vec![Server::named(address)];
     }
 
     /// Places a start that goes on after `at` through `address`; see the module docs.
@@ -60,9 +96,9 @@ impl Histories {
             // Positions of a history the list does not name (a list lost with an old
             // checkpoint): they were read from wherever the source pointed then, which can
             // only be the current address if nothing moved since.
-            list.resize(known + 1, address.to_string());
+            list.resize(known + 1, Server::named(address));
         }
-        if list[known] == address {
+        if list[known].name == address {
             list.truncate(known + 1);
             return Ok(Placed {
                 history,
@@ -75,11 +111,27 @@ impl Histories {
             )));
         }
         list.truncate(known + 1);
-        list.push(address.to_string());
+        list.push(Server::named(address));
         Ok(Placed {
             history: history + 1,
             moved: true,
         })
+    }
+
+    /// Records `state`, read from the server of `history` now, with what was known of it.
+    pub fn record_state(&self, history: u16, state: &BinlogState) {
+        if let Some(server) = self.0.locked().get_mut(usize::from(history)) {
+            server.state.merge(state);
+        }
+    }
+
+    /// What is known of the binlog of the server of `history`.
+    pub fn state(&self, history: u16) -> BinlogState {
+        self.0
+            .locked()
+            .get(usize::from(history))
+            .map(|s| s.state.clone())
+            .unwrap_or_default()
     }
 
     /// The history of the positions read from the server the source reaches now.
@@ -88,9 +140,18 @@ impl Histories {
         u16::try_from(len.saturating_sub(1)).unwrap_or(MAX_HISTORY)
     }
 
-    /// The addresses, history by history (for checkpoints and `cdc.sources`).
+    /// The servers, history by history (for checkpoints and `cdc.sources`).
     pub fn list(&self) -> Vec<String> {
-        self.0.locked().clone()
+        self.0.locked().iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The binlog states, history by history (for checkpoints).
+    pub fn states(&self) -> Vec<String> {
+        self.0
+            .locked()
+            .iter()
+            .map(|s| s.state.to_string())
+            .collect()
     }
 }
 
@@ -147,7 +208,7 @@ mod tests {
     #[test]
     fn an_old_checkpoint_without_a_list_is_the_current_address() {
         let h = Histories::default();
-        h.adopt(&[], "a:3306");
+        h.adopt(&[], &[], "a:3306");
         let at = BinlogCoord::new("bin.000003", 400);
         assert!(!h.place(&at, "a:3306").unwrap().moved);
     }

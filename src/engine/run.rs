@@ -21,10 +21,13 @@ use super::stop::{fail, panicked, Stop};
 use super::task::{append, fresh, recover, resume_published, Mode, Started, StreamedRun, Task};
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Burst, RunChanges, TableStop};
+use crate::change::errant::BinlogState;
 use crate::change::position::BinlogCoord;
+use crate::change::schema::Flavor;
 use crate::durable::{Checkpointer, DurableError};
 use crate::locks::Locked;
 use crate::provider::health::{Fault, SharedHealth};
+use crate::source::connect::binlog_state;
 use crate::source::error::SourceError;
 use crate::sqlstate::HasSqlState;
 use crate::state::changelog::Changelog;
@@ -76,7 +79,9 @@ pub(crate) async fn run(task: Task, mode: Mode) {
         // A server that cannot be reached at all is left for another of the source's URL,
         // when one has every GTID the source applied (`engine::servers`).
         if let Stop::Source(SourceError::Unreachable { .. }) = &stop {
-            if let Some(next) = servers::move_on(&task.link, &task.published.load_full()).await {
+            if let Some(next) =
+                servers::move_on(&task.link, &task.published.load_full(), &task.histories).await
+            {
                 task.connect = next;
                 if task.published.load().position.is_some() {
                     mode = Mode::Resume;
@@ -203,14 +208,27 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     // `engine::histories`), which the starts below see in `task.connect.history`.
     // A server is named by its address and identity: a managed database's failover can put
     // another server behind the same address.
-    let address = {
+    // On MariaDB its binlog state is kept with it, to tell errant transactions another
+    // server may have logged below the source's position from its own (`change::errant`).
+    let (address, state) = {
         let mut conn = task.connect.connect().await?;
         let info = task.connect.checked(&mut conn).await?;
-        format!("{} ({})", task.connect.address(), info.identity())
+        let state = match info.flavor {
+            Flavor::MariaDb => {
+                task.connect
+                    .bounded(
+                        || "reading the binlog state".into(),
+                        binlog_state(&mut conn),
+                    )
+                    .await?
+            }
+            Flavor::MySql => BinlogState::default(),
+        };
+        (servers::server_name(&task.connect, &info), state)
     };
     let goes_on_after = match (&manifest, mode) {
         (Some(m), _) => {
-            task.histories.adopt(&m.servers, &address);
+            task.histories.adopt(&m.servers, &m.server_states, &address);
             Some(m.position.parse::<BinlogCoord>().map_err(|e| {
                 Stop::State(DurableError::Decode {
                     path: format!("manifest {}", m.seq),
@@ -226,8 +244,9 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         Some(at) => placed.connect.history = task.histories.place(at, &address)?.history,
         None => task.histories.reset(&address),
     }
+    task.histories.record_state(placed.connect.history, &state);
     if let Some(c) = checkpointer {
-        c.set_servers(task.histories.list());
+        c.set_servers(task.histories.list(), task.histories.states());
     }
     let task = &placed;
     let started = match mode {

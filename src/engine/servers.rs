@@ -9,16 +9,27 @@
 //! server. A URL naming several servers (`mysql://cdc:pw@a:3306,b:3306`) is tried in order; the
 //! source stays with the one it reads until that one cannot be reached at all (every connection
 //! attempt failed), then takes the first other one that passes the check.
+//!
+//! The user may name the start instead ([`GoesOn`]): a position of the new server
+//! (`start_position`, checked to be in its binlog; needed where no GTIDs carry a position
+//! across), or a re-snapshot there. A named position is made the source's position, in the new
+//! server's history, and checkpointed before the capture starts there, so a restart goes on
+//! at it too.
 
 use std::sync::{Arc, RwLock};
 
 use super::error::EngineError;
-use crate::capture::version::SourceVersion;
+use super::histories::Histories;
+use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Capture, ResumeAt};
+use crate::change::errant::{errant_mariadb, errant_mysql};
+use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
+use crate::change::schema::Flavor;
+use crate::durable::Checkpointer;
 use crate::locks::RwLocked;
-use crate::source::connect::{ConnectOptions, ServerInfo};
+use crate::source::connect::{binlog_state, ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
-use crate::sql::MySqlUrl;
+use crate::sql::{MoveStart, MySqlUrl};
 
 /// How a source reaches its server; shared by the source, its tasks and its server poll.
 #[derive(Debug, Clone)]
@@ -83,12 +94,15 @@ impl Link {
 }
 
 /// Checks that a source whose published version is `version` can go on at `to` (a server of
-/// another address than the one it read from): `to` must have logged every GTID the source has
-/// applied. Nothing published yet: nothing to lose, the source starts there.
+/// another address than the one it read from) after its GTIDs: `to` must have logged every GTID
+/// the source has applied, and (unless `accept_errant`) no transaction below the source's
+/// position that the server it read from never logged ([`check_errant`]). Nothing published
+/// yet: nothing to lose, the source starts there.
 pub(crate) async fn check_move(
     version: &SourceVersion,
-    to: &ConnectOptions,
-    info: &ServerInfo,
+    histories: &Histories,
+    (to, info): (&ConnectOptions, &ServerInfo),
+    accept_errant: bool,
 ) -> Result<(), EngineError> {
     if let Some(position) = version.position.clone() {
         let from = ResumeAt {
@@ -97,14 +111,59 @@ pub(crate) async fn check_move(
             by_gtid: true,
         };
         Capture::check_gtids(to, info.flavor, &from).await?;
+        if !accept_errant {
+            check_errant(version, histories, to, info).await?;
+        }
     }
     Ok(())
+}
+
+/// Fails with [`SourceError::ErrantGtids`] when `to` has logged transactions below the
+/// source's GTID position that the server of its position's history never logged (as far as
+/// the source knows that server's binlog: `engine::histories`); see `change::errant`.
+async fn check_errant(
+    version: &SourceVersion,
+    histories: &Histories,
+    to: &ConnectOptions,
+    info: &ServerInfo,
+) -> Result<(), EngineError> {
+    let (Some(position), Some(ours)) = (&version.position, version.gtids.as_deref()) else {
+        return Ok(());
+    };
+    let mut conn = to.connect().await?;
+    let errant = match info.flavor {
+        Flavor::MariaDb => {
+            let theirs = to
+                .bounded(
+                    || "reading the binlog state".into(),
+                    binlog_state(&mut conn),
+                )
+                .await?;
+            errant_mariadb(ours, &theirs, &histories.state(position.history()))
+        }
+        Flavor::MySql => {
+            let (_, logged) = to.position(&mut conn, info.flavor).await?;
+            errant_mysql(ours, &logged)
+        }
+    };
+    if errant.is_empty() {
+        return Ok(());
+    }
+    Err(SourceError::ErrantGtids {
+        server: to.address(),
+        errant,
+    }
+    .into())
 }
 
 /// After the server in use could not be reached at all: the first other server of the
 /// source's URL that answers and has logged every GTID the source applied, made the one in
 /// use (for the source, its poll and the next start); `None` when there is none.
-pub(crate) async fn move_on(link: &SharedLink, version: &SourceVersion) -> Option<ConnectOptions> {
+pub(crate) async fn move_on(
+    link: &SharedLink,
+    version: &SourceVersion,
+    histories: &Histories,
+) -> Option<ConnectOptions> {
     let (servers, current) = {
         let link = link.read_locked();
         (link.servers.clone(), link.connect.address())
@@ -119,7 +178,7 @@ pub(crate) async fn move_on(link: &SharedLink, version: &SourceVersion) -> Optio
         let checked = async {
             let mut conn = probe.connect().await?;
             let info = probe.checked(&mut conn).await?;
-            check_move(version, &probe, &info).await
+            check_move(version, histories, (&probe, &info), false).await
         };
         match checked.await {
             Ok(()) => {
@@ -133,4 +192,129 @@ pub(crate) async fn move_on(link: &SharedLink, version: &SourceVersion) -> Optio
         }
     }
     None
+}
+
+/// A server as the source's histories name it: its address and its identity.
+pub(crate) fn server_name(connect: &ConnectOptions, info: &ServerInfo) -> String {
+    format!("{} ({})", connect.address(), info.identity())
+}
+
+/// Where a source goes on at the server a new link leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GoesOn {
+    /// After its published position: on the same server at its file and offset, on another
+    /// after its GTIDs.
+    Published,
+    /// Every table read again there (`SET (...) RESNAPSHOT`).
+    Resnapshot,
+    /// At this position of `server` (`start_position = 'file:offset' | 'current'`).
+    At {
+        position: BinlogCoord,
+        server: String,
+    },
+    /// After these GTIDs (`start_position = '<GTID set>'`), which `server` has all logged.
+    AfterGtids(GtidSet),
+}
+
+/// Checks where a source whose published version is `version` goes on at `to` (reached
+/// through the source's link `from` until now; `info` from `to`'s start-up checks), as
+/// `start` asks, and says so; refused with the reason when it cannot go on there.
+pub(crate) async fn plan_move(
+    version: &SourceVersion,
+    histories: &Histories,
+    from: &ConnectOptions,
+    (to, info): (&ConnectOptions, &ServerInfo),
+    start: Option<&MoveStart>,
+    accept_errant: bool,
+) -> Result<GoesOn, EngineError> {
+    let server = server_name(to, info);
+    let refuse = |reason: String| EngineError::MoveRefused {
+        server: server.clone(),
+        reason,
+    };
+    let Some(position) = &version.position else {
+        // Nothing published yet: the snapshot starts again wherever the source reaches.
+        return match start {
+            Some(MoveStart::At(_)) => Err(refuse(
+                "the source has published nothing yet (its snapshot is not done), so there is \
+                 no state to go on from at a position; leave start_position out and the \
+                 snapshot starts again there"
+                    .into(),
+            )),
+            Some(MoveStart::Resnapshot) => Ok(GoesOn::Resnapshot),
+            None => Ok(GoesOn::Published),
+        };
+    };
+    let reads_it = histories.list().get(usize::from(position.history())) == Some(&server);
+    match start {
+        None => {
+            if to.address() != from.address() {
+                check_move(version, histories, (to, info), accept_errant).await?;
+            }
+            Ok(GoesOn::Published)
+        }
+        Some(MoveStart::Resnapshot) => Ok(GoesOn::Resnapshot),
+        Some(MoveStart::At(_)) if reads_it => Err(refuse(format!(
+            "the source reads that server already (its position {position} is of it); \
+             start_position names where it goes on at another server"
+        ))),
+        Some(MoveStart::At(StartPosition::Coord(at))) => {
+            Capture::check_binlog(to, at).await?;
+            Ok(GoesOn::At {
+                position: at.clone(),
+                server,
+            })
+        }
+        Some(MoveStart::At(StartPosition::Current)) => {
+            let mut conn = to.connect().await?;
+            let (at, _) = to.position(&mut conn, info.flavor).await?;
+            Ok(GoesOn::At {
+                position: at.in_history(0),
+                server,
+            })
+        }
+        Some(MoveStart::At(StartPosition::Gtid(gtids))) => {
+            let from = ResumeAt {
+                position: position.clone(),
+                gtids: Some(gtids.clone()),
+                by_gtid: true,
+            };
+            Capture::check_gtids(to, info.flavor, &from).await?;
+            Ok(GoesOn::AfterGtids(gtids.clone()))
+        }
+    }
+}
+
+/// Makes the source stand where `goes_on` names, while no capture task runs: its published
+/// state at the named position of the new server (a new history) or with the named GTIDs,
+/// checkpointed at once on a durable source, so a capture started now or after a restart
+/// goes on there. Nothing to do for the other starts, nor before anything is published.
+pub(crate) async fn stand_at(
+    goes_on: &GoesOn,
+    published: &Published,
+    histories: &Histories,
+    checkpointer: Option<&Checkpointer>,
+) -> Result<(), EngineError> {
+    let mut version = (*published.load_full()).clone();
+    let Some(at) = version.position.clone() else {
+        return Ok(());
+    };
+    match goes_on {
+        GoesOn::At { position, server } => {
+            let placed = histories.place(&at, server)?;
+            version.set_position(&position.clone().in_history(placed.history));
+            // Read again from the server at the start (MariaDB), unknown otherwise.
+            version.gtids = None;
+        }
+        GoesOn::AfterGtids(gtids) => version.gtids = Some(Arc::new(gtids.clone())),
+        GoesOn::Published | GoesOn::Resnapshot => return Ok(()),
+    }
+    let version = Arc::new(version);
+    published.store(Arc::clone(&version));
+    tracing::info!(position = ?version.position, gtids = ?version.gtids.as_deref().map(ToString::to_string), "the source goes on at another server where it was told to");
+    if let Some(c) = checkpointer {
+        c.set_servers(histories.list(), histories.states());
+        c.checkpoint(&version).await?;
+    }
+    Ok(())
 }

@@ -30,7 +30,8 @@
 //! the server before anything changes, then replaces it, restarts the poll on it and resumes
 //! the capture from the published version: no change is read twice or lost. A link to another
 //! address is a move to another server, which goes on after the source's GTIDs once that server
-//! is checked to have them all (`engine::servers`, `engine::histories`).
+//! is checked to have them all (`engine::servers`, `engine::histories`), or where the statement
+//! names: a position of the new server, or a re-snapshot there.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -48,7 +49,7 @@ use super::histories::Histories;
 use super::purge_watch::{watch, PurgeWatch, WatchInput};
 use super::retention::Retention;
 use super::run::{checkpoint_loop, run};
-use super::servers::{check_move, Link, SharedLink};
+use super::servers::{plan_move, stand_at, GoesOn, Link, SharedLink};
 use super::source_status::{now_micros, SourceStatus, SERVER_POLL};
 use super::stop::{fail, panicked};
 use super::task::{Mode, Task};
@@ -63,7 +64,9 @@ use crate::source::binlog::files::{binlog_files, purge_settings, BinlogFile, Pur
 use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::snapshot::incremental::Progress;
-use crate::sql::{parse_cdc_statement, CdcStatement, ConnectionChange, MySqlUrl, SourceChanges};
+use crate::sql::{
+    parse_cdc_statement, CdcStatement, ConnectionChange, MoveStart, MySqlUrl, SourceChanges,
+};
 
 /// The engine's sources by name.
 pub(crate) type Sources = RwLock<BTreeMap<String, Arc<RunningSource>>>;
@@ -279,12 +282,22 @@ impl RunningSource {
     /// Stops the capture task, clears its status and faults, and starts a new task in `mode`
     /// (the caller holds `restarting`).
     async fn restart(&self, mode: Mode) {
+        self.stop_task().await;
+        self.start_task(mode);
+    }
+
+    /// Stops the capture task, and waits until it is gone: it must not publish after the
+    /// next task read the state.
+    async fn stop_task(&self) {
         let old = self.task.locked().take();
         if let Some(old) = old {
             old.abort();
-            // Wait until it is gone: it must not publish after the new task read the state.
             let _ = old.await;
         }
+    }
+
+    /// Starts a capture task in `mode`; none runs.
+    fn start_task(&self, mode: Mode) {
         let _ = self.shared.ready.send(false);
         self.status.locked().error = None;
         self.health.clear_source();
@@ -362,57 +375,87 @@ impl RunningSource {
         self.link.read_locked().url.masked()
     }
 
-    /// Checks that the source can go on at the server `connection` leads to: the same
-    /// address as now (a move to another server needs a resume by GTID, which this does not
-    /// do), credentials the server takes, and privileges and binlog settings that pass the
-    /// start-up checks. Changes nothing; the link it returns is for [`Self::reconnect`].
+    /// Checks that the source can go on at the server `connection` leads to, as `start`
+    /// asks (see [`plan_move`]): credentials the server takes, privileges and binlog settings
+    /// that pass the start-up checks, and at another server the GTIDs or the position to go
+    /// on at. Changes nothing; the link it returns is for [`Self::reconnect`].
     pub(crate) async fn check_connection(
         &self,
         connection: &ConnectionChange,
-    ) -> Result<Link, EngineError> {
+        start: Option<&MoveStart>,
+        accept_errant: bool,
+    ) -> Result<(Link, GoesOn), EngineError> {
         let now = self.link.read_locked().clone();
         let url = connection
             .apply(&now.url)
             .map_err(|reason| EngineError::Source(SourceError::Config(reason)))?;
         let mut next = Link::new(url, now.connect.read_timeout, now.server_id)?;
         let info = next.checked_server().await?;
-        if next.connect.address() != now.connect.address() {
-            // Another server: the capture goes on there after its GTIDs (`engine::histories`),
-            // checked now against what the server has logged, and again when it resumes.
-            check_move(&self.published.load_full(), &next.connect, &info).await?;
-        }
-        Ok(next)
+        let goes_on = plan_move(
+            &self.published.load_full(),
+            &self.shared.histories,
+            &now.connect,
+            (&next.connect, &info),
+            start,
+            accept_errant,
+        )
+        .await?;
+        Ok((next, goes_on))
     }
 
-    /// The way to the server `changes` give (a checked connection, a new replica id), or
-    /// `None` when they change neither.
+    /// The way to the server `changes` give (a checked connection, a new replica id) and
+    /// where the source goes on there, or `None` when they change neither.
     pub(crate) async fn next_link(
         &self,
         changes: &SourceChanges,
-    ) -> Result<Option<Link>, EngineError> {
+    ) -> Result<Option<(Link, GoesOn)>, EngineError> {
         if changes.connection.is_empty() && changes.server_id.is_none() {
             return Ok(None);
         }
-        let mut link = if changes.connection.is_empty() {
-            self.link.read_locked().clone()
+        let (mut link, goes_on) = if changes.connection.is_empty() {
+            let goes_on = match changes.start {
+                Some(MoveStart::Resnapshot) => GoesOn::Resnapshot,
+                _ => GoesOn::Published,
+            };
+            (self.link.read_locked().clone(), goes_on)
         } else {
-            self.check_connection(&changes.connection).await?
+            self.check_connection(
+                &changes.connection,
+                changes.start.as_ref(),
+                changes.accept_errant,
+            )
+            .await?
         };
         if let Some(id) = changes.server_id {
             link.server_id = id;
         }
-        Ok(Some(link))
+        Ok(Some((link, goes_on)))
     }
 
-    /// Goes on at the server through `link` (checked by [`Self::check_connection`]): the
-    /// capture resumes from the published version with it, so nothing is read twice or
-    /// skipped, and the lag poll reads through it.
-    pub(crate) async fn reconnect(&self, link: Link) {
+    /// Goes on at the server through `link` (checked by [`Self::check_connection`]) where
+    /// `goes_on` says: from the published version (nothing read twice or skipped), after a
+    /// re-snapshot, or at a named start; the lag poll reads through it.
+    pub(crate) async fn reconnect(&self, link: Link, goes_on: GoesOn) -> Result<(), EngineError> {
         let _restarting = self.restarting.lock().await;
         let poller = self.poll.spawn(link.connect.clone());
         *self.link.write_locked() = link;
         std::mem::replace(&mut *self.poller.locked(), poller).abort();
-        self.restart(Mode::Resume).await;
+        if goes_on == GoesOn::Resnapshot {
+            self.restart(Mode::Resnapshot).await;
+            return Ok(());
+        }
+        self.stop_task().await;
+        let placed = stand_at(
+            &goes_on,
+            &self.published,
+            &self.shared.histories,
+            self.checkpointer.as_deref(),
+        )
+        .await;
+        // The capture goes on either way: a checkpoint that failed leaves the named start
+        // published, and the checkpoint loop writes it later.
+        self.start_task(Mode::Resume);
+        placed
     }
 
     /// The options the source was created with.

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder};
 
+use crate::change::errant::BinlogState;
 use crate::change::position::{BinlogCoord, GtidSet};
 use crate::change::schema::{Charset, Flavor, TableId, TableSchema};
 use crate::locks::Locked;
@@ -498,6 +499,18 @@ async fn check_privileges(conn: &mut Conn, user: &str, flavor: Flavor) -> Source
         missing,
         grant,
     })
+}
+
+/// MariaDB's `@@gtid_binlog_state`: the last GTID each server id logged in each domain, which
+/// tells transactions of other servers in the binlog apart (see `change::errant`).
+pub async fn binlog_state(conn: &mut Conn) -> SourceResult<BinlogState> {
+    let text = conn
+        .query_first::<String, _>("SELECT @@GLOBAL.gtid_binlog_state")
+        .await
+        .map_err(|e| SourceError::from_mysql("reading @@gtid_binlog_state", e))?
+        .unwrap_or_default();
+    text.parse()
+        .map_err(|e| SourceError::NotSupported(format!("the server's GTID binlog state ({e})")))
 }
 
 /// The server's current binlog end and executed GTIDs: a watermark on a transaction boundary.

@@ -103,14 +103,27 @@ pub enum SourceError {
     /// already applied (a replica that is behind): going on there would lose them.
     #[error(
         "{server} has not logged transactions this source has already applied (GTIDs {}): it \
-         is behind the server they were read from; wait until it has caught up, or point the \
-         source at a server that has them",
+         is behind the server they were read from; wait until it has caught up, point the \
+         source at a server that has them, or take this one as it is by reading every table \
+         there again (ALTER SOURCE ... RESNAPSHOT)",
         missing.join(", ")
     )]
     GtidsMissing {
         server: String,
         missing: Vec<String>,
     },
+    /// The server a source is to go on at has logged transactions below the source's GTID
+    /// position that the server the source read never logged (errant transactions, see
+    /// `change::errant`): going on after the source's GTIDs would skip them.
+    #[error(
+        "{server} has logged transactions below this source's GTID position that the server it \
+         was read from never logged (errant GTIDs {}): going on there after its GTIDs would \
+         leave their changes out; read every table there again (ALTER SOURCE ... SET (url = \
+         '...') RESNAPSHOT), or accept them (ALTER SOURCE ... SET (url = '...', \
+         accept_errant_gtids = true): their changes stay out of the source)",
+        errant.join(", ")
+    )]
+    ErrantGtids { server: String, errant: Vec<String> },
     /// The server cannot send its binlog after the GTIDs the stream starts from: its history
     /// does not hold the transaction a domain of them stands at (it diverged from the server
     /// they were read from: errant transactions, or a server that never replicated it), or it
@@ -118,7 +131,8 @@ pub enum SourceError {
     #[error(
         "{server} cannot go on after GTIDs {gtids}: {message}; its history does not hold them \
          (it diverged from the server the source read them from, or purged them): point the \
-         source at a server that replicated that one, or create the source again here"
+         source at a server that replicated that one, or read every table here again \
+         (ALTER SOURCE ... RESNAPSHOT)"
     )]
     GtidsDiverged {
         server: String,
@@ -338,6 +352,7 @@ impl HasSqlState for SourceError {
             SourceError::BadSetting { .. }
             | SourceError::BinlogUnavailable { .. }
             | SourceError::GtidsMissing { .. }
+            | SourceError::ErrantGtids { .. }
             | SourceError::GtidsDiverged { .. }
             | SourceError::NoGtidPosition { .. }
             | SourceError::PartialRowImage { .. }

@@ -57,8 +57,8 @@ pub use as_of::rewrite_as_of;
 pub use error::SqlError;
 pub use mysql_url::{mask_password, MySqlUrl};
 pub use options::{
-    ConnectionChange, OptionSpec, SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM,
-    MAX_SERVER_ID, OPTIONS,
+    ConnectionChange, MoveStart, OptionSpec, SourceChanges, SourceOptions, DEFAULT_TABLES,
+    MAX_PARALLELISM, MAX_SERVER_ID, OPTIONS,
 };
 pub use parse::parse_cdc_statement;
 pub use script::split_statements;

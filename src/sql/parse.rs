@@ -17,7 +17,7 @@ use sqlparser::tokenizer::Token;
 use super::error::SqlError;
 use super::grammar::{claim, is_keyword, is_word, Grammar, NameKind};
 use super::mysql_url::{mask_password, MySqlUrl};
-use super::options::{OptionSpec, SourceChanges, SourceOptions};
+use super::options::{MoveStart, OptionSpec, SourceChanges, SourceOptions};
 use super::statement::{AlterSource, AlterSourceAction, CdcStatement, CreateSource, DropSource};
 use super::value::RawOption;
 use crate::change::schema::TableId;
@@ -222,7 +222,24 @@ impl Grammar<'_> {
         self.expect_keyword(Keyword::SOURCE)?;
         let (name, _) = self.name(NameKind::Source, "source name")?;
         if self.keyword(Keyword::SET) {
-            let changes = SourceChanges::from_raw(&self.options("SET")?)?;
+            let mut changes = SourceChanges::from_raw(&self.options("SET")?)?;
+            // `SET (...) RESNAPSHOT`: the changes, then every table read again through them.
+            if is_word(&self.parser.peek_token_ref().token, "RESNAPSHOT") {
+                let location = self.next_location();
+                self.parser.advance_token();
+                if changes.start.is_some() {
+                    return Err(SqlError::Unsupported {
+                        feature: "start_position together with RESNAPSHOT".into(),
+                        hint: Some(
+                            "a re-snapshot reads every table at the server's current position: \
+                             leave start_position out"
+                                .into(),
+                        ),
+                        location: Some(location),
+                    });
+                }
+                changes.start = Some(MoveStart::Resnapshot);
+            }
             return Ok(AlterSource {
                 name,
                 action: AlterSourceAction::Set(changes),
@@ -493,6 +510,86 @@ mod tests {
             "ALTER SOURCE s SET (password = 'a', password = 'b')",
             SqlState::SYNTAX_ERROR.code(),
             "password",
+        );
+    }
+
+    #[test]
+    fn alter_source_names_where_a_move_goes_on() {
+        use crate::change::position::StartPosition;
+        let start = |sql: &str| match parse(sql) {
+            CdcStatement::AlterSource(AlterSource {
+                action: AlterSourceAction::Set(changes),
+                ..
+            }) => changes.start,
+            other => panic!("{sql}: {other:?}"),
+        };
+        // No password in the URL: the statement's text masks it.
+        let at = "ALTER SOURCE s SET (url = 'mysql://u@b:3306', \
+                  start_position = 'mysql-bin.000004:1234')";
+        match start(at) {
+            Some(MoveStart::At(StartPosition::Coord(c))) => {
+                assert_eq!(c.to_string(), "mysql-bin.000004:1234");
+            }
+            other => panic!("{other:?}"),
+        }
+        let statement = parse(at);
+        assert_eq!(parse(&statement.to_string()), statement);
+        assert!(
+            statement
+                .to_string()
+                .ends_with("start_position = 'mysql-bin.000004:1234')"),
+            "{statement}"
+        );
+        assert!(matches!(
+            start("ALTER SOURCE s SET (url = 'mysql://b', start_position = 'current')"),
+            Some(MoveStart::At(StartPosition::Current))
+        ));
+        assert!(matches!(
+            start("ALTER SOURCE s SET (url = 'mysql://b', start_position = '0-2-17')"),
+            Some(MoveStart::At(StartPosition::Gtid(_)))
+        ));
+        let again = "ALTER SOURCE s SET (url = 'mysql://u:pw@b:3306') RESNAPSHOT";
+        assert_eq!(start(again), Some(MoveStart::Resnapshot));
+        let statement = parse(again);
+        assert_eq!(
+            statement.to_string(),
+            "ALTER SOURCE s SET (url = 'mysql://u:****@b:3306') RESNAPSHOT"
+        );
+        assert_eq!(start("ALTER SOURCE s SET (url = 'mysql://b')"), None);
+        let accept = parse("ALTER SOURCE s SET (url = 'mysql://b', accept_errant_gtids = true)");
+        match &accept {
+            CdcStatement::AlterSource(AlterSource {
+                action: AlterSourceAction::Set(changes),
+                ..
+            }) => assert!(changes.accept_errant),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(parse(&accept.to_string()), accept);
+        assert_error(
+            "ALTER SOURCE s SET (accept_errant_gtids = true)",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
+            "comes with that server's url",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (start_position = 'mysql-bin.000004:4')",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
+            "comes with that server's url",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (url = 'mysql://b', start_position = '~0001~bin.000001:4')",
+            SqlState::INVALID_PARAMETER_VALUE.code(),
+            "SHOW MASTER STATUS",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (url = 'mysql://b', start_position = 'current') RESNAPSHOT",
+            SqlState::FEATURE_NOT_SUPPORTED.code(),
+            "leave start_position out",
+        );
+        assert_error(
+            "ALTER SOURCE s SET (url = 'mysql://b', start_position = 'current', \
+             start_position = 'current')",
+            SqlState::SYNTAX_ERROR.code(),
+            "start_position",
         );
     }
 

@@ -13,6 +13,7 @@ use std::fmt;
 
 use super::mysql_url::mask_password;
 use super::names::{mysql_name_sql, quote_string, source_name_sql};
+use super::options::MoveStart;
 use super::statement::{
     AlterSink, AlterSource, AlterSourceAction, CdcStatement, CreateSink, CreateSource, DropSink,
     DropSource,
@@ -68,7 +69,13 @@ impl fmt::Display for AlterSource {
                 mysql_name_sql(&t.db),
                 mysql_name_sql(&t.table)
             ),
-            AlterSourceAction::Set(changes) => write!(f, " SET ({changes})"),
+            AlterSourceAction::Set(changes) => {
+                write!(f, " SET ({changes})")?;
+                if changes.start == Some(MoveStart::Resnapshot) {
+                    f.write_str(" RESNAPSHOT")?;
+                }
+                Ok(())
+            }
         }
     }
 }

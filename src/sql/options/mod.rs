@@ -25,7 +25,8 @@ mod typed;
 
 pub use table::{OptionSpec, OPTIONS};
 pub use typed::{
-    ConnectionChange, SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM, MAX_SERVER_ID,
+    ConnectionChange, MoveStart, SourceChanges, SourceOptions, DEFAULT_TABLES, MAX_PARALLELISM,
+    MAX_SERVER_ID,
 };
 
 #[cfg(test)]

@@ -18,8 +18,8 @@ use sqlparser::tokenizer::Location;
 
 use super::formats::{parse_chunk_keys, parse_start, parse_tables, ModeName};
 use super::typed::{
-    ConnectionChange, SourceChanges, SourceOptions, MAX_PARALLELISM, MAX_PURGE_WARNING_SECONDS,
-    MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID,
+    ConnectionChange, MoveStart, SourceChanges, SourceOptions, MAX_PARALLELISM,
+    MAX_PURGE_WARNING_SECONDS, MAX_READ_TIMEOUT_SECONDS, MAX_SERVER_ID,
 };
 use crate::capture::SnapshotMode;
 use crate::change::position::StartPosition;
@@ -417,7 +417,27 @@ impl SourceChanges {
         // those items are read here and the rest through the table.
         let mut connection = Vec::new();
         let mut options = Vec::new();
+        let mut start = None;
+        let mut accept = None;
         for item in raw {
+            if item.name == "accept_errant_gtids" {
+                if accept.replace(item).is_some() {
+                    return Err(SqlError::DuplicateOption {
+                        option: "accept_errant_gtids",
+                        location: Some(item.name_location),
+                    });
+                }
+                continue;
+            }
+            if item.name == "start_position" {
+                if start.replace(item).is_some() {
+                    return Err(SqlError::DuplicateOption {
+                        option: "start_position",
+                        location: Some(item.name_location),
+                    });
+                }
+                continue;
+            }
             match CONNECTION.into_iter().find(|name| *name == item.name) {
                 Some(name) => connection.push((name, item)),
                 None => options.push(item),
@@ -427,6 +447,23 @@ impl SourceChanges {
             connection: read_connection(&connection)?,
             ..SourceChanges::default()
         };
+        if let Some(item) = start {
+            out.start = Some(MoveStart::At(read_move_start(item, &out.connection)?));
+        }
+        if let Some(item) = accept {
+            let literal = Literal {
+                option: "accept_errant_gtids",
+                item,
+            };
+            out.accept_errant = literal.boolean()?;
+            if out.connection.url.is_none() {
+                return Err(literal.invalid(
+                    "it lets a move to another server go on, so it comes with that server's \
+                     url: ALTER SOURCE ... SET (url = '...', accept_errant_gtids = true)"
+                        .into(),
+                ));
+            }
+        }
         let mut draft = Draft::over(SourceOptions::default());
         let seen = draft.read_items(options, |item| {
             if ALTERABLE.contains(&item.name.as_str()) {
@@ -458,6 +495,36 @@ impl SourceChanges {
 
 /// What `ALTER SOURCE ... SET` takes besides the alterable options: how to reach the server.
 const CONNECTION: [&str; 3] = ["url", "user", "password"];
+
+/// `start_position` of `ALTER SOURCE ... SET`: where the source goes on at the server of the
+/// `url` given with it (so it comes with a `url`), as `CREATE SOURCE` reads it; a position of
+/// the new server, so without the history prefix positions of an earlier server carry.
+fn read_move_start(
+    item: &RawOption,
+    connection: &ConnectionChange,
+) -> Result<StartPosition, SqlError> {
+    let literal = Literal {
+        option: "start_position",
+        item,
+    };
+    if connection.url.is_none() {
+        return Err(literal.invalid(
+            "it names where the source goes on at another server, so it comes with that \
+             server's url: ALTER SOURCE ... SET (url = '...', start_position = '...')"
+                .into(),
+        ));
+    }
+    let start = parse_start(literal.string()?).map_err(|e| literal.invalid(e))?;
+    if let StartPosition::Coord(c) = &start {
+        if c.history() != 0 {
+            return Err(literal.invalid(format!(
+                "{c} is a position of this engine (an earlier server's); name the file and \
+                 offset as the new server's SHOW MASTER STATUS gives them"
+            )));
+        }
+    }
+    Ok(start)
+}
 
 /// The `url`, `user` and `password` items of `ALTER SOURCE ... SET`, each a string at most
 /// once; the URL must parse as `CREATE SOURCE`'s does.
@@ -515,6 +582,17 @@ impl fmt::Display for SourceChanges {
         }
         if self.connection.password.is_some() {
             parts.push("password = '****'".to_string());
+        }
+        if self.accept_errant {
+            parts.push("accept_errant_gtids = true".to_string());
+        }
+        if let Some(MoveStart::At(start)) = &self.start {
+            let text = match start {
+                StartPosition::Current => "current".to_string(),
+                StartPosition::Coord(c) => c.to_string(),
+                StartPosition::Gtid(set) => set.to_string(),
+            };
+            parts.push(format!("start_position = {}", quote_string(&text)));
         }
         f.write_str(&parts.join(", "))
     }

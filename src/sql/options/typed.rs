@@ -12,11 +12,12 @@
 use std::collections::BTreeMap;
 
 use crate::capture::{CaptureOptions, SnapshotMode};
+use crate::change::position::StartPosition;
 use crate::change::schema::TableId;
+#[cfg(doc)]
+use crate::source::snapshot::incremental::SnapshotOptions;
 use crate::sql::mysql_url::{join_hosts, MySqlUrl};
 use crate::state::retention::RetainHistory;
-#[cfg(doc)]
-use crate::{change::position::StartPosition, source::snapshot::incremental::SnapshotOptions};
 
 /// Tables captured when `tables` is not given: every table outside the system databases
 /// (which the capture's table filter always leaves out).
@@ -140,6 +141,26 @@ pub struct SourceChanges {
     pub server_id: Option<u32>,
     /// How to reach the server from now on (`url`, `user`, `password`).
     pub connection: ConnectionChange,
+    /// Where the source goes on at the server it reaches from now on, when not after its
+    /// published position (`start_position`, or `RESNAPSHOT` after the `SET (...)`).
+    pub start: Option<MoveStart>,
+    /// `accept_errant_gtids = true`: a move by GTID goes on at a server that logged
+    /// transactions below the source's position its old server never logged, leaving their
+    /// changes out (see `change::errant`).
+    pub accept_errant: bool,
+}
+
+/// Where a source goes on at another server when it does not go on after its GTIDs: a
+/// server that logs no GTIDs has nothing else to carry a position across, and a replica
+/// that lacks some of them can still be taken as it is by reading every table there again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveStart {
+    /// `start_position = 'file:offset' | 'current' | '<GTID set>'`: a position of the new
+    /// server, named by the user, at which the source's published state holds there.
+    At(StartPosition),
+    /// `ALTER SOURCE ... SET (...) RESNAPSHOT`: every table read again at the new server; the
+    /// changelogs get only the differences (see `engine::resnapshot`).
+    Resnapshot,
 }
 
 /// `ALTER SOURCE ... SET (url = '...', user = '...', password = '...')`: a new URL (TLS and
