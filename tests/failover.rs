@@ -227,6 +227,21 @@ async fn moved(engine: &Engine, from: &DevServer, to: &DevServer) {
     );
 }
 
+/// A durable engine in a fresh directory (kept while the first value lives), with its path.
+async fn durable_engine() -> (tempfile::TempDir, String, Engine) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    (dir, path, engine)
+}
+
+/// The replica catches up, the primary dies, the replica is promoted.
+async fn promote(primary: &mut DevServer, replica: &DevServer) {
+    caught_up(replica, primary).await;
+    primary.kill();
+    run(replica, "STOP SLAVE; RESET SLAVE ALL").await;
+}
+
 fn durable_options() -> EngineOptions {
     let mut o = EngineOptions::default();
     o.durable.checkpoint_interval = Duration::from_millis(100);
@@ -236,9 +251,7 @@ fn durable_options() -> EngineOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_follows_its_primary_to_a_promoted_replica() {
     let (mut primary, replica) = pair().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_str().unwrap().to_string();
-    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    let (_dir, path, engine) = durable_engine().await;
     create(&engine, &primary.cdc_url(), "").await;
     let mut made = Made::default();
     write(&primary, 21, 30, &mut made).await;
@@ -266,9 +279,7 @@ async fn a_source_follows_its_primary_to_a_promoted_replica() {
 
     // The replica catches up; the primary dies; the replica is promoted.
     run(&replica, "START SLAVE").await;
-    caught_up(&replica, &primary).await;
-    primary.kill();
-    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    promote(&mut primary, &replica).await;
     exec(
         &engine,
         &format!("ALTER SOURCE s SET (url = '{}')", replica.cdc_url()),
@@ -298,9 +309,7 @@ async fn a_source_follows_its_primary_to_a_promoted_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_with_two_servers_moves_on_its_own() {
     let (mut primary, replica) = pair().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_str().unwrap().to_string();
-    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    let (_dir, path, engine) = durable_engine().await;
     let both = format!(
         "mysql://cdc:{}@127.0.0.1:{},127.0.0.1:{}",
         cdcfusion::devserver::CDC_PASSWORD,
@@ -311,9 +320,7 @@ async fn a_source_with_two_servers_moves_on_its_own() {
     let mut made = Made::default();
     write(&primary, 21, 30, &mut made).await;
     synced(&engine, &primary).await;
-    caught_up(&replica, &primary).await;
-    primary.kill();
-    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    promote(&mut primary, &replica).await;
     write(&replica, 51, 30, &mut made).await;
     synced(&engine, &replica).await;
     check(&engine, &replica, 20, made).await;
@@ -350,19 +357,7 @@ async fn a_server_of_another_history_is_refused() {
     )
     .await
     .unwrap();
-    let deadline = tokio::time::Instant::now() + HANG_GUARD;
-    let stopped = loop {
-        let rows = query(
-            &engine,
-            "SELECT state, error_sqlstate, error FROM cdc.sources WHERE name = 's'",
-        )
-        .await;
-        if rows[0].starts_with("state=failed") {
-            break rows[0].clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{rows:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let stopped = failed(&engine).await;
     assert!(
         stopped.contains("error_sqlstate=55000") && stopped.contains("cannot go on after GTIDs"),
         "{stopped}"
@@ -402,9 +397,7 @@ async fn a_failover_behind_the_same_address_is_followed() {
     let mut made = Made::default();
     write(&primary, 21, 20, &mut made).await;
     synced(&engine, &primary).await;
-    caught_up(&replica, &primary).await;
-    primary.kill();
-    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    promote(&mut primary, &replica).await;
     endpoint.set_upstream(replica.port());
     endpoint.reset_all();
     write(&replica, 41, 20, &mut made).await;
@@ -430,6 +423,52 @@ async fn rows_of(server: &DevServer) -> std::collections::BTreeMap<u64, i64> {
     rows.into_iter().collect()
 }
 
+/// Waits until source `s` has failed; its state, SQLSTATE and error.
+async fn failed(engine: &Engine) -> String {
+    let deadline = tokio::time::Instant::now() + HANG_GUARD;
+    loop {
+        let rows = query(
+            engine,
+            "SELECT state, error_sqlstate, error FROM cdc.sources WHERE name = 's'",
+        )
+        .await;
+        if rows[0].starts_with("state=failed") {
+            return rows[0].clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The current table equals `server`'s rows but the row of key `errant`, which the source
+/// never read.
+async fn all_but(engine: &Engine, server: &DevServer, errant: u64) {
+    let mut want = rows_of(server).await;
+    assert!(
+        want.remove(&errant).is_some(),
+        "{errant} is not on the server"
+    );
+    let current = query(engine, &format!("SELECT id, v FROM s.{DB}.t ORDER BY id")).await;
+    let want: Vec<String> = want
+        .iter()
+        .map(|(id, v)| format!("id={id} v={v}"))
+        .collect();
+    assert_eq!(current, want);
+}
+
+/// A replica of `primary` that logs a transaction of its own (key 1000) below the position
+/// the source on `engine` reaches with more writes to `primary`: its errant GTID.
+async fn errant_replica(engine: &Engine, primary: &DevServer, replica: &DevServer) -> String {
+    let mut made = Made::default();
+    write(primary, 21, 5, &mut made).await;
+    caught_up(replica, primary).await;
+    run(replica, &format!("INSERT INTO {DB}.t VALUES (1000, 7)")).await;
+    let errant = gtid_binlog_pos(replica).await;
+    write(primary, 26, 10, &mut made).await;
+    synced(engine, primary).await;
+    errant
+}
+
 /// How many changelog entries the source's table has.
 async fn entries(engine: &Engine) -> Vec<String> {
     query(
@@ -439,7 +478,8 @@ async fn entries(engine: &Engine) -> Vec<String> {
     .await
 }
 
-/// The newest changelog entry of each key gives the current table.
+/// The newest changelog entry of each key gives the current table, and no two entries share
+/// a position.
 async fn replays(engine: &Engine) {
     let replayed = query(
         engine,
@@ -452,6 +492,13 @@ async fn replays(engine: &Engine) {
     .await;
     let current = query(engine, &format!("SELECT id, v FROM s.{DB}.t ORDER BY id")).await;
     assert_eq!(replayed, current);
+    // Re-snapshot entries included, every entry has a position of its own.
+    let dup = query(
+        engine,
+        &format!("SELECT count(*) - count(DISTINCT _position) AS dup FROM s.{DB}.\"t$changelog\""),
+    )
+    .await;
+    assert_eq!(dup, ["dup=0"]);
 }
 
 /// A move that names where it goes on: a position of the new server (needed where no GTIDs
@@ -461,16 +508,12 @@ async fn replays(engine: &Engine) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_goes_on_at_a_named_position_of_the_new_server() {
     let (mut primary, replica) = pair().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_str().unwrap().to_string();
-    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    let (_dir, path, engine) = durable_engine().await;
     create(&engine, &primary.cdc_url(), "").await;
     let mut made = Made::default();
     write(&primary, 21, 20, &mut made).await;
     synced(&engine, &primary).await;
-    caught_up(&replica, &primary).await;
-    primary.kill();
-    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    promote(&mut primary, &replica).await;
     let (end, _) = cdcfusion::source::connect::current_position(
         &mut root_conn(&replica).await,
         cdcfusion::change::schema::Flavor::MariaDb,
@@ -526,9 +569,7 @@ async fn a_move_goes_on_at_a_named_position_of_the_new_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_is_behind_is_taken_by_a_new_snapshot() {
     let (primary, replica) = pair().await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_str().unwrap().to_string();
-    let engine = Engine::open(&path, durable_options()).await.unwrap();
+    let (_dir, path, engine) = durable_engine().await;
     create(&engine, &primary.cdc_url(), "").await;
     write(&primary, 21, 20, &mut Made::default()).await;
     caught_up(&replica, &primary).await;
@@ -598,16 +639,8 @@ async fn a_replica_with_errant_transactions_is_refused_unless_accepted() {
     let (mut primary, replica) = replicated(gtid_server(1), gtid_server_strict(2, false)).await;
     let engine = Engine::new();
     create(&engine, &primary.cdc_url(), "").await;
-    let mut made = Made::default();
-    write(&primary, 21, 5, &mut made).await;
-    caught_up(&replica, &primary).await;
-    run(&replica, &format!("INSERT INTO {DB}.t VALUES (1000, 7)")).await;
-    let errant = gtid_binlog_pos(&replica).await;
-    write(&primary, 26, 10, &mut made).await;
-    synced(&engine, &primary).await;
-    caught_up(&replica, &primary).await;
-    primary.kill();
-    run(&replica, "STOP SLAVE; RESET SLAVE ALL").await;
+    let errant = errant_replica(&engine, &primary, &replica).await;
+    promote(&mut primary, &replica).await;
     let to_replica = format!("ALTER SOURCE s SET (url = '{}'", replica.cdc_url());
     let refused = exec(&engine, &format!("{to_replica})")).await.unwrap_err();
     assert_eq!(refused.sqlstate().code(), "55000", "{refused}");
@@ -623,15 +656,47 @@ async fn a_replica_with_errant_transactions_is_refused_unless_accepted() {
     )
     .await
     .unwrap();
-    write(&replica, 36, 10, &mut made).await;
+    write(&replica, 36, 10, &mut Made::default()).await;
     synced(&engine, &replica).await;
-    // Everything but the errant row, which the source never read.
-    let mut want = rows_of(&replica).await;
-    assert_eq!(want.remove(&1000), Some(7));
-    let current = query(&engine, &format!("SELECT id, v FROM s.{DB}.t ORDER BY id")).await;
-    let want: Vec<String> = want
-        .iter()
-        .map(|(id, v)| format!("id={id} v={v}"))
-        .collect();
-    assert_eq!(current, want);
+    all_but(&engine, &replica, 1000).await;
+}
+
+/// Behind an address that stays the same, no statement names the new server: the source finds
+/// the errant transaction itself when it goes on there, and stops naming it; accepted with the
+/// same address, it goes on, also after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_errant_replica_behind_the_same_address_stops_the_source_until_accepted() {
+    let (mut primary, replica) = replicated(gtid_server(1), gtid_server_strict(2, false)).await;
+    let endpoint = common::proxy::FaultProxy::start(primary.port()).await;
+    let (_dir, path, engine) = durable_engine().await;
+    let url = format!(
+        "mysql://cdc:{}@127.0.0.1:{}?prefer_socket=false",
+        cdcfusion::devserver::CDC_PASSWORD,
+        endpoint.port()
+    );
+    create(&engine, &url, ", read_timeout_seconds = 2").await;
+    let errant = errant_replica(&engine, &primary, &replica).await;
+    promote(&mut primary, &replica).await;
+    endpoint.set_upstream(replica.port());
+    endpoint.reset_all();
+    let stopped = failed(&engine).await;
+    assert!(
+        stopped.contains("error_sqlstate=55000")
+            && stopped.contains(&format!("errant GTIDs {errant}")),
+        "{stopped}"
+    );
+    exec(
+        &engine,
+        &format!("ALTER SOURCE s SET (url = '{url}', accept_errant_gtids = true)"),
+    )
+    .await
+    .unwrap();
+    write(&replica, 36, 10, &mut Made::default()).await;
+    synced(&engine, &replica).await;
+    all_but(&engine, &replica, 1000).await;
+    drop(engine);
+    write(&replica, 46, 10, &mut Made::default()).await;
+    let engine = reopen(&path).await;
+    synced(&engine, &replica).await;
+    all_but(&engine, &replica, 1000).await;
 }

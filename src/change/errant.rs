@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use super::position::{GtidSet, PositionParseError};
+use super::position::{subtract, GtidSet, PositionParseError};
 
 /// MariaDB's `@@gtid_binlog_state`: the last sequence number each server id logged in each
 /// domain.
@@ -121,7 +121,10 @@ pub fn errant_mysql(ours: &GtidSet, server: &GtidSet) -> Vec<String> {
             .filter(|&&(a, _)| a <= top)
             .map(|&(a, b)| (a, b.min(top)))
             .collect();
-        let lacking: Vec<(u64, u64)> = below.iter().flat_map(|&r| outside(r, have)).collect();
+        let lacking: Vec<(u64, u64)> = below
+            .iter()
+            .flat_map(|&(a, b)| subtract(a, b, have))
+            .collect();
         if !lacking.is_empty() {
             errant.insert(origin.clone(), lacking);
         }
@@ -131,29 +134,6 @@ pub fn errant_mysql(ours: &GtidSet, server: &GtidSet) -> Vec<String> {
     }
     let set = GtidSet::MySql(errant).to_string();
     set.split(',').map(str::to_string).collect()
-}
-
-/// The parts of the inclusive range `(a, b)` outside the sorted, disjoint ranges `have`.
-fn outside((a, b): (u64, u64), have: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut from = a;
-    for &(x, y) in have {
-        if y < from {
-            continue;
-        }
-        if x > b {
-            break;
-        }
-        if x > from {
-            out.push((from, x - 1));
-        }
-        from = y.saturating_add(1);
-        if from > b {
-            return out;
-        }
-    }
-    out.push((from, b));
-    out
 }
 
 #[cfg(test)]

@@ -505,7 +505,7 @@ impl GtidSet {
 }
 
 /// The parts of the inclusive range `a..=b` that sorted, disjoint `have` leaves out.
-fn subtract(a: u64, b: u64, have: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(crate) fn subtract(a: u64, b: u64, have: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut from = a;
     for &(x, y) in have {

@@ -241,7 +241,7 @@ impl Checkpointer {
     }
 
     /// Writes a checkpoint of `version` unless the last one is at its position already (with
-    /// the same GTIDs), or past it (a version loaded before a newer one was checkpointed);
+    /// the same GTIDs and servers), or past it (a version loaded before a newer one was checkpointed);
     /// returns the new durable position.
     pub async fn checkpoint(
         &self,
@@ -256,14 +256,15 @@ impl Checkpointer {
         };
         let text = position.to_string();
         let gtids = version.gtids.as_ref().map(|g| g.to_string());
-        let done = c
-            .manifest
-            .as_ref()
-            .is_some_and(|m| match m.position.parse::<BinlogCoord>() {
+        let (servers, server_states) = self.servers.locked().clone();
+        let done = c.manifest.as_ref().is_some_and(|m| {
+            let same = m.gtids == gtids && m.servers == servers && m.server_states == server_states;
+            match m.position.parse::<BinlogCoord>() {
                 Ok(had) if had > position => true,
-                Ok(had) if had == position => m.gtids == gtids,
-                _ => m.position == text && m.gtids == gtids,
-            });
+                Ok(had) if had == position => same,
+                _ => m.position == text && same,
+            }
+        });
         if done {
             return Ok(None);
         }
@@ -385,7 +386,6 @@ impl Checkpointer {
                 trimmed,
             });
         }
-        let (servers, server_states) = self.servers.locked().clone();
         let manifest = Manifest {
             format: FORMAT_VERSION,
             source_id: self.id.clone(),

@@ -125,6 +125,14 @@ impl Histories {
         }
     }
 
+    /// Whether the server of `history` was reached at `address` (whatever its identity).
+    pub fn same_address(&self, history: u16, address: &str) -> bool {
+        self.0
+            .locked()
+            .get(usize::from(history))
+            .is_some_and(|s| s.name.split(" (").next() == Some(address))
+    }
+
     /// What is known of the binlog of the server of `history`.
     pub fn state(&self, history: u16) -> BinlogState {
         self.0

@@ -8,7 +8,7 @@
 //!
 //! # Every table
 //! A fresh snapshot replaces the published state; the diff entries sit at the new hand-off's
-//! end. This is the repair for a purged binlog, so nothing of the old stream is needed. When
+//! end, numbered as the one-table case numbers them (below), so each has its own position. This is the repair for a purged binlog, so nothing of the old stream is needed. When
 //! the source's tables or their columns changed (a table stopped by DDL), the old changelogs
 //! cannot hold the new rows: the source starts over as if created now, its history included,
 //! and its checkpoints start a new layout.
@@ -131,7 +131,8 @@ pub(super) async fn resnapshot(task: &Task, previous: &SourceVersion) -> Result<
         };
         let old = previous.tables[t].scan_all().map_err(fail)?;
         let new = capture.state(t).to_batch().map_err(fail)?;
-        let events = diff(capture.state(t).codec(), &old, &[new], &end).map_err(fail)?;
+        let mut events = diff(capture.state(t).codec(), &old, &[new], &end).map_err(fail)?;
+        number_after(&mut events, &changelogs[t], &end);
         tracing::info!(table = %table.id, changes = events.len(), "re-snapshot compared");
         changes.extend(
             events

@@ -210,7 +210,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     // another server behind the same address.
     // On MariaDB its binlog state is kept with it, to tell errant transactions another
     // server may have logged below the source's position from its own (`change::errant`).
-    let (address, state) = {
+    let (address, state, info) = {
         let mut conn = task.connect.connect().await?;
         let info = task.connect.checked(&mut conn).await?;
         let state = match info.flavor {
@@ -224,7 +224,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
             }
             Flavor::MySql => BinlogState::default(),
         };
-        (servers::server_name(&task.connect, &info), state)
+        (servers::server_name(&task.connect, &info), state, info)
     };
     let goes_on_after = match (&manifest, mode) {
         (Some(m), _) => {
@@ -241,7 +241,28 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
     };
     let mut placed = task.clone();
     match &goes_on_after {
-        Some(at) => placed.connect.history = task.histories.place(at, &address)?.history,
+        Some(at) => {
+            let place = task.histories.place(at, &address)?;
+            placed.connect.history = place.history;
+            // Another server behind the same address (a managed database's failover): no
+            // statement checked it for errant transactions, so the start does (MariaDB, whose
+            // acceptance the history keeps; `change::errant`). A re-snapshot takes them all.
+            let behind_address = task
+                .histories
+                .same_address(at.history(), &task.connect.address());
+            if place.moved
+                && behind_address
+                && mode != Mode::Resnapshot
+                && info.flavor == Flavor::MariaDb
+            {
+                let ours = match &manifest {
+                    Some(m) => m.gtids.as_deref().and_then(|g| g.parse().ok()),
+                    None => previous.gtids.as_deref().cloned(),
+                };
+                servers::check_errant((at, ours.as_ref()), &task.histories, &task.connect, &info)
+                    .await?;
+            }
+        }
         None => task.histories.reset(&address),
     }
     task.histories.record_state(placed.connect.history, &state);

@@ -22,7 +22,7 @@ use super::error::EngineError;
 use super::histories::Histories;
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Capture, ResumeAt};
-use crate::change::errant::{errant_mariadb, errant_mysql};
+use crate::change::errant::{errant_mariadb, errant_mysql, BinlogState};
 use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::Flavor;
 use crate::durable::Checkpointer;
@@ -112,22 +112,24 @@ pub(crate) async fn check_move(
         };
         Capture::check_gtids(to, info.flavor, &from).await?;
         if !accept_errant {
-            check_errant(version, histories, to, info).await?;
+            let ours = version.gtids.as_deref();
+            check_errant((&from.position, ours), histories, to, info).await?;
         }
     }
     Ok(())
 }
 
 /// Fails with [`SourceError::ErrantGtids`] when `to` has logged transactions below the
-/// source's GTID position that the server of its position's history never logged (as far as
-/// the source knows that server's binlog: `engine::histories`); see `change::errant`.
-async fn check_errant(
-    version: &SourceVersion,
+/// source's GTID position (`ours`, at `position`) that the server of the position's history
+/// never logged (as far as the source knows that server's binlog, and what a move accepted:
+/// `engine::histories`); see `change::errant`.
+pub(crate) async fn check_errant(
+    (position, ours): (&BinlogCoord, Option<&GtidSet>),
     histories: &Histories,
     to: &ConnectOptions,
     info: &ServerInfo,
-) -> Result<(), EngineError> {
-    let (Some(position), Some(ours)) = (&version.position, version.gtids.as_deref()) else {
+) -> Result<(), SourceError> {
+    let Some(ours) = ours else {
         return Ok(());
     };
     let mut conn = to.connect().await?;
@@ -152,8 +154,25 @@ async fn check_errant(
     Err(SourceError::ErrantGtids {
         server: to.address(),
         errant,
+    })
+}
+
+/// What a move that accepts errant transactions takes as logged by the source's history: the
+/// binlog state of `to` (MariaDB), so later checks, also after a restart, pass (see
+/// `change::errant`). MySQL's check needs nothing kept.
+pub(crate) async fn accepted_state(
+    to: &ConnectOptions,
+    info: &ServerInfo,
+) -> Result<BinlogState, SourceError> {
+    if info.flavor != Flavor::MariaDb {
+        return Ok(BinlogState::default());
     }
-    .into())
+    let mut conn = to.connect().await?;
+    to.bounded(
+        || "reading the binlog state".into(),
+        binlog_state(&mut conn),
+    )
+    .await
 }
 
 /// After the server in use could not be reached at all: the first other server of the
@@ -203,8 +222,9 @@ pub(crate) fn server_name(connect: &ConnectOptions, info: &ServerInfo) -> String
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GoesOn {
     /// After its published position: on the same server at its file and offset, on another
-    /// after its GTIDs.
-    Published,
+    /// after its GTIDs; `accepted` is what `accept_errant_gtids` takes as logged by the
+    /// history it goes on from (see [`accepted_state`]).
+    Published { accepted: BinlogState },
     /// Every table read again there (`SET (...) RESNAPSHOT`).
     Resnapshot,
     /// At this position of `server` (`start_position = 'file:offset' | 'current'`).
@@ -242,7 +262,9 @@ pub(crate) async fn plan_move(
                     .into(),
             )),
             Some(MoveStart::Resnapshot) => Ok(GoesOn::Resnapshot),
-            None => Ok(GoesOn::Published),
+            None => Ok(GoesOn::Published {
+                accepted: BinlogState::default(),
+            }),
         };
     };
     let reads_it = histories.list().get(usize::from(position.history())) == Some(&server);
@@ -251,7 +273,12 @@ pub(crate) async fn plan_move(
             if to.address() != from.address() {
                 check_move(version, histories, (to, info), accept_errant).await?;
             }
-            Ok(GoesOn::Published)
+            let accepted = if accept_errant {
+                accepted_state(to, info).await?
+            } else {
+                BinlogState::default()
+            };
+            Ok(GoesOn::Published { accepted })
         }
         Some(MoveStart::Resnapshot) => Ok(GoesOn::Resnapshot),
         Some(MoveStart::At(_)) if reads_it => Err(refuse(format!(
@@ -287,8 +314,9 @@ pub(crate) async fn plan_move(
 
 /// Makes the source stand where `goes_on` names, while no capture task runs: its published
 /// state at the named position of the new server (a new history) or with the named GTIDs,
-/// checkpointed at once on a durable source, so a capture started now or after a restart
-/// goes on there. Nothing to do for the other starts, nor before anything is published.
+/// or its history taking the errant transactions a move accepted, checkpointed at once on a
+/// durable source, so a capture started now or after a restart goes on there. Nothing to do
+/// for the other starts, nor before anything is published.
 pub(crate) async fn stand_at(
     goes_on: &GoesOn,
     published: &Published,
@@ -307,7 +335,10 @@ pub(crate) async fn stand_at(
             version.gtids = None;
         }
         GoesOn::AfterGtids(gtids) => version.gtids = Some(Arc::new(gtids.clone())),
-        GoesOn::Published | GoesOn::Resnapshot => return Ok(()),
+        GoesOn::Published { accepted } if !accepted.is_empty() => {
+            histories.record_state(at.history(), accepted);
+        }
+        GoesOn::Published { .. } | GoesOn::Resnapshot => return Ok(()),
     }
     let version = Arc::new(version);
     published.store(Arc::clone(&version));

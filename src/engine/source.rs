@@ -55,6 +55,7 @@ use super::stop::{fail, panicked};
 use super::task::{Mode, Task};
 use crate::capture::version::{Published, SourceVersion};
 use crate::capture::{Capture, CaptureOptions};
+use crate::change::errant::BinlogState;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::{Flavor, TableId};
 use crate::durable::{Checkpointer, DurableError};
@@ -415,7 +416,9 @@ impl RunningSource {
         let (mut link, goes_on) = if changes.connection.is_empty() {
             let goes_on = match changes.start {
                 Some(MoveStart::Resnapshot) => GoesOn::Resnapshot,
-                _ => GoesOn::Published,
+                _ => GoesOn::Published {
+                    accepted: BinlogState::default(),
+                },
             };
             (self.link.read_locked().clone(), goes_on)
         } else {

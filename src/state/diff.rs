@@ -8,7 +8,8 @@
 //! Keyed tables get `c` (new key), `u` (same key, other row, with the old row as before image)
 //! and `d` (key gone); keyless tables (multisets) get one `c` or `d` per copy gained or lost.
 //! All entries carry the position of the new snapshot's end (event index 0, like snapshot
-//! rows), after every entry of the old history and before every later binlog change.
+//! rows), after every entry of the old history and before every later binlog change; the
+//! caller gives them their row indexes (`engine::resnapshot`), so each position is unique.
 
 use std::collections::HashMap;
 
@@ -54,7 +55,7 @@ pub fn diff(
         };
     let mut out = Vec::new();
     let keyless = codec.keyless();
-    // Sorted by key, so the entries (which share one position) come in a stable order.
+    // Sorted by key, so the entries come in a stable order (their row indexes follow it).
     let mut keys: Vec<&OwnedRow> = after.keys().collect();
     keys.sort();
     for key in keys {

@@ -417,30 +417,25 @@ impl SourceChanges {
         // those items are read here and the rest through the table.
         let mut connection = Vec::new();
         let mut options = Vec::new();
-        let mut start = None;
-        let mut accept = None;
+        // Where a move goes on: items of ALTER alone, each at most once.
+        let (mut start, mut accept) = (None, None);
         for item in raw {
-            if item.name == "accept_errant_gtids" {
-                if accept.replace(item).is_some() {
-                    return Err(SqlError::DuplicateOption {
-                        option: "accept_errant_gtids",
-                        location: Some(item.name_location),
-                    });
+            let (option, slot) = match item.name.as_str() {
+                "start_position" => ("start_position", &mut start),
+                "accept_errant_gtids" => ("accept_errant_gtids", &mut accept),
+                _ => {
+                    match CONNECTION.into_iter().find(|name| *name == item.name) {
+                        Some(name) => connection.push((name, item)),
+                        None => options.push(item),
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if item.name == "start_position" {
-                if start.replace(item).is_some() {
-                    return Err(SqlError::DuplicateOption {
-                        option: "start_position",
-                        location: Some(item.name_location),
-                    });
-                }
-                continue;
-            }
-            match CONNECTION.into_iter().find(|name| *name == item.name) {
-                Some(name) => connection.push((name, item)),
-                None => options.push(item),
+            };
+            if slot.replace(item).is_some() {
+                return Err(SqlError::DuplicateOption {
+                    option,
+                    location: Some(item.name_location),
+                });
             }
         }
         let mut out = SourceChanges {
