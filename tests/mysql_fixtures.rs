@@ -101,9 +101,10 @@
 //! keeps exactly the transactions completed before the cut; a flipped byte fails its CRC32,
 //! also in a compressed transaction payload.
 
+mod common;
+
 use cdcfusion::change::kinds::SimpleKind;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -438,21 +439,9 @@ fn expected_kinds() -> Vec<KindCheck> {
     ]
 }
 
-/// The fixture folder beside the checkout; a missing folder fails the test (a check that
-/// cannot run must not pass).
-fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/mysql-binlogs");
-    assert!(
-        dir.is_dir(),
-        "no MySQL binlog fixtures at {}: these tests read them in place",
-        dir.display()
-    );
-    dir
-}
-
 #[tokio::test]
 async fn mysql_binlog_fixtures_decode_like_mysql_common() {
-    let dir = fixtures();
+    let dir = common::mysql_fixtures();
     let json_ready = json_decoder_ready();
     if !json_ready {
         println!(
@@ -634,7 +623,7 @@ async fn check_runs(name: &str, data: &[u8], txs: &[SourceTransaction]) -> Vec<S
 /// that a strict comparison holds our decoder to MySQL and not to mysql_common's conventions.
 #[test]
 fn json_oracle_follows_mysql_printing() {
-    let dir = fixtures();
+    let dir = common::mysql_fixtures();
     let data = std::fs::read(dir.join("json-opaque.binlog")).expect("fixture is readable");
     let file = BinlogFile::new(BinlogVersion::Version4, &data[..]).expect("a binlog file");
     let mut tables = HashMap::new();
@@ -681,7 +670,7 @@ fn json_oracle_follows_mysql_printing() {
 /// panic, and only the transactions that were whole before the cut.
 #[tokio::test]
 async fn cut_binlogs_fail_clearly() {
-    let dir = fixtures();
+    let dir = common::mysql_fixtures();
     for name in [
         "vector.binlog",
         "mysql-enum-string-set.000001",
@@ -722,7 +711,7 @@ async fn cut_binlogs_fail_clearly() {
 /// inner events carry no CRC of their own and must not be checked).
 #[tokio::test]
 async fn corrupted_events_fail_their_checksum() {
-    let dir = fixtures();
+    let dir = common::mysql_fixtures();
     // (file, byte to flip, start of the event it belongs to)
     for (name, flip, event) in [
         // A byte of the first row of the first rows event.

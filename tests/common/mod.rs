@@ -306,3 +306,16 @@ pub fn setup_script(command: &str) {
         "`{command}` (scripts/lib.sh) failed: {status}"
     );
 }
+
+/// The folder of real MySQL binlog files beside the checkout, read in place; a missing folder
+/// fails the test (a check that cannot run must not pass).
+pub fn mysql_fixtures() -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/mysql-binlogs");
+    assert!(
+        dir.is_dir(),
+        "no MySQL binlog fixtures at {}: these tests read them in place",
+        dir.display()
+    );
+    dir
+}

@@ -23,10 +23,11 @@ use futures::StreamExt;
 use mysql_async::binlog::events::Event;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Sid};
+use mysql_common::packets::Tag;
 
 use super::assemble::{checksum_mismatch, Assembler};
 use super::filter::{TableFilter, SYSTEM_DATABASES};
-use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
+use crate::change::position::{BinlogCoord, GtidSet, MySqlIntervals, StartPosition};
 use crate::change::schema::{Flavor, TableId};
 use crate::change::{SourceTransaction, TransactionRun};
 use crate::source::connect::{collations, gtid_position_at, ConnectOptions, ServerInfo};
@@ -502,22 +503,7 @@ impl BinlogReader {
                 setup.push(format!("SET @slave_connect_state = '{state}'"));
                 setup.push("SET @slave_gtid_strict_mode = 1".into());
             }
-            StartPosition::Gtid(GtidSet::MySql(map)) => {
-                let mut sids = Vec::with_capacity(map.len());
-                for ((uuid, tag), intervals) in map {
-                    if tag.is_some() {
-                        return Err(SourceError::NotSupported(
-                            "starting from tagged MySQL GTIDs (start from file:offset)".into(),
-                        ));
-                    }
-                    let ivs = intervals
-                        .iter()
-                        .map(|(a, b)| GnoInterval::new(*a, b + 1))
-                        .collect();
-                    sids.push(Sid::new(*uuid).with_intervals(ivs));
-                }
-                mysql_gtids = Some(sids);
-            }
+            StartPosition::Gtid(GtidSet::MySql(map)) => mysql_gtids = Some(dump_sids(map)?),
             StartPosition::Gtid(GtidSet::Empty) => {
                 return Err(SourceError::Config("empty GTID start position".into()))
             }
@@ -798,6 +784,27 @@ impl BinlogReader {
             handled
         }
     }
+}
+
+/// The SID block of a MySQL GTID dump request for `set`: one entry per server UUID and tag,
+/// with intervals end-exclusive as the protocol has them. A set with a tagged GTID is sent in
+/// the tagged format (MySQL 8.3 and later), which older servers refuse: they have no tagged GTIDs.
+pub fn dump_sids(set: &MySqlIntervals) -> SourceResult<Vec<Sid<'static>>> {
+    let mut sids = Vec::with_capacity(set.len());
+    for ((uuid, tag), intervals) in set {
+        let ivs = intervals
+            .iter()
+            .map(|(a, b)| GnoInterval::new(*a, b + 1))
+            .collect();
+        let mut sid = Sid::new(*uuid).with_intervals(ivs);
+        if let Some(tag) = tag {
+            let tag = Tag::new(tag.clone())
+                .map_err(|e| SourceError::Config(format!("GTID tag {tag:?}: {e}")))?;
+            sid = sid.with_tag(tag);
+        }
+        sids.push(sid);
+    }
+    Ok(sids)
 }
 
 #[cfg(test)]
