@@ -700,3 +700,50 @@ async fn an_errant_replica_behind_the_same_address_stops_the_source_until_accept
     synced(&engine, &replica).await;
     all_but(&engine, &replica, 1000).await;
 }
+
+/// The GTIDs executed at a file position, as a MySQL source reads them (its file's starting
+/// set and the transactions before the position, listed by the server), equal what MariaDB's
+/// own `BINLOG_GTID_POS` says at every transaction boundary of a binlog with two domains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gtids_at_a_file_position_are_the_servers_own() {
+    let (primary, _replica) = pair().await;
+    write(&primary, 21, 5, &mut Made::default()).await;
+    run(
+        &primary,
+        &format!("SET SESSION gtid_domain_id = 7; INSERT INTO {DB}.t VALUES (500, 1)"),
+    )
+    .await;
+    run(&primary, "FLUSH BINARY LOGS").await;
+    write(&primary, 26, 5, &mut Made::default()).await;
+    let mut conn = root_conn(&primary).await;
+    let files: Vec<(String, u64)> = conn.query("SHOW BINARY LOGS").await.unwrap();
+    let mut checked = 0;
+    for (file, _) in &files {
+        let events: Vec<(String, u64, String, u32, u64, String)> = conn
+            .query(format!("SHOW BINLOG EVENTS IN '{file}'"))
+            .await
+            .unwrap();
+        for (_, pos, kind, _, _, _) in events.iter().filter(|e| e.2 == "Gtid") {
+            let at = cdcfusion::change::position::BinlogCoord::new(file.as_str(), *pos);
+            let ours = cdcfusion::source::binlog::files::executed_at(
+                &mut conn,
+                cdcfusion::change::schema::Flavor::MariaDb,
+                &at,
+            )
+            .await
+            .unwrap();
+            let server: Option<String> = conn
+                .exec_first("SELECT BINLOG_GTID_POS(?, ?)", (file.as_str(), *pos))
+                .await
+                .unwrap();
+            let server: cdcfusion::change::position::GtidSet =
+                server.unwrap_or_default().parse().unwrap();
+            assert_eq!(ours, server, "{kind} at {at}");
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 10 && files.len() > 1,
+        "{checked} positions in {files:?}"
+    );
+}

@@ -334,16 +334,20 @@ impl Capture {
     }
 
     /// A binlog reader from `start` that decodes only the rows of captured, unstopped tables.
-    /// The GTIDs executed start over from the reader's start set.
+    /// The GTIDs executed start over from the reader's start set: `known` (carried with the
+    /// position), else what the server says was executed there.
     async fn open_reader(
         &mut self,
         options: &CaptureOptions,
         start: StartPosition,
+        known: Option<GtidSet>,
     ) -> SourceResult<BinlogReader> {
         let only_captured = live_tables(Arc::clone(&self.pattern.filter), &self.stopped);
         let reader = BinlogReader::open(
             self.connect.clone(),
-            BinlogReaderOptions::new(options.server_id, start).with_filter(only_captured),
+            BinlogReaderOptions::new(options.server_id, start)
+                .with_filter(only_captured)
+                .with_start_gtids(known),
         )
         .await?;
         self.executed = reader.start_gtids().cloned();
@@ -353,8 +357,8 @@ impl Capture {
     /// The GTIDs executed up to the position the state reflects: the reader's start set and
     /// the GTID of every transaction taken from the stream since (applied, or dropped as held
     /// by a checkpoint). MariaDB: the position a replica would resume from; MySQL: the executed
-    /// set. `None` when the start set is not known (MySQL started from a file position
-    /// without one carried over).
+    /// set. `None` when the start set is not known (a server without GTIDs answers an empty
+    /// set instead, so this is a reader that could not tell).
     pub fn executed_gtids(&self) -> Option<&GtidSet> {
         self.executed.as_ref()
     }
@@ -372,7 +376,7 @@ impl Capture {
         options: &CaptureOptions,
         start: StartPosition,
     ) -> SourceResult<()> {
-        let reader = self.open_reader(options, start).await?;
+        let reader = self.open_reader(options, start, None).await?;
         // The state is (empty and) consistent at the start, when it is a file position.
         if let StartPosition::Coord(at) = reader.resume_position() {
             self.progress.set_position(at.clone());
@@ -419,7 +423,7 @@ impl Capture {
         tracing::info!(rows = log.len(), elapsed = ?started.elapsed(), "snapshot chunks applied");
         self.progress.set_phase(Phase::CatchUp);
         let mut reader = self
-            .open_reader(options, StartPosition::Coord(settled.stream_from))
+            .open_reader(options, StartPosition::Coord(settled.stream_from), None)
             .await?;
         self.follow_handoff(
             &mut reader,

@@ -40,11 +40,9 @@ impl Capture {
             StartPosition::Coord(from.position.clone())
         };
         let mut capture = Capture::new(connect, options, info, tables, states, progress)?;
-        let reader = capture.open_reader(options, start).await?;
-        if capture.executed.is_none() {
-            // MySQL has no lookup of a file position's GTIDs: the set carried with it holds.
-            capture.executed = from.gtids;
-        }
+        // The set carried with the position holds there; the server is asked only without one.
+        let known = if from.by_gtid { None } else { from.gtids };
+        let reader = capture.open_reader(options, start, known).await?;
         capture.reader = Some(reader);
         capture.progress.set_phase(Phase::Streaming);
         capture.progress.set_position(from.position.clone());

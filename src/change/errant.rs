@@ -40,6 +40,23 @@ impl BinlogState {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The GTID position this state stands at: per domain, the GTID of the highest sequence
+    /// number (the latest, as a domain's numbers only grow).
+    pub fn position(&self) -> GtidSet {
+        let mut latest: BTreeMap<u32, (u32, u64)> = BTreeMap::new();
+        for (&(domain, server), &seq) in &self.0 {
+            let at = latest.entry(domain).or_insert((server, seq));
+            if seq > at.1 {
+                *at = (server, seq);
+            }
+        }
+        if latest.is_empty() {
+            GtidSet::Empty
+        } else {
+            GtidSet::MariaDb(latest)
+        }
+    }
 }
 
 impl FromStr for BinlogState {

@@ -434,6 +434,42 @@ impl GtidSet {
         }
     }
 
+    /// Adds every GTID of `more` (of the same flavour; MariaDB: each domain keeps the later
+    /// of the two positions).
+    pub fn union_with(&mut self, more: &GtidSet) {
+        match more {
+            GtidSet::Empty => {}
+            GtidSet::MySql(theirs) => {
+                if !matches!(self, GtidSet::MySql(_)) {
+                    *self = GtidSet::MySql(BTreeMap::new());
+                }
+                let GtidSet::MySql(ours) = self else {
+                    unreachable!("just set to MySql")
+                };
+                for (origin, intervals) in theirs {
+                    let into = ours.entry(origin.clone()).or_default();
+                    for &(a, b) in intervals {
+                        insert_range(into, a, b);
+                    }
+                }
+            }
+            GtidSet::MariaDb(theirs) => {
+                if !matches!(self, GtidSet::MariaDb(_)) {
+                    *self = GtidSet::MariaDb(BTreeMap::new());
+                }
+                let GtidSet::MariaDb(ours) = self else {
+                    unreachable!("just set to MariaDb")
+                };
+                for (&domain, &at) in theirs {
+                    let here = ours.entry(domain).or_insert(at);
+                    if at.1 > here.1 {
+                        *here = at;
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether `gtid` is covered by this set (MariaDB: its sequence is at or before the domain's).
     pub fn contains(&self, gtid: &Gtid) -> bool {
         match (self, gtid) {

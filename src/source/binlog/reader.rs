@@ -26,6 +26,7 @@ use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, GnoInterval, Sid};
 use mysql_common::packets::Tag;
 
 use super::assemble::{checksum_mismatch, Assembler};
+use super::files::executed_at;
 use super::filter::{TableFilter, SYSTEM_DATABASES};
 use crate::change::position::{BinlogCoord, GtidSet, MySqlIntervals, StartPosition};
 use crate::change::schema::{Flavor, TableId};
@@ -265,6 +266,11 @@ pub struct BinlogReaderOptions {
     /// broken connection.
     pub heartbeat: Duration,
     pub filter: TableFilter,
+    /// What was executed before a file-position start, when the caller knows it.
+    pub known_gtids: Option<GtidSet>,
+    /// On MySQL, list the start file's events up to the start to learn what was executed
+    /// before it (costs a read of the file's prefix on the server; MariaDB looks it up).
+    pub list_gtids: bool,
 }
 
 impl std::fmt::Debug for BinlogReaderOptions {
@@ -284,11 +290,22 @@ impl BinlogReaderOptions {
             start,
             heartbeat: Duration::from_secs(5),
             filter: Arc::new(|t: &TableId| !SYSTEM_DATABASES.contains(&t.db.as_str())),
+            known_gtids: None,
+            list_gtids: false,
         }
     }
 
     pub fn with_filter(mut self, filter: TableFilter) -> Self {
         self.filter = filter;
+        self
+    }
+
+    /// What the reader takes as executed before its start (see
+    /// [`BinlogReader::start_gtids`]): `known` when given, else what the server says, on
+    /// MySQL by listing the start file's events.
+    pub fn with_start_gtids(mut self, known: Option<GtidSet>) -> Self {
+        self.list_gtids = known.is_none();
+        self.known_gtids = known;
         self
     }
 }
@@ -392,6 +409,7 @@ impl BinlogReader {
         };
         let start_gtids = match &start {
             StartPosition::Gtid(set) => Some(set.clone()),
+            StartPosition::Coord(_) if options.known_gtids.is_some() => options.known_gtids.clone(),
             StartPosition::Coord(at) if info.flavor == Flavor::MariaDb => {
                 connect
                     .bounded(
@@ -400,6 +418,15 @@ impl BinlogReader {
                     )
                     .await?
             }
+            // MySQL has no such lookup: the server lists its file up to `at`.
+            StartPosition::Coord(at) if options.list_gtids => Some(
+                connect
+                    .bounded(
+                        || format!("reading the GTIDs executed at {at}"),
+                        executed_at(&mut meta, info.flavor, at),
+                    )
+                    .await?,
+            ),
             _ => None,
         };
         let mut asm = Assembler::new(
@@ -435,8 +462,10 @@ impl BinlogReader {
     }
 
     /// The GTIDs executed before the first transaction the reader hands out: the start set
-    /// when started from GTIDs; MariaDB's `BINLOG_GTID_POS` of a start file position. `None`
-    /// on MySQL started from a file position, which has no such lookup.
+    /// when started from GTIDs; at a start file position the set its options carry, else
+    /// MariaDB's `BINLOG_GTID_POS`, or on MySQL the start file's events as the server lists
+    /// them ([`executed_at`], only when the options ask: it reads the file's prefix). `None`
+    /// on MySQL otherwise.
     pub fn start_gtids(&self) -> Option<&GtidSet> {
         self.start_gtids.as_ref()
     }
