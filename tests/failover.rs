@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use cdcfusion::devserver::{DevServer, DevServerOptions};
 use cdcfusion::engine::{Engine, EngineError, EngineOptions};
+use cdcfusion::source::connect::ConnectOptions;
 use cdcfusion::sqlstate::HasSqlState;
 use common::*;
 use mysql_async::prelude::Queryable;
@@ -716,6 +717,7 @@ async fn the_gtids_at_a_file_position_are_the_servers_own() {
     run(&primary, "FLUSH BINARY LOGS").await;
     write(&primary, 26, 5, &mut Made::default()).await;
     let mut conn = root_conn(&primary).await;
+    let connect = ConnectOptions::from_url(&primary.root_url()).unwrap();
     let files: Vec<(String, u64)> = conn.query("SHOW BINARY LOGS").await.unwrap();
     let mut checked = 0;
     for (file, _) in &files {
@@ -727,6 +729,7 @@ async fn the_gtids_at_a_file_position_are_the_servers_own() {
             let at = cdcfusion::change::position::BinlogCoord::new(file.as_str(), *pos);
             let ours = cdcfusion::source::binlog::files::executed_at(
                 &mut conn,
+                &connect,
                 cdcfusion::change::schema::Flavor::MariaDb,
                 &at,
             )

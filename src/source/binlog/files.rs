@@ -13,6 +13,7 @@ use mysql_async::Conn;
 use crate::change::errant::BinlogState;
 use crate::change::position::{BinlogCoord, GtidSet};
 use crate::change::schema::Flavor;
+use crate::source::connect::ConnectOptions;
 use crate::source::error::{SourceError, SourceResult};
 
 /// One binlog file the server still has: its name and size in bytes.
@@ -102,6 +103,7 @@ const EVENTS_PER_PAGE: u32 = 10_000;
 /// prefix, and only the events' descriptions are sent. `GtidSet::Empty` without GTIDs.
 pub async fn executed_at(
     conn: &mut Conn,
+    connect: &ConnectOptions,
     flavor: Flavor,
     at: &BinlogCoord,
 ) -> SourceResult<GtidSet> {
@@ -113,10 +115,14 @@ pub async fn executed_at(
             "SHOW BINLOG EVENTS IN '{}' FROM {from} LIMIT {EVENTS_PER_PAGE}",
             at.file.replace('\'', "''")
         );
-        let rows: Vec<(String, u64, String, u32, u64, String)> = conn
-            .query(sql)
-            .await
-            .map_err(|e| SourceError::from_mysql(context(), e))?;
+        // Each page within the read timeout: a long file takes many.
+        let page = async {
+            conn.query(sql)
+                .await
+                .map_err(|e| SourceError::from_mysql(context(), e))
+        };
+        let rows: Vec<(String, u64, String, u32, u64, String)> =
+            connect.bounded(context, page).await?;
         let Some(last) = rows.last() else {
             break;
         };

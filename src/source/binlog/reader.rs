@@ -418,15 +418,17 @@ impl BinlogReader {
                     )
                     .await?
             }
-            // MySQL has no such lookup: the server lists its file up to `at`.
-            StartPosition::Coord(at) if options.list_gtids => Some(
-                connect
-                    .bounded(
-                        || format!("reading the GTIDs executed at {at}"),
-                        executed_at(&mut meta, info.flavor, at),
-                    )
-                    .await?,
-            ),
+            // MySQL has no such lookup: the server lists its file up to `at`. Without it the
+            // stream still runs; only a move by GTID is then refused, saying why.
+            StartPosition::Coord(at) if options.list_gtids => {
+                match executed_at(&mut meta, &connect, info.flavor, at).await {
+                    Ok(set) => Some(set),
+                    Err(e) => {
+                        tracing::warn!(error = %e, position = %at, "the GTIDs executed at the start are not known");
+                        None
+                    }
+                }
+            }
             _ => None,
         };
         let mut asm = Assembler::new(
