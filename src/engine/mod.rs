@@ -8,9 +8,12 @@
 //! * `retry`: which stops are transient and how long to wait before the next attempt;
 //! * `retention`: how much history a source keeps and which sinks hold it back;
 //! * `partial`: the chunks a snapshot has read, queryable before the hand-off on request;
+//! * `histories`: the server each history of a source's positions was read from;
+//! * `servers`: how a source reaches its servers, and where a move to another one goes on;
 //! * `task`: how a capture task starts (fresh, recovered, resumed) and appends;
 //! * `resnapshot`: `ALTER SOURCE ... RESNAPSHOT [TABLE]`;
 //! * `run`: the capture task's loop with its retries, and the checkpoint loop;
+//! * `poll`: a source's server poll (its lag and binlog retention columns);
 //! * `source`: one running source and the engine's set of them;
 //! * `sinks`: the running sinks; `sink_plan`: a sink's query planned and its
 //!   target named;
@@ -30,6 +33,7 @@ mod histories;
 pub mod limits;
 mod partial;
 mod pipeline;
+mod poll;
 mod purge_watch;
 mod resnapshot;
 mod retention;
