@@ -7,6 +7,10 @@
 //! the new primary, or in a domain or server UUID the source has not seen) are streamed to it
 //! like any others, so they are not errant here.
 //!
+//! # Invariant
+//! Only what a GTID start would skip is reported: a transaction at or past the source's
+//! position is never errant, and one the source's history is known to have logged never is.
+//!
 //! # What "below" means
 //! * MariaDB: a domain's sequence numbers order its transactions. A server's binlog state
 //!   (`@@gtid_binlog_state`: the last GTID each server id logged in each domain) entry

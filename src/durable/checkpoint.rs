@@ -8,7 +8,10 @@
 //! manifest's position, state and changelog always agree, ingestion never waits for the store,
 //! and the changelog a checkpoint adds is exactly the entries after the previous checkpoint's
 //! position and up to its own: recovery resumes the binlog there and drops everything before,
-//! so no entry is ever written twice and none is skipped.
+//! so no entry is ever written twice and none is skipped. Manifests only move forward: a
+//! version behind the last one written is not written (the checkpoint loop may hold an older
+//! version than one checkpointed meanwhile, e.g. a move's named start), and one at the same
+//! position is written again only when its GTIDs or its servers changed.
 //!
 //! # State snapshots and replay
 //! Rows are written when the changelog since a table's last state snapshot outgrows a quarter

@@ -27,7 +27,6 @@ use crate::change::schema::Flavor;
 use crate::durable::{Checkpointer, DurableError};
 use crate::locks::Locked;
 use crate::provider::health::{Fault, SharedHealth};
-use crate::source::connect::binlog_state;
 use crate::source::error::SourceError;
 use crate::sqlstate::HasSqlState;
 use crate::state::changelog::Changelog;
@@ -214,14 +213,7 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         let mut conn = task.connect.connect().await?;
         let info = task.connect.checked(&mut conn).await?;
         let state = match info.flavor {
-            Flavor::MariaDb => {
-                task.connect
-                    .bounded(
-                        || "reading the binlog state".into(),
-                        binlog_state(&mut conn),
-                    )
-                    .await?
-            }
+            Flavor::MariaDb => task.connect.binlog_state(&mut conn).await?,
             Flavor::MySql => BinlogState::default(),
         };
         (servers::server_name(&task.connect, &info), state, info)
@@ -259,8 +251,10 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
                     Some(m) => m.gtids.as_deref().and_then(|g| g.parse().ok()),
                     None => previous.gtids.as_deref().cloned(),
                 };
-                servers::check_errant((at, ours.as_ref()), &task.histories, &task.connect, &info)
-                    .await?;
+                // The state read above: what the server behind the address has logged.
+                let logged = servers::Logged::MariaDb(state.clone());
+                let server = task.connect.address();
+                servers::check_errant((at, ours.as_ref()), &task.histories, &logged, &server)?;
             }
         }
         None => task.histories.reset(&address),

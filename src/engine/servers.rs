@@ -27,7 +27,7 @@ use crate::change::position::{BinlogCoord, GtidSet, StartPosition};
 use crate::change::schema::Flavor;
 use crate::durable::Checkpointer;
 use crate::locks::RwLocked;
-use crate::source::connect::{binlog_state, ConnectOptions, ServerInfo};
+use crate::source::connect::{ConnectOptions, ServerInfo};
 use crate::source::error::{SourceError, SourceResult};
 use crate::sql::{MoveStart, MySqlUrl};
 
@@ -112,47 +112,57 @@ pub(crate) async fn check_move(
         };
         Capture::check_gtids(to, info.flavor, &from).await?;
         if !accept_errant {
+            let logged = Logged::read(to, info).await?;
             let ours = version.gtids.as_deref();
-            check_errant((&from.position, ours), histories, to, info).await?;
+            check_errant((&from.position, ours), histories, &logged, &to.address())?;
         }
     }
     Ok(())
 }
 
-/// Fails with [`SourceError::ErrantGtids`] when `to` has logged transactions below the
-/// source's GTID position (`ours`, at `position`) that the server of the position's history
-/// never logged (as far as the source knows that server's binlog, and what a move accepted:
-/// `engine::histories`); see `change::errant`.
-pub(crate) async fn check_errant(
+/// What a server has logged, as the errant check compares it (`change::errant`).
+pub(crate) enum Logged {
+    /// Its `@@gtid_binlog_state`.
+    MariaDb(BinlogState),
+    /// Its executed GTID set.
+    MySql(GtidSet),
+}
+
+impl Logged {
+    /// What `to` has logged now.
+    pub async fn read(to: &ConnectOptions, info: &ServerInfo) -> Result<Self, SourceError> {
+        let mut conn = to.connect().await?;
+        Ok(match info.flavor {
+            Flavor::MariaDb => Logged::MariaDb(to.binlog_state(&mut conn).await?),
+            Flavor::MySql => Logged::MySql(to.position(&mut conn, info.flavor).await?.1),
+        })
+    }
+}
+
+/// Fails with [`SourceError::ErrantGtids`] when `logged` (by the server at `server`) holds
+/// transactions below the source's GTID position (`ours`, at `position`) that the server of
+/// the position's history never logged (as far as the source knows that server's binlog, and
+/// what a move accepted: `engine::histories`); see `change::errant`.
+pub(crate) fn check_errant(
     (position, ours): (&BinlogCoord, Option<&GtidSet>),
     histories: &Histories,
-    to: &ConnectOptions,
-    info: &ServerInfo,
+    logged: &Logged,
+    server: &str,
 ) -> Result<(), SourceError> {
     let Some(ours) = ours else {
         return Ok(());
     };
-    let mut conn = to.connect().await?;
-    let errant = match info.flavor {
-        Flavor::MariaDb => {
-            let theirs = to
-                .bounded(
-                    || "reading the binlog state".into(),
-                    binlog_state(&mut conn),
-                )
-                .await?;
-            errant_mariadb(ours, &theirs, &histories.state(position.history()))
+    let errant = match logged {
+        Logged::MariaDb(theirs) => {
+            errant_mariadb(ours, theirs, &histories.state(position.history()))
         }
-        Flavor::MySql => {
-            let (_, logged) = to.position(&mut conn, info.flavor).await?;
-            errant_mysql(ours, &logged)
-        }
+        Logged::MySql(theirs) => errant_mysql(ours, theirs),
     };
     if errant.is_empty() {
         return Ok(());
     }
     Err(SourceError::ErrantGtids {
-        server: to.address(),
+        server: server.to_string(),
         errant,
     })
 }
@@ -164,15 +174,10 @@ pub(crate) async fn accepted_state(
     to: &ConnectOptions,
     info: &ServerInfo,
 ) -> Result<BinlogState, SourceError> {
-    if info.flavor != Flavor::MariaDb {
-        return Ok(BinlogState::default());
+    match Logged::read(to, info).await? {
+        Logged::MariaDb(state) => Ok(state),
+        Logged::MySql(_) => Ok(BinlogState::default()),
     }
-    let mut conn = to.connect().await?;
-    to.bounded(
-        || "reading the binlog state".into(),
-        binlog_state(&mut conn),
-    )
-    .await
 }
 
 /// After the server in use could not be reached at all: the first other server of the

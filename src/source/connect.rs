@@ -183,6 +183,13 @@ impl ConnectOptions {
         Ok((at.in_history(self.history), gtids))
     }
 
+    /// The server's `@@gtid_binlog_state` (MariaDB; see [`binlog_state`]), within the read
+    /// timeout.
+    pub async fn binlog_state(&self, conn: &mut Conn) -> SourceResult<BinlogState> {
+        self.bounded(|| "reading the binlog state".into(), binlog_state(conn))
+            .await
+    }
+
     /// [`bounded`] by this server's read timeout.
     pub async fn bounded<T>(
         &self,

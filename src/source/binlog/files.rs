@@ -1,11 +1,14 @@
-//! The binlog files a server still has, and the settings that decide when it purges them.
+//! The binlog files a server still has, the settings that decide when it purges them, and
+//! what a file's listing says was executed at a position of it ([`executed_at`]).
 //!
 //! # Invariant
 //! A purge removes files oldest first, whole files at a time, and never the file being
 //! written. So how far a position is from being purged is measured in the files (and their
 //! bytes) the server holds before the position's file, and a position in the newest file is
 //! out of reach of any purge until the server rotates. Both settings are read as the server
-//! reports them: an unknown or unset one is `None`, never a guessed default.
+//! reports them: an unknown or unset one is `None`, never a guessed default. The set executed
+//! at a position is the file's starting set plus the GTID of every transaction that *starts*
+//! before it (the position is a transaction boundary), as MariaDB's `BINLOG_GTID_POS` says.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;

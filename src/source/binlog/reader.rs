@@ -266,11 +266,8 @@ pub struct BinlogReaderOptions {
     /// broken connection.
     pub heartbeat: Duration,
     pub filter: TableFilter,
-    /// What was executed before a file-position start, when the caller knows it.
-    pub known_gtids: Option<GtidSet>,
-    /// On MySQL, list the start file's events up to the start to learn what was executed
-    /// before it (costs a read of the file's prefix on the server; MariaDB looks it up).
-    pub list_gtids: bool,
+    /// What the reader takes as executed before a file-position start.
+    pub start_gtids: StartGtids,
 }
 
 impl std::fmt::Debug for BinlogReaderOptions {
@@ -290,8 +287,7 @@ impl BinlogReaderOptions {
             start,
             heartbeat: Duration::from_secs(5),
             filter: Arc::new(|t: &TableId| !SYSTEM_DATABASES.contains(&t.db.as_str())),
-            known_gtids: None,
-            list_gtids: false,
+            start_gtids: StartGtids::NotNeeded,
         }
     }
 
@@ -304,10 +300,22 @@ impl BinlogReaderOptions {
     /// [`BinlogReader::start_gtids`]): `known` when given, else what the server says, on
     /// MySQL by listing the start file's events.
     pub fn with_start_gtids(mut self, known: Option<GtidSet>) -> Self {
-        self.list_gtids = known.is_none();
-        self.known_gtids = known;
+        self.start_gtids = known.map_or(StartGtids::FromServer, StartGtids::Known);
         self
     }
+}
+
+/// What a reader takes as executed before a file-position start (a GTID start is its set).
+#[derive(Debug, Clone, Default)]
+pub enum StartGtids {
+    /// Nothing: the reader's caller does not follow GTIDs, so nothing is asked.
+    #[default]
+    NotNeeded,
+    /// The set the caller carried with the position.
+    Known(GtidSet),
+    /// Asked of the server: MariaDB's `BINLOG_GTID_POS`; on MySQL, which has no such lookup,
+    /// its listing of the start file ([`executed_at`], a read of the file's prefix).
+    FromServer,
 }
 
 /// Everything the feed's thread needs to open the binlog dump on a connection of its own.
@@ -407,28 +415,28 @@ impl BinlogReader {
             }
             other => other.clone(),
         };
-        let start_gtids = match &start {
-            StartPosition::Gtid(set) => Some(set.clone()),
-            StartPosition::Coord(_) if options.known_gtids.is_some() => options.known_gtids.clone(),
-            StartPosition::Coord(at) if info.flavor == Flavor::MariaDb => {
-                connect
-                    .bounded(
-                        || format!("reading the GTID position at {at}"),
-                        gtid_position_at(&mut meta, at),
-                    )
-                    .await?
-            }
-            // MySQL has no such lookup: the server lists its file up to `at`. Without it the
-            // stream still runs; only a move by GTID is then refused, saying why.
-            StartPosition::Coord(at) if options.list_gtids => {
-                match executed_at(&mut meta, &connect, info.flavor, at).await {
+        let start_gtids = match (&start, &options.start_gtids) {
+            (StartPosition::Gtid(set), _) => Some(set.clone()),
+            (_, StartGtids::Known(set)) => Some(set.clone()),
+            (StartPosition::Coord(at), StartGtids::FromServer) => match info.flavor {
+                Flavor::MariaDb => {
+                    connect
+                        .bounded(
+                            || format!("reading the GTID position at {at}"),
+                            gtid_position_at(&mut meta, at),
+                        )
+                        .await?
+                }
+                // Without the listing the stream still runs; only a move by GTID is then
+                // refused, saying why.
+                Flavor::MySql => match executed_at(&mut meta, &connect, info.flavor, at).await {
                     Ok(set) => Some(set),
                     Err(e) => {
                         tracing::warn!(error = %e, position = %at, "the GTIDs executed at the start are not known");
                         None
                     }
-                }
-            }
+                },
+            },
             _ => None,
         };
         let mut asm = Assembler::new(
@@ -464,10 +472,8 @@ impl BinlogReader {
     }
 
     /// The GTIDs executed before the first transaction the reader hands out: the start set
-    /// when started from GTIDs; at a start file position the set its options carry, else
-    /// MariaDB's `BINLOG_GTID_POS`, or on MySQL the start file's events as the server lists
-    /// them ([`executed_at`], only when the options ask: it reads the file's prefix). `None`
-    /// on MySQL otherwise.
+    /// when started from GTIDs; at a start file position what its options say
+    /// ([`StartGtids`]). `None` when not asked for, or not known.
     pub fn start_gtids(&self) -> Option<&GtidSet> {
         self.start_gtids.as_ref()
     }
