@@ -750,3 +750,34 @@ async fn the_gtids_at_a_file_position_are_the_servers_own() {
         "{checked} positions in {files:?}"
     );
 }
+
+/// Transactions the primary logged under another server id after the source started there
+/// (not the last of their domain, so the source's own position does not name that id) are the
+/// old history's, not errant: the source learns the primary's binlog state as it runs (each
+/// poll of the server), so the promoted replica that holds them is taken without being told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_of_another_server_id_logged_while_running_are_not_errant() {
+    let (mut primary, replica) = pair().await;
+    let engine = Engine::new();
+    create(&engine, &primary.cdc_url(), "").await;
+    run(
+        &primary,
+        &format!("SET SESSION server_id = 5; INSERT INTO {DB}.t VALUES (500, 1)"),
+    )
+    .await;
+    let mut made = Made::default();
+    write(&primary, 21, 5, &mut made).await;
+    synced(&engine, &primary).await;
+    // A few polls of the server (one a second) read its binlog state meanwhile.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    promote(&mut primary, &replica).await;
+    exec(
+        &engine,
+        &format!("ALTER SOURCE s SET (url = '{}')", replica.cdc_url()),
+    )
+    .await
+    .unwrap();
+    write(&replica, 26, 5, &mut made).await;
+    synced(&engine, &replica).await;
+    same_rows(&engine, &replica).await;
+}

@@ -13,9 +13,12 @@
 //! other transactions).
 //!
 //! With each server the list keeps what is known of its binlog: MariaDB's
-//! `@@gtid_binlog_state` read when the capture starts on it, written into checkpoints too,
-//! so that transactions another server logged below the source's position can be told from
-//! those of the source's own history once that server is gone (`change::errant`).
+//! `@@gtid_binlog_state` read when the capture starts on it and again by each poll of the
+//! server while the source reads it (`engine::poll`), written into checkpoints too, so that
+//! transactions another server logged below the source's position can be told from those of
+//! the source's own history once that server is gone (`change::errant`). Only what the server
+//! logged in its last poll interval (after a restart: since the last checkpoint) can be
+//! missing.
 //!
 //! # Invariant
 //! History `h`'s address never changes once positions of `h` are published; a move drops the
@@ -123,6 +126,20 @@ impl Histories {
         if let Some(server) = self.0.locked().get_mut(usize::from(history)) {
             server.state.merge(state);
         }
+    }
+
+    /// Records `state`, read now from the server named `name`, with what is known of the
+    /// current history's server when that is the server read (a poll may still be reading a
+    /// server the source has moved away from, or another behind the same address); whether
+    /// that added anything.
+    pub fn record_current(&self, name: &str, state: &BinlogState) -> bool {
+        let mut list = self.0.locked();
+        let Some(server) = list.last_mut().filter(|s| s.name == name) else {
+            return false;
+        };
+        let before = server.state.clone();
+        server.state.merge(state);
+        server.state != before
     }
 
     /// Whether the server of `history` was reached at `address` (whatever its identity).

@@ -1,11 +1,15 @@
 //! The server poll of a running source: every [`SERVER_POLL`] it reads the server's binlog end
 //! (and, when due, its binlog files and purge settings) into the source's status, for the lag
-//! columns and the binlog retention watch (`engine::purge_watch`).
+//! columns and the binlog retention watch (`engine::purge_watch`), and a MariaDB server's
+//! binlog state into the source's histories (`engine::histories`), for the errant check of a
+//! later move.
 //!
 //! # Invariant
-//! The poll only reads the server and writes the status: it never changes what the capture
-//! does. It reads through the source's link, so after a move it polls the new server, and it
-//! compares only positions of the history of the server it reads.
+//! The poll only reads the server and writes the status and what is known of the server's
+//! binlog: it never changes what the capture does. It reads through the source's link, so
+//! after a move it polls the new server, and it compares only positions of the history of the
+//! server it reads; it adds a binlog state only to the history of the very server it read
+//! (address and identity).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,11 +21,12 @@ use mysql_async::Conn;
 
 use super::histories::Histories;
 use super::purge_watch::{watch, PurgeWatch, WatchInput};
-use super::servers::SharedLink;
+use super::servers::{server_name, SharedLink};
 use super::source_status::{now_micros, SourceStatus, SERVER_POLL};
 use super::stop::{fail, panicked};
 use crate::capture::version::Published;
 use crate::change::schema::Flavor;
+use crate::durable::Checkpointer;
 use crate::locks::{Locked, RwLocked};
 use crate::provider::health::SharedHealth;
 use crate::source::binlog::files::{binlog_files, purge_settings, BinlogFile, PurgeSettings};
@@ -41,12 +46,23 @@ pub(super) struct PollOf {
     pub histories: Arc<Histories>,
     /// The server in use, read again whenever the poll reconnects (the source may have moved).
     pub link: SharedLink,
+    /// Where the servers' binlog states are checkpointed (a durable engine).
+    pub checkpointer: Option<Arc<Checkpointer>>,
 }
 
 /// The binlog files are listed again at least this often (a `PURGE BINARY LOGS` removes old
 /// ones at any time); otherwise only when the server writes a file the list does not have:
 /// the sizes the watch adds up are those of closed files, which do not change.
 const BINLOG_RELIST: Duration = Duration::from_secs(10);
+
+/// A poll's connection to the server, and what it read once on opening it.
+struct Opened {
+    conn: Conn,
+    settings: PurgeSettings,
+    /// The server's name in the source's histories (MariaDB, whose binlog state the poll
+    /// records).
+    name: Option<String>,
+}
 
 /// The server's binlog files as a poll last listed them, and when.
 struct Listing {
@@ -68,26 +84,49 @@ impl PollOf {
         }
     }
 
-    /// A connection and the server's purge settings, read once per connection: they change
-    /// rarely, and a change is seen at the next reconnect.
-    async fn open(&self, connect: &ConnectOptions) -> Option<(Conn, PurgeSettings)> {
+    /// A connection to the server, read once per connection: its purge settings (they change
+    /// rarely, and a change is seen at the next reconnect) and, on MariaDB, its name as the
+    /// source's histories give it.
+    async fn open(&self, connect: &ConnectOptions) -> Option<Opened> {
         let mut conn = connect.connect().await.ok()?;
         let read = purge_settings(&mut conn, self.flavor());
         let settings = connect
             .bounded(|| "reading the purge settings".into(), read)
             .await
             .ok()?;
-        Some((conn, settings))
+        let name = match self.flavor() {
+            Flavor::MariaDb => {
+                let info = connect.checked(&mut conn).await.ok()?;
+                Some(server_name(connect, &info))
+            }
+            Flavor::MySql => None,
+        };
+        Some(Opened {
+            conn,
+            settings,
+            name,
+        })
     }
 
     /// Reads the server's binlog end, and its files when due (into `listing`, the poll's
-    /// own: the status is only written), into the status.
+    /// own: the status is only written), into the status; on MariaDB, its binlog state into
+    /// the source's histories (checkpointed when it adds to them), for the errant check of a
+    /// later move (`change::errant`).
     async fn read(
         &self,
         connect: &ConnectOptions,
-        conn: &mut Conn,
+        server: &mut Opened,
         listing: &mut Option<Listing>,
     ) -> SourceResult<()> {
+        let conn = &mut server.conn;
+        if let Some(name) = &server.name {
+            let state = connect.binlog_state(conn).await?;
+            if self.histories.record_current(name, &state) {
+                if let Some(c) = &self.checkpointer {
+                    c.set_servers(self.histories.list(), self.histories.states());
+                }
+            }
+        }
         let (position, _) = connect.position(conn, self.flavor()).await?;
         let position = position.in_history(self.histories.current());
         let due = listing.as_ref().is_none_or(|l| {
@@ -159,11 +198,11 @@ async fn poll_server(of: PollOf, mut connect: ConnectOptions) {
                 connect = of.link.read_locked().connect.clone();
                 server = of.open(&connect).await;
             }
-            if let Some((conn, settings)) = server.as_mut() {
-                match of.read(&connect, conn, &mut listing).await {
+            if let Some(opened) = server.as_mut() {
+                match of.read(&connect, opened, &mut listing).await {
                     Ok(()) => {
                         let files = listing.as_ref().map_or(&[][..], |l| &l.files[..]);
-                        of.watch(*settings, files, &mut warned);
+                        of.watch(opened.settings, files, &mut warned);
                     }
                     Err(_) => server = None,
                 }

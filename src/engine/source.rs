@@ -143,6 +143,7 @@ impl RunningSource {
             purge_warning: Arc::new(AtomicU64::new(options.purge_warning.as_secs())),
             histories: Arc::clone(&histories),
             link: Arc::clone(&link),
+            checkpointer: checkpointer.clone(),
         };
         let poller = poll.spawn(connect.clone());
         let checkpoints = checkpointer.as_ref().map(|c| {
