@@ -4,7 +4,9 @@
 //! of statement text can flatter it), a prepared primary-key lookup (p50, p99), and rows/s of
 //! a large result in binary format. The prepared lookup is measured again on a session that
 //! plans every statement (`cdcfusion.point_lookups = off`), to show what the lookup from the
-//! key index saves.
+//! key index saves. A prepared lookup by `a`, which has a secondary index at the source (so
+//! in the captured table too) and in PostgreSQL, is measured with indexes on and on a session
+//! that scans instead (`cdcfusion.indexes = off`).
 //!
 //! cdcfusion runs as its own process (`cdcfusion serve`, as PostgreSQL does), capturing the
 //! shared 7-column table from a private MariaDB. The two servers are measured alternately,
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use cdcfusion::devserver::{DevPostgres, DevPostgresOptions, DevServer, DevServerOptions};
 use futures::{pin_mut, TryStreamExt};
+use mysql_async::prelude::Queryable;
 use rand::{Rng, SeedableRng};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
@@ -126,6 +129,34 @@ async fn prepared_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
         async move {
             let rows = side.client.query(statement, &[&id]).await.unwrap();
             assert_eq!(rows.len(), 1);
+        }
+    })
+    .await
+}
+
+/// A prepared `SELECT * FROM t WHERE a = $1` (`a` has a secondary index on both sides) with
+/// random values; the rows found are checked against the table's definition of `a`.
+async fn prepared_index_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
+    let statement = side
+        .client
+        .prepare(&format!("SELECT * FROM {} WHERE a = $1", side.table))
+        .await
+        .unwrap();
+    let rng = std::cell::RefCell::new(rand::rngs::StdRng::seed_from_u64(seed));
+    let values = total.min(common::A_MODULUS);
+    latencies(|_| {
+        let a = rng.borrow_mut().random_range(0..values) as i32;
+        let statement = &statement;
+        async move {
+            let rows = side.client.query(statement, &[&a]).await.unwrap();
+            // Ids 1..=total whose remainder is `a`.
+            let (m, a) = (common::A_MODULUS, a as u64);
+            let want = match a {
+                0 => total / m,
+                a if a <= total => (total - a) / m + 1,
+                _ => 0,
+            };
+            assert_eq!(rows.len() as u64, want, "a = {a}");
         }
     })
     .await
@@ -304,6 +335,10 @@ async fn main() {
         .unwrap();
     common::create_table(&mut conn).await;
     common::insert_rows(&mut conn, 1, total).await;
+    // A secondary index, mirrored by the capture (PostgreSQL's below).
+    conn.query_drop("ALTER TABLE bench.t ADD KEY by_a (a)")
+        .await
+        .unwrap();
     let dir = std::env::temp_dir().join(format!("cdcfusion-pgwire-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (_served, ours, conninfo) = serve(&mariadb.cdc_url(), total, &dir).await;
@@ -335,10 +370,12 @@ async fn main() {
     pg.batch_execute(&format!(
         "CREATE TABLE {table} (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT NULL,
            c NUMERIC(12,2) NOT NULL, d TIMESTAMP NOT NULL, e DOUBLE PRECISION NOT NULL, f NUMERIC(20,0));
-         INSERT INTO {table} SELECT s, s % 100000, 'name-' || lpad(s::text, 8, '0'), (s % 99999) + 0.25,
+         INSERT INTO {table} SELECT s, s % {modulus}, 'name-' || lpad(s::text, 8, '0'), (s % 99999) + 0.25,
            TIMESTAMP '2024-01-01' + s * INTERVAL '1 second', s / 7.0, s * 3
          FROM generate_series(1, {total}) s;
-         ANALYZE {table};"
+         CREATE INDEX ON {table} (a);
+         ANALYZE {table};",
+        modulus = common::A_MODULUS
     ))
     .await
     .unwrap();
@@ -372,6 +409,27 @@ async fn main() {
         t.push(prepared_lookups(&theirs, total, round).await);
     }
     report_latency("PK lookup, prepared, planned", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(prepared_index_lookups(&ours, total, round).await);
+        t.push(prepared_index_lookups(&theirs, total, round).await);
+    }
+    report_latency("secondary-index lookup, prepared", &o, &t);
+    let scanning = connect(&conninfo).await;
+    scanning
+        .batch_execute("SET cdcfusion.indexes = off")
+        .await
+        .unwrap();
+    let scanning = Side {
+        client: scanning,
+        table: "bench.t".into(),
+    };
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(prepared_index_lookups(&scanning, total, round).await);
+        t.push(prepared_index_lookups(&theirs, total, round).await);
+    }
+    report_latency("same, indexes off (scan)", &o, &t);
     let (mut o, mut t) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         o.push(scan(&ours, total).await);

@@ -38,6 +38,9 @@ pub async fn server_with_rows(total: u64) -> (cdcfusion::devserver::DevServer, C
 }
 
 /// Creates the empty table `bench.t` (7 columns: integers, text, DECIMAL, DATETIME(6), DOUBLE).
+/// Column `a` of the bench table is its id modulo this.
+pub const A_MODULUS: u64 = 100_000;
+
 pub async fn create_table(conn: &mut Conn) {
     conn.query_drop(
         "CREATE DATABASE bench;
@@ -51,7 +54,7 @@ pub async fn create_table(conn: &mut Conn) {
 /// Inserts rows `from..=to` of `bench.t` in one statement (MariaDB's sequence engine).
 pub async fn insert_rows(conn: &mut Conn, from: u64, to: u64) {
     conn.query_drop(format!(
-        "INSERT INTO bench.t SELECT seq, seq % 100000, CONCAT('name-', LPAD(seq, 8, '0')),
+        "INSERT INTO bench.t SELECT seq, seq % {A_MODULUS}, CONCAT('name-', LPAD(seq, 8, '0')),
            (seq % 99999) + 0.25, '2024-01-01' + INTERVAL seq SECOND, seq / 7, seq * 3
          FROM bench.seq_{from}_to_{to}"
     ))

@@ -236,7 +236,8 @@ impl Capture {
                 let model = &self.tables[self.index[&like]];
                 Some(Arc::new(
                     TableSchema::new(id.clone(), model.columns.clone(), model.primary_key.clone())
-                        .with_default_charset(model.default_charset.clone()),
+                        .with_default_charset(model.default_charset.clone())
+                        .with_indexes(model.indexes.clone()),
                 ))
             }
             CreatedSchema::Like(_) | CreatedSchema::FromServer => {

@@ -22,7 +22,7 @@ use arrow::datatypes::DataType;
 use arrow::error::ArrowError;
 use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 
-use crate::change::schema::TableSchema;
+use crate::change::schema::{IndexSpec, TableSchema};
 
 /// Encodes rows of one table into keys and full rows, and full rows back into batches.
 #[derive(Debug)]
@@ -33,6 +33,57 @@ pub struct RowCodec {
     key_columns: Vec<usize>,
     /// Set when the key is one integer column whose bytes [`IntKey`] writes exactly.
     int_key: Option<IntKey>,
+    /// One per secondary index of the schema, in its order.
+    indexes: Vec<IndexCodec>,
+}
+
+/// One secondary index's columns in Arrow's row format (see `state::secondary`): bytes that
+/// compare as the values do, each column's encoding followed by the next's, so the rows whose
+/// first column holds a value are those whose bytes start with that value's bytes alone.
+#[derive(Debug)]
+pub struct IndexCodec {
+    spec: IndexSpec,
+    all: RowConverter,
+    /// The first column alone, for the values a lookup asks for.
+    first: RowConverter,
+}
+
+impl IndexCodec {
+    fn new(spec: &IndexSpec, fields: &[SortField]) -> Result<Self, ArrowError> {
+        let all = RowConverter::new(spec.columns.iter().map(|i| fields[*i].clone()).collect())?;
+        let first = RowConverter::new(vec![fields[spec.columns[0]].clone()])?;
+        Ok(Self {
+            spec: spec.clone(),
+            all,
+            first,
+        })
+    }
+
+    pub fn spec(&self) -> &IndexSpec {
+        &self.spec
+    }
+
+    /// Indexes of its columns in the table's schema, in index order.
+    pub fn columns(&self) -> &[usize] {
+        &self.spec.columns
+    }
+
+    /// The index bytes of every row of `batch` (of the table's schema).
+    pub fn encode(&self, batch: &RecordBatch) -> Result<Rows, ArrowError> {
+        let columns: Vec<ArrayRef> = self
+            .spec
+            .columns
+            .iter()
+            .map(|i| Arc::clone(batch.column(*i)))
+            .collect();
+        self.all.convert_columns(&columns)
+    }
+
+    /// The bytes that the index bytes of rows whose first index column holds each of `values`
+    /// (of that column's type) start with.
+    pub fn encode_first(&self, values: &ArrayRef) -> Result<Rows, ArrowError> {
+        self.first.convert_columns(std::slice::from_ref(values))
+    }
 }
 
 /// The longest key an [`IntKey`] writes: the valid marker and 8 value bytes.
@@ -166,7 +217,7 @@ impl RowCodec {
             schema.primary_key.clone()
         };
         let key = RowConverter::new(key_columns.iter().map(|i| fields[*i].clone()).collect())?;
-        let full = RowConverter::new(fields)?;
+        let full = RowConverter::new(fields.clone())?;
         let int_key = match schema.primary_key.as_slice() {
             [column] => {
                 let data_type = schema.arrow.field(*column).data_type();
@@ -174,12 +225,19 @@ impl RowCodec {
             }
             _ => None,
         };
+        let indexes = schema
+            .indexes
+            .iter()
+            .filter(|i| !i.columns.is_empty() && i.columns.iter().all(|&c| c < fields.len()))
+            .map(|i| IndexCodec::new(i, &fields))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             schema,
             key,
             full,
             key_columns,
             int_key,
+            indexes,
         })
     }
 
@@ -190,6 +248,11 @@ impl RowCodec {
 
     pub fn schema(&self) -> &Arc<TableSchema> {
         &self.schema
+    }
+
+    /// The secondary indexes' encoders, in the schema's order.
+    pub fn indexes(&self) -> &[IndexCodec] {
+        &self.indexes
     }
 
     /// Whether keys are whole rows (the table has no primary key).

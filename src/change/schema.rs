@@ -55,6 +55,16 @@ pub struct ColumnSpec {
     pub nullable: bool,
 }
 
+/// A secondary index of a table at its source (`KEY`, `INDEX`, `UNIQUE`), which the current
+/// table keeps too (`state::secondary`) so lookups by its columns need no scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub name: String,
+    /// Indexes into the table's columns, in index order.
+    pub columns: Vec<usize>,
+    pub unique: bool,
+}
+
 /// The schema of one source table at one point in its history.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableSchema {
@@ -70,6 +80,8 @@ pub struct TableSchema {
     /// The table's default character set, for text columns a DDL adds without naming one;
     /// `None` when not known.
     pub default_charset: Option<String>,
+    /// The table's secondary indexes (its primary key is not one of them).
+    pub indexes: Vec<IndexSpec>,
 }
 
 impl TableSchema {
@@ -85,7 +97,44 @@ impl TableSchema {
             arrow: Arc::new(Schema::new(fields)),
             version: 0,
             default_charset: None,
+            indexes: Vec::new(),
         }
+    }
+
+    /// The same schema with `indexes`, less any that names a column it does not have.
+    pub fn with_indexes(mut self, indexes: Vec<IndexSpec>) -> Self {
+        let n = self.columns.len();
+        self.indexes = indexes
+            .into_iter()
+            .filter(|i| !i.columns.is_empty() && i.columns.iter().all(|&c| c < n))
+            .collect();
+        self
+    }
+
+    /// The same schema with the indexes of `old` (an earlier schema of the table) on the columns
+    /// `new_of` maps each of `old`'s columns to (`None`: the column is gone, and its indexes
+    /// with it).
+    pub fn with_indexes_mapped(
+        self,
+        old: &TableSchema,
+        new_of: impl Fn(usize) -> Option<usize>,
+    ) -> Self {
+        let indexes = old
+            .indexes
+            .iter()
+            .filter_map(|index| {
+                let columns = index
+                    .columns
+                    .iter()
+                    .map(|&c| new_of(c))
+                    .collect::<Option<Vec<usize>>>()?;
+                Some(IndexSpec {
+                    columns,
+                    ..index.clone()
+                })
+            })
+            .collect();
+        self.with_indexes(indexes)
     }
 
     /// The same schema with `version` (see [`TableSchema::version`]).

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::capture::SchemaChange;
 use crate::change::kinds::SimpleKind;
 use crate::change::position::BinlogCoord;
-use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
+use crate::change::schema::{Charset, ColumnKind, ColumnSpec, IndexSpec, TableId, TableSchema};
 
 /// A table's schema in a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +24,18 @@ pub struct StoredSchema {
     pub default_charset: Option<String>,
     pub columns: Vec<StoredColumn>,
     pub primary_key: Vec<usize>,
+    /// Secondary indexes (absent from manifests written before they were kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<StoredIndex>,
+}
+
+/// One secondary index of a [`StoredSchema`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredIndex {
+    pub name: String,
+    pub columns: Vec<usize>,
+    #[serde(default)]
+    pub unique: bool,
 }
 
 /// One column of a [`StoredSchema`].
@@ -210,6 +222,15 @@ impl From<&TableSchema> for StoredSchema {
                 })
                 .collect(),
             primary_key: schema.primary_key.clone(),
+            indexes: schema
+                .indexes
+                .iter()
+                .map(|i| StoredIndex {
+                    name: i.name.clone(),
+                    columns: i.columns.clone(),
+                    unique: i.unique,
+                })
+                .collect(),
         }
     }
 }
@@ -235,7 +256,17 @@ impl StoredSchema {
         Ok(
             TableSchema::new(id.clone(), columns, self.primary_key.clone())
                 .with_version(self.version)
-                .with_default_charset(self.default_charset.clone()),
+                .with_default_charset(self.default_charset.clone())
+                .with_indexes(
+                    self.indexes
+                        .iter()
+                        .map(|i| IndexSpec {
+                            name: i.name.clone(),
+                            columns: i.columns.clone(),
+                            unique: i.unique,
+                        })
+                        .collect(),
+                ),
         )
     }
 }
@@ -314,9 +345,16 @@ mod tests {
             })
             .collect();
         let id = TableId::new("d", "t");
+        let by_two = IndexSpec {
+            name: "by_two".into(),
+            columns: vec![2, 1],
+            unique: true,
+        };
         let schema = TableSchema::new(id.clone(), columns, vec![0])
             .with_version(3)
-            .with_default_charset(Some("latin1".into()));
+            .with_default_charset(Some("latin1".into()))
+            .with_indexes(vec![by_two]);
+        assert_eq!(schema.indexes.len(), 1);
         let stored = StoredSchema::from(&schema);
         let json = serde_json::to_string(&stored).unwrap();
         let back: StoredSchema = serde_json::from_str(&json).unwrap();
@@ -338,6 +376,7 @@ mod tests {
                 nullable: true,
             }],
             primary_key: vec![],
+            indexes: vec![],
         };
         assert!(stored.to_schema(&id).unwrap_err().contains("column c"));
     }

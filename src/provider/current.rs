@@ -3,8 +3,12 @@
 //! # Pushdown
 //! * Projection and `LIMIT` go to the scan ([`CurrentScanExec`]).
 //! * Equality and `IN` filters on a single-column primary key are answered from the table's
-//!   index ([`TableSnapshot::lookup`](crate::state::current::TableSnapshot::lookup)) and marked exact, so a point lookup touches only the rows
-//!   it returns; other filters are applied by DataFusion above the scan.
+//!   index ([`TableSnapshot::lookup`](crate::state::current::TableSnapshot::lookup)) and marked
+//!   exact, so a point lookup touches only the rows it returns. Without one, the first such
+//!   filter on the first column of a secondary index is answered from that index
+//!   ([`TableSnapshot::lookup_index`](crate::state::current::TableSnapshot::lookup_index)), or
+//!   by a scan that applies it when the session turned indexes off
+//!   (`cdcfusion.indexes = off`). Other filters are applied by DataFusion above the scan.
 //! * The provider's statistics give the exact row count of the latest version; a scan's are
 //!   inexact, since a kept plan's scan reads another version at each run (`current_scan`).
 //!
@@ -27,9 +31,9 @@ use datafusion::datasource::{TableProvider, TableType};
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::current_scan::{deal, CurrentScanExec, ScanTarget};
+use super::current_scan::{deal, CurrentScanExec, IndexLookup, ScanTarget};
 pub use super::current_scan::{key_bytes, lookup_key, SchemaChanged};
-use super::health::SharedHealth;
+use super::health::{ReadPolicy, SharedHealth};
 use super::version_for;
 use crate::capture::version::Published;
 use crate::change::schema::TableSchema;
@@ -91,43 +95,76 @@ impl CurrentTableProvider {
         }
     }
 
-    /// The literal key values a filter selects, if it is `key = lit`, `lit = key`,
-    /// `key IN (lits)`, or a disjunction of those (DataFusion rewrites short IN lists so).
+    /// The literal key values a filter selects (see [`values_of`]).
     fn key_values(&self, filter: &Expr) -> Option<Vec<ScalarValue>> {
-        let key = self.key_column()?;
-        let is_key = |e: &Expr| matches!(e, Expr::Column(c) if c.name == key);
-        match filter {
-            Expr::BinaryExpr(BinaryExpr {
-                left,
-                op: Operator::Or,
-                right,
-            }) => {
-                let mut values = self.key_values(left)?;
-                values.extend(self.key_values(right)?);
-                Some(values)
-            }
-            Expr::BinaryExpr(BinaryExpr {
-                left,
-                op: Operator::Eq,
-                right,
-            }) => match (left.as_ref(), right.as_ref()) {
-                (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c)
-                    if is_key(c) && !v.is_null() =>
-                {
-                    Some(vec![v.clone()])
+        values_of(self.key_column()?, filter)
+    }
+
+    /// The first secondary index whose first column a filter selects literal values of (see
+    /// [`values_of`]), with those values. Not on a floating-point column: SQL has `-0 = 0`,
+    /// their bytes differ.
+    fn index_values(&self, filter: &Expr) -> Option<(usize, Vec<ScalarValue>)> {
+        self.table
+            .indexes
+            .iter()
+            .enumerate()
+            .find_map(|(i, index)| {
+                let first = index.columns[0];
+                if self.table.arrow.field(first).data_type().is_floating() {
+                    return None;
                 }
-                _ => None,
-            },
-            Expr::InList(list) if !list.negated && is_key(&list.expr) => list
-                .list
-                .iter()
-                .map(|e| match e {
-                    Expr::Literal(v, _) if !v.is_null() => Some(v.clone()),
-                    _ => None,
-                })
-                .collect(),
-            _ => None,
+                Some((i, values_of(&self.table.columns[first].name, filter)?))
+            })
+    }
+
+    /// Which of `filters` the scan answers itself: every primary-key filter; with none, the
+    /// first one a secondary index answers.
+    fn answered(&self, filters: &[&Expr]) -> Vec<bool> {
+        let keys: Vec<bool> = filters
+            .iter()
+            .map(|f| self.key_values(f).is_some())
+            .collect();
+        if keys.contains(&true) {
+            return keys;
         }
+        let first = filters.iter().position(|f| self.index_values(f).is_some());
+        (0..filters.len()).map(|i| Some(i) == first).collect()
+    }
+}
+
+/// The literal values a filter selects of `column`, if it is `column = lit`, `lit = column`,
+/// `column IN (lits)`, or a disjunction of those (DataFusion rewrites short IN lists so).
+fn values_of(column: &str, filter: &Expr) -> Option<Vec<ScalarValue>> {
+    let is_column = |e: &Expr| matches!(e, Expr::Column(c) if c.name == column);
+    match filter {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
+            let mut values = values_of(column, left)?;
+            values.extend(values_of(column, right)?);
+            Some(values)
+        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Eq,
+            right,
+        }) => match (left.as_ref(), right.as_ref()) {
+            (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c) if is_column(c) && !v.is_null() => {
+                Some(vec![v.clone()])
+            }
+            _ => None,
+        },
+        Expr::InList(list) if !list.negated && is_column(&list.expr) => list
+            .list
+            .iter()
+            .map(|e| match e {
+                Expr::Literal(v, _) if !v.is_null() => Some(v.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
     }
 }
 
@@ -149,11 +186,12 @@ impl TableProvider for CurrentTableProvider {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        Ok(filters
-            .iter()
-            .map(|f| match self.key_values(f) {
-                Some(_) => TableProviderFilterPushDown::Exact,
-                None => TableProviderFilterPushDown::Unsupported,
+        Ok(self
+            .answered(filters)
+            .into_iter()
+            .map(|answered| match answered {
+                true => TableProviderFilterPushDown::Exact,
+                false => TableProviderFilterPushDown::Unsupported,
             })
             .collect())
     }
@@ -174,12 +212,25 @@ impl TableProvider for CurrentTableProvider {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let keys = self.pushed_keys(filters);
-        // One partition for a key lookup or a table that fits in one batch, as many as the
+        // Without key filters, the one filter a secondary index answers (see `answered`).
+        let by_index = match keys {
+            Some(_) => None,
+            None => filters.iter().find_map(|f| self.index_values(f)),
+        };
+        let by_index = by_index.map(|(i, values)| IndexLookup {
+            index: self.table.indexes[i].clone(),
+            values,
+            planned_with_index: state
+                .config()
+                .get_extension::<ReadPolicy>()
+                .is_none_or(|p| p.indexes),
+        });
+        // One partition for a lookup or a table that fits in one batch, as many as the
         // session runs in parallel otherwise; kept for every run of the plan.
         let batch_size = state.config().batch_size();
-        let partitions = match &keys {
-            Some(_) => 1,
-            None => {
+        let partitions = match (&keys, &by_index) {
+            (Some(_), _) | (_, Some(_)) => 1,
+            (None, None) => {
                 let rows = version_for(state, &self.source, &self.published)
                     .tables
                     .get(self.index)
@@ -198,6 +249,7 @@ impl TableProvider for CurrentTableProvider {
             table: Arc::clone(&self.table),
             health: self.health.clone(),
             keys,
+            by_index,
             projection: projection.cloned(),
             limit,
             partitions,

@@ -19,7 +19,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::stats::Precision;
 use datafusion::common::{DataFusionError, Result, ScalarValue, Statistics};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -31,11 +31,11 @@ use datafusion::physical_plan::{
 };
 use datafusion::prelude::SessionConfig;
 
-use super::health::SharedHealth;
+use super::health::{ReadPolicy, SharedHealth};
 use super::plans::leaf::{LeafExec, LeafScan};
 use super::version_in;
 use crate::capture::version::Published;
-use crate::change::schema::TableSchema;
+use crate::change::schema::{IndexSpec, TableSchema};
 use crate::provider::crossing::through_datafusion;
 use crate::sqlstate::{HasSqlState, SqlState};
 use crate::state::current::TableSnapshot;
@@ -58,6 +58,59 @@ impl HasSqlState for SchemaChanged {
     }
 }
 
+/// The rows whose first column of a secondary index holds one of some values.
+#[derive(Debug)]
+pub(super) struct IndexLookup {
+    /// The index as the table's schema had it when the scan was planned.
+    pub index: IndexSpec,
+    pub values: Vec<ScalarValue>,
+    /// Whether the session planning the scan used indexes (for `EXPLAIN`; each run reads
+    /// its own session's setting).
+    pub planned_with_index: bool,
+}
+
+impl IndexLookup {
+    /// The rows of `snap` this lookup selects: from the index, or when `use_index` is off or
+    /// the version's schema no longer has the index, by a scan that filters on the same
+    /// bytes. The same rows either way.
+    fn rows(&self, snap: &TableSnapshot, use_index: bool) -> Result<Vec<RecordBatch>> {
+        let codec = snap.codec();
+        let found = codec.indexes().iter().position(|i| *i.spec() == self.index);
+        let first = self.index.columns[0];
+        let data_type = snap.schema().arrow.field(first).data_type().clone();
+        let mut values = Vec::with_capacity(self.values.len());
+        for v in &self.values {
+            // A value its column's type cannot hold exactly selects nothing.
+            if let Some(cast) = exact_cast(v, &data_type) {
+                values.push(cast);
+            }
+        }
+        if values.is_empty() {
+            return Ok(vec![RecordBatch::new_empty(Arc::clone(
+                &snap.schema().arrow,
+            ))]);
+        }
+        let array = ScalarValue::iter_to_array(values)?;
+        match found {
+            Some(i) if use_index => {
+                let firsts = codec.indexes()[i].encode_first(&array)?;
+                Ok(vec![snap.lookup_index(i, &firsts)?])
+            }
+            _ => Ok(snap.scan_where(first, &array)?),
+        }
+    }
+}
+
+/// `v` as a value of `data_type`, if that type holds it exactly (a lossy cast, e.g. 1.5 to an
+/// integer, would select the wrong rows); `None` for a NULL.
+fn exact_cast(v: &ScalarValue, data_type: &DataType) -> Option<ScalarValue> {
+    if v.is_null() {
+        return None;
+    }
+    let cast = v.cast_to(data_type).ok()?;
+    (cast.cast_to(&v.data_type()).ok().as_ref() == Some(v)).then_some(cast)
+}
+
 /// What a scan reads, fixed when it is planned.
 #[derive(Debug)]
 pub(super) struct ScanTarget {
@@ -68,6 +121,8 @@ pub(super) struct ScanTarget {
     pub health: Option<SharedHealth>,
     /// The key values of the pushed key filters (`None`: the whole table).
     pub keys: Option<Vec<ScalarValue>>,
+    /// Without key filters, the pushed filter a secondary index answers.
+    pub by_index: Option<IndexLookup>,
     pub projection: Option<Vec<usize>>,
     pub limit: Option<usize>,
     /// Output partitions, chosen at planning and kept for every run.
@@ -94,8 +149,8 @@ impl ScanTarget {
                 version: snap.schema().version,
             }));
         }
-        let batches = match &self.keys {
-            Some(values) => {
+        let batches = match (&self.keys, &self.by_index) {
+            (Some(values), _) => {
                 let mut keys = Vec::with_capacity(values.len());
                 for v in values {
                     if let Some(key) = key_bytes(snap, std::slice::from_ref(v))? {
@@ -104,7 +159,13 @@ impl ScanTarget {
                 }
                 vec![snap.lookup(&keys)?]
             }
-            None => snap.scan_all()?,
+            (None, Some(lookup)) => {
+                let use_index = config
+                    .get_extension::<ReadPolicy>()
+                    .is_none_or(|p| p.indexes);
+                lookup.rows(snap, use_index)?
+            }
+            (None, None) => snap.scan_all()?,
         };
         Ok(deal(batches, self.partitions, self.batch_size))
     }
@@ -195,6 +256,17 @@ impl DisplayAs for CurrentScan {
         if let Some(keys) = &self.target.keys {
             write!(f, ", keys={}", keys.len())?;
         }
+        if let Some(lookup) = &self.target.by_index {
+            write!(
+                f,
+                ", index={} values={}",
+                lookup.index.name,
+                lookup.values.len()
+            )?;
+            if !lookup.planned_with_index {
+                write!(f, " (scanned: cdcfusion.indexes = off)")?;
+            }
+        }
         if let Some(limit) = self.target.limit {
             write!(f, ", limit={limit}")?;
         }
@@ -271,15 +343,9 @@ pub fn key_bytes(snap: &TableSnapshot, values: &[ScalarValue]) -> Result<Option<
     }
     let mut columns = Vec::with_capacity(values.len());
     for (v, &k) in values.iter().zip(&schema.primary_key) {
-        if v.is_null() {
-            return Ok(None);
-        }
-        let Ok(cast) = v.cast_to(schema.arrow.field(k).data_type()) else {
+        let Some(cast) = exact_cast(v, schema.arrow.field(k).data_type()) else {
             return Ok(None);
         };
-        if cast.cast_to(&v.data_type()).ok().as_ref() != Some(v) {
-            return Ok(None);
-        }
         columns.push(cast.to_array()?);
     }
     let rows = snap.codec().encode_keys(&columns)?;

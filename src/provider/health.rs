@@ -226,21 +226,37 @@ impl HasSqlState for TableUnavailable {
     }
 }
 
-/// A session's choice about stopped tables, and the warnings its query collected (a session
-/// config extension, set per statement by the front end).
-#[derive(Debug, Clone, Default)]
+/// A session's choices in reading current tables (stopped tables, secondary indexes), and the
+/// warnings its query collected (a session config extension, set per statement by the front
+/// end).
+#[derive(Debug, Clone)]
 pub struct ReadPolicy {
     /// Serve the last published state of a stopped table, with a warning.
     pub stale_reads: bool,
+    /// Answer filters on secondary index columns from the indexes (else by scanning).
+    pub indexes: bool,
     warnings: Arc<Mutex<Vec<String>>>,
+}
+
+impl Default for ReadPolicy {
+    fn default() -> Self {
+        Self::new(false)
+    }
 }
 
 impl ReadPolicy {
     pub fn new(stale_reads: bool) -> Self {
         Self {
             stale_reads,
+            indexes: true,
             warnings: Arc::default(),
         }
+    }
+
+    /// The same policy, using secondary indexes or not.
+    pub fn with_indexes(mut self, indexes: bool) -> Self {
+        self.indexes = indexes;
+        self
     }
 
     fn warn(&self, warning: String) {

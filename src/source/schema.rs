@@ -10,7 +10,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use crate::change::kinds::SimpleKind;
-use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
+use crate::change::schema::{Charset, ColumnKind, ColumnSpec, IndexSpec, TableId, TableSchema};
 use crate::source::error::{SourceError, SourceResult};
 
 /// One row of `information_schema.COLUMNS`.
@@ -136,10 +136,55 @@ pub async fn load_table_schema(conn: &mut Conn, id: &TableId) -> SourceResult<Op
         )
         .await
         .map_err(|e| SourceError::from_mysql(ctx(), e))?;
+    let indexes = secondary_indexes(conn, id, &columns).await?;
     Ok(Some(
         TableSchema::new(id.clone(), columns, primary_key)
-            .with_default_charset(charset.into_iter().flatten().next()),
+            .with_default_charset(charset.into_iter().flatten().next())
+            .with_indexes(indexes),
     ))
+}
+
+/// The table's secondary indexes, from `information_schema.STATISTICS`: every index but the
+/// primary key whose parts are all columns (a prefix index, `KEY (name(10))`, is kept whole: the
+/// current table indexes the whole value; a functional part, which has no column, leaves its
+/// index out).
+async fn secondary_indexes(
+    conn: &mut Conn,
+    id: &TableId,
+    columns: &[ColumnSpec],
+) -> SourceResult<Vec<IndexSpec>> {
+    let parts: Vec<(String, i64, Option<String>)> = conn
+        .exec(
+            "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND INDEX_NAME <> 'PRIMARY' \
+             ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+            (&id.db, &id.table),
+        )
+        .await
+        .map_err(|e| SourceError::from_mysql(format!("reading the indexes of {id}"), e))?;
+    let mut indexes: Vec<(IndexSpec, bool)> = Vec::new();
+    for (name, non_unique, column) in parts {
+        let position = column
+            .as_deref()
+            .and_then(|c| columns.iter().position(|s| s.name.eq_ignore_ascii_case(c)));
+        if indexes.last().is_none_or(|(i, _)| i.name != name) {
+            let spec = IndexSpec {
+                name,
+                columns: Vec::new(),
+                unique: non_unique == 0,
+            };
+            indexes.push((spec, true));
+        }
+        let (spec, whole) = indexes.last_mut().expect("pushed above");
+        match position {
+            Some(p) => spec.columns.push(p),
+            None => *whole = false,
+        }
+    }
+    Ok(indexes
+        .into_iter()
+        .filter_map(|(spec, whole)| whole.then_some(spec))
+        .collect())
 }
 
 /// MariaDB stores JSON as LONGTEXT guarded by `CHECK (json_valid(col))`; those columns are JSON.

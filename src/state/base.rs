@@ -17,6 +17,8 @@
 //! * A base never changes once built: a merge makes a new one, so versions that hold the old
 //!   one read it unchanged.
 
+use std::sync::Arc;
+
 use arrow::array::{BooleanBufferBuilder, RecordBatch, UInt32Array};
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::take_record_batch;
@@ -24,6 +26,7 @@ use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
 use super::index::{BatchKeys, KeyIndex, Keys};
+use super::secondary::Segment;
 use crate::change::keys::RowCodec;
 
 /// Batches a base may gain by appending before the next merge rebuilds it.
@@ -50,6 +53,9 @@ pub struct Base {
     pub(super) index: KeyIndex,
     /// Sum of copy counts of the live rows.
     pub(super) len: usize,
+    /// Per batch, its rows sorted by each secondary index looked up so far; shared with
+    /// the bases that keep the batch.
+    pub(super) segments: Vec<Arc<Segment>>,
 }
 
 impl Base {
@@ -58,6 +64,7 @@ impl Base {
     pub fn from_parts(batches: Vec<RecordBatch>, keys: BatchKeys, index: KeyIndex) -> Self {
         let len = index.rows();
         Self {
+            segments: batches.iter().map(|_| Arc::default()).collect(),
             live: vec![None; batches.len()],
             batches,
             dead: 0,
@@ -123,11 +130,13 @@ impl Base {
         let mut keys = self.keys.clone();
         let mut batches = self.batches.clone();
         let mut live = self.live.clone();
+        let mut segments = self.segments.clone();
         let mut next = keys.len();
         if rows.num_rows() > 0 {
             keys.push(Keys::of(codec, &rows)?)?;
             batches.push(rows);
             live.push(None);
+            segments.push(Arc::default());
         }
         let mut index = self.index.clone();
         let mut killed: Vec<Vec<usize>> = vec![Vec::new(); self.batches.len()];
@@ -170,6 +179,7 @@ impl Base {
             keys,
             index,
             len,
+            segments,
         })
     }
 

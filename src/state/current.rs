@@ -38,6 +38,7 @@ use arrow::error::ArrowError;
 use arrow::row::OwnedRow;
 
 use super::base::{without_rows, Base};
+use super::secondary::{refreshed, OverlayIndex};
 use crate::change::keys::RowCodec;
 use crate::change::position::BinlogCoord;
 use crate::change::schema::TableSchema;
@@ -72,15 +73,22 @@ pub struct CurrentTable {
     base: Arc<Base>,
     overlay: Overlay,
     len: usize,
+    /// The overlay's part of each secondary index, as of the last snapshot.
+    indexes: Vec<OverlayIndex>,
+    /// Keys put since the last snapshot (only when the table has secondary indexes).
+    changed: Vec<KeyBytes>,
 }
 
 /// An immutable version of a current table at one position.
 #[derive(Debug, Clone)]
 pub struct TableSnapshot {
-    codec: Arc<RowCodec>,
-    base: Arc<Base>,
-    overlay: Overlay,
+    pub(super) codec: Arc<RowCodec>,
+    pub(super) base: Arc<Base>,
+    pub(super) overlay: Overlay,
     len: usize,
+    /// The overlay's part of each secondary index; `None` if it could not be brought up to
+    /// date (a lookup then filters the overlay's rows instead).
+    pub(super) indexes: Option<Vec<OverlayIndex>>,
     pub position: Option<BinlogCoord>,
     /// Every row, materialised on the first full scan of this snapshot.
     all_rows: Arc<OnceLock<Vec<RecordBatch>>>,
@@ -101,7 +109,14 @@ impl CurrentTable {
         overlay: Vec<(KeyBytes, OwnedRow, u32)>,
     ) -> Self {
         let len = base.len + overlay.iter().map(|(_, _, n)| *n as usize).sum::<usize>();
+        let changed = if codec.indexes().is_empty() {
+            Vec::new()
+        } else {
+            overlay.iter().map(|(k, _, _)| k.clone()).collect()
+        };
         Self {
+            indexes: vec![OverlayIndex::default(); codec.indexes().len()],
+            changed,
             codec,
             base: Arc::new(base),
             overlay: overlay
@@ -116,11 +131,21 @@ impl CurrentTable {
     /// from a published version). O(1): the base and the persistent overlay are shared, and
     /// neither is ever changed in place.
     pub fn from_snapshot(snapshot: &TableSnapshot) -> Self {
+        let (indexes, changed) = match &snapshot.indexes {
+            Some(indexes) => (indexes.clone(), Vec::new()),
+            // Built again from the whole overlay at the next snapshot.
+            None => (
+                vec![OverlayIndex::default(); snapshot.codec.indexes().len()],
+                snapshot.overlay.keys().cloned().collect(),
+            ),
+        };
         Self {
             codec: Arc::clone(&snapshot.codec),
             base: Arc::clone(&snapshot.base),
             overlay: snapshot.overlay.clone(),
             len: snapshot.len,
+            indexes,
+            changed,
         }
     }
 
@@ -156,6 +181,9 @@ impl CurrentTable {
             Some(previous) => previous.map_or(0, |(_, n)| n),
             None => self.base.find(key).map_or(0, |(_, _, n)| n),
         };
+        if !self.indexes.is_empty() {
+            self.changed.push(key.into());
+        }
         self.len = self.len + new as usize - old as usize;
         old
     }
@@ -166,11 +194,16 @@ impl CurrentTable {
         if self.overlay.len() > COMPACT_MIN.max(self.base.len / COMPACT_FRACTION) {
             self.compact()?;
         }
+        if !self.changed.is_empty() {
+            self.indexes = self.indexes_now()?;
+            self.changed.clear();
+        }
         Ok(TableSnapshot {
             codec: Arc::clone(&self.codec),
             base: Arc::clone(&self.base),
             overlay: self.overlay.clone(),
             len: self.len,
+            indexes: Some(self.indexes.clone()),
             position,
             all_rows: Arc::new(OnceLock::new()),
         })
@@ -196,7 +229,20 @@ impl CurrentTable {
         };
         self.base = Arc::new(base);
         self.overlay = Overlay::new();
+        // The base holds every row now: its batches are indexed when looked up.
+        self.indexes = vec![OverlayIndex::default(); self.indexes.len()];
+        self.changed.clear();
         Ok(())
+    }
+
+    /// The overlay's indexes brought up to date with the keys put since the last snapshot.
+    fn indexes_now(&self) -> Result<Vec<OverlayIndex>, ArrowError> {
+        let mut changed = self.changed.clone();
+        refreshed(&self.codec, &self.indexes, &mut changed, |key| {
+            self.overlay
+                .get(key)
+                .map(|v| v.as_ref().map(|(row, _)| row.as_ref()))
+        })
     }
 
     fn snapshot_without_compaction(&self) -> TableSnapshot {
@@ -205,6 +251,7 @@ impl CurrentTable {
             base: Arc::clone(&self.base),
             overlay: self.overlay.clone(),
             len: self.len,
+            indexes: self.indexes_now().ok(),
             position: None,
             all_rows: Arc::new(OnceLock::new()),
         }
@@ -329,11 +376,20 @@ impl TableSnapshot {
                 }
             }
         }
+        self.gather(&base_rows, &overlay_rows)
+    }
+
+    /// One batch of the base rows `base_rows` (batch, row) followed by `overlay_rows`.
+    pub(super) fn gather(
+        &self,
+        base_rows: &[(usize, usize)],
+        overlay_rows: &[Arc<OwnedRow>],
+    ) -> Result<RecordBatch, ArrowError> {
         let batches: Vec<&RecordBatch> = self.base.batches.iter().collect();
         let from_base = if base_rows.is_empty() {
             RecordBatch::new_empty(Arc::clone(&self.codec.schema().arrow))
         } else {
-            interleave_record_batch(&batches, &base_rows)?
+            interleave_record_batch(&batches, base_rows)?
         };
         if overlay_rows.is_empty() {
             return Ok(from_base);

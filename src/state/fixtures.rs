@@ -1,5 +1,6 @@
 //! Test fixtures shared by the state's unit tests: a two-column table (`id INT`, `v TEXT`),
-//! keyed by `id` or keyless, its batches, and its rows read back in order.
+//! keyed by `id` or keyless, with or without an index on `v`, its batches, and its rows read
+//! back in order.
 
 use std::sync::Arc;
 
@@ -7,10 +8,25 @@ use arrow::array::{AsArray, Int32Array, RecordBatch, StringArray};
 use arrow::datatypes::Int32Type;
 
 use crate::change::keys::RowCodec;
-use crate::change::schema::{Charset, ColumnKind, ColumnSpec, TableId, TableSchema};
+use crate::change::schema::{Charset, ColumnKind, ColumnSpec, IndexSpec, TableId, TableSchema};
 
 /// The codec of `d.t (id INT NOT NULL, v TEXT)`, keyed by `id` when `keyed`.
 pub fn codec(keyed: bool) -> Arc<RowCodec> {
+    Arc::new(RowCodec::new(Arc::new(schema(keyed))).expect("the fixture's codec"))
+}
+
+/// [`codec`] with a secondary index `by_v` on `v`.
+pub fn indexed_codec(keyed: bool) -> Arc<RowCodec> {
+    let by_v = IndexSpec {
+        name: "by_v".into(),
+        columns: vec![1],
+        unique: false,
+    };
+    let schema = schema(keyed).with_indexes(vec![by_v]);
+    Arc::new(RowCodec::new(Arc::new(schema)).expect("the fixture's codec"))
+}
+
+fn schema(keyed: bool) -> TableSchema {
     let columns = vec![
         ColumnSpec {
             name: "id".into(),
@@ -30,8 +46,7 @@ pub fn codec(keyed: bool) -> Arc<RowCodec> {
         },
     ];
     let pk = if keyed { vec![0] } else { vec![] };
-    let schema = TableSchema::new(TableId::new("d", "t"), columns, pk);
-    Arc::new(RowCodec::new(Arc::new(schema)).expect("the fixture's codec"))
+    TableSchema::new(TableId::new("d", "t"), columns, pk)
 }
 
 /// A batch of `(id, v)` rows.

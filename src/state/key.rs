@@ -2,7 +2,7 @@
 //! hold it.
 //!
 //! # Invariant
-//! A `KeyBytes` is its bytes: it hashes, compares and borrows exactly as the `[u8]` it holds,
+//! A `KeyBytes` is its bytes: it hashes, compares, orders and borrows exactly as the `[u8]` it holds,
 //! inline or boxed, so a map keyed by it is looked up with a plain slice.
 
 use std::borrow::Borrow;
@@ -75,6 +75,18 @@ impl PartialEq for KeyBytes {
 }
 
 impl Eq for KeyBytes {}
+
+impl Ord for KeyBytes {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl PartialOrd for KeyBytes {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl std::fmt::Debug for KeyBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

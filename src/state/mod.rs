@@ -5,7 +5,8 @@
 //! ([`handoff`]) with one compact key index ([`index`]); after the hand-off, [`current`] keeps
 //! them compactly (an immutable [`base`] and an overlay of the keys changed since, keyed by
 //! [`key`]'s row-format bytes) and
-//! publishes immutable snapshots for queries, and [`streamed`] applies each change to them,
+//! publishes immutable snapshots for queries, with the source's secondary indexes over both
+//! ([`secondary`]), and [`streamed`] applies each change to them,
 //! keeping its entry as a row of the change's own images; [`changelog`] keeps
 //! every change as append-only Arrow batches; [`diff`] gives the entries between two states
 //! (re-snapshots); [`history`] rebuilds a past state from a later one and the entries between
@@ -23,4 +24,5 @@ pub mod index;
 pub mod key;
 pub mod merge;
 pub mod retention;
+pub mod secondary;
 pub mod streamed;

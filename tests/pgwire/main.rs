@@ -13,6 +13,7 @@ mod complexity;
 mod ecosystem;
 mod files;
 mod fuzz;
+mod indexes;
 mod limits;
 mod lookups;
 mod malformed;

@@ -1,4 +1,5 @@
-//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.chunks`, `cdc.schema_history`
+//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.indexes` (each table's secondary
+//! indexes), `cdc.chunks`, `cdc.schema_history`
 //! (every schema change the capture followed, as of the version the query reads), `cdc.sinks`
 //! and `cdc.reconciliations`, one file each, declared through [`columns`].
 //!
@@ -11,6 +12,7 @@
 
 mod chunks;
 mod columns;
+mod indexes;
 mod reconciliations;
 mod schema_history;
 mod sinks;
@@ -38,9 +40,10 @@ use crate::provider::reconcile::ReconcileLog;
 pub const STATUS_SCHEMA: &str = "cdc";
 
 /// The tables of the schema, in the order `table_names` lists them.
-static TABLES: [&dyn StatusTableDef; 6] = [
+static TABLES: [&dyn StatusTableDef; 7] = [
     &sources::TABLE,
     &tables::TABLE,
+    &indexes::TABLE,
     &chunks::TABLE,
     &schema_history::TABLE,
     &sinks::TABLE,

@@ -190,7 +190,10 @@ impl Planner {
                 state.session_id().to_string(),
             )
         };
-        let policy = Arc::new(ReadPolicy::new(session_statement::stale_reads(metadata)));
+        let policy = Arc::new(
+            ReadPolicy::new(session_statement::stale_reads(metadata))
+                .with_indexes(session_statement::indexes(metadata)),
+        );
         config.set_extension(Arc::clone(&policy));
         let Some(plan) = self
             .shared
@@ -269,7 +272,10 @@ impl Planner {
                 }
             }
         };
-        let policy = Arc::new(ReadPolicy::new(session_statement::stale_reads(metadata)));
+        let policy = Arc::new(
+            ReadPolicy::new(session_statement::stale_reads(metadata))
+                .with_indexes(session_statement::indexes(metadata)),
+        );
         state.config_mut().set_extension(Arc::clone(&policy));
         Ok((state, policy))
     }

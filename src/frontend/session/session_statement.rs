@@ -64,6 +64,17 @@ pub fn point_lookups(metadata: &HashMap<String, String>) -> bool {
         .unwrap_or(true)
 }
 
+/// The session setting that answers filters on a secondary index's first column from the
+/// index (`provider::current`); `off` scans and filters instead (the same rows).
+pub const INDEXES: &str = "cdcfusion.indexes";
+
+/// Whether the session's queries use secondary indexes (on unless set off).
+pub fn indexes(metadata: &HashMap<String, String>) -> bool {
+    get(metadata, INDEXES)
+        .and_then(|v| crate::provider::health::parse_bool(&v))
+        .unwrap_or(true)
+}
+
 /// Settings every session has, with their defaults.
 pub const DEFAULTS: &[(&str, &str)] = &[
     ("application_name", ""),
@@ -71,6 +82,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
     // Serve the last state of tables whose capture stopped, with a warning (`provider::health`).
     (STALE_READS, "off"),
     (POINT_LOOKUPS, "on"),
+    (INDEXES, "on"),
     ("client_encoding", "UTF8"),
     ("client_min_messages", "notice"),
     ("datestyle", "ISO, MDY"),

@@ -25,7 +25,7 @@ use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-use crate::change::schema::{Charset, TableId, TableSchema};
+use crate::change::schema::{Charset, ColumnSpec, IndexSpec, TableId, TableSchema};
 use crate::source::ddl::{changes_no_table, mentioned_names, resolve};
 use alter::{index_of, Columns, Source};
 use clauses::{alter_clauses, is_maintenance, rewrite_attributes, Step};
@@ -289,11 +289,8 @@ impl Cx<'_> {
         for &i in &primary_key {
             columns[i].nullable = false;
         }
-        Ok(TableSchema::new(
-            self.table.id.clone(),
-            columns,
-            primary_key,
-        ))
+        let indexes = created_indexes(&c.constraints, &columns);
+        Ok(TableSchema::new(self.table.id.clone(), columns, primary_key).with_indexes(indexes))
     }
 
     fn alter(&self, steps: &[Step]) -> DdlEffect {
@@ -336,17 +333,21 @@ impl Cx<'_> {
             }
         }
         let (columns, sources, primary_key) = work.finish();
-        let origins = sources
+        let origins: Vec<ColumnOrigin> = sources
             .into_iter()
             .map(|s| match s {
                 Source::Old(from) => ColumnOrigin::Kept { from },
                 Source::New(value) => ColumnOrigin::Added { value },
             })
             .collect();
-        let evolution = Evolution {
-            after: TableSchema::new(self.table.id.clone(), columns, primary_key),
-            origins,
-        };
+        // The indexes stay on the columns kept (renamed or moved); one on a dropped column goes.
+        let after = TableSchema::new(self.table.id.clone(), columns, primary_key);
+        let after = after.with_indexes_mapped(self.table, |old| {
+            origins
+                .iter()
+                .position(|o| matches!(o, ColumnOrigin::Kept { from } if from == &old))
+        });
+        let evolution = Evolution { after, origins };
         let unchanged = evolution.after.columns == self.table.columns
             && evolution.after.primary_key == self.table.primary_key
             && evolution
@@ -401,3 +402,47 @@ fn table_charset_option(c: &CreateTable) -> Result<Option<Option<Charset>>, Stri
 mod column_tests;
 #[cfg(test)]
 mod tests;
+
+/// The secondary indexes a `CREATE TABLE` declares (`KEY`, `INDEX`, `UNIQUE`), named as the
+/// server names them: an unnamed one after its first column (`_2`, `_3`... when taken). One with
+/// a part that is not a column (a functional part) is left out.
+fn created_indexes(constraints: &[TableConstraint], table: &[ColumnSpec]) -> Vec<IndexSpec> {
+    let mut indexes: Vec<IndexSpec> = Vec::new();
+    for constraint in constraints {
+        let (name, parts, unique) = match constraint {
+            TableConstraint::Index(i) => (i.name.as_ref(), &i.columns, false),
+            TableConstraint::Unique(u) => {
+                (u.index_name.as_ref().or(u.name.as_ref()), &u.columns, true)
+            }
+            _ => continue,
+        };
+        let columns = parts
+            .iter()
+            .map(|p| index_of(table, &p.column.expr).ok())
+            .collect::<Option<Vec<usize>>>();
+        let Some(columns) = columns.filter(|c| !c.is_empty()) else {
+            continue;
+        };
+        let first = columns[0];
+        let taken = |n: &str| indexes.iter().any(|i| i.name.eq_ignore_ascii_case(n));
+        let name = match name {
+            Some(n) => n.value.clone(),
+            None => {
+                let base = &table[first].name;
+                let mut name = base.clone();
+                let mut k = 2;
+                while taken(&name) {
+                    name = format!("{base}_{k}");
+                    k += 1;
+                }
+                name
+            }
+        };
+        indexes.push(IndexSpec {
+            name,
+            columns,
+            unique,
+        });
+    }
+    indexes
+}
