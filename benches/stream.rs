@@ -10,7 +10,10 @@
 //!   appended to the changelog and published. Each round runs A then B (ABAB); the figures are
 //!   changes/s per round, CPU per change of this process, and the median of the per-round
 //!   ratios B/A. A warm-up round before them is printed, not counted. Each round also prints
-//!   the changes per published version (how many transactions the engine groups).
+//!   the changes per published version (how many transactions the engine groups). A third
+//!   contender (C) is B with a secondary index on `a`, the column every update changes (the
+//!   server's index, added before C starts and dropped after, past P1): its rate and C/B show
+//!   what keeping an index up to date costs the apply.
 //! * Freshness: an engine streams live while writers commit single-row updates paced to a total
 //!   rate (default 10,000/s for 10 s). Writer `w` owns row `w + 1` and sets its `a` to its
 //!   commit's sequence number; a reader wakes on every published version and looks those rows
@@ -133,6 +136,8 @@ async fn apply(
 ) {
     let me = std::process::id();
     let (mut raw_rates, mut our_rates, mut ratios) = (vec![], vec![], vec![]);
+    let (mut indexed_rates, mut indexed_ratios) = (vec![], vec![]);
+    let mut conn = Conn::from_url(server.root_url()).await.unwrap();
     let (mut raw_cpu, mut our_cpu) = (vec![], vec![]);
     // Round 0 warms up both sides (the server's binlog cache, this process's allocator and
     // threads) and is printed but not counted: its ratio is typically half the later ones'.
@@ -151,17 +156,37 @@ async fn apply(
         let our_cpu_per_change = (common::cpu_seconds(me) - cpu) / changes as f64;
         assert_eq!(applied, changes, "the engine published every change");
 
+        // The same with a secondary index on `a`, which every update changes: the source
+        // mirrors the server's index as it starts, and the DDL is past `to`, so not read.
+        conn.query_drop("ALTER TABLE bench.t ADD KEY by_a (a)")
+            .await
+            .unwrap();
+        let server_id = ENGINE_SERVER_ID + 100 + round as u32;
+        let (applied, indexed, _) = engine_apply(server, server_id, from, to).await;
+        assert_eq!(
+            applied, changes,
+            "the indexed engine published every change"
+        );
+        conn.query_drop("ALTER TABLE bench.t DROP KEY by_a")
+            .await
+            .unwrap();
+
         let (a, b) = (rate(changes, raw), rate(changes, ours));
+        let c = rate(changes, indexed);
         let label = if round == 0 { "warm-up" } else { "round" };
         println!(
             "  {label} {round}: raw read (CRC32) {a:>10.0} changes/s, cdcfusion applied and \
-             published {b:>10.0} changes/s, ratio {:.3} ({:.1} changes per version)",
+             published {b:>10.0} changes/s, ratio {:.3} ({:.1} changes per version); with an \
+             index on the changed column {c:>10.0} changes/s ({:.3} of without)",
             b / a,
-            changes as f64 / versions.max(1) as f64
+            changes as f64 / versions.max(1) as f64,
+            c / b
         );
         if round == 0 {
             continue;
         }
+        indexed_rates.push(c);
+        indexed_ratios.push(c / b);
         raw_cpu.push(raw_cpu_per_change);
         our_cpu.push(our_cpu_per_change);
         raw_rates.push(a);
@@ -182,6 +207,11 @@ async fn apply(
     println!(
         "    ratio cdcfusion / raw:      {:>10.3}",
         common::median(&mut ratios)
+    );
+    println!(
+        "    with an index on `a`:       {:>10.0} changes/s, {:.3} of without",
+        common::median(&mut indexed_rates),
+        common::median(&mut indexed_ratios)
     );
 }
 

@@ -6,7 +6,8 @@
 //! them compactly (an immutable [`base`] and an overlay of the keys changed since, keyed by
 //! [`key`]'s row-format bytes) and
 //! publishes immutable snapshots for queries, with the source's secondary indexes over both
-//! ([`secondary`]), and [`streamed`] applies each change to them,
+//! ([`secondary`]; lookups through them in [`lookup`]), and [`streamed`] applies each change
+//! to them,
 //! keeping its entry as a row of the change's own images; [`changelog`] keeps
 //! every change as append-only Arrow batches; [`diff`] gives the entries between two states
 //! (re-snapshots); [`history`] rebuilds a past state from a later one and the entries between
@@ -22,6 +23,7 @@ pub mod handoff;
 pub mod history;
 pub mod index;
 pub mod key;
+pub mod lookup;
 pub mod merge;
 pub mod retention;
 pub mod secondary;

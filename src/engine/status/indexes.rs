@@ -9,7 +9,7 @@ use super::columns::{count, flag, text, Declared, Scan};
 use crate::capture::version::SourceVersion;
 use crate::change::schema::IndexSpec;
 use crate::engine::source::RunningSource;
-use crate::state::secondary::IndexUse;
+use crate::state::lookup::IndexUse;
 
 /// What a row of `cdc.indexes` is read from.
 pub(super) struct Row {
