@@ -60,6 +60,16 @@ async fn connect(conninfo: &str) -> Client {
     client
 }
 
+/// A session of ours that ran `set` first.
+async fn set_on(conninfo: &str, set: &str) -> Side {
+    let client = connect(conninfo).await;
+    client.batch_execute(set).await.unwrap();
+    Side {
+        client,
+        table: "bench.t".into(),
+    }
+}
+
 /// One server as the bench sees it: a client and the name of the table.
 struct Side {
     client: Client,
@@ -347,15 +357,7 @@ async fn main() {
         table: "bench.t".into(),
     };
     // The same server with every statement planned (no point lookups from the key index).
-    let planned = connect(&conninfo).await;
-    planned
-        .batch_execute("SET cdcfusion.point_lookups = off")
-        .await
-        .unwrap();
-    let planned = Side {
-        client: planned,
-        table: "bench.t".into(),
-    };
+    let planned = set_on(&conninfo, "SET cdcfusion.point_lookups = off").await;
 
     // The reference: the same rows in PostgreSQL.
     let pg = connect(&reference).await;
@@ -415,15 +417,7 @@ async fn main() {
         t.push(prepared_index_lookups(&theirs, total, round).await);
     }
     report_latency("secondary-index lookup, prepared", &o, &t);
-    let scanning = connect(&conninfo).await;
-    scanning
-        .batch_execute("SET cdcfusion.indexes = off")
-        .await
-        .unwrap();
-    let scanning = Side {
-        client: scanning,
-        table: "bench.t".into(),
-    };
+    let scanning = set_on(&conninfo, "SET cdcfusion.indexes = off").await;
     let (mut o, mut t) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS as u64 {
         o.push(prepared_index_lookups(&scanning, total, round).await);

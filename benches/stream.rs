@@ -152,7 +152,8 @@ async fn apply(
 
         let cpu = common::cpu_seconds(me);
         let server_id = ENGINE_SERVER_ID + round as u32;
-        let (applied, ours, versions) = engine_apply(server, server_id, from, to).await;
+        let (applied, ours, versions, indexes) = engine_apply(server, server_id, from, to).await;
+        assert_eq!(indexes, 0, "the table has no secondary index yet");
         let our_cpu_per_change = (common::cpu_seconds(me) - cpu) / changes as f64;
         assert_eq!(applied, changes, "the engine published every change");
 
@@ -162,7 +163,8 @@ async fn apply(
             .await
             .unwrap();
         let server_id = ENGINE_SERVER_ID + 100 + round as u32;
-        let (applied, indexed, _) = engine_apply(server, server_id, from, to).await;
+        let (applied, indexed, _, indexes) = engine_apply(server, server_id, from, to).await;
+        assert_eq!(indexes, 1, "the source mirrors the server's index");
         assert_eq!(
             applied, changes,
             "the indexed engine published every change"
@@ -276,7 +278,7 @@ async fn engine_apply(
     server_id: u32,
     from: &BinlogCoord,
     to: &BinlogCoord,
-) -> (u64, Duration, u64) {
+) -> (u64, Duration, u64, usize) {
     let engine = Engine::new();
     let started = Instant::now();
     engine
@@ -293,9 +295,14 @@ async fn engine_apply(
         .map(|c| c.num_rows() as u64)
         .sum();
     let versions = *source.versions.borrow();
+    let indexes = published
+        .tables
+        .iter()
+        .map(|t| t.schema().indexes.len())
+        .sum();
     drop(source);
     engine.drop_source("apply").unwrap();
-    (rows, elapsed, versions)
+    (rows, elapsed, versions, indexes)
 }
 
 /// The freshness measurement: see the module docs.

@@ -51,10 +51,12 @@ ROWS=(
   'snapshot_peak|`snapshot`|peak resident memory during the snapshot|Arrow size of the rows|≤ 1.5'
   'snapshot_table|`snapshot`|memory of the published current table|Arrow size of the rows|≤ 1.3'
   'stream_apply|`stream`|streaming apply of 1,000,000 single-row updates, changes/s|raw read of the same binlog range, CRC32 verified|≥ 0.5'
+  'stream_indexed|`stream`|the same apply with a secondary index on the column every update changes, changes/s|the same engine without the index|—'
   'stream_fresh|`stream`|freshness at 10,000 commits/s: commit returned → visible, p99|—|< 50 ms'
   'pg_select1|`pgwire`|`SELECT 1`, simple protocol, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows and client|≤ 1.5'
   'pg_literal|`pgwire`|primary-key lookup, literal varying, simple protocol, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows and client|≤ 1.5'
   'pg_prepared|`pgwire`|primary-key lookup, prepared, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows and client|≤ 1.5'
+  'pg_index|`pgwire`|lookup by a secondary-index column, prepared, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows, client and index|≤ 2'
   'pg_scan|`pgwire`|large result in binary format, rows/s|PostgreSQL with the same rows and client|≥ 0.9'
   'pg_pgbench|`pgwire`|`pgbench -M prepared -c 4` point lookups, transactions/s|PostgreSQL with the same rows|≥ 0.67'
   'durable_restart|`durable`|restart to caught up with a 1M-row state (ratio: snapshot time ÷ restart time)|initial snapshot of the same table|—'
@@ -218,13 +220,19 @@ read_snapshot() {
 }
 
 read_stream() {
-  local f=$OUT/stream.out v='' ratio ours ref fresh rate
+  local f=$OUT/stream.out v='' ratio ours ref fresh rate found
   if ratio=$(grab "$f" '^ +ratio cdcfusion / raw: +([0-9.]+)') &&
     ours=$(grab "$f" '^ +cdcfusion, published: +([0-9]+) changes/s') &&
     ref=$(grab "$f" '^ +raw read, CRC32 verified: +([0-9]+) changes/s'); then
     v="$ratio ($(human "$ours") against $(human "$ref") changes/s)"
   fi
   set_value stream_apply "$v"
+  v=''
+  if found=$(grab "$f" '^ +with an index on `a`: +([0-9]+) changes/s, ([0-9.]+) of without'); then
+    IFS=$'\t' read -r ours ratio <<<"$found"
+    v="$ratio ($(human "$ours") changes/s)"
+  fi
+  set_value stream_indexed "$v"
   v=''
   f=$OUT/stream-freshness.out
   if fresh=$(grab "$f" 'visible in a published version: p50 ([0-9.]+) ms, p99 ([0-9.]+) ms, max ([0-9.]+) ms') &&
@@ -248,6 +256,7 @@ read_pgwire() {
   set_value pg_select1 "$(pg_latency "$f" 'SELECT 1 \(simple\)')"
   set_value pg_literal "$(pg_latency "$f" 'PK lookup, literal \(simple\)')"
   set_value pg_prepared "$(pg_latency "$f" 'PK lookup, prepared')"
+  set_value pg_index "$(pg_latency "$f" 'secondary-index lookup, prepared')"
   if found=$(grab "$f" '^ +large result \(binary\) +: cdcfusion ([0-9.]+) rows/s, PostgreSQL ([0-9.]+) rows/s, ratio ([0-9.]+)'); then
     IFS=$'\t' read -r ours theirs ratio <<<"$found"
     v="$ratio ($(human "$ours") against $(human "$theirs") rows/s)"

@@ -207,6 +207,15 @@ async fn create(engine: &Engine, url: &str, options: &str) {
     engine.wait_ready("s").await.unwrap();
 }
 
+/// `ALTER SOURCE s SET (url = <to's URL>)`: the source moved to `to`, or why not.
+async fn move_to(engine: &Engine, to: &DevServer) -> Result<(), EngineError> {
+    exec(
+        engine,
+        &format!("ALTER SOURCE s SET (url = '{}')", to.cdc_url()),
+    )
+    .await
+}
+
 /// The engine on `path` again, its source ready.
 async fn reopen(path: &str) -> Engine {
     let engine = Engine::open(path, durable_options()).await.unwrap();
@@ -263,12 +272,7 @@ async fn a_source_follows_its_primary_to_a_promoted_replica() {
     run(&replica, "STOP SLAVE").await;
     write(&primary, 51, 10, &mut made).await;
     synced(&engine, &primary).await;
-    let behind = exec(
-        &engine,
-        &format!("ALTER SOURCE s SET (url = '{}')", replica.cdc_url()),
-    )
-    .await
-    .unwrap_err();
+    let behind = move_to(&engine, &replica).await.unwrap_err();
     assert_eq!(behind.sqlstate().code(), "55000", "{behind}");
     let lacking = gtid_binlog_pos(&primary).await;
     let domain_seq = lacking.rsplit('-').next().unwrap().to_string();
@@ -281,12 +285,7 @@ async fn a_source_follows_its_primary_to_a_promoted_replica() {
     // The replica catches up; the primary dies; the replica is promoted.
     run(&replica, "START SLAVE").await;
     promote(&mut primary, &replica).await;
-    exec(
-        &engine,
-        &format!("ALTER SOURCE s SET (url = '{}')", replica.cdc_url()),
-    )
-    .await
-    .unwrap();
+    move_to(&engine, &replica).await.unwrap();
     // The engine dies before it read anything at the new server: its checkpoint's position
     // is the old server's, and the restart goes on at the new one by GTID again.
     drop(engine);
@@ -352,12 +351,7 @@ async fn a_server_of_another_history_is_refused() {
     )
     .await;
     write(&other, 1, 60, &mut Made::default()).await;
-    exec(
-        &engine,
-        &format!("ALTER SOURCE s SET (url = '{}')", other.cdc_url()),
-    )
-    .await
-    .unwrap();
+    move_to(&engine, &other).await.unwrap();
     let stopped = failed(&engine).await;
     assert!(
         stopped.contains("error_sqlstate=55000") && stopped.contains("cannot go on after GTIDs"),
@@ -771,12 +765,7 @@ async fn transactions_of_another_server_id_logged_while_running_are_not_errant()
     // A few polls of the server (one a second) read its binlog state meanwhile.
     tokio::time::sleep(Duration::from_secs(3)).await;
     promote(&mut primary, &replica).await;
-    exec(
-        &engine,
-        &format!("ALTER SOURCE s SET (url = '{}')", replica.cdc_url()),
-    )
-    .await
-    .unwrap();
+    move_to(&engine, &replica).await.unwrap();
     write(&replica, 26, 5, &mut made).await;
     synced(&engine, &replica).await;
     same_rows(&engine, &replica).await;
