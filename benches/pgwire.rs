@@ -125,51 +125,54 @@ async fn literal_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
     .await
 }
 
-/// A prepared `SELECT * FROM t WHERE id = $1` with random keys.
-async fn prepared_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
+/// p50 and p99 of a prepared `SELECT * FROM t WHERE <column> = $1`, bound to random values of
+/// `pick`; `rows` says how many rows each value must find.
+async fn prepared_by<T>(
+    side: &Side,
+    column: &str,
+    seed: u64,
+    pick: impl Fn(&mut rand::rngs::StdRng) -> T,
+    rows: impl Fn(&T) -> u64,
+) -> (f64, f64)
+where
+    T: tokio_postgres::types::ToSql + Sync + std::fmt::Debug,
+{
     let statement = side
         .client
-        .prepare(&format!("SELECT * FROM {} WHERE id = $1", side.table))
+        .prepare(&format!("SELECT * FROM {} WHERE {column} = $1", side.table))
         .await
         .unwrap();
     let rng = std::cell::RefCell::new(rand::rngs::StdRng::seed_from_u64(seed));
     latencies(|_| {
-        let id = rng.borrow_mut().random_range(1..=total) as i64;
+        let value = pick(&mut rng.borrow_mut());
+        let want = rows(&value);
         let statement = &statement;
         async move {
-            let rows = side.client.query(statement, &[&id]).await.unwrap();
-            assert_eq!(rows.len(), 1);
+            let found = side.client.query(statement, &[&value]).await.unwrap();
+            assert_eq!(found.len() as u64, want, "{column} = {value:?}");
         }
     })
     .await
 }
 
+/// A prepared `SELECT * FROM t WHERE id = $1` with random keys.
+async fn prepared_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
+    let pick = |rng: &mut rand::rngs::StdRng| rng.random_range(1..=total) as i64;
+    prepared_by(side, "id", seed, pick, |_| 1).await
+}
+
 /// A prepared `SELECT * FROM t WHERE a = $1` (`a` has a secondary index on both sides) with
 /// random values; the rows found are checked against the table's definition of `a`.
 async fn prepared_index_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64) {
-    let statement = side
-        .client
-        .prepare(&format!("SELECT * FROM {} WHERE a = $1", side.table))
-        .await
-        .unwrap();
-    let rng = std::cell::RefCell::new(rand::rngs::StdRng::seed_from_u64(seed));
-    let values = total.min(common::A_MODULUS);
-    latencies(|_| {
-        let a = rng.borrow_mut().random_range(0..values) as i32;
-        let statement = &statement;
-        async move {
-            let rows = side.client.query(statement, &[&a]).await.unwrap();
-            // Ids 1..=total whose remainder is `a`.
-            let (m, a) = (common::A_MODULUS, a as u64);
-            let want = match a {
-                0 => total / m,
-                a if a <= total => (total - a) / m + 1,
-                _ => 0,
-            };
-            assert_eq!(rows.len() as u64, want, "a = {a}");
-        }
-    })
-    .await
+    let m = common::A_MODULUS;
+    let pick = |rng: &mut rand::rngs::StdRng| rng.random_range(0..total.min(m)) as i32;
+    // Ids 1..=total whose remainder is `a`.
+    let rows = |a: &i32| match *a as u64 {
+        0 => total / m,
+        a if a <= total => (total - a) / m + 1,
+        _ => 0,
+    };
+    prepared_by(side, "a", seed, pick, rows).await
 }
 
 /// Rows/s of `SELECT *` streamed in binary format.

@@ -464,6 +464,15 @@ async fn errant_replica(engine: &Engine, primary: &DevServer, replica: &DevServe
     errant
 }
 
+/// `accept` (a move that accepts the errant transaction of [`errant_replica`]) is taken, and
+/// the source goes on at `replica` without that transaction's row.
+async fn goes_on_without_errant(engine: &Engine, accept: &str, replica: &DevServer) {
+    exec(engine, accept).await.unwrap();
+    write(replica, 36, 10, &mut Made::default()).await;
+    synced(engine, replica).await;
+    all_but(engine, replica, 1000).await;
+}
+
 /// How many changelog entries the source's table has.
 async fn entries(engine: &Engine) -> Vec<String> {
     query(
@@ -645,15 +654,12 @@ async fn a_replica_with_errant_transactions_is_refused_unless_accepted() {
             .contains(&format!("errant GTIDs {errant}")),
         "{errant}: {refused}"
     );
-    exec(
+    goes_on_without_errant(
         &engine,
         &format!("{to_replica}, accept_errant_gtids = true)"),
+        &replica,
     )
-    .await
-    .unwrap();
-    write(&replica, 36, 10, &mut Made::default()).await;
-    synced(&engine, &replica).await;
-    all_but(&engine, &replica, 1000).await;
+    .await;
 }
 
 /// Behind an address that stays the same, no statement names the new server: the source finds
@@ -680,15 +686,8 @@ async fn an_errant_replica_behind_the_same_address_stops_the_source_until_accept
             && stopped.contains(&format!("errant GTIDs {errant}")),
         "{stopped}"
     );
-    exec(
-        &engine,
-        &format!("ALTER SOURCE s SET (url = '{url}', accept_errant_gtids = true)"),
-    )
-    .await
-    .unwrap();
-    write(&replica, 36, 10, &mut Made::default()).await;
-    synced(&engine, &replica).await;
-    all_but(&engine, &replica, 1000).await;
+    let accept = format!("ALTER SOURCE s SET (url = '{url}', accept_errant_gtids = true)");
+    goes_on_without_errant(&engine, &accept, &replica).await;
     drop(engine);
     write(&replica, 46, 10, &mut Made::default()).await;
     let engine = reopen(&path).await;

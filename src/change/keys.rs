@@ -228,7 +228,7 @@ impl RowCodec {
         let indexes = schema
             .indexes
             .iter()
-            .filter(|i| !i.columns.is_empty() && i.columns.iter().all(|&c| c < fields.len()))
+            .filter(|i| i.fits(fields.len()))
             .map(|i| IndexCodec::new(i, &fields))
             .collect::<Result<_, _>>()?;
         Ok(Self {

@@ -65,6 +65,13 @@ pub struct IndexSpec {
     pub unique: bool,
 }
 
+impl IndexSpec {
+    /// Whether it names at least one column, each one of a table of `columns` columns.
+    pub fn fits(&self, columns: usize) -> bool {
+        !self.columns.is_empty() && self.columns.iter().all(|&c| c < columns)
+    }
+}
+
 /// The schema of one source table at one point in its history.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableSchema {
@@ -104,10 +111,7 @@ impl TableSchema {
     /// The same schema with `indexes`, less any that names a column it does not have.
     pub fn with_indexes(mut self, indexes: Vec<IndexSpec>) -> Self {
         let n = self.columns.len();
-        self.indexes = indexes
-            .into_iter()
-            .filter(|i| !i.columns.is_empty() && i.columns.iter().all(|&c| c < n))
-            .collect();
+        self.indexes = indexes.into_iter().filter(|i| i.fits(n)).collect();
         self
     }
 

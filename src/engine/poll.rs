@@ -94,11 +94,13 @@ impl PollOf {
             .bounded(|| "reading the purge settings".into(), read)
             .await
             .ok()?;
+        // A server that fails the checks is still polled for its lag; its state is not kept.
         let name = match self.flavor() {
-            Flavor::MariaDb => {
-                let info = connect.checked(&mut conn).await.ok()?;
-                Some(server_name(connect, &info))
-            }
+            Flavor::MariaDb => connect
+                .checked(&mut conn)
+                .await
+                .ok()
+                .map(|info| server_name(connect, &info)),
             Flavor::MySql => None,
         };
         Some(Opened {

@@ -2,8 +2,9 @@
 //! runs again.
 //!
 //! A scan is planned once and *bound* to what it reads: the version its statement pinned, the
-//! table's health for that statement, the rows of its key filter or the whole table. A plan
-//! kept by the front end runs again by binding each scan to the new run's pinned version
+//! table's health for that statement, the rows of its key filter, of its secondary-index
+//! filter ([`IndexLookup`]: from the index, or by a scan when the run's session turned indexes
+//! off) or the whole table. A plan kept by the front end runs again by binding each scan to the new run's pinned version
 //! ([`CurrentScanExec::bind`]) instead of planning again; everything the plan decided from
 //! the first version stays as it was (partition count, schema), so the plan above the scan
 //! remains valid.

@@ -64,28 +64,19 @@ impl TableSnapshot {
                 }
             }
         }
-        let mut overlay_rows = Vec::new();
-        match &self.indexes {
-            Some(indexes) => {
-                for prefix in &prefixes {
-                    for key in indexes[index].matching(prefix) {
-                        if let Some(Some((row, n))) = self.overlay.get(key) {
-                            overlay_rows.extend(std::iter::repeat_n(Arc::clone(row), *n as usize));
-                        }
-                    }
-                }
-            }
+        let built;
+        let indexes = match &self.indexes {
+            Some(indexes) => indexes,
             None => {
-                let upserts: Vec<_> = self.overlay.values().flatten().collect();
-                if !upserts.is_empty() {
-                    let rows = self.codec.decode(upserts.iter().map(|(r, _)| r.as_ref()))?;
-                    let encoded = spec.encode(&rows)?;
-                    for (i, (row, n)) in upserts.iter().enumerate() {
-                        let bytes = encoded.row(i);
-                        if prefixes.iter().any(|p| bytes.as_ref().starts_with(p)) {
-                            overlay_rows.extend(std::iter::repeat_n(Arc::clone(row), *n as usize));
-                        }
-                    }
+                built = self.overlay_indexes()?;
+                &built
+            }
+        };
+        let mut overlay_rows = Vec::new();
+        for prefix in &prefixes {
+            for key in indexes[index].matching(prefix) {
+                if let Some(Some((row, n))) = self.overlay.get(key) {
+                    overlay_rows.extend(std::iter::repeat_n(Arc::clone(row), *n as usize));
                 }
             }
         }

@@ -13,9 +13,10 @@
 //! since the last one, so a version's copy costs O(1) and a change costs O(log n).
 //!
 //! # Invariant
-//! A lookup gives exactly the rows, with their copies, that a scan of the same version filtered
-//! on the same equalities gives: a base row that is dead or whose key the overlay holds (an
-//! upsert or a delete) is left out, and the overlay's part holds exactly its upserts' entries.
+//! A batch's [`Sorted`] order holds every row of the batch, dead ones too (a lookup skips them
+//! by the base's liveness, and the rows whose key the overlay holds); a version's
+//! [`OverlayIndex`] holds exactly one entry per upsert of its overlay, with that row's index
+//! bytes, and none for a delete. `state::lookup` answers exactly from these.
 //!
 //! # Memory
 //! Per base row and index: the row-format bytes of its index columns, an 8-byte offset and a
@@ -156,17 +157,19 @@ impl OverlayIndex {
 pub fn refreshed<'a>(
     codec: &RowCodec,
     indexes: &[OverlayIndex],
-    changed: &mut Vec<KeyBytes>,
+    changed: &[KeyBytes],
     now: impl Fn(&KeyBytes) -> Option<Option<&'a arrow::row::OwnedRow>>,
 ) -> Result<Vec<OverlayIndex>, ArrowError> {
     let mut out = indexes.to_vec();
     if codec.indexes().is_empty() || changed.is_empty() {
         return Ok(out);
     }
-    changed.sort_unstable_by(|a, b| a.as_slice().cmp(b.as_slice()));
-    changed.dedup_by(|a, b| a.as_slice() == b.as_slice());
+    // A key put several times since is brought up to date once.
+    let mut keys: Vec<&KeyBytes> = changed.iter().collect();
+    keys.sort_unstable();
+    keys.dedup();
     let mut upserts = Vec::new();
-    for key in changed.iter() {
+    for key in keys {
         for index in &mut out {
             index.remove(key);
         }

@@ -64,6 +64,22 @@ async fn server_rows(sql: &str) -> Vec<String> {
     out
 }
 
+/// The first column of each of `rows` (as [`rows`] gives them), sorted as text.
+fn ids(rows: &[String]) -> Vec<String> {
+    let mut ids: Vec<String> = rows
+        .iter()
+        .map(|r| r.split('|').next().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// `sql` run at the server, then the source caught up with it.
+async fn at_server(f: &Fixture, sql: &str) {
+    root_conn(server()).await.query_drop(sql).await.unwrap();
+    f.sync().await;
+}
+
 /// The plan `EXPLAIN` shows for `sql`.
 async fn plan(client: &Client, sql: &str) -> String {
     rows(client, &format!("EXPLAIN {sql}")).await.join("\n")
@@ -165,14 +181,6 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
             let sql = format!("SELECT {columns} FROM {DB}.o WHERE {filter}");
             let ours = rows(&indexed, &sql).await;
             assert_eq!(ours, rows(&scanned, &sql).await, "{sql}");
-            let ids = |rows: &[String]| -> Vec<String> {
-                let mut ids: Vec<String> = rows
-                    .iter()
-                    .map(|r| r.split('|').next().unwrap().to_string())
-                    .collect();
-                ids.sort();
-                ids
-            };
             let theirs = server_rows(&format!("SELECT id FROM {DB}.o WHERE {filter}")).await;
             assert_eq!(ids(&ours), theirs, "{sql}");
             compared += ours.len();
@@ -212,34 +220,24 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
     );
 
     // DDL: a column added keeps the indexes; the indexed column dropped takes its index.
-    let mut conn = root_conn(server()).await;
-    conn.query_drop(format!("ALTER TABLE {DB}.o ADD COLUMN note TEXT NULL"))
-        .await
-        .unwrap();
-    f.sync().await;
+    at_server(&f, &format!("ALTER TABLE {DB}.o ADD COLUMN note TEXT NULL")).await;
     let shown = plan(&indexed, &by_customer).await;
     assert!(shown.contains("index=by_customer"), "{shown}");
-    let sql = format!("SELECT {columns} FROM {DB}.o WHERE customer_id = 3");
     assert_eq!(
-        rows(&indexed, &sql).await,
-        rows(&scanned, &sql).await,
-        "{sql}"
+        rows(&indexed, &by_customer).await,
+        rows(&scanned, &by_customer).await,
+        "{by_customer}"
     );
-    conn.query_drop(format!("ALTER TABLE {DB}.o DROP COLUMN customer_id"))
-        .await
-        .unwrap();
-    f.sync().await;
+    at_server(&f, &format!("ALTER TABLE {DB}.o DROP COLUMN customer_id")).await;
     let by_code = format!("SELECT id FROM {DB}.o WHERE code = 'c17'");
     assert!(plan(&indexed, &by_code).await.contains("index=by_code"));
     assert_eq!(rows(&indexed, &by_code).await, server_rows(&by_code).await);
     // A table created after the start has the indexes its CREATE TABLE declares.
-    conn.query_drop(format!(
+    let later = format!(
         "CREATE TABLE {DB}.later (id INT PRIMARY KEY, g INT, KEY (g));
          INSERT INTO {DB}.later SELECT seq, seq % 5 FROM {DB}.seq_1_to_50"
-    ))
-    .await
-    .unwrap();
-    f.sync().await;
+    );
+    at_server(&f, &later).await;
     let later = format!("SELECT id FROM {DB}.later WHERE g = 2");
     assert!(plan(&indexed, &later).await.contains("index=g"));
     assert_eq!(rows(&indexed, &later).await, server_rows(&later).await);

@@ -6,16 +6,14 @@
 use std::sync::Arc;
 
 use super::columns::{count, flag, text, Declared, Scan};
-use crate::capture::version::SourceVersion;
-use crate::change::schema::IndexSpec;
+use crate::change::schema::{IndexSpec, TableId};
 use crate::engine::source::RunningSource;
 use crate::state::lookup::IndexUse;
 
 /// What a row of `cdc.indexes` is read from.
 pub(super) struct Row {
     source: Arc<RunningSource>,
-    version: Arc<SourceVersion>,
-    table: usize,
+    id: TableId,
     index: usize,
     spec: IndexSpec,
     columns: Vec<String>,
@@ -26,13 +24,12 @@ fn rows(scan: &Scan<'_>) -> Vec<Row> {
     let mut rows = Vec::new();
     for source in scan.sources() {
         let version = scan.version(&source);
-        for (t, snap) in version.tables.iter().enumerate() {
+        for snap in &version.tables {
             let schema = snap.schema();
             for (i, spec) in schema.indexes.iter().enumerate() {
                 rows.push(Row {
                     source: Arc::clone(&source),
-                    version: Arc::clone(&version),
-                    table: t,
+                    id: schema.id.clone(),
                     index: i,
                     columns: spec
                         .columns
@@ -48,20 +45,13 @@ fn rows(scan: &Scan<'_>) -> Vec<Row> {
     rows
 }
 
-impl Row {
-    fn id(&self) -> Option<crate::change::schema::TableId> {
-        let snap = self.version.tables.get(self.table)?;
-        Some(snap.schema().id.clone())
-    }
-}
-
 pub(super) static TABLE: Declared<Row> = Declared {
     name: "indexes",
     rows,
     columns: &[
         text("source", |r| Some(r.source.name.clone())),
-        text("db", |r| r.id().map(|id| id.db)),
-        text("table", |r| r.id().map(|id| id.table)),
+        text("db", |r| Some(r.id.db.clone())),
+        text("table", |r| Some(r.id.table.clone())),
         text("index", |r| Some(r.spec.name.clone())),
         count("position", |r| Some(r.index as u64)),
         text("columns", |r| Some(r.columns.join(", "))),

@@ -53,6 +53,14 @@ const COMPACT_MIN: usize = 1024;
 
 use super::key::KeyBytes;
 
+/// The row `overlay` holds under `key`: `None` when it holds no entry, `Some(None)` for a
+/// delete.
+fn overlay_row<'a>(overlay: &'a Overlay, key: &KeyBytes) -> Option<Option<&'a OwnedRow>> {
+    overlay
+        .get(key)
+        .map(|v| v.as_ref().map(|(row, _)| row.as_ref()))
+}
+
 /// An overlay value: the row and its copy count, or a delete.
 pub type OverlayValue = Option<(Arc<OwnedRow>, u32)>;
 
@@ -237,11 +245,8 @@ impl CurrentTable {
 
     /// The overlay's indexes brought up to date with the keys put since the last snapshot.
     fn indexes_now(&self) -> Result<Vec<OverlayIndex>, ArrowError> {
-        let mut changed = self.changed.clone();
-        refreshed(&self.codec, &self.indexes, &mut changed, |key| {
-            self.overlay
-                .get(key)
-                .map(|v| v.as_ref().map(|(row, _)| row.as_ref()))
+        refreshed(&self.codec, &self.indexes, &self.changed, |key| {
+            overlay_row(&self.overlay, key)
         })
     }
 
@@ -396,6 +401,16 @@ impl TableSnapshot {
         }
         let from_overlay = self.codec.decode(overlay_rows.iter().map(Arc::as_ref))?;
         concat_batches(&self.codec.schema().arrow, [&from_base, &from_overlay])
+    }
+
+    /// The overlay's part of each secondary index, built from the whole overlay: for a version
+    /// whose own could not be brought up to date.
+    pub(super) fn overlay_indexes(&self) -> Result<Vec<OverlayIndex>, ArrowError> {
+        let keys: Vec<KeyBytes> = self.overlay.keys().cloned().collect();
+        let empty = vec![OverlayIndex::default(); self.codec.indexes().len()];
+        refreshed(&self.codec, &empty, &keys, |key| {
+            overlay_row(&self.overlay, key)
+        })
     }
 
     pub fn codec(&self) -> &Arc<RowCodec> {
