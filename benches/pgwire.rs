@@ -6,7 +6,8 @@
 //! plans every statement (`cdcfusion.point_lookups = off`), to show what the lookup from the
 //! key index saves. A prepared lookup by `a`, which has a secondary index at the source (so
 //! in the captured table too) and in PostgreSQL, is measured with indexes on and on a session
-//! that scans instead (`cdcfusion.indexes = off`).
+//! that scans instead (`cdcfusion.indexes = off`). A prepared range of 1,000 consecutive
+//! keys is answered through the key's columns in order on both sides.
 //!
 //! cdcfusion runs as its own process (`cdcfusion serve`, as PostgreSQL does), capturing the
 //! shared 7-column table from a private MariaDB. The two servers are measured alternately,
@@ -173,6 +174,31 @@ async fn prepared_index_lookups(side: &Side, total: u64, seed: u64) -> (f64, f64
         _ => 0,
     };
     prepared_by(side, "a", seed, pick, rows).await
+}
+
+/// A prepared `SELECT * FROM t WHERE id >= $1 AND id < $2`: 1,000 consecutive keys from a
+/// random start (the key's own index on both sides).
+async fn prepared_ranges(side: &Side, total: u64, seed: u64) -> (f64, f64) {
+    const RANGE: i64 = 1000;
+    let statement = side
+        .client
+        .prepare(&format!(
+            "SELECT * FROM {} WHERE id >= $1 AND id < $2",
+            side.table
+        ))
+        .await
+        .unwrap();
+    let rng = std::cell::RefCell::new(rand::rngs::StdRng::seed_from_u64(seed));
+    latencies(|_| {
+        let low = rng.borrow_mut().random_range(1..=total as i64 - RANGE + 1);
+        let statement = &statement;
+        async move {
+            let high = low + RANGE;
+            let found = side.client.query(statement, &[&low, &high]).await.unwrap();
+            assert_eq!(found.len() as i64, RANGE, "id in [{low}, {high})");
+        }
+    })
+    .await
 }
 
 /// Rows/s of `SELECT *` streamed in binary format.
@@ -420,6 +446,12 @@ async fn main() {
         t.push(prepared_index_lookups(&theirs, total, round).await);
     }
     report_latency("secondary-index lookup, prepared", &o, &t);
+    let (mut o, mut t) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS as u64 {
+        o.push(prepared_ranges(&ours, total, round).await);
+        t.push(prepared_ranges(&theirs, total, round).await);
+    }
+    report_latency("PK range of 1,000 rows, prepared", &o, &t);
     let scanning = set_on(&conninfo, "SET cdcfusion.indexes = off").await;
     let (mut o, mut t) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS as u64 {

@@ -57,6 +57,7 @@ ROWS=(
   'pg_literal|`pgwire`|primary-key lookup, literal varying, simple protocol, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows and client|≤ 1.5'
   'pg_prepared|`pgwire`|primary-key lookup, prepared, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows and client|≤ 1.5'
   'pg_index|`pgwire`|lookup by a secondary-index column, prepared, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows, client and index|≤ 2'
+  'pg_range|`pgwire`|primary-key range of 1,000 rows, prepared, p50 (ratio: ours ÷ PostgreSQL)|PostgreSQL with the same rows and client|≤ 2'
   'pg_scan|`pgwire`|large result in binary format, rows/s|PostgreSQL with the same rows and client|≥ 0.9'
   'pg_pgbench|`pgwire`|`pgbench -M prepared -c 4` point lookups, transactions/s|PostgreSQL with the same rows|≥ 0.67'
   'durable_restart|`durable`|restart to caught up with a 1M-row state (ratio: snapshot time ÷ restart time)|initial snapshot of the same table|—'
@@ -257,6 +258,7 @@ read_pgwire() {
   set_value pg_literal "$(pg_latency "$f" 'PK lookup, literal \(simple\)')"
   set_value pg_prepared "$(pg_latency "$f" 'PK lookup, prepared')"
   set_value pg_index "$(pg_latency "$f" 'secondary-index lookup, prepared')"
+  set_value pg_range "$(pg_latency "$f" 'PK range of 1,000 rows, prepared')"
   if found=$(grab "$f" '^ +large result \(binary\) +: cdcfusion ([0-9.]+) rows/s, PostgreSQL ([0-9.]+) rows/s, ratio ([0-9.]+)'); then
     IFS=$'\t' read -r ours theirs ratio <<<"$found"
     v="$ratio ($(human "$ours") against $(human "$theirs") rows/s)"

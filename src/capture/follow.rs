@@ -34,7 +34,7 @@ use crate::change::schema::{TableId, TableSchema};
 use crate::change::{Ddl, SourceTransaction};
 use crate::source::binlog::{BinlogReader, BinlogReaderOptions, TableFilter};
 use crate::source::connect::ConnectOptions;
-use crate::source::ddl::{renamed_tables, touched_tables};
+use crate::source::ddl::{reindexed_tables, renamed_tables, touched_tables};
 use crate::source::error::{SourceError, SourceResult};
 use crate::source::evolve::ColumnOrigin;
 use crate::state::merge::TableState;
@@ -47,9 +47,11 @@ impl Capture {
         tx: &SourceTransaction,
         out: &mut Vec<TableChange>,
     ) -> SourceResult<()> {
-        let touched = touched_tables(ddl, |id| {
+        let mut touched = touched_tables(ddl, |id| {
             self.index.contains_key(id) || self.pattern.selects(id)
         });
+        // Tables whose indexes alone change are followed too (`Followed::Reindexed`).
+        touched.extend(reindexed_tables(ddl, |id| self.index.contains_key(id)));
         let mut renamed_in = self.renamed_in(ddl);
         let mut renames = Vec::new();
         for id in touched {
@@ -105,6 +107,10 @@ impl Capture {
                         short(&ddl.statement)
                     );
                     self.stop_table(t, reason, tx.start.clone());
+                }
+                Followed::Reindexed(after) => {
+                    self.tables[t] = after;
+                    self.reindexed.push(t);
                 }
                 Followed::Evolved(after) => {
                     self.tables[t] = Arc::clone(&after);

@@ -204,6 +204,9 @@ pub struct Capture {
     recreated: Vec<usize>,
     /// Schema changes followed and not yet taken by [`Capture::take_schema_changes`].
     schema_changes: Vec<SchemaChange>,
+    /// Tables whose secondary indexes changed (and nothing else) since the last
+    /// [`Capture::take_reindexed`].
+    reindexed: Vec<usize>,
     /// Tables whose rows and DDL are read but not applied (see [`Capture::park`]).
     parked: std::collections::BTreeSet<usize>,
     /// The source's `tables` patterns: a table created later that they select is captured
@@ -325,6 +328,7 @@ impl Capture {
             new_stops: Vec::new(),
             recreated: Vec::new(),
             schema_changes: Vec::new(),
+            reindexed: Vec::new(),
             parked: Default::default(),
             pattern: Patterns::new(&options.tables)?,
             created: HashMap::new(),
@@ -536,6 +540,12 @@ impl Capture {
     /// The schema changes followed since the last call, in binlog order.
     pub fn take_schema_changes(&mut self) -> Vec<SchemaChange> {
         std::mem::take(&mut self.schema_changes)
+    }
+
+    /// The tables whose secondary indexes alone changed since the last call: their schemas
+    /// (same version) name other indexes.
+    pub fn take_reindexed(&mut self) -> Vec<usize> {
+        std::mem::take(&mut self.reindexed)
     }
 
     pub fn server(&self) -> &ServerInfo {

@@ -88,6 +88,9 @@ pub(super) enum Followed {
     Deleted(Vec<ChangelogEvent>),
     /// The table has a new schema; its state is converted.
     Evolved(Arc<TableSchema>),
+    /// The table has other secondary indexes, nothing else changed (same schema version: the
+    /// rows, their changelog and every reader's columns are as they were).
+    Reindexed(Arc<TableSchema>),
     /// The table is renamed (the caller renames it, or stops it when the source does not
     /// select the new name).
     Renamed(TableId),
@@ -126,6 +129,19 @@ pub(super) fn follow_ddl(
     };
     Ok(match ddl_effect(&ddl.db, &ddl.statement, before, charset) {
         DdlEffect::Unchanged => Followed::Nothing,
+        DdlEffect::Reindexed(indexes) => {
+            let after = Arc::new(before.as_ref().clone().with_indexes(indexes));
+            match state.reindex(Arc::clone(&after)) {
+                Ok(()) => {
+                    tracing::info!(table = %before.id, at = %tx.start, indexes = after.indexes.len(), %statement, "followed a change of indexes");
+                    Followed::Reindexed(after)
+                }
+                Err(e) => stop(format!(
+                    "its indexes could not be changed ({e}); {}",
+                    resnapshot_fix(before)
+                )),
+            }
+        }
         // A plain CREATE of a table that exists fails on the server and is not logged (and
         // `IF NOT EXISTS` is `Unchanged`), so this is MariaDB's `CREATE OR REPLACE TABLE`, or a
         // table dropped where the binlog did not see it: whatever its rows and columns are

@@ -28,13 +28,18 @@ use crate::change::schema::{IndexSpec, TableSchema};
 #[derive(Debug)]
 pub struct RowCodec {
     schema: Arc<TableSchema>,
-    key: RowConverter,
-    full: RowConverter,
+    /// Shared with the codecs [`RowCodec::with_indexes`] makes: Arrow decodes rows only with
+    /// the converter that encoded them.
+    key: Arc<RowConverter>,
+    full: Arc<RowConverter>,
     key_columns: Vec<usize>,
     /// Set when the key is one integer column whose bytes [`IntKey`] writes exactly.
     int_key: Option<IntKey>,
     /// One per secondary index of the schema, in its order.
     indexes: Vec<IndexCodec>,
+    /// The primary key's columns as an index (named `PRIMARY`, as the server names it), for
+    /// ranges of the key; `None` for a table without one.
+    primary: Option<IndexCodec>,
 }
 
 /// One secondary index's columns in Arrow's row format (see `state::secondary`): bytes that
@@ -84,6 +89,28 @@ impl IndexCodec {
     pub fn encode_first(&self, values: &ArrayRef) -> Result<Rows, ArrowError> {
         self.first.convert_columns(std::slice::from_ref(values))
     }
+}
+
+/// The encoders of `schema`'s secondary indexes, in its order (one that does not fit its
+/// columns left out).
+fn index_codecs(schema: &TableSchema, fields: &[SortField]) -> Result<Vec<IndexCodec>, ArrowError> {
+    schema
+        .indexes
+        .iter()
+        .filter(|i| i.fits(fields.len()))
+        .map(|i| IndexCodec::new(i, fields))
+        .collect()
+}
+
+/// The primary key as an index; see [`RowCodec::primary_index`].
+fn primary_codec(
+    schema: &TableSchema,
+    fields: &[SortField],
+) -> Result<Option<IndexCodec>, ArrowError> {
+    if schema.primary_key.is_empty() {
+        return Ok(None);
+    }
+    IndexCodec::new(&IndexSpec::primary(&schema.primary_key), fields).map(Some)
 }
 
 /// The longest key an [`IntKey`] writes: the valid marker and 8 value bytes.
@@ -216,8 +243,10 @@ impl RowCodec {
         } else {
             schema.primary_key.clone()
         };
-        let key = RowConverter::new(key_columns.iter().map(|i| fields[*i].clone()).collect())?;
-        let full = RowConverter::new(fields.clone())?;
+        let key = Arc::new(RowConverter::new(
+            key_columns.iter().map(|i| fields[*i].clone()).collect(),
+        )?);
+        let full = Arc::new(RowConverter::new(fields.clone())?);
         let int_key = match schema.primary_key.as_slice() {
             [column] => {
                 let data_type = schema.arrow.field(*column).data_type();
@@ -225,12 +254,8 @@ impl RowCodec {
             }
             _ => None,
         };
-        let indexes = schema
-            .indexes
-            .iter()
-            .filter(|i| i.fits(fields.len()))
-            .map(|i| IndexCodec::new(i, &fields))
-            .collect::<Result<_, _>>()?;
+        let indexes = index_codecs(&schema, &fields)?;
+        let primary = primary_codec(&schema, &fields)?;
         Ok(Self {
             schema,
             key,
@@ -238,6 +263,34 @@ impl RowCodec {
             key_columns,
             int_key,
             indexes,
+            primary,
+        })
+    }
+
+    /// This codec for `schema`, which has the same columns and primary key and other secondary
+    /// indexes (an index created or dropped at the source): keys and rows it encoded are read
+    /// by the new codec unchanged, so a table's state is kept as it is.
+    pub fn with_indexes(&self, schema: Arc<TableSchema>) -> Result<Self, ArrowError> {
+        if schema.arrow != self.schema.arrow || schema.primary_key != self.schema.primary_key {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "{} changed its columns or primary key, not only its indexes",
+                schema.id
+            )));
+        }
+        let fields: Vec<SortField> = schema
+            .arrow
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Self {
+            indexes: index_codecs(&schema, &fields)?,
+            primary: primary_codec(&schema, &fields)?,
+            schema,
+            key: Arc::clone(&self.key),
+            full: Arc::clone(&self.full),
+            key_columns: self.key_columns.clone(),
+            int_key: self.int_key,
         })
     }
 
@@ -253,6 +306,12 @@ impl RowCodec {
     /// The secondary indexes' encoders, in the schema's order.
     pub fn indexes(&self) -> &[IndexCodec] {
         &self.indexes
+    }
+
+    /// The primary key as an index over its columns: its bytes for a row are that row's key
+    /// (both are the key columns in Arrow's row format).
+    pub fn primary_index(&self) -> Option<&IndexCodec> {
+        self.primary.as_ref()
     }
 
     /// Whether keys are whole rows (the table has no primary key).

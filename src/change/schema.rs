@@ -66,6 +66,18 @@ pub struct IndexSpec {
 }
 
 impl IndexSpec {
+    /// The name the servers give the primary key's index.
+    pub const PRIMARY: &'static str = "PRIMARY";
+
+    /// The primary key over `columns` as an index (for ranges of the key).
+    pub fn primary(columns: &[usize]) -> Self {
+        Self {
+            name: Self::PRIMARY.into(),
+            columns: columns.to_vec(),
+            unique: true,
+        }
+    }
+
     /// Whether it names at least one column, each one of a table of `columns` columns.
     pub fn fits(&self, columns: usize) -> bool {
         !self.columns.is_empty() && self.columns.iter().all(|&c| c < columns)
@@ -113,32 +125,6 @@ impl TableSchema {
         let n = self.columns.len();
         self.indexes = indexes.into_iter().filter(|i| i.fits(n)).collect();
         self
-    }
-
-    /// The same schema with the indexes of `old` (an earlier schema of the table) on the columns
-    /// `new_of` maps each of `old`'s columns to (`None`: the column is gone, and its indexes
-    /// with it).
-    pub fn with_indexes_mapped(
-        self,
-        old: &TableSchema,
-        new_of: impl Fn(usize) -> Option<usize>,
-    ) -> Self {
-        let indexes = old
-            .indexes
-            .iter()
-            .filter_map(|index| {
-                let columns = index
-                    .columns
-                    .iter()
-                    .map(|&c| new_of(c))
-                    .collect::<Option<Vec<usize>>>()?;
-                Some(IndexSpec {
-                    columns,
-                    ..index.clone()
-                })
-            })
-            .collect();
-        self.with_indexes(indexes)
     }
 
     /// The same schema with `version` (see [`TableSchema::version`]).

@@ -23,10 +23,16 @@
 //! `Engine::catalog_changed` after registering them.
 //!
 //! # Kept physical plans
-//! A kept plan that reads only current tables, takes no parameters and calls no *stable*
-//! function (`now()` and the functions that read the session or the catalogs, which the
-//! optimizer folds into constants) also keeps its physical plan, made at its first run: the
-//! next runs skip the optimizer and physical planning too. Each run binds every current-table
+//! A kept plan that reads only current tables and calls no *stable* function (`now()` and the
+//! functions that read the session or the catalogs, which the optimizer folds into constants)
+//! also keeps its physical plan, made at its first run: the next runs skip the optimizer and
+//! physical planning too. A plan with parameters keeps it only when, once optimized, every
+//! parameter is in a filter a current-table scan answers itself (a key, index or range lookup,
+//! `provider::index_filters`): the scans then bind each run's values (`provider::index_filters::RunParams`) as they
+//! bind its versions, and nothing else in the plan depends on them. Any other place a
+//! parameter is in (a projection, a filter left above the scan, a `LIMIT`) makes the plan
+//! refuse its physical form, and such a statement is made physical at every run with its
+//! values in place. Each run binds every current-table
 //! scan of it to that run's pinned version, checking health again
 //! (`provider::current_scan`), and gives every other node fresh state
 //! (`ExecutionPlan::reset_state`, e.g. a hash join's build side). The kept copy holds its
@@ -68,10 +74,24 @@ pub struct KeptPlan {
     generation: CatalogGeneration,
     /// Where its physical plan is kept, when it may be (see the module docs).
     physical: Option<PhysicalSlot>,
+    /// Whether it has parameters.
+    takes_params: bool,
 }
 
 /// A kept plan's physical plan, once made; shared by the copies of the kept plan.
-type PhysicalSlot = Arc<Mutex<Option<Arc<dyn ExecutionPlan>>>>;
+type PhysicalSlot = Arc<Mutex<Physical>>;
+
+/// What a kept plan's physical slot holds.
+#[derive(Debug, Default)]
+enum Physical {
+    /// Not made yet.
+    #[default]
+    Unmade,
+    /// Made at a run, its scans unbound.
+    Kept(Arc<dyn ExecutionPlan>),
+    /// Its parameters do not all go to scans: made at every run (see the module docs).
+    Refused,
+}
 
 impl CatalogGeneration {
     /// The generation of `engine`'s count and the sources' table changes.
@@ -88,6 +108,7 @@ impl KeptPlan {
             plan: plan.clone(),
             generation,
             physical: physically_reusable(plan).then(Arc::default),
+            takes_params: has_params(plan),
         })
     }
 
@@ -98,7 +119,7 @@ impl KeptPlan {
             return Ok(());
         };
         let unbound = fresh_copy(Arc::clone(physical), |scan| Ok(scan.unbound()))?;
-        *slot.locked() = Some(unbound);
+        *slot.locked() = Physical::Kept(unbound);
         Ok(())
     }
 
@@ -108,14 +129,33 @@ impl KeptPlan {
         &self,
         config: &SessionConfig,
     ) -> DFResult<Option<Arc<dyn ExecutionPlan>>> {
-        let kept = match &self.physical {
-            Some(slot) => slot.locked().clone(),
-            None => None,
-        };
-        let Some(kept) = kept else {
-            return Ok(None);
+        let kept = match self.physical.as_ref().map(|slot| slot.locked()).as_deref() {
+            Some(Physical::Kept(plan)) => Arc::clone(plan),
+            _ => return Ok(None),
         };
         Ok(Some(fresh_copy(kept, |scan| scan.bind(config))?))
+    }
+
+    /// Whether it takes parameters and may still keep a physical plan with them.
+    pub(super) fn may_keep_with_params(&self) -> bool {
+        self.takes_params
+            && self
+                .physical
+                .as_ref()
+                .is_some_and(|slot| !matches!(*slot.locked(), Physical::Refused))
+    }
+
+    /// `optimized` (this plan, optimized with its parameters in place) may be kept physical:
+    /// every parameter is in a scan's filters. Otherwise the plan refuses its physical form
+    /// from now on.
+    pub(super) fn params_only_in_scans(&self, optimized: &LogicalPlan) -> bool {
+        let fine = params_only_in_scans(optimized);
+        if !fine {
+            if let Some(slot) = &self.physical {
+                *slot.locked() = Physical::Refused;
+            }
+        }
+        fine
     }
 
     /// The plan's result columns.
@@ -179,8 +219,54 @@ fn fresh_copy(
         .data)
 }
 
-/// Whether `plan`'s physical plan may be kept too: it reads only current tables, has no
-/// parameters and calls no stable function (see the module docs).
+/// Whether `plan` has parameters.
+fn has_params(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                found |= matches!(e, Expr::Placeholder(_));
+                Ok(if found {
+                    TreeNodeRecursion::Stop
+                } else {
+                    TreeNodeRecursion::Continue
+                })
+            })
+        })
+    });
+    found
+}
+
+/// Whether every parameter of `plan` (optimized) is in the filters of a table scan: those
+/// were pushed to a current table's scan as answered exactly (a filter that is not stays
+/// above the scan, where it would be found).
+fn params_only_in_scans(plan: &LogicalPlan) -> bool {
+    let mut elsewhere = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if !matches!(node, LogicalPlan::TableScan(_)) {
+            node.apply_expressions(|e| {
+                e.apply(|e| {
+                    elsewhere |= matches!(e, Expr::Placeholder(_));
+                    Ok(if elsewhere {
+                        TreeNodeRecursion::Stop
+                    } else {
+                        TreeNodeRecursion::Continue
+                    })
+                })
+            })?;
+        }
+        Ok(if elsewhere {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    !elsewhere
+}
+
+/// Whether `plan`'s physical plan may be kept too: it reads only current tables and calls no
+/// stable function; one with parameters is checked again once optimized (see the module
+/// docs).
 fn physically_reusable(plan: &LogicalPlan) -> bool {
     let mut fine = true;
     let walked = plan.apply_with_subqueries(|node| {
@@ -196,7 +282,6 @@ fn physically_reusable(plan: &LogicalPlan) -> bool {
         node.apply_expressions(|e| {
             e.apply(|e| {
                 let folded = match e {
-                    Expr::Placeholder(_) => true,
                     Expr::ScalarFunction(f) => f.func.signature().volatility == Volatility::Stable,
                     _ => false,
                 };

@@ -373,7 +373,12 @@ async fn capture_loop(task: &Task, mode: Mode) -> Result<(), Stop> {
         // A DDL is a burst of its own (`Capture::next_run`): the changelogs take the new
         // schemas before its entries (a TRUNCATE's) and any later ones are appended.
         let schema_changes = capture.take_schema_changes();
-        let evolved: Vec<usize> = schema_changes.iter().map(|c| c.table).collect();
+        // Tables with other indexes are published again too; their columns did not change.
+        let evolved: Vec<usize> = schema_changes
+            .iter()
+            .map(|c| c.table)
+            .chain(capture.take_reindexed())
+            .collect();
         // Tables created after the start, captured from their creation.
         for table in &capture.tables()[changelogs.len()..] {
             changelogs.push(Changelog::new(&table.arrow));

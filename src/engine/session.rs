@@ -390,6 +390,33 @@ impl Engine {
         Ok(kept.bind_physical(config)?)
     }
 
+    /// `kept` (a plan with parameters) made physical with its parameters in place, in `state`
+    /// (a session's copy, whose configuration holds the run's parameter values), every
+    /// source's current version pinned; the physical plan is kept for the next runs to bind
+    /// (see `reuse`). `None` when the catalog changed since it was planned, or its parameters
+    /// do not all go to scans: the statement is then made physical with its values in place.
+    pub async fn plan_kept_with_params(
+        &self,
+        state: &mut SessionState,
+        kept: &KeptPlan,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>, EngineError> {
+        if self.catalog_generation() != kept.generation() || !kept.may_keep_with_params() {
+            return Ok(None);
+        }
+        self.pin_versions(state);
+        state.mark_start_execution();
+        let optimized = state.optimize(&kept.plan())?;
+        if !kept.params_only_in_scans(&optimized) {
+            return Ok(None);
+        }
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&optimized, state)
+            .await?;
+        kept.keep_physical(&physical)?;
+        Ok(Some(physical))
+    }
+
     /// Pins the current version of every source in `state`, for one statement.
     pub(super) fn pin_versions(&self, state: &mut SessionState) {
         self.pin_in(state.config_mut());

@@ -6,9 +6,13 @@
 //!   index ([`TableSnapshot::lookup`](crate::state::current::TableSnapshot::lookup)) and marked
 //!   exact, so a point lookup touches only the rows it returns. Without one, the first such
 //!   filter on the first column of a secondary index is answered from that index
-//!   ([`TableSnapshot::lookup_index`](crate::state::current::TableSnapshot::lookup_index)), or
-//!   by a scan that applies it when the session turned indexes off
-//!   (`cdcfusion.indexes = off`). Other filters are applied by DataFusion above the scan.
+//!   ([`TableSnapshot::lookup_index`](crate::state::current::TableSnapshot::lookup_index));
+//!   without one, the ranges of the first index that one is found for (the primary key's
+//!   columns first), together
+//!   ([`TableSnapshot::lookup_range`](crate::state::current::TableSnapshot::lookup_range));
+//!   see `index_filters`. A session that turned indexes off (`cdcfusion.indexes = off`) has
+//!   the same filters applied by a scan. Other filters are applied by DataFusion above the
+//!   scan.
 //! * The provider's statistics give the exact row count of the latest version; a scan's are
 //!   inexact, since a kept plan's scan reads another version at each run (`current_scan`).
 //!
@@ -22,21 +26,24 @@
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
-use datafusion::common::{Constraint, Constraints, Result, ScalarValue, Statistics};
+use datafusion::common::{Constraint, Constraints, Result, Statistics};
 use datafusion::datasource::{TableProvider, TableType};
-use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::current_scan::{deal, CurrentScanExec, IndexLookup, ScanTarget};
+use super::current_scan::{deal, CurrentScanExec, ScanTarget};
 pub use super::current_scan::{key_bytes, lookup_key, SchemaChanged};
 use super::health::{ReadPolicy, SharedHealth};
+use super::index_filters::{
+    range_indexes, range_of, values_of, Condition, IndexLookup, Operand, Wanted,
+};
 use super::version_for;
 use crate::capture::version::Published;
-use crate::change::schema::TableSchema;
+use crate::change::schema::{IndexSpec, TableSchema};
 
 /// The current table `index` of a source.
 #[derive(Debug)]
@@ -87,84 +94,160 @@ impl CurrentTableProvider {
         &self.table
     }
 
-    /// The primary-key column when it is a single column.
-    fn key_column(&self) -> Option<&str> {
+    /// The primary-key column when it is a single column: its name and type.
+    fn key_column(&self) -> Option<(&str, &DataType)> {
         match self.table.primary_key.as_slice() {
-            [k] => Some(self.table.columns[*k].name.as_str()),
+            [k] => Some((
+                self.table.columns[*k].name.as_str(),
+                self.table.arrow.field(*k).data_type(),
+            )),
             _ => None,
         }
     }
 
-    /// The literal key values a filter selects (see [`values_of`]).
-    fn key_values(&self, filter: &Expr) -> Option<Vec<ScalarValue>> {
-        values_of(self.key_column()?, filter)
+    /// The key values a filter selects (see [`values_of`]).
+    fn key_values(&self, filter: &Expr) -> Option<Vec<Operand>> {
+        let (name, data_type) = self.key_column()?;
+        values_of(name, data_type, filter)
     }
 
     /// The first secondary index whose first column a filter selects literal values of (see
-    /// [`values_of`]), with those values. Not on a floating-point column: SQL has `-0 = 0`,
-    /// their bytes differ.
-    fn index_values(&self, filter: &Expr) -> Option<(usize, Vec<ScalarValue>)> {
+    /// [`values_of`]), with those values; not on a floating-point column (`index_filters`).
+    fn index_values(&self, filter: &Expr) -> Option<(usize, Vec<Operand>)> {
         self.table
             .indexes
             .iter()
             .enumerate()
             .find_map(|(i, index)| {
-                let first = index.columns[0];
-                if self.table.arrow.field(first).data_type().is_floating() {
+                let (name, data_type) = self.first_column(index);
+                if data_type.is_floating() {
                     return None;
                 }
-                Some((i, values_of(&self.table.columns[first].name, filter)?))
+                Some((i, values_of(name, data_type, filter)?))
             })
     }
 
-    /// Which of `filters` the scan answers itself: every primary-key filter; with none, the
-    /// first one a secondary index answers.
+    /// The first index (the primary key's, then the secondary ones) whose first column one of
+    /// `filters` selects a range of (see [`range_of`]).
+    fn range_index<'a>(
+        &self,
+        filters: impl Iterator<Item = &'a Expr> + Clone,
+    ) -> Option<IndexSpec> {
+        range_indexes(&self.table).find(|index| {
+            let (name, data_type) = self.first_column(index);
+            filters
+                .clone()
+                .any(|f| range_of(name, data_type, f).is_some())
+        })
+    }
+
+    /// The name and type of `index`'s first column.
+    fn first_column(&self, index: &IndexSpec) -> (&str, &DataType) {
+        let first = index.columns[0];
+        (
+            &self.table.columns[first].name,
+            self.table.arrow.field(first).data_type(),
+        )
+    }
+
+    /// Which of `filters` the scan answers itself: each that a lookup could answer (a key
+    /// filter, an index's values, a range of an index's first column). The scan makes one
+    /// lookup and applies the rest to the rows it found (see [`Self::lookups`]); the answer
+    /// for a filter never depends on the others, since the optimizer may offer them in
+    /// several passes.
     fn answered(&self, filters: &[&Expr]) -> Vec<bool> {
-        let keys: Vec<bool> = filters
+        filters
             .iter()
-            .map(|f| self.key_values(f).is_some())
-            .collect();
-        if keys.contains(&true) {
-            return keys;
-        }
-        let first = filters.iter().position(|f| self.index_values(f).is_some());
-        (0..filters.len()).map(|i| Some(i) == first).collect()
-    }
-}
-
-/// The literal values a filter selects of `column`, if it is `column = lit`, `lit = column`,
-/// `column IN (lits)`, or a disjunction of those (DataFusion rewrites short IN lists so).
-fn values_of(column: &str, filter: &Expr) -> Option<Vec<ScalarValue>> {
-    let is_column = |e: &Expr| matches!(e, Expr::Column(c) if c.name == column);
-    match filter {
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Or,
-            right,
-        }) => {
-            let mut values = values_of(column, left)?;
-            values.extend(values_of(column, right)?);
-            Some(values)
-        }
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Eq,
-            right,
-        }) => match (left.as_ref(), right.as_ref()) {
-            (c, Expr::Literal(v, _)) | (Expr::Literal(v, _), c) if is_column(c) && !v.is_null() => {
-                Some(vec![v.clone()])
-            }
-            _ => None,
-        },
-        Expr::InList(list) if !list.negated && is_column(&list.expr) => list
-            .list
-            .iter()
-            .map(|e| match e {
-                Expr::Literal(v, _) if !v.is_null() => Some(v.clone()),
-                _ => None,
+            .map(|f| {
+                self.key_values(f).is_some()
+                    || self.index_values(f).is_some()
+                    || range_indexes(&self.table).any(|index| {
+                        let (name, data_type) = self.first_column(&index);
+                        range_of(name, data_type, f).is_some()
+                    })
             })
-            .collect(),
-        _ => None,
+            .collect()
+    }
+
+    /// What a scan makes of the pushed `filters` (each one [`Self::answered`] marked exact in
+    /// some pass of the optimizer): the key values of every key filter; without one, the
+    /// lookup by the first index filter of values, or by the ranges of the first index one
+    /// is found for; and the filters that lookup does not use, as conditions the scan
+    /// applies to the rows it read.
+    fn lookups(&self, filters: &[Expr], planned_with_index: bool) -> Result<Lookups> {
+        let mut used = vec![false; filters.len()];
+        let sets: Vec<Vec<Operand>> = filters
+            .iter()
+            .zip(&mut used)
+            .filter_map(|(f, used)| {
+                let values = self.key_values(f)?;
+                *used = true;
+                Some(values)
+            })
+            .collect();
+        let keys = (!sets.is_empty()).then_some(sets);
+        let mut by_index = None;
+        if keys.is_none() {
+            if let Some((at, (i, values))) = filters
+                .iter()
+                .enumerate()
+                .find_map(|(at, f)| Some((at, self.index_values(f)?)))
+            {
+                used[at] = true;
+                by_index = Some((self.table.indexes[i].clone(), Wanted::Values(values)));
+            } else if let Some(index) = self.range_index(filters.iter()) {
+                let (name, data_type) = self.first_column(&index);
+                let mut ranges = Vec::new();
+                for (f, used) in filters.iter().zip(&mut used) {
+                    if let Some(range) = range_of(name, data_type, f) {
+                        ranges.push(range);
+                        *used = true;
+                    }
+                }
+                by_index = Some((index, Wanted::Ranges(ranges)));
+            }
+        }
+        let by_index = by_index.map(|(index, wanted)| IndexLookup {
+            index,
+            wanted,
+            planned_with_index,
+        });
+        let conditions = filters
+            .iter()
+            .zip(&used)
+            .filter(|(_, used)| !**used)
+            .map(|(f, _)| self.condition(f))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Lookups {
+            keys,
+            by_index,
+            conditions,
+        })
+    }
+
+    /// A pushed filter as a condition on the one column it compares.
+    fn condition(&self, filter: &Expr) -> Result<Condition> {
+        let on = |column: usize, wanted: Wanted| Condition {
+            column,
+            name: self.table.columns[column].name.clone(),
+            wanted,
+        };
+        if let Some(values) = self.key_values(filter) {
+            return Ok(on(self.table.primary_key[0], Wanted::Values(values)));
+        }
+        if let Some((i, values)) = self.index_values(filter) {
+            return Ok(on(self.table.indexes[i].columns[0], Wanted::Values(values)));
+        }
+        for index in range_indexes(&self.table) {
+            let (name, data_type) = self.first_column(&index);
+            if let Some(range) = range_of(name, data_type, filter) {
+                return Ok(on(index.columns[0], Wanted::Ranges(vec![range])));
+            }
+        }
+        Err(datafusion::error::DataFusionError::Internal(format!(
+            "the scan of {} was given a filter it does not answer: {filter}",
+            self.table.id
+        )))
     }
 }
 
@@ -211,20 +294,15 @@ impl TableProvider for CurrentTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let keys = self.pushed_keys(filters);
-        // Without key filters, the one filter a secondary index answers (see `answered`).
-        let by_index = match keys {
-            Some(_) => None,
-            None => filters.iter().find_map(|f| self.index_values(f)),
-        };
-        let by_index = by_index.map(|(i, values)| IndexLookup {
-            index: self.table.indexes[i].clone(),
-            values,
-            planned_with_index: state
-                .config()
-                .get_extension::<ReadPolicy>()
-                .is_none_or(|p| p.indexes),
-        });
+        let planned_with_index = state
+            .config()
+            .get_extension::<ReadPolicy>()
+            .is_none_or(|p| p.indexes);
+        let Lookups {
+            keys,
+            by_index,
+            conditions,
+        } = self.lookups(filters, planned_with_index)?;
         // One partition for a lookup or a table that fits in one batch, as many as the
         // session runs in parallel otherwise; kept for every run of the plan.
         let batch_size = state.config().batch_size();
@@ -250,6 +328,7 @@ impl TableProvider for CurrentTableProvider {
             health: self.health.clone(),
             keys,
             by_index,
+            conditions,
             projection: projection.cloned(),
             limit,
             partitions,
@@ -259,22 +338,11 @@ impl TableProvider for CurrentTableProvider {
     }
 }
 
-impl CurrentTableProvider {
-    /// The key values every pushed filter selects (each pushed filter is a key filter, the
-    /// others were refused; they all hold, so the keys are the intersection of their value
-    /// sets); `None` when no filter was pushed.
-    fn pushed_keys(&self, filters: &[Expr]) -> Option<Vec<ScalarValue>> {
-        let mut keys: Option<Vec<ScalarValue>> = None;
-        for f in filters {
-            if let Some(values) = self.key_values(f) {
-                keys = Some(match keys {
-                    None => values,
-                    Some(prev) => prev.into_iter().filter(|v| values.contains(v)).collect(),
-                });
-            }
-        }
-        keys
-    }
+/// See [`CurrentTableProvider::lookups`].
+struct Lookups {
+    keys: Option<Vec<Vec<Operand>>>,
+    by_index: Option<IndexLookup>,
+    conditions: Vec<Condition>,
 }
 
 /// [`deal`]t over at most `n` partitions, the empty ones left out.

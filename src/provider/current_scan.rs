@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
 use datafusion::common::{DataFusionError, Result, ScalarValue, Statistics};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -33,10 +33,11 @@ use datafusion::physical_plan::{
 use datafusion::prelude::SessionConfig;
 
 use super::health::{ReadPolicy, SharedHealth};
+use super::index_filters::{exact_cast, Condition, IndexLookup, Operand};
 use super::plans::leaf::{LeafExec, LeafScan};
 use super::version_in;
 use crate::capture::version::Published;
-use crate::change::schema::{IndexSpec, TableSchema};
+use crate::change::schema::TableSchema;
 use crate::provider::crossing::through_datafusion;
 use crate::sqlstate::{HasSqlState, SqlState};
 use crate::state::current::TableSnapshot;
@@ -59,59 +60,6 @@ impl HasSqlState for SchemaChanged {
     }
 }
 
-/// The rows whose first column of a secondary index holds one of some values.
-#[derive(Debug)]
-pub(super) struct IndexLookup {
-    /// The index as the table's schema had it when the scan was planned.
-    pub index: IndexSpec,
-    pub values: Vec<ScalarValue>,
-    /// Whether the session planning the scan used indexes (for `EXPLAIN`; each run reads
-    /// its own session's setting).
-    pub planned_with_index: bool,
-}
-
-impl IndexLookup {
-    /// The rows of `snap` this lookup selects: from the index, or when `use_index` is off or
-    /// the version's schema no longer has the index, by a scan that filters on the same
-    /// bytes. The same rows either way.
-    fn rows(&self, snap: &TableSnapshot, use_index: bool) -> Result<Vec<RecordBatch>> {
-        let codec = snap.codec();
-        let found = codec.indexes().iter().position(|i| *i.spec() == self.index);
-        let first = self.index.columns[0];
-        let data_type = snap.schema().arrow.field(first).data_type().clone();
-        let mut values = Vec::with_capacity(self.values.len());
-        for v in &self.values {
-            // A value its column's type cannot hold exactly selects nothing.
-            if let Some(cast) = exact_cast(v, &data_type) {
-                values.push(cast);
-            }
-        }
-        if values.is_empty() {
-            return Ok(vec![RecordBatch::new_empty(Arc::clone(
-                &snap.schema().arrow,
-            ))]);
-        }
-        let array = ScalarValue::iter_to_array(values)?;
-        match found {
-            Some(i) if use_index => {
-                let firsts = codec.indexes()[i].encode_first(&array)?;
-                Ok(vec![snap.lookup_index(i, &firsts)?])
-            }
-            _ => Ok(snap.scan_where(first, &array)?),
-        }
-    }
-}
-
-/// `v` as a value of `data_type`, if that type holds it exactly (a lossy cast, e.g. 1.5 to an
-/// integer, would select the wrong rows); `None` for a NULL.
-fn exact_cast(v: &ScalarValue, data_type: &DataType) -> Option<ScalarValue> {
-    if v.is_null() {
-        return None;
-    }
-    let cast = v.cast_to(data_type).ok()?;
-    (cast.cast_to(&v.data_type()).ok().as_ref() == Some(v)).then_some(cast)
-}
-
 /// What a scan reads, fixed when it is planned.
 #[derive(Debug)]
 pub(super) struct ScanTarget {
@@ -120,10 +68,13 @@ pub(super) struct ScanTarget {
     pub index: usize,
     pub table: Arc<TableSchema>,
     pub health: Option<SharedHealth>,
-    /// The key values of the pushed key filters (`None`: the whole table).
-    pub keys: Option<Vec<ScalarValue>>,
-    /// Without key filters, the pushed filter a secondary index answers.
+    /// The key values of each pushed key filter, whose intersection the scan reads (`None`:
+    /// no key filter).
+    pub keys: Option<Vec<Vec<Operand>>>,
+    /// Without key filters, the pushed filters an index answers.
     pub by_index: Option<IndexLookup>,
+    /// The pushed filters neither lookup uses, applied to the rows read.
+    pub conditions: Vec<Condition>,
     pub projection: Option<Vec<usize>>,
     pub limit: Option<usize>,
     /// Output partitions, chosen at planning and kept for every run.
@@ -151,10 +102,21 @@ impl ScanTarget {
             }));
         }
         let batches = match (&self.keys, &self.by_index) {
-            (Some(values), _) => {
-                let mut keys = Vec::with_capacity(values.len());
-                for v in values {
-                    if let Some(key) = key_bytes(snap, std::slice::from_ref(v))? {
+            (Some(sets), _) => {
+                let mut values: Option<Vec<ScalarValue>> = None;
+                for set in sets {
+                    let set = set
+                        .iter()
+                        .map(|v| v.value(config))
+                        .collect::<Result<Vec<_>>>()?;
+                    values = Some(match values {
+                        None => set,
+                        Some(prev) => prev.into_iter().filter(|v| set.contains(v)).collect(),
+                    });
+                }
+                let mut keys = Vec::new();
+                for v in values.unwrap_or_default() {
+                    if let Some(key) = key_bytes(snap, std::slice::from_ref(&v))? {
                         keys.push(key);
                     }
                 }
@@ -164,10 +126,14 @@ impl ScanTarget {
                 let use_index = config
                     .get_extension::<ReadPolicy>()
                     .is_none_or(|p| p.indexes);
-                lookup.rows(snap, use_index)?
+                lookup.rows(snap, config, use_index)?
             }
             (None, None) => snap.scan_all()?,
         };
+        let mut batches = batches;
+        for condition in &self.conditions {
+            batches = condition.apply(batches, config)?;
+        }
         Ok(deal(batches, self.partitions, self.batch_size))
     }
 }
@@ -254,19 +220,22 @@ impl CurrentScanExec {
 impl DisplayAs for CurrentScan {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "CurrentTableExec: table={}", self.target.table.id)?;
-        if let Some(keys) = &self.target.keys {
-            write!(f, ", keys={}", keys.len())?;
+        if let Some(sets) = &self.target.keys {
+            // The fewest any filter allows (all of them, for the one filter usual).
+            let keys = sets.iter().map(Vec::len).min().unwrap_or(0);
+            write!(f, ", keys={keys}")?;
         }
         if let Some(lookup) = &self.target.by_index {
-            write!(
-                f,
-                ", index={} values={}",
-                lookup.index.name,
-                lookup.values.len()
-            )?;
-            if !lookup.planned_with_index {
-                write!(f, " (scanned: cdcfusion.indexes = off)")?;
-            }
+            write!(f, ", {lookup}")?;
+        }
+        if !self.target.conditions.is_empty() {
+            let shown: Vec<String> = self
+                .target
+                .conditions
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            write!(f, ", where {}", shown.join(" and "))?;
         }
         if let Some(limit) = self.target.limit {
             write!(f, ", limit={limit}")?;

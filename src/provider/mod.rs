@@ -10,6 +10,8 @@
 //! * [`current`]: `db.table`, the state at the version's position, with projection, primary-key
 //!   lookup, limit and row-count statistics; its scans ([`current_scan`]) are bound to the
 //!   version they read and can be bound again, so a kept physical plan reads each run's;
+//!   `index_filters` decides which filters an index (secondary, or the primary key's columns
+//!   for ranges) answers;
 //! * [`as_of`]: `db.table` as it was at a past position or time, rebuilt from the current
 //!   table and the changelog's entries after that point;
 //! * [`changelog`]: `db.table$changelog`, every change up to that position, with pruning by
@@ -34,6 +36,7 @@ pub mod crossing;
 pub mod current;
 pub mod current_scan;
 pub mod health;
+pub mod index_filters;
 pub mod mysql;
 pub mod plans;
 pub mod reconcile;

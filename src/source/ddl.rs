@@ -36,6 +36,47 @@ pub fn touched_tables(ddl: &Ddl, captured: impl Fn(&TableId) -> bool) -> BTreeSe
         .collect()
 }
 
+/// The tables, among those `captured` accepts, whose secondary indexes `ddl` may change
+/// without changing their rows or columns (`CREATE INDEX`, `DROP INDEX`, an `ALTER TABLE` that
+/// only adds, drops or renames indexes). A statement that does not parse names none here:
+/// [`touched_tables`] names the tables it mentions.
+pub fn reindexed_tables(ddl: &Ddl, captured: impl Fn(&TableId) -> bool) -> BTreeSet<TableId> {
+    let Ok(statements) = Parser::parse_sql(&MySqlDialect {}, &ddl.statement) else {
+        return BTreeSet::new();
+    };
+    statements
+        .iter()
+        .filter_map(|statement| match statement {
+            Statement::CreateIndex(c) => Some(parts(&c.table_name)),
+            Statement::Drop {
+                object_type: ObjectType::Index,
+                table: Some(table),
+                ..
+            } => Some(parts(table)),
+            Statement::AlterTable(alter) if alter.operations.iter().any(changes_indexes) => {
+                Some(parts(&alter.name))
+            }
+            _ => None,
+        })
+        .filter_map(|parts| resolve(&parts, &ddl.db))
+        .filter(|id| captured(id))
+        .collect()
+}
+
+/// Whether an `ALTER TABLE` operation adds, drops or renames a secondary index.
+fn changes_indexes(op: &AlterTableOperation) -> bool {
+    match op {
+        AlterTableOperation::AddConstraint { constraint, .. } => matches!(
+            constraint,
+            TableConstraint::Index(_)
+                | TableConstraint::Unique(_)
+                | TableConstraint::FulltextOrSpatial(_)
+        ),
+        AlterTableOperation::DropIndex { .. } | AlterTableOperation::DropConstraint { .. } => true,
+        _ => false,
+    }
+}
+
 /// The renames `ddl` makes, `(from, to)` in the order written (`RENAME TABLE a TO b, c TO
 /// d` or `ALTER TABLE a RENAME TO b`); none when it does not parse.
 pub fn renamed_tables(ddl: &Ddl) -> Vec<(TableId, TableId)> {
@@ -103,6 +144,13 @@ fn changed_names(statement: &Statement) -> Vec<Vec<String>> {
             ..
         } => names.iter().map(parts).collect(),
         Statement::Truncate(t) => t.table_names.iter().map(|t| parts(&t.name)).collect(),
+        // `DROP INDEX `PRIMARY` ON t` drops the primary key.
+        Statement::Drop {
+            object_type: ObjectType::Index,
+            names,
+            table: Some(table),
+            ..
+        } if names.iter().any(names_primary) => vec![parts(table)],
         Statement::RenameTable(renames) => renames
             .iter()
             .flat_map(|r| [parts(&r.old_name), parts(&r.new_name)])
@@ -162,14 +210,22 @@ pub fn changes_no_table(statement: &Statement) -> bool {
     )
 }
 
+/// Whether an index name as written is the primary key's.
+fn names_primary(name: &ObjectName) -> bool {
+    name.0
+        .last()
+        .and_then(|p| p.as_ident())
+        .is_some_and(|i| i.value.eq_ignore_ascii_case("PRIMARY"))
+}
+
 /// `ALTER TABLE` operations that leave every row and column as it is.
 fn keeps_rows_and_columns(op: &AlterTableOperation) -> bool {
     match op {
         AlterTableOperation::AddConstraint { constraint, .. } => {
             !matches!(constraint, TableConstraint::PrimaryKey(_))
         }
-        AlterTableOperation::DropIndex { .. }
-        | AlterTableOperation::DropForeignKey { .. }
+        AlterTableOperation::DropIndex { name } => !name.value.eq_ignore_ascii_case("PRIMARY"),
+        AlterTableOperation::DropForeignKey { .. }
         | AlterTableOperation::Algorithm { .. }
         | AlterTableOperation::Lock { .. }
         | AlterTableOperation::AutoIncrement { .. } => true,
@@ -329,6 +385,44 @@ mod tests {
         ] {
             assert_eq!(touched(s), Vec::<String>::new(), "{s}");
         }
+    }
+
+    #[test]
+    fn index_statements_name_the_tables_whose_indexes_change() {
+        let reindexed = |statement: &str| -> Vec<String> {
+            let ddl = Ddl {
+                db: "shop".into(),
+                statement: statement.into(),
+            };
+            reindexed_tables(&ddl, |t| t.db == "shop")
+                .iter()
+                .map(|t| t.to_string())
+                .collect()
+        };
+        for s in [
+            "CREATE INDEX i ON orders (amount)",
+            "CREATE UNIQUE INDEX i ON shop.orders (amount)",
+            "DROP INDEX i ON orders",
+            "ALTER TABLE orders ADD INDEX i (amount), ALGORITHM=INPLACE",
+            "ALTER TABLE orders DROP INDEX i",
+            "ALTER TABLE orders ADD UNIQUE KEY u (note)",
+        ] {
+            assert_eq!(reindexed(s), ["shop.orders"], "{s}");
+        }
+        for s in [
+            "CREATE INDEX i ON other.t (a)",
+            "ALTER TABLE orders AUTO_INCREMENT = 5",
+            "ANALYZE TABLE orders",
+            "TRUNCATE TABLE orders",
+        ] {
+            assert_eq!(reindexed(s), Vec::<String>::new(), "{s}");
+        }
+        // Dropping the index `PRIMARY` drops the primary key: the table's columns change.
+        assert_eq!(touched("DROP INDEX `PRIMARY` ON orders"), ["shop.orders"]);
+        assert_eq!(
+            touched("ALTER TABLE orders DROP INDEX `PRIMARY`"),
+            ["shop.orders"]
+        );
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! Lookups of a current-table version by a secondary index (`state::secondary`): the rows whose
-//! first index column holds given values, without a scan; the same filter by a scan, for
-//! sessions that turn indexes off; and what each index holds, for `cdc.indexes`.
+//! Lookups of a current-table version by an index (`state::secondary`): the rows whose first
+//! index column holds given values, or lies within a range, without a scan (ranges also
+//! through the primary key's columns); the same filters by a scan, for sessions that turn
+//! indexes off; and what each index holds, for `cdc.indexes`.
 //!
 //! # Invariant
 //! [`TableSnapshot::lookup_index`] and [`TableSnapshot::scan_where`] give the same rows with
 //! the same copies for the same version and values: the rows a scan filtered on equality of
-//! that column gives.
+//! that column gives; [`TableSnapshot::lookup_range`] and [`TableSnapshot::scan_range`] the
+//! rows a scan filtered on the range gives.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,9 +15,12 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::error::ArrowError;
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{OwnedRow, RowConverter, Rows, SortField};
 
 use super::current::TableSnapshot;
+use super::key::KeyBytes;
+use super::secondary::{Bounds, OverlayIndex, Sorted};
+use crate::change::keys::IndexCodec;
 
 /// What one secondary index of a table version holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,58 +34,183 @@ pub struct IndexUse {
     pub bytes: usize,
 }
 
+/// The rows of `batches` whose column `column` holds one of `values` (of its type), compared
+/// as an index compares them (see the module docs).
+pub fn filter_where(
+    batches: Vec<RecordBatch>,
+    column: usize,
+    values: &ArrayRef,
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    let field = SortField::new(values.data_type().clone());
+    let converter = RowConverter::new(vec![field])?;
+    let wanted = converter.convert_columns(std::slice::from_ref(values))?;
+    let wanted: HashSet<&[u8]> = wanted.iter().map(|r| r.data()).collect();
+    keep_where(batches, column, &converter, |bytes| wanted.contains(bytes))
+}
+
+/// The rows of `batches` whose column `column` is within `bounds`, compared as an index
+/// compares them.
+pub fn filter_range(
+    batches: Vec<RecordBatch>,
+    column: usize,
+    bounds: Bounds,
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    let Some(first) = batches.first() else {
+        return Ok(batches);
+    };
+    let field = SortField::new(first.schema().field(column).data_type().clone());
+    let converter = RowConverter::new(vec![field])?;
+    keep_where(batches, column, &converter, |bytes| bounds.admits(bytes))
+}
+
+/// The rows of `batches` whose column `column`, in `converter`'s row format, `keep` keeps.
+fn keep_where(
+    batches: Vec<RecordBatch>,
+    column: usize,
+    converter: &RowConverter,
+    keep: impl Fn(&[u8]) -> bool,
+) -> Result<Vec<RecordBatch>, ArrowError> {
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let held = converter.convert_columns(std::slice::from_ref(batch.column(column)))?;
+        let kept: BooleanArray = held.iter().map(|r| Some(keep(r.data()))).collect();
+        out.push(filter_record_batch(&batch, &kept)?);
+    }
+    Ok(out)
+}
+
+/// The index a lookup goes through: the primary key's columns (for ranges of them), or a
+/// secondary index of the table's codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Through {
+    Primary,
+    Secondary(usize),
+}
+
 impl TableSnapshot {
-    /// The rows whose first column of secondary index `index` (of the table's codec) holds
-    /// one of the values `firsts` encodes ([`IndexCodec::encode_first`]), with their copies;
-    /// see the module docs. Each row once, whatever `firsts` repeats.
-    pub fn lookup_index(&self, index: usize, firsts: &Rows) -> Result<RecordBatch, ArrowError> {
-        let Some(spec) = self.codec.indexes().get(index) else {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "{} has no secondary index {index}",
-                self.codec.schema().id
-            )));
+    fn index_codec(&self, through: Through) -> Result<&IndexCodec, ArrowError> {
+        let found = match through {
+            Through::Primary => self.codec.primary_index(),
+            Through::Secondary(i) => self.codec.indexes().get(i),
         };
-        let mut prefixes: Vec<&[u8]> = firsts.iter().map(|r| r.data()).collect();
-        prefixes.sort_unstable();
-        prefixes.dedup();
+        found.ok_or_else(|| {
+            ArrowError::InvalidArgumentError(format!(
+                "{} has no index {through:?}",
+                self.codec.schema().id
+            ))
+        })
+    }
+
+    /// The base's rows that `select` picks from each batch's order by `spec` (positions in
+    /// the batch), less the dead ones and those whose key the overlay holds (the overlay
+    /// decides for those, upsert or delete); as `(batch, row)`, once per copy.
+    fn base_rows(
+        &self,
+        spec: &IndexCodec,
+        select: impl Fn(&Sorted) -> Vec<usize>,
+    ) -> Result<Vec<(usize, usize)>, ArrowError> {
         let base = &self.base;
-        let mut base_rows = Vec::new();
+        let mut out = Vec::new();
         for (b, batch) in base.batches.iter().enumerate() {
             let sorted = base.segments[b].sorted(spec, batch)?;
             let live = base.live(b);
             let start = base.keys.start(b);
-            for prefix in &prefixes {
-                for row in sorted.matching(prefix) {
-                    if live.is_some_and(|l| !l.value(row)) {
-                        continue;
-                    }
-                    let id = start + row as u32;
-                    // The overlay decides for a key it holds, upsert or delete.
-                    if self.overlay.contains_key(&*base.keys.key(id)) {
-                        continue;
-                    }
-                    let copies = base.index.count(id) as usize;
-                    base_rows.extend(std::iter::repeat_n((b, row), copies));
+            for row in select(&sorted) {
+                if live.is_some_and(|l| !l.value(row)) {
+                    continue;
                 }
+                let id = start + row as u32;
+                if self.overlay.contains_key(&*base.keys.key(id)) {
+                    continue;
+                }
+                let copies = base.index.count(id) as usize;
+                out.extend(std::iter::repeat_n((b, row), copies));
             }
         }
-        let built;
+        Ok(out)
+    }
+
+    /// The overlay's part of secondary index `index`.
+    fn overlay_index<'a>(
+        &'a self,
+        index: usize,
+        built: &'a mut Vec<OverlayIndex>,
+    ) -> Result<&'a OverlayIndex, ArrowError> {
         let indexes = match &self.indexes {
             Some(indexes) => indexes,
             None => {
-                built = self.overlay_indexes()?;
-                &built
+                *built = self.overlay_indexes()?;
+                built
             }
         };
-        let mut overlay_rows = Vec::new();
-        for prefix in &prefixes {
-            for key in indexes[index].matching(prefix) {
-                if let Some(Some((row, n))) = self.overlay.get(key) {
-                    overlay_rows.extend(std::iter::repeat_n(Arc::clone(row), *n as usize));
-                }
+        Ok(&indexes[index])
+    }
+
+    /// The overlay's rows of `keys`, once per copy (none for a delete).
+    fn overlay_rows<'a>(&self, keys: impl Iterator<Item = &'a KeyBytes>) -> Vec<Arc<OwnedRow>> {
+        let mut out = Vec::new();
+        for key in keys {
+            if let Some(Some((row, n))) = self.overlay.get(key) {
+                out.extend(std::iter::repeat_n(Arc::clone(row), *n as usize));
             }
         }
+        out
+    }
+
+    /// The rows whose first column of secondary index `index` (of the table's codec) holds
+    /// one of the values `firsts` encodes ([`IndexCodec::encode_first`]), with their copies;
+    /// see the module docs. Each row once, whatever `firsts` repeats.
+    pub fn lookup_index(&self, index: usize, firsts: &Rows) -> Result<RecordBatch, ArrowError> {
+        let spec = self.index_codec(Through::Secondary(index))?;
+        let mut prefixes: Vec<&[u8]> = firsts.iter().map(|r| r.data()).collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let base_rows = self.base_rows(spec, |sorted| {
+            prefixes.iter().flat_map(|p| sorted.matching(p)).collect()
+        })?;
+        let mut built = Vec::new();
+        let overlay = self.overlay_index(index, &mut built)?;
+        let keys = prefixes.iter().flat_map(|p| overlay.matching(p));
+        let overlay_rows = self.overlay_rows(keys);
         self.gather(&base_rows, &overlay_rows)
+    }
+
+    /// The rows whose first column of the index `through` is within `bounds`, with their
+    /// copies. The overlay's part of the primary key is read whole (it has no order of its
+    /// own; it holds at most an eighth of the base, see `current`).
+    pub fn lookup_range(
+        &self,
+        through: Through,
+        bounds: Bounds,
+    ) -> Result<RecordBatch, ArrowError> {
+        let spec = self.index_codec(through)?;
+        let base_rows = self.base_rows(spec, |sorted| sorted.within(bounds).collect())?;
+        let overlay_rows = match through {
+            Through::Primary => {
+                let keys = self
+                    .overlay
+                    .keys()
+                    .filter(|key| bounds.admits(key.as_slice()));
+                self.overlay_rows(keys)
+            }
+            Through::Secondary(index) => {
+                let mut built = Vec::new();
+                let overlay = self.overlay_index(index, &mut built)?;
+                self.overlay_rows(overlay.within(bounds))
+            }
+        };
+        self.gather(&base_rows, &overlay_rows)
+    }
+
+    /// The rows whose column `column` is within `bounds` (bytes of that column alone), by a
+    /// scan that compares each row's bytes as an index does: what [`Self::lookup_range`] gives
+    /// through an index that starts with the column, without the index.
+    pub fn scan_range(
+        &self,
+        column: usize,
+        bounds: Bounds,
+    ) -> Result<Vec<RecordBatch>, ArrowError> {
+        filter_range(self.scan_all()?, column, bounds)
     }
 
     /// The rows whose column `column` holds one of `values` (of its type), by scanning every
@@ -91,25 +221,14 @@ impl TableSnapshot {
         column: usize,
         values: &ArrayRef,
     ) -> Result<Vec<RecordBatch>, ArrowError> {
-        let field = SortField::new(values.data_type().clone());
-        let converter = RowConverter::new(vec![field])?;
-        let wanted = converter.convert_columns(std::slice::from_ref(values))?;
-        let wanted: HashSet<&[u8]> = wanted.iter().map(|r| r.data()).collect();
-        let mut out = Vec::new();
-        for batch in self.scan_all()? {
-            let held = converter.convert_columns(std::slice::from_ref(batch.column(column)))?;
-            let keep: BooleanArray = held
-                .iter()
-                .map(|r| Some(wanted.contains(r.data())))
-                .collect();
-            out.push(filter_record_batch(&batch, &keep)?);
-        }
-        Ok(out)
+        filter_where(self.scan_all()?, column, values)
     }
 
-    /// What secondary index `index` of this version holds; `None` when there is no such index.
-    pub fn index_use(&self, index: usize) -> Option<IndexUse> {
-        let spec = self.codec.indexes().get(index)?;
+    /// What index `through` of this version holds; `None` when there is no such index. The
+    /// primary key's sorted orders are built by its first range lookup; its overlay part is
+    /// the overlay itself (no entries of its own).
+    pub fn index_use(&self, through: Through) -> Option<IndexUse> {
+        let spec = self.index_codec(through).ok()?;
         let mut out = IndexUse {
             batches_sorted: 0,
             batches: self.base.batches.len(),
@@ -122,6 +241,10 @@ impl TableSnapshot {
                 out.bytes += bytes;
             }
         }
+        let index = match through {
+            Through::Primary => return Some(out),
+            Through::Secondary(index) => index,
+        };
         if let Some(overlay) = self.indexes.as_ref().and_then(|i| i.get(index)) {
             out.overlay_entries = overlay.len();
             out.bytes += overlay.memory_size();
@@ -132,7 +255,7 @@ impl TableSnapshot {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{ArrayRef, StringArray};
+    use arrow::array::{ArrayRef, Int32Array, StringArray};
     use rand::{Rng, SeedableRng};
 
     use super::*;
@@ -156,12 +279,106 @@ mod tests {
         ids(&[snap.lookup_index(0, &firsts).unwrap()])
     }
 
+    /// A bound: a value and whether it is inclusive.
+    type Bound<T> = Option<(T, bool)>;
+
+    /// The rows of `snap` whose column `column` is within `low` and `high` (the values of
+    /// `values`: NULL, then the bounds given), through `through` or by a scan.
+    fn ranged(
+        snap: &TableSnapshot,
+        values: ArrayRef,
+        low: Option<bool>,
+        high: Option<bool>,
+        via: Option<Through>,
+        column: usize,
+    ) -> Vec<(i32, String)> {
+        let converter =
+            RowConverter::new(vec![SortField::new(values.data_type().clone())]).unwrap();
+        let bytes = converter.convert_columns(&[values]).unwrap();
+        let low = low.map(|inclusive| (bytes.row(1).data(), inclusive));
+        let high = high.map(|inclusive| (bytes.row(2).data(), inclusive));
+        let bounds = Bounds {
+            low,
+            high,
+            null: bytes.row(0).data(),
+        };
+        match via {
+            Some(through) => ids(&[snap.lookup_range(through, bounds).unwrap()]),
+            None => ids(&snap.scan_range(column, bounds).unwrap()),
+        }
+    }
+
+    /// Whether `x` is within the bounds, as SQL compares.
+    fn within<T: PartialOrd>(x: &T, low: &Bound<T>, high: &Bound<T>) -> bool {
+        let above_low = match low {
+            None => true,
+            Some((l, true)) => x >= l,
+            Some((l, false)) => x > l,
+        };
+        let below_high = match high {
+            None => true,
+            Some((h, true)) => x <= h,
+            Some((h, false)) => x < h,
+        };
+        above_low && below_high
+    }
+
+    /// Ranges of `v` through the index and of `id` through the primary key (keyed tables),
+    /// against a scan and against the rows filtered here.
+    fn check_ranges(snap: &TableSnapshot, rng: &mut impl Rng) {
+        let keyed = snap.codec().primary_index().is_some();
+        for _ in 0..6 {
+            let bound = |rng: &mut rand::rngs::StdRng, from: &[&'static str]| {
+                rng.random_bool(0.8)
+                    .then(|| (from[rng.random_range(0..from.len())], rng.random_bool(0.5)))
+            };
+            let mut r = rand::rngs::StdRng::seed_from_u64(rng.random());
+            let (low, high) = (bound(&mut r, &VALUES), bound(&mut r, &VALUES));
+            let values: ArrayRef = Arc::new(StringArray::from(vec![
+                None,
+                low.map(|l| l.0),
+                high.map(|h| h.0),
+            ]));
+            let (l, h) = (low.map(|l| l.1), high.map(|h| h.1));
+            let by_index = ranged(
+                snap,
+                Arc::clone(&values),
+                l,
+                h,
+                Some(Through::Secondary(0)),
+                1,
+            );
+            let mut expected = ids(&snap.scan_all().unwrap());
+            expected.retain(|(_, v)| within(&v.as_str(), &low, &high));
+            assert_eq!(by_index, expected, "v in {low:?} .. {high:?}");
+            assert_eq!(ranged(snap, values, l, h, None, 1), expected);
+            if keyed {
+                let ends = [r.random_range(0..2600), r.random_range(0..2600)];
+                let low = r.random_bool(0.8).then(|| (ends[0], r.random_bool(0.5)));
+                let high = r.random_bool(0.8).then(|| (ends[1], r.random_bool(0.5)));
+                let values: ArrayRef = Arc::new(Int32Array::from(vec![
+                    None,
+                    low.map(|l| l.0),
+                    high.map(|h| h.0),
+                ]));
+                let (l, h) = (low.map(|l| l.1), high.map(|h| h.1));
+                let by_key = ranged(snap, Arc::clone(&values), l, h, Some(Through::Primary), 0);
+                let mut expected = ids(&snap.scan_all().unwrap());
+                expected.retain(|(id, _)| within(id, &low, &high));
+                assert_eq!(by_key, expected, "id in {low:?} .. {high:?}");
+                assert_eq!(ranged(snap, values, l, h, None, 0), expected);
+            }
+        }
+    }
+
     fn check(snap: &TableSnapshot) {
         for v in VALUES {
             assert_eq!(looked_up(snap, &[v]), scanned(snap, &[v]), "v = {v:?}");
         }
         let some = ["b", "zz", "dd", "b"];
         assert_eq!(looked_up(snap, &some), scanned(snap, &some));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(snap.len() as u64);
+        check_ranges(snap, &mut rng);
     }
 
     /// Random upserts and deletes, snapshots between them (merges of the overlay included):

@@ -526,6 +526,18 @@ impl TableState {
         Ok(())
     }
 
+    /// Takes `after`, the table's schema with other secondary indexes and the same columns and
+    /// key (an index created or dropped at the source): the rows are kept as they are, and the
+    /// new indexes are built from them when first looked up.
+    pub fn reindex(&mut self, after: Arc<TableSchema>) -> Result<(), ArrowError> {
+        let codec = Arc::new(self.codec.with_indexes(after)?);
+        if let Some(current) = &mut self.current {
+            current.reindex(Arc::clone(&codec));
+        }
+        self.codec = codec;
+        Ok(())
+    }
+
     /// Removes every row (a `TRUNCATE`), returning a `d` entry for each, at positions
     /// `(tx, 1, i)`: replaying the changelog still gives the state.
     pub fn truncate(

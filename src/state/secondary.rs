@@ -34,6 +34,47 @@ use super::key::KeyBytes;
 use crate::change::keys::{IndexCodec, RowCodec};
 use crate::locks::Locked;
 
+/// A range of an index's first column, as bytes of that column alone in Arrow's row format
+/// ([`IndexCodec::encode_first`]): each bound with whether it is inclusive. Because a column's
+/// encoding preserves order and is never a prefix of another value's, the rows whose first
+/// column is at least `v` are those whose bytes are at least `v`'s; greater than `v`, those
+/// not starting with `v`'s bytes besides; at most `v`, those below `v`'s bytes or starting
+/// with them; less than `v`, those below. A range without a lower bound starts above NULL
+/// (`null`: the bytes of a NULL first column, which sort before every value), as SQL's
+/// comparisons never hold for NULL.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds<'a> {
+    pub low: Option<(&'a [u8], bool)>,
+    pub high: Option<(&'a [u8], bool)>,
+    pub null: &'a [u8],
+}
+
+impl Bounds<'_> {
+    /// The lower bound in effect: the given one, or "above NULL".
+    fn lower(&self) -> (&[u8], bool) {
+        self.low.unwrap_or((self.null, false))
+    }
+
+    /// Whether index bytes `bytes` are below the range.
+    pub fn below(&self, bytes: &[u8]) -> bool {
+        let (low, inclusive) = self.lower();
+        bytes < low || (!inclusive && bytes.starts_with(low))
+    }
+
+    /// Whether index bytes `bytes` are above the range.
+    pub fn above(&self, bytes: &[u8]) -> bool {
+        match self.high {
+            None => false,
+            Some((high, true)) => bytes > high && !bytes.starts_with(high),
+            Some((high, false)) => bytes >= high,
+        }
+    }
+
+    pub fn admits(&self, bytes: &[u8]) -> bool {
+        !self.below(bytes) && !self.above(bytes)
+    }
+}
+
 /// One batch's rows ordered by one index's bytes.
 #[derive(Debug)]
 pub struct Sorted {
@@ -60,6 +101,18 @@ impl Sorted {
         self.order[start..]
             .iter()
             .take_while(move |&&i| bytes(i).as_ref().starts_with(prefix))
+            .map(|&i| i as usize)
+    }
+
+    /// The batch's rows whose index bytes are within `bounds`, in index order.
+    pub fn within<'a>(&'a self, bounds: Bounds<'a>) -> impl Iterator<Item = usize> + 'a {
+        let bytes = |i: u32| self.rows.row(i as usize);
+        let start = self
+            .order
+            .partition_point(|&i| bounds.below(bytes(i).as_ref()));
+        self.order[start..]
+            .iter()
+            .take_while(move |&&i| !bounds.above(bytes(i).as_ref()))
             .map(|&i| i as usize)
     }
 
@@ -119,6 +172,16 @@ impl OverlayIndex {
         self.entries
             .range(from..)
             .take_while(move |(bytes, _)| bytes.starts_with(prefix))
+            .map(|(_, key)| key)
+    }
+
+    /// The keys of the upserts whose index bytes are within `bounds`.
+    pub fn within<'a>(&'a self, bounds: Bounds<'a>) -> impl Iterator<Item = &'a KeyBytes> + 'a {
+        let from = (Box::<[u8]>::from(bounds.lower().0), KeyBytes::from(&[][..]));
+        self.entries
+            .range(from..)
+            .skip_while(move |(bytes, _)| bounds.below(bytes))
+            .take_while(move |(bytes, _)| !bounds.above(bytes))
             .map(|(_, key)| key)
     }
 

@@ -53,6 +53,8 @@ pub struct Fixture {
     pub addr: SocketAddr,
     pub source: String,
     pub db: String,
+    /// The front end's counters (statements planned, ...).
+    pub metrics: cdcfusion::frontend::FrontendMetrics,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
@@ -93,6 +95,7 @@ impl Fixture {
         .await
         .unwrap();
         let addr = server.local_addr();
+        let metrics = server.stats();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(server.run(async move {
             let _ = stopped.await;
@@ -102,6 +105,7 @@ impl Fixture {
             addr,
             source: source.to_string(),
             db: db.to_string(),
+            metrics,
             stop: Some(stop),
             task: Some(task),
         }

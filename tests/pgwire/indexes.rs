@@ -12,7 +12,10 @@ use crate::fixture::*;
 
 const DB: &str = "pg_indexes";
 
-const SETUP: &str = "CREATE TABLE {db}.o (id BIGINT PRIMARY KEY, customer_id INT NOT NULL,
+const SETUP: &str =
+    "CREATE TABLE {db}.m (tenant INT, seq INT, v INT NULL, PRIMARY KEY (tenant, seq));
+     INSERT INTO {db}.m SELECT seq % 6, seq, seq % 4 FROM {db}.seq_1_to_240;
+     CREATE TABLE {db}.o (id BIGINT PRIMARY KEY, customer_id INT NOT NULL,
        code VARCHAR(12) NULL, region CHAR(2) NULL, amount DECIMAL(10,2) NULL, placed DATE NULL,
        price DOUBLE NULL,
        KEY by_customer (customer_id), UNIQUE KEY by_code (code),
@@ -111,7 +114,7 @@ fn filters(rng: &mut impl Rng) -> Vec<String> {
 
 /// One round of random changes: inserts, updates of indexed columns and of primary keys,
 /// deletes, in one transaction or each alone.
-async fn change(rng: &mut impl Rng, next_id: &mut u64) {
+async fn change(db: &str, rng: &mut impl Rng, next_id: &mut u64) {
     let mut conn = root_conn(server()).await;
     let together = rng.random_bool(0.5);
     if together {
@@ -138,7 +141,7 @@ async fn change(rng: &mut impl Rng, next_id: &mut u64) {
                 (c + 1) % 9
             ),
         };
-        conn.query_drop(sql).await.unwrap();
+        conn.query_drop(sql.replace(DB, db)).await.unwrap();
     }
     if together {
         conn.query_drop("COMMIT").await.unwrap();
@@ -174,7 +177,7 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
     let mut compared = 0;
     for round in 0..12 {
         if round > 0 {
-            change(&mut rng, &mut next_id).await;
+            change(DB, &mut rng, &mut next_id).await;
             f.sync().await;
         }
         for filter in filters(&mut rng) {
@@ -198,7 +201,8 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
         }
     }
     assert!(compared > 1000, "only {compared} rows compared");
-    // `cdc.indexes` lists the source's indexes; the ones looked up hold sorted batches.
+    // `cdc.indexes` lists the source's indexes, the primary key's too; the ones looked up
+    // hold sorted batches.
     let listed = rows(
         &indexed,
         &format!(
@@ -211,6 +215,8 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
         listed,
         [
             "k|a|a|f|t",
+            "m|PRIMARY|tenant, seq|t|f",
+            "o|PRIMARY|id|t|f",
             "o|amount|amount|f|t",
             "o|by_code|code|t|t",
             "o|by_customer|customer_id|f|t",
@@ -241,6 +247,191 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
     let later = format!("SELECT id FROM {DB}.later WHERE g = 2");
     assert!(plan(&indexed, &later).await.contains("index=g"));
     assert_eq!(rows(&indexed, &later).await, server_rows(&later).await);
+    f.shutdown().await;
+}
+
+/// Range filters (`<`, `<=`, `>`, `>=`, `BETWEEN`, several on one column) of the primary key
+/// and of indexes' first columns are answered from the index, and answer what the server and
+/// a scan answer, NULLs left out, through random changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_answer_what_the_server_and_a_scan_answer() {
+    let db = "pg_index_ranges";
+    let f = Fixture::start(db, "rng", SETUP, settings()).await;
+    let indexed = f.client("rng").await;
+    let scanned = f.client("rng").await;
+    scanned
+        .batch_execute("SET cdcfusion.indexes = off")
+        .await
+        .unwrap();
+    for (sql, used) in [
+        (
+            "SELECT id FROM {db}.o WHERE id BETWEEN 10 AND 20",
+            "index=PRIMARY range=[10, 20]",
+        ),
+        (
+            "SELECT id FROM {db}.o WHERE id > 10 AND 20 >= id AND id > 12",
+            "index=PRIMARY range=(12, 20]",
+        ),
+        (
+            "SELECT id FROM {db}.o WHERE customer_id > 30",
+            "index=by_customer range=(30, ..)",
+        ),
+        (
+            "SELECT seq FROM {db}.m WHERE tenant = 3",
+            "index=PRIMARY range=[3, 3]",
+        ),
+        // An equality on an index beats a range of the key.
+        (
+            "SELECT id FROM {db}.o WHERE id < 100 AND code = 'c5'",
+            "index=by_code values=1",
+        ),
+    ] {
+        let sql = sql.replace("{db}", db);
+        let shown = plan(&indexed, &sql).await;
+        assert!(shown.contains(used), "{sql}: {shown}");
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut next_id = 1500;
+    let mut compared = 0;
+    for round in 0..10 {
+        if round > 0 {
+            change(db, &mut rng, &mut next_id).await;
+            f.sync().await;
+        }
+        let a = rng.random_range(0..1600);
+        let b = a + rng.random_range(0..400);
+        let c = rng.random_range(0..40);
+        let d = rng.random_range(0..10);
+        let filters = [
+            format!("id BETWEEN {a} AND {b}"),
+            format!("id > {a} AND id <= {b}"),
+            format!("id < {a}"),
+            format!("{a} <= id AND id < 100400"),
+            format!("id >= {a} AND id >= {b} AND id < {b} + 50"),
+            format!("customer_id > {c}"),
+            format!("customer_id BETWEEN {c} AND {} AND id > {a}", c + 3),
+            format!("code < 'c{d}'"),
+            format!("code >= 'c{d}' AND code < 'c{}'", d + 1),
+            "region >= 'eu'".to_string(),
+            "region < 'us' AND placed > date '2024-01-04'".to_string(),
+            // Not by an index: a decimal compared through a cast, a float, a second column.
+            format!("amount > {}", c % 12),
+            format!("price >= {}", d % 7),
+            format!("placed <= date '2024-01-0{}'", 1 + d % 9),
+        ];
+        for filter in filters {
+            let sql =
+                format!("SELECT id, customer_id, code, region, placed FROM {db}.o WHERE {filter}");
+            let ours = rows(&indexed, &sql).await;
+            assert_eq!(ours, rows(&scanned, &sql).await, "{sql}");
+            let theirs = server_rows(&format!("SELECT id FROM {db}.o WHERE {filter}")).await;
+            assert_eq!(ids(&ours), theirs, "{sql}");
+            compared += ours.len();
+        }
+        for filter in [
+            format!("tenant = {}", d % 6),
+            format!("tenant BETWEEN 2 AND 4 AND seq < {a}"),
+            format!("tenant > {}", d % 6),
+        ] {
+            let sql = format!("SELECT seq, tenant, v FROM {db}.m WHERE {filter}");
+            let ours = rows(&indexed, &sql).await;
+            assert_eq!(ours, rows(&scanned, &sql).await, "{sql}");
+            assert_eq!(ours, server_rows(&sql).await, "{sql}");
+        }
+    }
+    assert!(compared > 10_000, "only {compared} rows compared");
+    f.shutdown().await;
+}
+
+/// The server's own list of `db.t`'s indexes (its primary key's too), as `cdc.indexes` shows
+/// ours: `name|columns|unique`.
+async fn server_indexes(db: &str, table: &str) -> Vec<String> {
+    server_rows(&format!(
+        "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ', '), \
+         IF(MIN(NON_UNIQUE) = 0, 't', 'f') FROM information_schema.STATISTICS \
+         WHERE TABLE_SCHEMA = '{db}' AND TABLE_NAME = '{table}' \
+         GROUP BY INDEX_NAME"
+    ))
+    .await
+}
+
+/// Index statements at the source (`CREATE INDEX`, `DROP INDEX`, an `ALTER TABLE` adding,
+/// dropping or renaming indexes, a dropped column leaving a two-column index) are followed as
+/// they stream: after each, the engine lists the indexes the server's `information_schema`
+/// lists, uses a new one, answers as the server does, and the table's schema version (which
+/// readers of its columns and changelog go by) stays the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_statements_at_the_source_are_followed() {
+    let db = "pg_index_ddl";
+    let setup = "CREATE TABLE {db}.t (id INT PRIMARY KEY, a INT NULL, b VARCHAR(20) NULL,
+           c INT NULL, KEY by_a (a));
+         INSERT INTO {db}.t SELECT seq, seq % 11, concat('b', seq % 29), seq % 5
+           FROM {db}.seq_1_to_800;";
+    let f = Fixture::start(db, "ixd", setup, settings()).await;
+    let client = f.client("ixd").await;
+    let ours = async |client: &Client| {
+        rows(
+            client,
+            &format!(
+                "SELECT index, columns, \"unique\" FROM cdc.indexes \
+                 WHERE db = '{db}' AND \"table\" = 't'"
+            ),
+        )
+        .await
+    };
+    let version =
+        format!("SELECT schema_version FROM cdc.tables WHERE db = '{db}' AND \"table\" = 't'");
+    let version_before = rows(&client, &version).await;
+    assert_eq!(ours(&client).await, server_indexes(db, "t").await);
+    let steps: [(&str, Option<(&str, &str)>); 7] = [
+        (
+            "CREATE INDEX by_b ON {db}.t (b)",
+            Some(("b = 'b7'", "index=by_b")),
+        ),
+        (
+            "ALTER TABLE {db}.t ADD INDEX (c), ADD UNIQUE KEY u (c, id)",
+            Some(("c = 3", "index=c")),
+        ),
+        (
+            "ALTER TABLE {db}.t RENAME INDEX by_a TO a2",
+            Some(("a = 4", "index=a2")),
+        ),
+        ("DROP INDEX by_b ON {db}.t", None),
+        (
+            "CREATE INDEX by_b_prefix ON {db}.t (b(3), a)",
+            Some(("b = 'b12'", "index=by_b_prefix")),
+        ),
+        ("ALTER TABLE {db}.t DROP KEY c", None),
+        (
+            "UPDATE {db}.t SET b = 'moved', c = 9 WHERE id % 7 = 0",
+            Some(("b = 'moved'", "index=by_b_prefix")),
+        ),
+    ];
+    for (statement, lookup) in steps {
+        at_server(&f, &statement.replace("{db}", db)).await;
+        assert_eq!(
+            ours(&client).await,
+            server_indexes(db, "t").await,
+            "after {statement}"
+        );
+        if let Some((filter, used)) = lookup {
+            let sql = format!("SELECT id, a, b, c FROM {db}.t WHERE {filter}");
+            let shown = plan(&client, &sql).await;
+            assert!(shown.contains(used), "{statement}: {shown}");
+            let got = rows(&client, &sql).await;
+            assert!(!got.is_empty(), "{sql}");
+            assert_eq!(
+                got,
+                server_rows(&format!("SELECT id, a, b, c FROM {db}.t WHERE {filter}")).await,
+                "{sql}"
+            );
+        }
+    }
+    // Indexes alone changed: the columns' schema version is the one the table started with.
+    assert_eq!(rows(&client, &version).await, version_before);
+    // A dropped column leaves the two-column index it was part of, as at the server.
+    at_server(&f, &format!("ALTER TABLE {db}.t DROP COLUMN a")).await;
+    assert_eq!(ours(&client).await, server_indexes(db, "t").await);
     f.shutdown().await;
 }
 
@@ -293,7 +484,7 @@ async fn indexes_are_kept_across_a_restart() {
         &format!("SELECT index, columns FROM cdc.indexes WHERE db = '{db}'"),
     )
     .await;
-    assert_eq!(listed, ["index=by_g columns=g"]);
+    assert_eq!(listed, ["index=PRIMARY columns=id", "index=by_g columns=g"]);
     let sql = format!("SELECT id FROM s.{db}.t WHERE g = 3");
     let plan = query(&engine, &format!("EXPLAIN {sql}")).await.join("\n");
     assert!(plan.contains("index=by_g"), "{plan}");

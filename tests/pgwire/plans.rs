@@ -196,3 +196,100 @@ async fn kept_plans_of_a_dropped_source_fail_then_resolve_again() {
     assert_eq!(values, [10, 20, 30]);
     f.shutdown().await;
 }
+
+/// Prepared statements whose parameters all go to a lookup (a key, a secondary index, a
+/// range of the key, an `IN` list) are planned at their first run only: later runs bind the
+/// new values into the kept physical plan (the front end's counter of statements planned
+/// stays where it was) and answer for them. One whose parameter is elsewhere (a projection)
+/// is planned at every run. A schema change makes every kept plan plan once again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_lookups_with_parameters_are_planned_once() {
+    let setup = "CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, a INT NOT NULL, KEY by_a (a));
+         INSERT INTO {db}.t SELECT seq, seq % 10 FROM {db}.seq_1_to_200;";
+    let f = Fixture::start("pg_plans_params", "plans_params", setup, settings()).await;
+    let client = planned(&f, "plans_params").await;
+    let prepare = async |sql: &str| {
+        client
+            .prepare(&sql.replace("{t}", "pg_plans_params.t"))
+            .await
+            .unwrap()
+    };
+    let by_key = prepare("SELECT a FROM {t} WHERE id = $1").await;
+    let by_a = prepare("SELECT id FROM {t} WHERE a = $1").await;
+    let range = prepare("SELECT id FROM {t} WHERE id >= $1 AND id < $2").await;
+    let listed = prepare("SELECT id FROM {t} WHERE a IN ($1, $2)").await;
+    let projected = prepare("SELECT id + $1 FROM {t} WHERE id = 7").await;
+    let planned_now = || f.metrics.snapshot().1.planned;
+    let sorted = |rows: Vec<tokio_postgres::Row>| -> Vec<i64> {
+        let mut v: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        v.sort();
+        v
+    };
+    let expected_a = |a: i64| -> Vec<i64> { (1..=200).filter(|id| id % 10 == a).collect() };
+    let run_all = async |round: i64| {
+        let id = 1 + round * 17 % 200;
+        let found: Vec<i32> = client
+            .query(&by_key, &[&id])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(found, [(id % 10) as i32]);
+        let a = (round % 10) as i32;
+        assert_eq!(
+            sorted(client.query(&by_a, &[&a]).await.unwrap()),
+            expected_a(a as i64)
+        );
+        let (low, high) = (round * 11, round * 11 + 25);
+        let want: Vec<i64> = (low.max(1)..high.min(201)).collect();
+        assert_eq!(
+            sorted(client.query(&range, &[&low, &high]).await.unwrap()),
+            want
+        );
+        let (b, c) = ((round % 10) as i32, ((round + 3) % 10) as i32);
+        let mut want = expected_a(b as i64);
+        want.extend(expected_a(c as i64));
+        want.sort();
+        assert_eq!(
+            sorted(client.query(&listed, &[&b, &c]).await.unwrap()),
+            want
+        );
+        let plus: Vec<i64> = sorted(client.query(&projected, &[&round]).await.unwrap());
+        assert_eq!(plus, [7 + round]);
+    };
+    run_all(0).await;
+    let before = planned_now();
+    for round in 1..=10 {
+        run_all(round).await;
+    }
+    // Only the statement whose parameter is in its projection was planned, once a run.
+    assert_eq!(planned_now() - before, 10);
+    // Changes are read by the kept plans.
+    let mut conn = root_conn(server()).await;
+    conn.query_drop("UPDATE pg_plans_params.t SET a = a + 10 WHERE id <= 100")
+        .await
+        .unwrap();
+    f.sync().await;
+    let found = sorted(client.query(&by_a, &[&13i32]).await.unwrap());
+    assert_eq!(
+        found,
+        (1..=100).filter(|id| id % 10 == 3).collect::<Vec<i64>>()
+    );
+    conn.query_drop("UPDATE pg_plans_params.t SET a = a - 10 WHERE id <= 100")
+        .await
+        .unwrap();
+    // A column added: each statement plans once again, then runs from its kept plan.
+    conn.query_drop("ALTER TABLE pg_plans_params.t ADD COLUMN note TEXT NULL")
+        .await
+        .unwrap();
+    f.sync().await;
+    let before = planned_now();
+    run_all(11).await;
+    assert_eq!(planned_now() - before, 5);
+    let before = planned_now();
+    run_all(12).await;
+    run_all(13).await;
+    assert_eq!(planned_now() - before, 2);
+    f.shutdown().await;
+}

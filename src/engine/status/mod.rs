@@ -1,5 +1,5 @@
-//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.indexes` (each table's secondary
-//! indexes), `cdc.chunks`, `cdc.schema_history`
+//! The `cdc` status schema: `cdc.sources`, `cdc.tables`, `cdc.indexes` (each table's primary
+//! key and secondary indexes), `cdc.chunks`, `cdc.schema_history`
 //! (every schema change the capture followed, as of the version the query reads), `cdc.sinks`
 //! and `cdc.reconciliations`, one file each, declared through [`columns`].
 //!

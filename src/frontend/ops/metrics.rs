@@ -207,6 +207,11 @@ fn render_frontend(out: &mut String, frontend: &FrontendMetrics) {
         "# HELP cdcfusion_pg_connections_total Client connections accepted.\n# TYPE cdcfusion_pg_connections_total counter\ncdcfusion_pg_connections_total {}",
         stats.connections
     );
+    let _ = writeln!(
+        out,
+        "# HELP cdcfusion_pg_statements_planned_total Statements made physical by planning as they ran (a prepared statement whose plan is kept is not planned again).\n# TYPE cdcfusion_pg_statements_planned_total counter\ncdcfusion_pg_statements_planned_total {}",
+        stats.planned
+    );
     let name = "cdcfusion_pg_statement_seconds";
     let _ = writeln!(
         out,

@@ -21,6 +21,9 @@ pub const BUCKETS: [f64; 12] = [
 pub struct FrontendStats {
     connections: AtomicU64,
     statements: AtomicU64,
+    /// Statements made physical by DataFusion's optimizer and physical planner when they ran
+    /// (a kept physical plan bound for a run is not).
+    planned: AtomicU64,
     /// Statements per bucket of [`BUCKETS`] (not cumulative), then those over the last.
     buckets: [AtomicU64; BUCKETS.len() + 1],
     micros: AtomicU64,
@@ -32,6 +35,7 @@ pub struct FrontendStats {
 pub struct StatsSnapshot {
     pub connections: u64,
     pub statements: u64,
+    pub planned: u64,
     /// Cumulative counts per bucket of [`BUCKETS`], as Prometheus's `le` buckets.
     pub cumulative: Vec<u64>,
     pub seconds: f64,
@@ -41,6 +45,11 @@ pub struct StatsSnapshot {
 impl FrontendStats {
     pub fn connection(&self) {
         self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One statement made physical by planning as it ran.
+    pub fn planned(&self) {
+        self.planned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One statement that took `took` to its first response, and its SQLSTATE if it failed.
@@ -73,6 +82,7 @@ impl FrontendStats {
         StatsSnapshot {
             connections: self.connections.load(Ordering::Relaxed),
             statements: self.statements.load(Ordering::Relaxed),
+            planned: self.planned.load(Ordering::Relaxed),
             cumulative,
             seconds: self.micros.load(Ordering::Relaxed) as f64 / 1e6,
             errors: self.errors.locked().clone(),

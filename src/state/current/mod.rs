@@ -157,6 +157,18 @@ impl CurrentTable {
         }
     }
 
+    /// Takes `codec` (from [`RowCodec::with_indexes`] of this table's): the base's sorted
+    /// orders are kept by their columns, so an index on the same columns reuses them; the
+    /// overlay's indexes are built again from the whole overlay at the next snapshot.
+    pub fn reindex(&mut self, codec: Arc<RowCodec>) {
+        self.indexes = vec![OverlayIndex::default(); codec.indexes().len()];
+        self.changed = match codec.indexes().is_empty() {
+            true => Vec::new(),
+            false => self.overlay.keys().cloned().collect(),
+        };
+        self.codec = codec;
+    }
+
     pub fn schema(&self) -> &Arc<TableSchema> {
         self.codec.schema()
     }
