@@ -91,6 +91,16 @@ impl IndexCodec {
     }
 }
 
+/// One row-format field per column of `schema`.
+fn sort_fields(schema: &TableSchema) -> Vec<SortField> {
+    schema
+        .arrow
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect()
+}
+
 /// The encoders of `schema`'s secondary indexes, in its order (one that does not fit its
 /// columns left out).
 fn index_codecs(schema: &TableSchema, fields: &[SortField]) -> Result<Vec<IndexCodec>, ArrowError> {
@@ -232,12 +242,7 @@ impl IntKey {
 
 impl RowCodec {
     pub fn new(schema: Arc<TableSchema>) -> Result<Self, ArrowError> {
-        let fields: Vec<SortField> = schema
-            .arrow
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
+        let fields = sort_fields(&schema);
         let key_columns: Vec<usize> = if schema.primary_key.is_empty() {
             (0..fields.len()).collect()
         } else {
@@ -277,12 +282,7 @@ impl RowCodec {
                 schema.id
             )));
         }
-        let fields: Vec<SortField> = schema
-            .arrow
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
+        let fields = sort_fields(&schema);
         Ok(Self {
             indexes: index_codecs(&schema, &fields)?,
             primary: primary_codec(&schema, &fields)?,

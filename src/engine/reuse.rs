@@ -221,47 +221,36 @@ fn fresh_copy(
 
 /// Whether `plan` has parameters.
 fn has_params(plan: &LogicalPlan) -> bool {
-    let mut found = false;
-    let _ = plan.apply_with_subqueries(|node| {
-        node.apply_expressions(|e| {
-            e.apply(|e| {
-                found |= matches!(e, Expr::Placeholder(_));
-                Ok(if found {
-                    TreeNodeRecursion::Stop
-                } else {
-                    TreeNodeRecursion::Continue
-                })
-            })
-        })
-    });
-    found
+    placeholders_where(plan, |_| true)
 }
 
 /// Whether every parameter of `plan` (optimized) is in the filters of a table scan: those
 /// were pushed to a current table's scan as answered exactly (a filter that is not stays
 /// above the scan, where it would be found).
 fn params_only_in_scans(plan: &LogicalPlan) -> bool {
-    let mut elsewhere = false;
+    !placeholders_where(plan, |node| !matches!(node, LogicalPlan::TableScan(_)))
+}
+
+/// Whether an expression of a node of `plan` (its subqueries' too) that `looked_at` accepts
+/// holds a parameter.
+fn placeholders_where(plan: &LogicalPlan, looked_at: impl Fn(&LogicalPlan) -> bool) -> bool {
+    let mut found = false;
+    let stop = |found: bool| match found {
+        true => TreeNodeRecursion::Stop,
+        false => TreeNodeRecursion::Continue,
+    };
     let _ = plan.apply_with_subqueries(|node| {
-        if !matches!(node, LogicalPlan::TableScan(_)) {
+        if looked_at(node) {
             node.apply_expressions(|e| {
                 e.apply(|e| {
-                    elsewhere |= matches!(e, Expr::Placeholder(_));
-                    Ok(if elsewhere {
-                        TreeNodeRecursion::Stop
-                    } else {
-                        TreeNodeRecursion::Continue
-                    })
+                    found |= matches!(e, Expr::Placeholder(_));
+                    Ok(stop(found))
                 })
             })?;
         }
-        Ok(if elsewhere {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
+        Ok(stop(found))
     });
-    !elsewhere
+    found
 }
 
 /// Whether `plan`'s physical plan may be kept too: it reads only current tables and calls no

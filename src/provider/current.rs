@@ -2,17 +2,19 @@
 //!
 //! # Pushdown
 //! * Projection and `LIMIT` go to the scan ([`CurrentScanExec`]).
-//! * Equality and `IN` filters on a single-column primary key are answered from the table's
-//!   index ([`TableSnapshot::lookup`](crate::state::current::TableSnapshot::lookup)) and marked
-//!   exact, so a point lookup touches only the rows it returns. Without one, the first such
-//!   filter on the first column of a secondary index is answered from that index
+//! * Filters a lookup can answer are marked exact: equality and `IN` on a single-column
+//!   primary key, equality and `IN` on the first column of a secondary index, and ranges of
+//!   the first column of the primary key or of a secondary index, against literals or
+//!   parameters of the column's type (`index_filters`). A scan makes one lookup: the key's
+//!   ([`TableSnapshot::lookup`](crate::state::current::TableSnapshot::lookup)); without key
+//!   filters, the first index filter of values
 //!   ([`TableSnapshot::lookup_index`](crate::state::current::TableSnapshot::lookup_index));
-//!   without one, the ranges of the first index that one is found for (the primary key's
-//!   columns first), together
-//!   ([`TableSnapshot::lookup_range`](crate::state::current::TableSnapshot::lookup_range));
-//!   see `index_filters`. A session that turned indexes off (`cdcfusion.indexes = off`) has
-//!   the same filters applied by a scan. Other filters are applied by DataFusion above the
-//!   scan.
+//!   without one, the ranges of the first index one is found for, the primary key's first
+//!   ([`TableSnapshot::lookup_range`](crate::state::current::TableSnapshot::lookup_range)).
+//!   The other pushed filters are applied to the rows it found ([`Condition`]), so a point
+//!   lookup touches only the rows it returns. A session that turned indexes off
+//!   (`cdcfusion.indexes = off`) has the lookup made by a scan. Other filters are applied by
+//!   DataFusion above the scan.
 //! * The provider's statistics give the exact row count of the latest version; a scan's are
 //!   inexact, since a kept plan's scan reads another version at each run (`current_scan`).
 //!

@@ -41,7 +41,8 @@ pub struct RunParams(pub ParamValues);
 #[derive(Debug, Clone, PartialEq)]
 pub enum Operand {
     Literal(ScalarValue),
-    Param(String),
+    /// A parameter's id (`$1`) and the type the plan gives it.
+    Param(String, DataType),
 }
 
 impl Operand {
@@ -53,21 +54,27 @@ impl Operand {
             Expr::Placeholder(p)
                 if p.field.as_ref().is_some_and(|f| f.data_type() == data_type) =>
             {
-                Some(Operand::Param(p.id.clone()))
+                Some(Operand::Param(p.id.clone(), data_type.clone()))
             }
             _ => None,
         }
     }
 
-    /// Its value for a run under `config`; a parameter without a bound value is an error.
+    /// Its value for a run under `config`; a parameter without a bound value is an error. A
+    /// value bound as another type (a client that declared the parameter `text`) is cast to
+    /// the plan's, failing as the plan with the value in place fails.
     pub fn value(&self, config: &SessionConfig) -> Result<ScalarValue> {
         match self {
             Operand::Literal(v) => Ok(v.clone()),
-            Operand::Param(id) => {
+            Operand::Param(id, data_type) => {
                 let params = config.get_extension::<RunParams>().ok_or_else(|| {
                     DataFusionError::Plan(format!("no value is bound to parameter {id}"))
                 })?;
-                Ok(params.0.get_placeholders_with_values(id)?.value)
+                let value = params.0.get_placeholders_with_values(id)?.value;
+                match value.data_type() == *data_type {
+                    true => Ok(value),
+                    false => value.cast_to(data_type),
+                }
             }
         }
     }
@@ -77,7 +84,7 @@ impl fmt::Display for Operand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Operand::Literal(v) => write!(f, "{v}"),
-            Operand::Param(id) => write!(f, "{id}"),
+            Operand::Param(id, _) => write!(f, "{id}"),
         }
     }
 }
@@ -161,7 +168,7 @@ fn shown_ranges(ranges: &[Range<Operand>]) -> String {
     let literal = |b: &Option<(Operand, bool)>| match b {
         None => Some(None),
         Some((Operand::Literal(v), inclusive)) => Some(Some((v.clone(), *inclusive))),
-        Some((Operand::Param(_), _)) => None,
+        Some((Operand::Param(..), _)) => None,
     };
     let literals: Option<Vec<Range>> = ranges
         .iter()

@@ -83,6 +83,17 @@ async fn at_server(f: &Fixture, sql: &str) {
     f.sync().await;
 }
 
+/// Two sessions on `database`: one that uses indexes, one that scans instead.
+async fn sessions(f: &Fixture, database: &str) -> (Client, Client) {
+    let indexed = f.client(database).await;
+    let scanned = f.client(database).await;
+    scanned
+        .batch_execute("SET cdcfusion.indexes = off")
+        .await
+        .unwrap();
+    (indexed, scanned)
+}
+
 /// The plan `EXPLAIN` shows for `sql`.
 async fn plan(client: &Client, sql: &str) -> String {
     rows(client, &format!("EXPLAIN {sql}")).await.join("\n")
@@ -151,12 +162,7 @@ async fn change(db: &str, rng: &mut impl Rng, next_id: &mut u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
     let f = Fixture::start(DB, "idx", SETUP, settings()).await;
-    let indexed = f.client("idx").await;
-    let scanned = f.client("idx").await;
-    scanned
-        .batch_execute("SET cdcfusion.indexes = off")
-        .await
-        .unwrap();
+    let (indexed, scanned) = sessions(&f, "idx").await;
     let columns = "id, customer_id, code, region, placed";
     let by_customer = format!("SELECT {columns} FROM {DB}.o WHERE customer_id = 3");
     assert!(
@@ -257,12 +263,7 @@ async fn index_lookups_answer_what_the_server_and_a_scan_answer() {
 async fn ranges_answer_what_the_server_and_a_scan_answer() {
     let db = "pg_index_ranges";
     let f = Fixture::start(db, "rng", SETUP, settings()).await;
-    let indexed = f.client("rng").await;
-    let scanned = f.client("rng").await;
-    scanned
-        .batch_execute("SET cdcfusion.indexes = off")
-        .await
-        .unwrap();
+    let (indexed, scanned) = sessions(&f, "rng").await;
     for (sql, used) in [
         (
             "SELECT id FROM {db}.o WHERE id BETWEEN 10 AND 20",
