@@ -41,7 +41,7 @@ use super::current_scan::{deal, CurrentScanExec, ScanTarget};
 pub use super::current_scan::{key_bytes, lookup_key, SchemaChanged};
 use super::health::{ReadPolicy, SharedHealth};
 use super::index_filters::{
-    range_indexes, range_of, values_of, Condition, IndexLookup, Operand, Wanted,
+    range_indexes, range_of, values_of, Condition, IndexLookup, Operand, Range, Wanted,
 };
 use super::version_for;
 use crate::capture::version::Published;
@@ -143,6 +143,15 @@ impl CurrentTableProvider {
         })
     }
 
+    /// The range `filter` selects of the first column of an index (the first index whose first
+    /// column it compares), with that column.
+    fn range_on(&self, filter: &Expr) -> Option<(usize, Range<Operand>)> {
+        range_indexes(&self.table).find_map(|index| {
+            let (name, data_type) = self.first_column(&index);
+            Some((index.columns[0], range_of(name, data_type, filter)?))
+        })
+    }
+
     /// The name and type of `index`'s first column.
     fn first_column(&self, index: &IndexSpec) -> (&str, &DataType) {
         let first = index.columns[0];
@@ -163,10 +172,7 @@ impl CurrentTableProvider {
             .map(|f| {
                 self.key_values(f).is_some()
                     || self.index_values(f).is_some()
-                    || range_indexes(&self.table).any(|index| {
-                        let (name, data_type) = self.first_column(&index);
-                        range_of(name, data_type, f).is_some()
-                    })
+                    || self.range_on(f).is_some()
             })
             .collect()
     }
@@ -240,11 +246,8 @@ impl CurrentTableProvider {
         if let Some((i, values)) = self.index_values(filter) {
             return Ok(on(self.table.indexes[i].columns[0], Wanted::Values(values)));
         }
-        for index in range_indexes(&self.table) {
-            let (name, data_type) = self.first_column(&index);
-            if let Some(range) = range_of(name, data_type, filter) {
-                return Ok(on(index.columns[0], Wanted::Ranges(vec![range])));
-            }
+        if let Some((column, range)) = self.range_on(filter) {
+            return Ok(on(column, Wanted::Ranges(vec![range])));
         }
         Err(datafusion::error::DataFusionError::Internal(format!(
             "the scan of {} was given a filter it does not answer: {filter}",

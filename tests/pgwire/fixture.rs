@@ -120,6 +120,13 @@ impl Fixture {
         )
     }
 
+    /// A client on `database` whose session ran `set` first (`SET cdcfusion.indexes = off`).
+    pub async fn client_with(&self, database: &str, set: &str) -> tokio_postgres::Client {
+        let client = self.client(database).await;
+        client.batch_execute(set).await.unwrap();
+        client
+    }
+
     /// A tokio-postgres client of the SCRAM user on `database`.
     pub async fn client(&self, database: &str) -> tokio_postgres::Client {
         self.client_as(USER, PASSWORD, database).await.unwrap()

@@ -85,13 +85,8 @@ async fn at_server(f: &Fixture, sql: &str) {
 
 /// Two sessions on `database`: one that uses indexes, one that scans instead.
 async fn sessions(f: &Fixture, database: &str) -> (Client, Client) {
-    let indexed = f.client(database).await;
-    let scanned = f.client(database).await;
-    scanned
-        .batch_execute("SET cdcfusion.indexes = off")
-        .await
-        .unwrap();
-    (indexed, scanned)
+    let scanned = f.client_with(database, "SET cdcfusion.indexes = off").await;
+    (f.client(database).await, scanned)
 }
 
 /// The plan `EXPLAIN` shows for `sql`.

@@ -28,13 +28,10 @@ const SETUP: &str = "SET time_zone = '+00:00';
 
 /// A session with lookups on and one that plans every statement.
 async fn sessions(f: &Fixture, database: &str) -> (Client, Client) {
-    let fast = f.client(database).await;
-    let planned = f.client(database).await;
-    planned
-        .batch_execute("SET cdcfusion.point_lookups = off")
-        .await
-        .unwrap();
-    (fast, planned)
+    let planned = f
+        .client_with(database, "SET cdcfusion.point_lookups = off")
+        .await;
+    (f.client(database).await, planned)
 }
 
 fn error_text(e: &tokio_postgres::Error) -> String {

@@ -17,12 +17,8 @@ const SETUP: &str = "CREATE TABLE {db}.t (id BIGINT PRIMARY KEY, a INT NOT NULL)
 
 /// A session on `database` that plans every statement.
 async fn planned(f: &Fixture, database: &str) -> Client {
-    let client = f.client(database).await;
-    client
-        .batch_execute("SET cdcfusion.point_lookups = off")
+    f.client_with(database, "SET cdcfusion.point_lookups = off")
         .await
-        .unwrap();
-    client
 }
 
 /// The first value of the first row of a simple query, or its SQLSTATE.
